@@ -1,0 +1,41 @@
+"""Games with exact rules (imported as ``lmselfplay.games``).
+
+``make(name, **params)`` builds a game from the registry; every game follows the
+protocol in :mod:`lmselfplay.games.base` and the text protocol in
+:mod:`lmselfplay.games.text`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .base import CHANCE, TERMINAL, Game, Invalid, forfeit_returns, random_legal_reset, resolve_chance
+from .kuhn_poker import KuhnPoker
+from .nim import Nim
+from .tictactoe import TicTacToe
+
+REGISTRY: dict[str, Callable[..., Any]] = {
+    "nim": Nim,
+    "nim_misere": lambda **kw: Nim(misere=True, **kw),
+    "tictactoe": TicTacToe,
+    "kuhn_poker": KuhnPoker,
+}
+
+
+def register(name: str, factory: Callable[..., Any]) -> None:
+    """Add a game (Go and Taboo plug in here)."""
+    REGISTRY[name] = factory
+
+
+def make(name: str, **params: Any) -> Any:
+    if name not in REGISTRY:
+        raise KeyError(f"unknown game {name!r}; known: {', '.join(sorted(REGISTRY))}")
+    try:
+        return REGISTRY[name](**params)
+    except TypeError as e:
+        raise ValueError(f"bad parameters for game {name!r}: {e}") from None
+
+
+__all__ = ["CHANCE", "TERMINAL", "Game", "Invalid", "KuhnPoker", "Nim", "REGISTRY", "TicTacToe",
+           "forfeit_returns", "make", "random_legal_reset", "register", "resolve_chance"]

@@ -1,0 +1,148 @@
+"""The Game protocol: one definition serves the LLM (text), search (AlphaZero), the exact
+solvers and the renderer.
+
+Conventions (OpenSpiel-like, so differential tests map one to one):
+
+* two players, ids 0 and 1; ``current_player`` is ``CHANCE`` at chance nodes and
+  ``TERMINAL`` at terminal states;
+* actions are small ints in ``range(game.n_actions)``; chance outcomes are ints too;
+* states are immutable (frozen dataclasses of tuples): ``apply`` returns a new state, so
+  copying is free and states can key dictionaries;
+* ``returns`` is zero-sum, one value per player;
+* text goes through :mod:`lmselfplay.games.text` so that every game shares ONE answer
+  format and ONE parser.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+CHANCE = -1
+TERMINAL = -4
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """What ``parse_action`` returns when the text is not a legal move (never raised)."""
+
+    reason: str
+
+    def __bool__(self) -> bool:  # `if move:` reads naturally; action 0 is falsy too,
+        return False  # so callers should test `isinstance(x, Invalid)`.
+
+
+@runtime_checkable
+class Game(Protocol):
+    """Two-player zero-sum game, optionally with chance and hidden information."""
+
+    name: str
+    n_actions: int
+    perfect_information: bool
+
+    def new_initial_state(self, seed: int | None = None) -> Any:
+        """The root. With ``seed`` given, chance nodes at the root are resolved with it."""
+
+    def current_player(self, state: Any) -> int: ...
+
+    def legal_actions(self, state: Any) -> list[int]: ...
+
+    def chance_outcomes(self, state: Any) -> list[tuple[int, float]]: ...
+
+    def apply(self, state: Any, action: int) -> Any: ...
+
+    def is_terminal(self, state: Any) -> bool: ...
+
+    def returns(self, state: Any) -> list[float]: ...
+
+    def observation_text(self, state: Any, player: int) -> str: ...
+
+    def action_text(self, action: int) -> str: ...
+
+    def parse_action(self, state: Any, text: str) -> int | Invalid: ...
+
+    def render(self, state: Any) -> str: ...
+
+
+def resolve_chance(game: Game, state: Any, rng: random.Random) -> Any:
+    """Sample chance outcomes until a player (or the end) is to move."""
+    while game.current_player(state) == CHANCE:
+        outcomes = game.chance_outcomes(state)
+        actions = [a for a, _ in outcomes]
+        probs = [p for _, p in outcomes]
+        state = game.apply(state, rng.choices(actions, weights=probs, k=1)[0])
+    return state
+
+
+def forfeit_returns(offender: int) -> list[float]:
+    """Zero-sum result of an illegal move: a loss for its author, a win for the other."""
+    r = [1.0, 1.0]
+    r[offender] = -1.0
+    return r
+
+
+def legal_mask(game: Game, state: Any) -> np.ndarray:
+    mask = np.zeros(game.n_actions, dtype=bool)
+    if not game.is_terminal(state) and game.current_player(state) >= 0:
+        mask[game.legal_actions(state)] = True
+    return mask
+
+
+def random_playout(game: Game, seed: int = 0, state: Any = None) -> list[Any]:
+    """States of one uniformly random game (chance sampled), root to terminal."""
+    rng = random.Random(seed)
+    state = game.new_initial_state() if state is None else state
+    states = [state]
+    while not game.is_terminal(state):
+        if game.current_player(state) == CHANCE:
+            outcomes = game.chance_outcomes(state)
+            a = rng.choices([a for a, _ in outcomes], weights=[p for _, p in outcomes])[0]
+        else:
+            a = rng.choice(game.legal_actions(state))
+        state = game.apply(state, a)
+        states.append(state)
+    return states
+
+
+def random_legal_reset(game: Game, rng: random.Random, max_plies: int) -> Any:
+    """A start state after a random number (0..max_plies) of random legal moves.
+
+    Used by self-play (SPIRAL / search-free PPO) so that every position gets visited.
+    Never returns a terminal state: it stops one ply early instead.
+    """
+    state = resolve_chance(game, game.new_initial_state(), rng)
+    for _ in range(rng.randint(0, max_plies)):
+        nxt = game.apply(state, rng.choice(game.legal_actions(state)))
+        nxt = resolve_chance(game, nxt, rng)
+        if game.is_terminal(nxt):
+            break
+        state = nxt
+    return state
+
+
+def all_states(game: Game) -> list[Any]:
+    """Every reachable state (deduplicated; deterministic order) of a small game."""
+    root = game.new_initial_state()
+    seen = {root: None}
+    stack = [root]
+    while stack:
+        s = stack.pop()
+        if game.is_terminal(s):
+            continue
+        if game.current_player(s) == CHANCE:
+            children = [game.apply(s, a) for a, _ in game.chance_outcomes(s)]
+        else:
+            children = [game.apply(s, a) for a in game.legal_actions(s)]
+        for c in children:
+            if c not in seen:
+                seen[c] = None
+                stack.append(c)
+    return list(seen)
+
+
+def move_names(game: Game, actions: Sequence[int]) -> str:
+    return ", ".join(game.action_text(a) for a in actions)

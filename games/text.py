@@ -1,0 +1,59 @@
+"""The ONE text protocol shared by every game: prompt layout, answer format, parser.
+
+Answer format (documented in the README): the model may write anything, and its move is
+the content of the LAST ``<move>...</move>`` in its answer, e.g. ``<move>3</move>``.
+Move names are matched case-insensitively after stripping white space. Parsing never
+raises: anything else is an :class:`~lmselfplay.games.base.Invalid` with a reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import Invalid
+
+OPEN, CLOSE = "<move>", "</move>"
+ANSWER_INSTRUCTION = f"Answer with {OPEN}MOVE{CLOSE}."
+MAX_MOVE_CHARS = 64
+
+
+def format_answer(move_name: str) -> str:
+    """The canonical answer text for a move (what pre-training and round-trips use)."""
+    return f"{OPEN}{move_name}{CLOSE}"
+
+
+def extract_move(text: Any) -> str | Invalid:
+    """The content of the last complete ``<move>...</move>``, or an Invalid."""
+    if not isinstance(text, str):
+        return Invalid(f"answer is not text ({type(text).__name__})")
+    end = text.rfind(CLOSE)
+    if end < 0:
+        return Invalid("no <move>...</move> in the answer")
+    start = text.rfind(OPEN, 0, end)
+    if start < 0:
+        return Invalid("</move> without a matching <move>")
+    move = text[start + len(OPEN) : end].strip()
+    if not move:
+        return Invalid("empty <move></move>")
+    if len(move) > MAX_MOVE_CHARS:
+        return Invalid(f"move text longer than {MAX_MOVE_CHARS} characters")
+    return move
+
+
+def parse_named_move(text: Any, legal: dict[str, int]) -> int | Invalid:
+    """Map an answer to a legal action given ``{lower-case move name: action}``."""
+    move = extract_move(text)
+    if isinstance(move, Invalid):
+        return move
+    key = move.casefold()
+    if key in legal:
+        return legal[key]
+    shown = move if len(move) <= 16 else move[:16] + "..."
+    return Invalid(f"{shown!r} is not a legal move (legal: {', '.join(legal)})")
+
+
+def prompt(title: str, rules: str, state_lines: list[str], legal_names: list[str]) -> str:
+    """The layout every game's observation uses (short: tiny models read it)."""
+    lines = [f"Game: {title}. {rules}", *state_lines, "Legal moves: " + " ".join(legal_names)]
+    lines.append(ANSWER_INSTRUCTION)
+    return "\n".join(lines)

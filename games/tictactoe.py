@@ -1,0 +1,94 @@
+"""Tic-tac-toe. Cells are numbered 1..9 row by row (action = cell - 1, as OpenSpiel).
+
+X (player 0) moves first. Single-character move names keep every move one token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .base import TERMINAL, Invalid
+from .text import parse_named_move, prompt
+
+LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
+MARKS = ".XO"
+
+
+@dataclass(frozen=True)
+class TicTacToeState:
+    board: tuple[int, ...] = (0,) * 9  # 0 empty, 1 X, 2 O
+
+    @property
+    def player(self) -> int:
+        return sum(1 for c in self.board if c) % 2
+
+    @property
+    def winner(self) -> int:
+        """0 or 1 for a completed line, -1 otherwise."""
+        b = self.board
+        for i, j, k in LINES:
+            if b[i] and b[i] == b[j] == b[k]:
+                return b[i] - 1
+        return -1
+
+
+class TicTacToe:
+    name = "tictactoe"
+    n_actions = 9
+    perfect_information = True
+
+    def new_initial_state(self, seed: int | None = None) -> TicTacToeState:
+        return TicTacToeState()
+
+    def is_terminal(self, s: TicTacToeState) -> bool:
+        return s.winner >= 0 or all(s.board)
+
+    def current_player(self, s: TicTacToeState) -> int:
+        return TERMINAL if self.is_terminal(s) else s.player
+
+    def legal_actions(self, s: TicTacToeState) -> list[int]:
+        return [] if self.is_terminal(s) else [i for i, c in enumerate(s.board) if not c]
+
+    def chance_outcomes(self, s: TicTacToeState) -> list[tuple[int, float]]:
+        return []
+
+    def apply(self, s: TicTacToeState, a: int) -> TicTacToeState:
+        if self.is_terminal(s) or not 0 <= a < 9 or s.board[a]:
+            raise ValueError(f"illegal tic-tac-toe action {a} on {self.render(s)!r}")
+        b = list(s.board)
+        b[a] = s.player + 1
+        return TicTacToeState(tuple(b))
+
+    def returns(self, s: TicTacToeState) -> list[float]:
+        w = s.winner
+        if w < 0:
+            return [0.0, 0.0]
+        return [1.0, -1.0] if w == 0 else [-1.0, 1.0]
+
+    def action_text(self, a: int) -> str:
+        return str(a + 1)
+
+    def board_text(self, s: TicTacToeState) -> list[str]:
+        """Rows with marks, and the cell number where a cell is empty."""
+        cells = [MARKS[c] if c else str(i + 1) for i, c in enumerate(s.board)]
+        return [" ".join(cells[r * 3 : r * 3 + 3]) for r in range(3)]
+
+    def observation_text(self, s: TicTacToeState, player: int) -> str:
+        rules = "Get three in a row."
+        state = [f"You play {MARKS[player + 1]}.", *self.board_text(s)]
+        return prompt(self.name, rules, state, [self.action_text(a) for a in self.legal_actions(s)])
+
+    def parse_action(self, s: TicTacToeState, text: str) -> int | Invalid:
+        return parse_named_move(text, {self.action_text(a): a for a in self.legal_actions(s)})
+
+    def render(self, s: TicTacToeState) -> str:
+        return "\n".join(self.board_text(s))
+
+    def encode(self, s: TicTacToeState) -> np.ndarray:
+        """Planes (mine, theirs, side-to-move) from the mover's point of view, 3x3x3."""
+        me = s.player + 1
+        b = np.array(s.board).reshape(3, 3)
+        planes = np.stack([b == me, (b != me) & (b != 0), np.full((3, 3), s.player == 0)])
+        return planes.astype(np.float32)

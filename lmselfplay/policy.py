@@ -1,0 +1,124 @@
+"""Load the policy (causal LM + tokenizer, optional LoRA) and THE prompt formatter.
+
+Generation and training must see the same tokens. Everything that turns a task text
+into model input goes through :func:`encode_prompt`, and every answer through
+:func:`encode_completion`; rollouts keep token ids (never re-tokenized text), so the
+trainer scores exactly what the engine sampled.
+
+Format: the tokenizer's chat template when it has one (one user turn, generation
+prompt added); otherwise the plain format ``PLAIN_TEMPLATE`` with a BOS token in front:
+
+    <bos>{prompt}
+    Answer:
+    {answer}<eos>
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+PLAIN_TEMPLATE = "{prompt}\nAnswer:\n"
+
+
+def format_prompt(tokenizer: Any, prompt: str) -> str:
+    """The prompt as text, exactly as the model reads it (without BOS)."""
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False)
+    return PLAIN_TEMPLATE.format(prompt=prompt)
+
+
+def encode_prompt(tokenizer: Any, prompt: str) -> list[int]:
+    """Token ids of the formatted prompt: what generation is conditioned on."""
+    text = format_prompt(tokenizer, prompt)
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    if getattr(tokenizer, "chat_template", None):
+        return list(ids)  # chat templates carry their own BOS
+    bos = tokenizer.bos_token_id
+    return ([bos] if bos is not None else []) + list(ids)
+
+
+def encode_completion(tokenizer: Any, answer: str, eos: bool = True) -> list[int]:
+    """Token ids of an answer as the model would have produced it (EOS at the end)."""
+    ids = list(tokenizer(answer, add_special_tokens=False)["input_ids"])
+    if eos and tokenizer.eos_token_id is not None:
+        ids.append(tokenizer.eos_token_id)
+    return ids
+
+
+def encode_pair(tokenizer: Any, prompt: str, answer: str) -> tuple[list[int], list[int]]:
+    return encode_prompt(tokenizer, prompt), encode_completion(tokenizer, answer)
+
+
+@dataclass
+class PolicyConfig:
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "HF hub name or local path; default: the embedded tiny model"})
+    dtype: str = field(default="auto", metadata={"help": "auto | float32 | bfloat16 | float16"})
+    device: str = field(default="auto", metadata={"help": "auto | cpu | cuda | cuda:N"})
+    use_lora: bool = False
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.0
+    lora_target_modules: str = "all-linear"
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype == "auto":  # no bf16 on CPU: slow and lossy for tiny models
+        return torch.bfloat16 if device.type == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
+    try:
+        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+    except KeyError:
+        raise ValueError(f"unknown dtype {dtype!r}: use auto, float32, bfloat16 or float16") from None
+
+
+def resolve_model_path(model_name_or_path: str | None) -> str:
+    """``None`` -> the embedded tiny model (built offline on first use)."""
+    if model_name_or_path in (None, "", "tiny", "embedded"):
+        from .tiny import ensure_tiny_model
+
+        return str(ensure_tiny_model())
+    return str(model_name_or_path)
+
+
+def load_tokenizer(model_name_or_path: str | None = None) -> Any:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(resolve_model_path(model_name_or_path))
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"
+    return tok
+
+
+def load_policy(cfg: PolicyConfig | None = None, **overrides: Any) -> tuple[Any, Any]:
+    """(model, tokenizer). LoRA adapters are added when ``use_lora`` (PEFT)."""
+    from transformers import AutoModelForCausalLM
+
+    cfg = cfg or PolicyConfig()
+    for k, v in overrides.items():
+        setattr(cfg, k, v)
+    path = resolve_model_path(cfg.model_name_or_path)
+    if not Path(path).exists() and os.environ.get("HF_HUB_OFFLINE") == "1":
+        raise FileNotFoundError(f"model {path!r} is not a local path and HF_HUB_OFFLINE=1")
+    device = resolve_device(cfg.device)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(cfg.dtype, device))
+    model.to(device)
+    if cfg.use_lora:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(
+            r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+            target_modules=cfg.lora_target_modules, task_type="CAUSAL_LM"))
+    return model, load_tokenizer(path)
