@@ -10,7 +10,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .base import CHANCE, TERMINAL, Game, Invalid, forfeit_returns, random_legal_reset, resolve_chance
+from .base import (
+    CHANCE,
+    TERMINAL,
+    Game,
+    Invalid,
+    forfeit_returns,
+    random_legal_reset,
+    resolve_chance,
+)
 from .kuhn_poker import KuhnPoker
 from .nim import Nim
 from .tictactoe import TicTacToe

@@ -123,3 +123,17 @@ class KuhnPoker:
         for i, a in enumerate(s.history):
             x[3 + 2 * i + a] = 1.0
         return x
+
+
+def nash_policy(alpha: float = 1 / 3) -> dict[str, list[float]]:
+    """Kuhn's equilibrium family (0 <= alpha <= 1/3): P(bet) per information state.
+
+    Player 1 bets a J with prob. alpha, a K with 3*alpha, calls with a Q with
+    alpha + 1/3; player 2 bets a J after a pass with 1/3, calls with a Q with 1/3.
+    Value for player 1: -1/18 for every alpha.
+    """
+    if not 0 <= alpha <= 1 / 3:
+        raise ValueError(f"alpha must lie in [0, 1/3], got {alpha}")
+    bet = {"J:": alpha, "Q:": 0.0, "K:": 3 * alpha, "J:pb": 0.0, "Q:pb": alpha + 1 / 3, "K:pb": 1.0,
+           "J:p": 1 / 3, "Q:p": 0.0, "K:p": 1.0, "J:b": 0.0, "Q:b": 1 / 3, "K:b": 1.0}
+    return {k: [1.0 - b, b] for k, b in bet.items()}

@@ -6,7 +6,7 @@ deterministic two-player zero-sum Game with terminal returns in {-1, 0, 1}.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from .base import Game
@@ -20,7 +20,7 @@ class Minimax:
             raise ValueError(f"{game.name} has hidden information: use exploitability instead")
         self.game = game
 
-        @lru_cache(maxsize=None)
+        @cache
         def value(state: Any) -> float:
             if game.is_terminal(state):
                 return game.returns(state)[0]

@@ -1,0 +1,111 @@
+"""`lmselfplay ...`: everything that is not a training recipe.
+
+Subcommands import their modules lazily so that `lmselfplay show nim` stays instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    """Print a random game's positions as a person sees them (and the model's prompt)."""
+    from lmselfplay.games import make
+    from lmselfplay.games.base import random_playout
+
+    game = make(args.game)
+    states = random_playout(game, seed=args.seed)
+    for s in states:
+        print(game.render(s))
+        print()
+    if args.prompt:
+        first = next(s for s in states if game.current_player(s) >= 0)
+        print("--- what the model reads as player", game.current_player(first) + 1, "---")
+        print(game.observation_text(first, game.current_player(first)))
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    """An exact solver (seat 1) against a random player (seat 2), as a transcript."""
+    from lmselfplay.games import make
+    from lmselfplay.games.base import CHANCE
+    from lmselfplay.games.solve import optimal_actions
+
+    game = make(args.game)
+    if not game.perfect_information:
+        print(f"{args.game} has hidden information; the demo needs an exact solver (nim, tictactoe)")
+        return 2
+    rng = random.Random(args.seed)
+    totals = [0.0, 0.0]
+    for g in range(args.games):
+        s = game.new_initial_state()
+        verbose = g == 0
+        while not game.is_terminal(s):
+            p = game.current_player(s)
+            if p == CHANCE:
+                s = game.apply(s, rng.choice([a for a, _ in game.chance_outcomes(s)]))
+                continue
+            a = rng.choice(optimal_actions(game, s)) if p == 0 else rng.choice(game.legal_actions(s))
+            if verbose:
+                print(game.render(s))
+                who = "solver" if p == 0 else "random"
+                print(f"player {p + 1} ({who}) plays {game.action_text(a)}\n")
+            s = game.apply(s, a)
+        if verbose:
+            print(game.render(s), "\nreturns", game.returns(s), "\n")
+        totals = [t + r for t, r in zip(totals, game.returns(s))]
+    print(f"{args.games} games: solver mean return {totals[0] / args.games:+.3f}")
+    return 0
+
+
+def _passthrough(module: str, func: str):
+    def run(args: argparse.Namespace) -> int:
+        import importlib
+
+        return importlib.import_module(module).__dict__[func](args.rest) or 0
+
+    return run
+
+
+PASSTHROUGH = {
+    "bootstrap": ("lmselfplay.tiny", "bootstrap_main", "build the embedded tiny model (cached)"),
+    "play": ("lmselfplay.play", "main", "play a game against the model in the terminal"),
+    "eval-game": ("lmselfplay.eval.game_metrics", "main", "exact game metrics of a model"),
+    "gametheory-plots": ("lmselfplay.gametheory_plots", "main",
+                         "PNG of exploitability vs T for best response, fictitious play, regret matching"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="lmselfplay", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    show = sub.add_parser("show", help="print a random game of GAME as boards/hands")
+    show.add_argument("game")
+    show.add_argument("--seed", type=int, default=0)
+    show.add_argument("--prompt", action="store_true", help="also print the model's prompt")
+    show.set_defaults(func=_cmd_show)
+    demo = sub.add_parser("demo", help="exact solver vs random player, as a transcript")
+    demo.add_argument("game", nargs="?", default="tictactoe")
+    demo.add_argument("--games", type=int, default=100)
+    demo.add_argument("--seed", type=int, default=0)
+    demo.set_defaults(func=_cmd_demo)
+    for name, (module, func, help_) in PASSTHROUGH.items():
+        sp = sub.add_parser(name, help=help_, add_help=False)
+        sp.add_argument("rest", nargs=argparse.REMAINDER)
+        sp.set_defaults(func=_passthrough(module, func))
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, KeyError, FileNotFoundError) as e:
+        print(f"lmselfplay {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""The Engine protocol: what rollouts need from a model server, free of HF specifics.
+
+``generate`` returns, per prompt, the sampled token ids, their text, the behaviour
+log-probabilities and a finish reason. Log-probabilities are those of the distribution
+the tokens were sampled from *before* top-p truncation: ``log_softmax(logits / T)``
+(T = 1 -> the model's own). ``score`` gives the same quantity by teacher forcing, so
+``generate(...).logprobs == score(prompt, completion)`` up to float noise — the trainer
+relies on that for its importance ratios.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass
+class SamplingParams:
+    max_new_tokens: int = 32
+    temperature: float = 1.0  # 0 -> greedy
+    top_p: float = 1.0
+    stop: list[str] = field(default_factory=list)  # stop strings (kept in the output)
+    seed: int | None = None
+
+
+@dataclass
+class Completion:
+    prompt_ids: list[int]
+    token_ids: list[int]
+    text: str
+    logprobs: list[float]
+    finish_reason: str  # "eos" | "stop" | "length"
+
+
+@runtime_checkable
+class Engine(Protocol):
+    version: int  # policy version of the weights it serves (to measure staleness)
+
+    def generate(self, prompts_token_ids: list[list[int]], sampling: SamplingParams) -> list[Completion]: ...
+
+    def score(self, prompt_ids: list[list[int]], completion_ids: list[list[int]],
+              temperature: float = 1.0) -> list[list[float]]: ...
+
+    def update_weights(self, model: Any, version: int | None = None) -> None: ...

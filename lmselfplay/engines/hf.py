@@ -1,0 +1,145 @@
+"""The default engine: batched ``transformers`` generate (left padding) on CPU or GPU.
+
+One ``generate`` call per batch of prompts (chunks of ``max_batch_size``). Behaviour
+log-probs come from the raw logits HF returns (``output_logits=True``), scaled by the
+temperature, so they match :meth:`HFEngine.score` (teacher forcing).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+
+from .base import Completion, SamplingParams
+
+
+def unwrap(model: Any) -> Any:
+    """The bare module under DDP / DeepSpeed / accelerate wrappers."""
+    while hasattr(model, "module"):
+        model = model.module
+    return model
+
+
+class HFEngine:
+    def __init__(self, model: Any, tokenizer: Any, max_batch_size: int = 256, version: int = 0):
+        self.model = unwrap(model)
+        self.tokenizer = tokenizer
+        self.max_batch_size = max_batch_size
+        self.version = version
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        self.pad_id = tokenizer.pad_token_id
+        self.eos_id = tokenizer.eos_token_id
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    # --- generation -----------------------------------------------------------------
+    def generate(self, prompts_token_ids: list[list[int]], sampling: SamplingParams) -> list[Completion]:
+        out: list[Completion] = []
+        seed_ctx = torch.random.fork_rng(devices=[]) if sampling.seed is not None else contextlib.nullcontext()
+        with seed_ctx:
+            if sampling.seed is not None:
+                torch.manual_seed(sampling.seed)
+            for i in range(0, len(prompts_token_ids), self.max_batch_size):
+                out += self._generate_batch(prompts_token_ids[i : i + self.max_batch_size], sampling)
+        return out
+
+    @torch.no_grad()
+    def _generate_batch(self, prompts: list[list[int]], sp: SamplingParams) -> list[Completion]:
+        if not prompts:
+            return []
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for r, p in enumerate(prompts):
+            ids[r, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            mask[r, width - len(p) :] = 1
+        greedy = sp.temperature <= 0
+        kwargs: dict[str, Any] = dict(
+            max_new_tokens=sp.max_new_tokens, do_sample=not greedy, pad_token_id=self.pad_id,
+            eos_token_id=self.eos_id, return_dict_in_generate=True, output_logits=True)
+        if not greedy:
+            kwargs.update(temperature=sp.temperature, top_p=sp.top_p, top_k=0)
+        if sp.stop:
+            kwargs.update(stop_strings=list(sp.stop), tokenizer=self.tokenizer)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            res = self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device), **kwargs)
+        finally:
+            self.model.train(was_training)
+        new = res.sequences[:, width:].cpu()
+        logits = torch.stack(res.logits, dim=1).float().cpu() if res.logits else None
+        t = 1.0 if greedy else sp.temperature
+        completions = []
+        for r, p in enumerate(prompts):
+            toks = new[r].tolist()
+            n, reason = len(toks), "length"
+            for k, tok in enumerate(toks):
+                if tok == self.eos_id:
+                    n, reason = k + 1, "eos"
+                    break
+            toks = toks[:n]
+            text = self.tokenizer.decode(toks, skip_special_tokens=True)
+            if reason == "length" and sp.stop and any(text.endswith(s) for s in sp.stop):
+                reason = "stop"
+            if reason == "length" and sp.stop and n < new.shape[1]:
+                reason = "stop"  # HF ended the row early on a stop string
+            if logits is not None and n:
+                lp = torch.log_softmax(logits[r, :n] / t, dim=-1)
+                lps = lp.gather(1, torch.tensor(toks).unsqueeze(1)).squeeze(1).tolist()
+            else:
+                lps = []
+            completions.append(Completion(list(p), toks, text, lps, reason))
+        return completions
+
+    # --- teacher forcing ------------------------------------------------------------
+    @torch.no_grad()
+    def score(self, prompt_ids: list[list[int]], completion_ids: list[list[int]],
+              temperature: float = 1.0, batch_size: int | None = None) -> list[list[float]]:
+        """Per-token log-probs of each completion given its prompt (right padding)."""
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            out: list[list[float]] = []
+            bs = batch_size or self.max_batch_size
+            for i in range(0, len(prompt_ids), bs):
+                out += sequence_logprobs(self.model, prompt_ids[i : i + bs], completion_ids[i : i + bs],
+                                         self.pad_id, temperature)
+            return out
+        finally:
+            self.model.train(was_training)
+
+    def update_weights(self, model: Any, version: int | None = None) -> None:
+        """Serve ``model``'s weights. Shared module -> nothing to copy, only the version."""
+        model = unwrap(model)
+        if model is not self.model:
+            self.model.load_state_dict(model.state_dict())
+        self.version = self.version + 1 if version is None else version
+
+
+def sequence_logprobs(model: Any, prompts: list[list[int]], completions: list[list[int]],
+                      pad_id: int, temperature: float = 1.0) -> list[list[float]]:
+    """Teacher-forced log-probs of completion tokens (the differentiable core is
+    :func:`lmselfplay.trainer.token_logprobs`; this is its no-grad list form)."""
+    if not prompts:
+        return []
+    seqs = [list(p) + list(c) for p, c in zip(prompts, completions)]
+    width = max(len(s) for s in seqs)
+    device = next(model.parameters()).device
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for r, s in enumerate(seqs):
+        ids[r, : len(s)] = torch.tensor(s, dtype=torch.long)
+        mask[r, : len(s)] = 1
+    logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()
+    lp = torch.log_softmax(logits[:, :-1] / temperature, dim=-1)
+    tok_lp = lp.gather(2, ids[:, 1:].to(device).unsqueeze(2)).squeeze(2).cpu()
+    out = []
+    for r, (p, c) in enumerate(zip(prompts, completions)):
+        out.append(tok_lp[r, len(p) - 1 : len(p) - 1 + len(c)].tolist())
+    return out

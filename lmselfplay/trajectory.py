@@ -1,0 +1,92 @@
+"""What rollouts hand to the trainer: nothing it has to recompute.
+
+A :class:`Trajectory` is one (episode, learner seat): every turn the policy played, as
+the exact token ids it saw and produced. Each turn's prompt is a fresh observation (the
+game state as text), so the trainer treats every turn as one :class:`Sample`
+(prompt + completion, mask on the completion) that carries the episode's return.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Turn:
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]  # behaviour log-probs of completion_ids
+    text: str = ""
+    invalid: bool = False  # the answer did not parse to a legal move
+    action: int | None = None
+
+
+@dataclass
+class Sample:
+    """One training sequence: ``input_ids = prompt + completion``; loss on the mask."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    behaviour_logprobs: list[float]
+    advantage: float = 0.0
+    reward: float = 0.0
+    role: str = ""
+    task: str = ""
+    policy_version: int = 0
+    weight: float = 1.0  # multiplicity after merging identical (prompt, answer) pairs
+
+    @property
+    def input_ids(self) -> list[int]:
+        return self.prompt_ids + self.completion_ids
+
+    @property
+    def action_mask(self) -> list[int]:
+        return [0] * len(self.prompt_ids) + [1] * len(self.completion_ids)
+
+
+@dataclass
+class Trajectory:
+    game: str
+    seat: int
+    turns: list[Turn]
+    reward: float  # the seat's return (an illegal move: -1 for its author, zero-sum)
+    invalid: bool = False  # this seat lost by an illegal move
+    truncated: bool = False  # hit max_turns: scored as a draw
+    policy_version: int = 0
+    opponent: str = "self"
+    start: str = "initial"  # "initial" or "reset" (random legal reset): baselines keep them apart
+    episode_id: int = 0
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def role(self) -> str:
+        """Key for role-conditioned baselines: game x seat (x start condition)."""
+        return f"{self.game}/p{self.seat}/{self.start}"
+
+    def samples(self, advantage: float) -> list[Sample]:
+        return [Sample(t.prompt_ids, t.completion_ids, t.logprobs, advantage, self.reward, self.role,
+                       self.game, self.policy_version) for t in self.turns]
+
+
+def merge_identical(samples: list[Sample]) -> list[Sample]:
+    """Merge samples with the same (prompt, completion, version): advantages summed.
+
+    The policy-gradient loss is linear in the advantage, so the merged batch gives the
+    same gradient at a fraction of the cost (on Nim most turns repeat). With PPO
+    clipping this is exact while the ratio is inside the clip range (always on the first
+    pass over fresh on-policy data, where the ratio is 1); outside it the merged sample
+    clips on the sign of the summed advantage. ``weight`` keeps the count so per-token
+    normalization is unchanged.
+    """
+    merged: dict[tuple, Sample] = {}
+    for s in samples:
+        key = (tuple(s.prompt_ids), tuple(s.completion_ids), s.policy_version)
+        if key in merged:
+            m = merged[key]
+            m.advantage += s.advantage
+            m.weight += s.weight
+        else:
+            merged[key] = Sample(s.prompt_ids, s.completion_ids, s.behaviour_logprobs, s.advantage,
+                                 s.reward, s.role, s.task, s.policy_version, s.weight)
+    return list(merged.values())

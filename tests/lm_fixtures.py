@@ -1,0 +1,44 @@
+"""A random tiny Llama + byte-level BPE tokenizer built from config in a second (no hub)."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+
+@functools.cache
+def tiny_tokenizer():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from lmselfplay.games import make
+    from lmselfplay.games.base import random_playout
+
+    texts = []
+    for name in ("nim", "tictactoe", "kuhn_poker"):
+        g = make(name)
+        for s in random_playout(g, 0):
+            if g.current_player(s) >= 0:
+                texts.append(g.observation_text(s, g.current_player(s)) + "\nAnswer:\n<move>1</move>")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<pad>", "<s>", "</s>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(texts * 3, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+    fast.padding_side = "left"
+    return fast
+
+
+def tiny_model(seed: int = 0, layers: int = 2, width: int = 32):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok = tiny_tokenizer()
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=width, intermediate_size=2 * width,
+                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=4,
+                      max_position_embeddings=256, bos_token_id=tok.bos_token_id,
+                      eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    return LlamaForCausalLM(cfg)
