@@ -124,7 +124,7 @@ def win_rates(engine: Any, tokenizer: Any, game: Any, opponent: Any, n_games: in
     eps = [Episode(game, (me, opponent) if i % 2 == 0 else (opponent, me), seed=seed * 7919 + i)
            for i in range(n_games)]
     w = d = ret = 0.0
-    for i, f in enumerate(play(eps, sampling, concurrency=concurrency)):
+    for f in play(eps, sampling, concurrency=concurrency):
         seat = 0 if f.episode.players[0] is me else 1
         r = f.returns[seat]
         ret += r

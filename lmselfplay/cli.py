@@ -64,7 +64,8 @@ def _passthrough(module: str, func: str):
     def run(args: argparse.Namespace) -> int:
         import importlib
 
-        return importlib.import_module(module).__dict__[func](args.rest) or 0
+        result = importlib.import_module(module).__dict__[func](args.rest)
+        return result if isinstance(result, int) else 0
 
     return run
 

@@ -1,0 +1,293 @@
+"""One accelerate-based policy-gradient trainer for every on-policy recipe.
+
+Input: :class:`~lmselfplay.trajectory.Sample` s with advantages (games, Absolute Zero,
+R-Zero, debate all produce them). Per optimizer step it runs ``num_iterations`` passes
+(PPO epochs) over the batch; each pass is exactly ``gradient_accumulation_steps``
+micro-batches on every rank (empty ones are padded with a zero-loss forward) so that
+DDP / DeepSpeed collectives always line up even when ranks hold different numbers of
+samples. The loss, on the policy's own tokens only, per token t of sample i:
+
+    ratio = exp(logp - behaviour_logp)          (also the importance correction for
+                                                 rollouts from an engine a step behind)
+    pg    = -min(ratio * A_i, clip(ratio, 1-eps, 1+eps) * A_i)
+    kl    = exp(ref - logp) - (ref - logp) - 1  (k3 estimator, to the frozen reference)
+    loss  = sum_t w_i * (pg + beta * kl - entropy_coef * H_t) / sum_t w_i
+
+Multi-process: `accelerate launch` with the configs in ``recipes/accelerate/`` (DDP,
+DeepSpeed ZeRO-2/3). On CPU the process group uses gloo.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import random
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from lmselfplay.checkpoint import MARKER, checkpoint_dirs
+from lmselfplay.trajectory import Sample, merge_identical
+
+
+@dataclass
+class TrainerConfig:
+    learning_rate: float = field(default=1e-4, metadata={"help": "AdamW learning rate"})
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    lr_scheduler_type: str = field(default="constant_with_warmup",
+                                   metadata={"help": "any transformers scheduler name"})
+    warmup_steps: int = 0
+    max_steps: int = 200
+    gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per pass"})
+    num_iterations: int = field(default=2, metadata={"help": "PPO passes over each batch"})
+    epsilon: float = field(default=0.2, metadata={"help": "PPO clip range"})
+    beta: float = field(default=0.1, metadata={"help": "KL coefficient to the reference policy"})
+    entropy_coef: float = 0.0
+    temperature: float = field(default=1.0, metadata={"help": "must equal the sampling temperature"})
+    merge_identical: bool = field(default=True, metadata={"help": "merge equal (prompt, answer) turns"})
+    seed: int = 0
+
+
+def make_accelerator(gradient_accumulation_steps: int = 1, log_with: Any = None, project_dir: str | None = None):
+    """An Accelerator; on CPU with several processes the process group is gloo (NCCL
+    needs GPUs). A single process gets no process group at all."""
+    from accelerate import Accelerator
+    from accelerate.utils import InitProcessGroupKwargs
+
+    handlers = []
+    if not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        handlers.append(InitProcessGroupKwargs(backend="gloo"))
+    return Accelerator(gradient_accumulation_steps=gradient_accumulation_steps, kwargs_handlers=handlers,
+                       log_with=log_with, project_dir=project_dir)
+
+
+def token_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                   temperature: float = 1.0, with_entropy: bool = False):
+    """Log-prob of each next token (shape (B, T-1)) and optionally the entropy there."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float()
+    logits = logits / temperature
+    logp_all = F.log_softmax(logits, dim=-1)
+    lp = logp_all.gather(2, input_ids[:, 1:].unsqueeze(2)).squeeze(2)
+    if not with_entropy:
+        return lp, None
+    ent = -(logp_all.exp() * logp_all).sum(-1)
+    return lp, ent
+
+
+def collate(samples: list[Sample], pad_id: int, device: torch.device,
+            ref: dict[int, list[float]] | None = None) -> dict[str, torch.Tensor]:
+    """Right-padded batch; ``mask`` marks completion tokens as positions in the shifted
+    (next-token) frame, aligned with ``behaviour`` log-probs."""
+    width = max(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
+    n = len(samples)
+    ids = torch.full((n, width), pad_id, dtype=torch.long)
+    attn = torch.zeros((n, width), dtype=torch.long)
+    mask = torch.zeros((n, width - 1))
+    old = torch.zeros((n, width - 1))
+    ref_lp = torch.zeros((n, width - 1))
+    adv = torch.zeros(n)
+    weight = torch.zeros(n)
+    for r, s in enumerate(samples):
+        seq = s.prompt_ids + s.completion_ids
+        ids[r, : len(seq)] = torch.tensor(seq)
+        attn[r, : len(seq)] = 1
+        a, b = len(s.prompt_ids) - 1, len(seq) - 1
+        mask[r, a:b] = 1.0
+        old[r, a:b] = torch.tensor(s.behaviour_logprobs[: b - a], dtype=torch.float)
+        if ref is not None:
+            ref_lp[r, a:b] = torch.tensor(ref[id(s)], dtype=torch.float)
+        adv[r] = s.advantage / s.weight  # merged samples: mean advantage, counted `weight` times
+        weight[r] = s.weight
+    return {k: v.to(device) for k, v in dict(input_ids=ids, attention_mask=attn, mask=mask, old=old,
+                                             ref=ref_lp, adv=adv, weight=weight).items()}
+
+
+class PolicyTrainer:
+    def __init__(self, model: Any, tokenizer: Any, config: TrainerConfig, accelerator: Any = None,
+                 ref_model: Any = None):
+        from transformers import get_scheduler
+
+        self.cfg = config
+        self.tokenizer = tokenizer
+        self.accelerator = accelerator or make_accelerator(config.gradient_accumulation_steps)
+        self.is_peft = hasattr(model, "disable_adapter")
+        if config.beta > 0 and ref_model is None and not self.is_peft:
+            ref_model = copy.deepcopy(model)  # the initial policy, frozen
+        params = [p for p in model.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(params, lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2),
+                                weight_decay=config.weight_decay)
+        sched = get_scheduler(config.lr_scheduler_type, opt, num_warmup_steps=config.warmup_steps,
+                              num_training_steps=config.max_steps)
+        self.model, self.optimizer, self.scheduler = self.accelerator.prepare(model, opt, sched)
+        self.ref_model = None
+        if ref_model is not None:
+            ref_model.requires_grad_(False).eval()
+            if self._deepspeed_stage() == 3:
+                from trl.models.utils import prepare_deepspeed
+
+                ref_model = prepare_deepspeed(ref_model, self.accelerator)
+            else:
+                ref_model = ref_model.to(self.accelerator.device)
+            self.ref_model = ref_model
+        self.step_count = 0
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+
+    # --- helpers --------------------------------------------------------------------
+    def _deepspeed_stage(self) -> int:
+        plugin = getattr(self.accelerator.state, "deepspeed_plugin", None)
+        return int(plugin.zero_stage) if plugin is not None else -1
+
+    @property
+    def unwrapped(self) -> Any:
+        return self.accelerator.unwrap_model(self.model)
+
+    @contextmanager
+    def generation_model(self) -> Iterator[Any]:
+        """The bare model for an engine to generate with (gathers ZeRO-3 shards)."""
+        from trl.models.utils import unwrap_model_for_generation
+
+        with unwrap_model_for_generation(self.model, self.accelerator) as m:
+            yield m
+
+    @torch.no_grad()
+    def _ref_logprobs(self, samples: list[Sample], chunk: int = 64) -> dict[int, list[float]]:
+        """Reference log-probs of every sample's completion, computed once per step."""
+        out: dict[int, list[float]] = {}
+        for i in range(0, len(samples), chunk):
+            part = samples[i : i + chunk]
+            b = collate(part, self.pad_id, self.accelerator.device)
+            if self.ref_model is not None:
+                lp, _ = token_logprobs(self.ref_model, b["input_ids"], b["attention_mask"], self.cfg.temperature)
+            else:
+                with self.unwrapped.disable_adapter():  # PEFT: the base model is the reference
+                    lp, _ = token_logprobs(self.model, b["input_ids"], b["attention_mask"], self.cfg.temperature)
+            for r, s in enumerate(part):
+                a = len(s.prompt_ids) - 1
+                out[id(s)] = lp[r, a : a + len(s.completion_ids)].float().cpu().tolist()
+        return out
+
+    def _micro_batches(self, samples: list[Sample], rng: random.Random) -> list[list[Sample]]:
+        order = list(samples)
+        rng.shuffle(order)
+        k = self.cfg.gradient_accumulation_steps
+        size = math.ceil(len(order) / k) if order else 0
+        return [order[i * size : (i + 1) * size] for i in range(k)]
+
+    # --- the step -------------------------------------------------------------------
+    def step(self, samples: list[Sample]) -> dict[str, float]:
+        """One optimizer step per pass (``num_iterations`` passes) on this rank's samples."""
+        cfg, acc = self.cfg, self.accelerator
+        if cfg.merge_identical:
+            samples = merge_identical(samples)
+        rng = random.Random(cfg.seed * 1_000_003 + self.step_count * 7919 + acc.process_index)
+        total_tokens = sum(len(s.completion_ids) * s.weight for s in samples)
+        stats: dict[str, list[float]] = {k: [] for k in ("loss", "pg_loss", "kl", "entropy", "clip_frac",
+                                                         "ratio", "grad_norm")}
+        ref = self._ref_logprobs(samples) if cfg.beta > 0 and samples else None
+        self.model.train()
+        for _ in range(cfg.num_iterations):
+            for mb in self._micro_batches(samples, rng):
+                with acc.accumulate(self.model):
+                    loss, parts = self._micro_loss(mb, total_tokens, ref)
+                    acc.backward(loss)
+                    if acc.sync_gradients and cfg.max_grad_norm > 0:
+                        gn = acc.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+                        if gn is not None:
+                            stats["grad_norm"].append(float(gn))
+                    self.optimizer.step()
+                    self.scheduler.step()
+                    self.optimizer.zero_grad()
+                for k, v in parts.items():
+                    stats[k].append(v)
+        self.step_count += 1
+        out = {k: sum(v) / len(v) for k, v in stats.items() if v}
+        out.update(samples=float(len(samples)), tokens=float(total_tokens),
+                   lr=float(self.scheduler.get_last_lr()[0]))
+        return out
+
+    def _micro_loss(self, mb: list[Sample], total_tokens: float, ref: dict[int, list[float]] | None):
+        cfg, acc = self.cfg, self.accelerator
+        if not mb:  # keep collectives aligned across ranks: a forward with zero loss
+            ids = torch.full((1, 2), self.pad_id, dtype=torch.long, device=acc.device)
+            logits = self.model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
+            return logits.sum() * 0.0, {}
+        b = collate(mb, self.pad_id, acc.device, ref)
+        need_entropy = cfg.entropy_coef > 0
+        lp, ent = token_logprobs(self.model, b["input_ids"], b["attention_mask"], cfg.temperature, need_entropy)
+        mask = b["mask"]
+        w = b["weight"].unsqueeze(1) * mask
+        ratio = torch.exp(torch.clamp(lp - b["old"], -20, 20))
+        adv = b["adv"].unsqueeze(1)
+        unclipped, clipped = ratio * adv, torch.clamp(ratio, 1 - cfg.epsilon, 1 + cfg.epsilon) * adv
+        tok = -torch.minimum(unclipped, clipped)
+        kl = torch.zeros_like(tok)
+        if cfg.beta > 0:
+            d = b["ref"] - lp
+            kl = torch.exp(d) - d - 1.0
+            tok = tok + cfg.beta * kl
+        if need_entropy:
+            tok = tok - cfg.entropy_coef * ent
+        # token-mean over this rank's whole batch; accelerate / DeepSpeed divide by the
+        # number of accumulation steps, so multiply it back
+        denom = max(total_tokens, 1.0)
+        loss = (tok * w).sum() / denom * cfg.gradient_accumulation_steps
+        with torch.no_grad():
+            wsum = w.sum().clamp_min(1e-8)
+            parts = {"loss": float((tok * w).sum() / wsum), "pg_loss": float((-torch.minimum(unclipped, clipped) * w).sum() / wsum),
+                     "kl": float((kl * w).sum() / wsum),
+                     "clip_frac": float((((ratio - 1).abs() > cfg.epsilon).float() * w).sum() / wsum),
+                     "ratio": float((ratio * w).sum() / wsum)}
+            if ent is not None:
+                parts["entropy"] = float((ent * w).sum() / wsum)
+        return loss, parts
+
+    # --- checkpoints ----------------------------------------------------------------
+    def save_checkpoint(self, output_dir: str | Path, extra: dict[str, Any] | None = None,
+                        keep: int = 2) -> Path:
+        """Everything to resume exactly: model, optimizer, scheduler, RNG (all ranks,
+        via ``accelerator.save_state``) + ``extra`` (baselines, league, counters) as
+        JSON/torch, written into a temp dir and renamed (atomic)."""
+        acc = self.accelerator
+        out = Path(output_dir)
+        final = out / f"checkpoint-{self.step_count}"
+        tmp = out / f".checkpoint-{self.step_count}.tmp"
+        if acc.is_main_process:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+        acc.wait_for_everyone()
+        acc.save_state(str(tmp))
+        state = acc.get_state_dict(self.model)  # every rank: ZeRO-3 gathers shards
+        if acc.is_main_process:
+            torch.save({"extra": extra or {}, "step_count": self.step_count,
+                        "trainer_config": asdict(self.cfg)}, tmp / "lmselfplay_state.pt")
+            self.unwrapped.save_pretrained(str(tmp / "model"), state_dict=state, safe_serialization=True)
+            self.tokenizer.save_pretrained(str(tmp / "model"))
+            (tmp / MARKER).write_text("ok\n")
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+            for old in checkpoint_dirs(out)[:-keep] if keep > 0 else []:
+                shutil.rmtree(old, ignore_errors=True)
+        acc.wait_for_everyone()
+        return final
+
+    def load_checkpoint(self, path: str | Path) -> dict[str, Any]:
+        self.accelerator.load_state(str(path))
+        blob = torch.load(Path(path) / "lmselfplay_state.pt", weights_only=False)
+        self.step_count = int(blob["step_count"])
+        return blob["extra"]
+
+
+def config_json(cfg: Any) -> str:
+    return json.dumps(asdict(cfg), indent=1, default=str)

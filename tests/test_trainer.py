@@ -1,0 +1,151 @@
+"""The policy-gradient trainer: loss only on the policy's tokens, PPO maths, RAE
+baselines, merging, and exact kill-and-resume."""
+
+import numpy as np
+import pytest
+import torch
+
+from lm_fixtures import tiny_model, tiny_tokenizer
+from lmselfplay.advantages import RoleBaselines, group_advantages, task_type_advantages
+from lmselfplay.trainer import PolicyTrainer, TrainerConfig, token_logprobs
+from lmselfplay.trajectory import Sample
+
+
+def _sample(prompt, completion, adv, tok_lp=None):
+    return Sample(list(prompt), list(completion), tok_lp or [0.0] * len(completion), advantage=adv)
+
+
+def _trainer(**kw):
+    cfg = TrainerConfig(**{"learning_rate": 1e-2, "beta": 0.0, "num_iterations": 1, "max_grad_norm": 0.0,
+                           "merge_identical": False, **kw})
+    return PolicyTrainer(tiny_model(seed=0), tiny_tokenizer(), cfg)
+
+
+def test_loss_is_on_policy_tokens_only():
+    """Gradient of the trainer loss == gradient of -A * mean log p(completion tokens)."""
+    tr = _trainer()
+    model = tr.unwrapped
+    prompt, completion = [1, 50, 60, 70, 80], [90, 100, 2]
+    with torch.no_grad():
+        ids = torch.tensor([prompt + completion])
+        lp, _ = token_logprobs(model, ids, torch.ones_like(ids))
+        behaviour = lp[0, len(prompt) - 1 :].tolist()
+    s = _sample(prompt, completion, adv=1.5, tok_lp=behaviour)
+    loss, _ = tr._micro_loss([s], total_tokens=3, ref=None)
+    g_trainer = torch.autograd.grad(loss, [p for p in model.parameters()], allow_unused=True)
+    lp, _ = token_logprobs(model, ids, torch.ones_like(ids))
+    manual = -1.5 * lp[0, len(prompt) - 1 :].sum() / 3  # ratio 1: d ratio = d logp
+    g_manual = torch.autograd.grad(manual, [p for p in model.parameters()], allow_unused=True)
+    for a, b in zip(g_trainer, g_manual):
+        if a is None or b is None:
+            assert a is None and b is None
+            continue
+        assert torch.allclose(a, b, atol=1e-6)
+    # changing the prompt's tokens' "targets" cannot matter: a loss on the prompt would differ
+    s2 = _sample(prompt, completion, adv=0.0, tok_lp=behaviour)
+    loss0, _ = tr._micro_loss([s2], total_tokens=3, ref=None)
+    assert float(loss0) == 0.0
+
+
+def test_ppo_clipping_stops_the_gradient_outside_the_range():
+    tr = _trainer(epsilon=0.2)
+    model = tr.unwrapped
+    prompt, completion = [1, 50, 60], [90, 2]
+    with torch.no_grad():
+        ids = torch.tensor([prompt + completion])
+        lp, _ = token_logprobs(model, ids, torch.ones_like(ids))
+        cur = lp[0, len(prompt) - 1 :].tolist()
+    # behaviour much less likely than now -> ratio >> 1+eps; positive advantage is clipped
+    s = _sample(prompt, completion, adv=1.0, tok_lp=[c - 2.0 for c in cur])
+    loss, parts = tr._micro_loss([s], total_tokens=2, ref=None)
+    grads = torch.autograd.grad(loss, [p for p in model.parameters()], allow_unused=True)
+    assert all(g is None or float(g.abs().max()) == 0.0 for g in grads)
+    assert parts["clip_frac"] == 1.0
+    # negative advantage is not clipped from that side: gradient flows
+    s.advantage = -1.0
+    loss, _ = tr._micro_loss([s], total_tokens=2, ref=None)
+    grads = torch.autograd.grad(loss, [p for p in model.parameters()], allow_unused=True)
+    assert any(g is not None and float(g.abs().max()) > 0 for g in grads)
+
+
+def test_step_raises_the_probability_of_advantaged_answers():
+    tr = _trainer(learning_rate=5e-3, num_iterations=2)
+    model = tr.unwrapped
+    prompt = [1, 50, 60, 70]
+    good, bad = [90, 2], [100, 2]
+
+    def logp(c):
+        ids = torch.tensor([prompt + c])
+        with torch.no_grad():
+            lp, _ = token_logprobs(model, ids, torch.ones_like(ids))
+        return lp[0, len(prompt) - 1 :].tolist()
+
+    before = sum(logp(good)) - sum(logp(bad))
+    for _ in range(5):
+        metrics = tr.step([_sample(prompt, good, 1.0, logp(good)), _sample(prompt, bad, -1.0, logp(bad))])
+    assert sum(logp(good)) - sum(logp(bad)) > before + 1.0
+    assert {"loss", "pg_loss", "clip_frac", "samples", "lr"} <= set(metrics)
+
+
+def test_kl_term_pulls_back_to_the_reference():
+    tr = _trainer(beta=1.0, learning_rate=5e-3)
+    model = tr.unwrapped
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)  # move away from the frozen reference
+    prompt, completion = [1, 50, 60], [90, 100, 2]
+    ids = torch.tensor([prompt + completion])
+
+    def kl():
+        with torch.no_grad():
+            lp, _ = token_logprobs(model, ids, torch.ones_like(ids))
+            ref, _ = token_logprobs(tr.ref_model, ids, torch.ones_like(ids))
+        d = (ref - lp)[0, len(prompt) - 1 :]
+        return float((torch.exp(d) - d - 1).sum())
+
+    k0 = kl()
+    for _ in range(5):
+        with torch.no_grad():
+            lp, _ = token_logprobs(model, ids, torch.ones_like(ids))
+        m = tr.step([_sample(prompt, completion, 0.0, lp[0, len(prompt) - 1 :].tolist())])
+    assert m["kl"] > 0 and kl() < k0
+
+
+def test_merged_batch_gives_the_same_first_step():
+    """Merging identical turns (summing advantages) leaves the update unchanged."""
+    prompt, c1, c2 = [1, 50, 60], [90, 2], [100, 110, 2]
+    samples = [_sample(prompt, c1, 1.0), _sample(prompt, c1, 0.5), _sample(prompt, c2, -1.0)] * 3
+    a = _trainer(merge_identical=False, learning_rate=1e-3)
+    b = _trainer(merge_identical=True, learning_rate=1e-3)
+    for tr in (a, b):
+        model = tr.unwrapped
+        for s in samples:
+            ids = torch.tensor([s.prompt_ids + s.completion_ids])
+            with torch.no_grad():
+                lp, _ = token_logprobs(model, ids, torch.ones_like(ids))
+            s.behaviour_logprobs = lp[0, len(s.prompt_ids) - 1 :].tolist()
+        tr.step([Sample(**vars(s)) for s in samples])
+    for p, q in zip(a.unwrapped.parameters(), b.unwrapped.parameters()):
+        assert torch.allclose(p, q, atol=1e-6)
+
+
+def test_role_baselines_read_before_update():
+    rb = RoleBaselines(decay=0.5)
+    adv = rb.advantages(["nim/p0", "nim/p1", "nim/p0"], [1.0, -1.0, 1.0])
+    assert adv.tolist() == [1.0, -1.0, 1.0]  # baselines start at 0 and are read first
+    assert rb.values == {"nim/p0": 0.75, "nim/p1": -0.5}  # 0 -> 0.5 -> 0.75
+    adv = rb.advantages(["nim/p0"], [1.0])
+    assert adv.tolist() == [0.25]
+    rb2 = RoleBaselines()
+    rb2.load_state_dict(rb.state_dict())
+    assert rb2.values == rb.values and rb2.decay == 0.5
+    with pytest.raises(ValueError):
+        RoleBaselines(decay=1.0)
+
+
+def test_group_and_task_type_advantages():
+    a = group_advantages(np.array([[1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0]]))
+    assert a[0] == pytest.approx([1, -1, -1, 1], abs=1e-5)
+    assert a[1] == pytest.approx([0, 0, 0, 0])
+    t = task_type_advantages(["ded", "ded", "abd", "abd"], [1.0, 0.0, 3.0, 3.0])
+    assert t == pytest.approx([1, -1, 0, 0], abs=1e-5)
