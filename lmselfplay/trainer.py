@@ -61,15 +61,23 @@ class TrainerConfig:
 
 def make_accelerator(gradient_accumulation_steps: int = 1, log_with: Any = None, project_dir: str | None = None):
     """An Accelerator; on CPU with several processes the process group is gloo (NCCL
-    needs GPUs). A single process gets no process group at all."""
+    needs GPUs). A single process gets no process group at all.
+
+    Under ``accelerate launch`` (torchrun) on a machine without CUDA, accelerate finds no
+    device and sets ``distributed_type`` NO unless ``cpu=True``: the ranks would then
+    train unsynced copies. So several processes without CUDA get ``cpu=True``
+    (``MULTI_CPU``, gloo), except under DeepSpeed, which runs on its CPU accelerator and
+    needs its own process-group init (skipped by accelerate when ``cpu=True``)."""
     from accelerate import Accelerator
     from accelerate.utils import InitProcessGroupKwargs
 
     handlers = []
+    cpu = False
     if not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         handlers.append(InitProcessGroupKwargs(backend="gloo"))
+        cpu = os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() != "true"
     return Accelerator(gradient_accumulation_steps=gradient_accumulation_steps, kwargs_handlers=handlers,
-                       log_with=log_with, project_dir=project_dir)
+                       log_with=log_with, project_dir=project_dir, cpu=cpu)
 
 
 def token_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -224,7 +232,9 @@ class PolicyTrainer:
             return logits.sum() * 0.0, {}
         b = collate(mb, self.pad_id, acc.device, ref)
         need_entropy = cfg.entropy_coef > 0
-        lp, ent = token_logprobs(self.model, b["input_ids"], b["attention_mask"], cfg.temperature, need_entropy)
+        lp, ent = token_logprobs(self.model, b["input_ids"], b["attention_mask"], cfg.temperature, True)
+        if not need_entropy:
+            ent = ent.detach()  # logged (collapse shows as entropy -> 0), not optimized
         mask = b["mask"]
         w = b["weight"].unsqueeze(1) * mask
         ratio = torch.exp(torch.clamp(lp - b["old"], -20, 20))

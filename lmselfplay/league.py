@@ -1,0 +1,153 @@
+"""The league: a bank of frozen checkpoints to play against, and how to pick opponents.
+
+* a ring of ``capacity`` frozen snapshots (default 12), one added every ``add_every``
+  learner steps; every ``promote_every``-th snapshot is also promoted to a hall of fame
+  that never rotates out;
+* an opponent mix per episode: mirror self-play (the learner in both seats), a recent
+  frozen snapshot, a hall-of-fame snapshot, or a fixed bot (random); the loss is only on
+  the learner's seats (frozen seats record no trajectory);
+* meta-solvers from :mod:`lmselfplay.psro` weight the bank: ``last`` (iterated best
+  response), ``uniform`` (fictitious play) or ``nash`` of the payoff table between bank
+  members (double oracle) — the table is filled by :meth:`League.record`.
+
+Snapshots are kept as CPU state dicts; engines for them are built lazily and a few are
+cached (``max_live_engines``), so the bank costs memory of weights, not of models.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+
+@dataclass
+class LeagueConfig:
+    league_capacity: int = field(default=12, metadata={"help": "frozen snapshots kept (a ring)"})
+    league_add_every: int = field(default=10, metadata={"help": "learner steps between snapshots"})
+    league_promote_every: int = field(default=4, metadata={"help": "every k-th snapshot joins the hall of fame"})
+    mirror_fraction: float = field(default=0.6, metadata={"help": "games with the learner in both seats"})
+    recent_fraction: float = field(default=0.25, metadata={"help": "games against the frozen ring"})
+    hall_of_fame_fraction: float = field(default=0.05, metadata={"help": "games against promoted snapshots"})
+    bot_fraction: float = field(default=0.1, metadata={"help": "games against a uniformly random player"})
+    meta_solver: str = field(default="uniform", metadata={"help": "last | uniform | nash over the ring"})
+
+    def __post_init__(self) -> None:
+        fr = [self.mirror_fraction, self.recent_fraction, self.hall_of_fame_fraction, self.bot_fraction]
+        if any(f < 0 for f in fr) or abs(sum(fr) - 1.0) > 1e-6:
+            raise ValueError(f"opponent fractions must be >= 0 and sum to 1, got {fr} (sum {sum(fr)})")
+        if self.meta_solver not in ("last", "uniform", "nash"):
+            raise ValueError(f"meta_solver must be last, uniform or nash, got {self.meta_solver!r}")
+
+
+@dataclass
+class Snapshot:
+    step: int
+    state: dict[str, torch.Tensor]
+    name: str
+
+
+class League:
+    def __init__(self, cfg: LeagueConfig, max_live_engines: int = 4):
+        self.cfg = cfg
+        self.ring: list[Snapshot] = []
+        self.hall: list[Snapshot] = []
+        self.added = 0
+        self.payoff: dict[tuple[str, str], list[float]] = {}  # (a, b) -> [sum of a's score, n]
+        self._engines: OrderedDict[str, Any] = OrderedDict()
+        self.max_live_engines = max_live_engines
+
+    # --- the bank -------------------------------------------------------------------
+    def maybe_add(self, step: int, model: Any) -> Snapshot | None:
+        if self.cfg.league_add_every <= 0 or step % self.cfg.league_add_every:
+            return None
+        return self.add(step, model)
+
+    def add(self, step: int, model: Any) -> Snapshot:
+        state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        snap = Snapshot(step, state, f"step{step}")
+        self.ring.append(snap)
+        if len(self.ring) > self.cfg.league_capacity:
+            gone = self.ring.pop(0)
+            self._engines.pop(gone.name, None)
+        self.added += 1
+        if self.cfg.league_promote_every > 0 and self.added % self.cfg.league_promote_every == 0:
+            self.hall.append(snap)
+        return snap
+
+    def record(self, a: str, b: str, score_a: float) -> None:
+        """A result between two snapshots (a's score in [-1, 1]); kept antisymmetric."""
+        for key, s in (((a, b), score_a), ((b, a), -score_a)):
+            acc = self.payoff.setdefault(key, [0.0, 0])
+            acc[0] += s
+            acc[1] += 1
+
+    def payoff_table(self, members: list[Snapshot]) -> np.ndarray:
+        n = len(members)
+        U = np.zeros((n, n))
+        for i, a in enumerate(members):
+            for j, b in enumerate(members):
+                s, k = self.payoff.get((a.name, b.name), (0.0, 0))
+                U[i, j] = s / k if k else 0.0
+        return U
+
+    def ring_weights(self) -> np.ndarray:
+        from lmselfplay.psro import meta_strategy
+
+        if not self.ring:
+            return np.zeros(0)
+        return meta_strategy(self.payoff_table(self.ring), self.cfg.meta_solver)
+
+    # --- opponents ------------------------------------------------------------------
+    def sample_opponent(self, rng: random.Random) -> tuple[str, Snapshot | None]:
+        """("mirror" | "recent" | "hall" | "bot", snapshot or None). Falls back to mirror
+        self-play while the bank is empty."""
+        c = self.cfg
+        kind = rng.choices(["mirror", "recent", "hall", "bot"],
+                           weights=[c.mirror_fraction, c.recent_fraction, c.hall_of_fame_fraction, c.bot_fraction])[0]
+        if kind == "recent" and self.ring:
+            w = self.ring_weights()
+            return kind, self.ring[rng.choices(range(len(self.ring)), weights=list(w))[0]]
+        if kind == "hall" and self.hall:
+            return kind, rng.choice(self.hall)
+        if kind == "bot":
+            return kind, None
+        return "mirror", None
+
+    def engine_for(self, snap: Snapshot, template_model: Any, tokenizer: Any) -> Any:
+        """A frozen HFEngine serving ``snap`` (cached; built from a copy of the learner)."""
+        from lmselfplay.engines.hf import HFEngine, unwrap
+
+        if snap.name in self._engines:
+            self._engines.move_to_end(snap.name)
+            return self._engines[snap.name]
+        model = copy.deepcopy(unwrap(template_model))
+        model.load_state_dict(snap.state)
+        model.requires_grad_(False).eval()
+        engine = HFEngine(model, tokenizer, version=-snap.step - 1)
+        self._engines[snap.name] = engine
+        while len(self._engines) > self.max_live_engines:
+            self._engines.popitem(last=False)
+        return engine
+
+    # --- checkpointing --------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"ring": [(s.step, s.state, s.name) for s in self.ring],
+                "hall": [s.name for s in self.hall], "hall_states": {s.name: (s.step, s.state) for s in self.hall
+                                                                     if s not in self.ring},
+                "added": self.added, "payoff": dict(self.payoff)}
+
+    def load_state_dict(self, st: dict[str, Any]) -> None:
+        self.ring = [Snapshot(step, state, name) for step, state, name in st["ring"]]
+        by_name = {s.name: s for s in self.ring}
+        for name, (step, state) in st["hall_states"].items():
+            by_name[name] = Snapshot(step, state, name)
+        self.hall = [by_name[n] for n in st["hall"]]
+        self.added = int(st["added"])
+        self.payoff = {tuple(k): list(v) for k, v in st["payoff"].items()}
+        self._engines.clear()

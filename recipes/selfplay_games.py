@@ -1,0 +1,211 @@
+"""Self-play on text games with the rules as the referee (SPIRAL-style), one policy.
+
+    python recipes/selfplay_games.py [--config recipes/configs/selfplay_games.yaml] [--key value ...]
+    accelerate launch [--config_file recipes/accelerate/ddp_cpu.yaml] recipes/selfplay_games.py ...
+
+The algorithm, in order (every rank plays its own games; gradients are averaged):
+
+    for step = 1..steps:
+        1. opponents  : per episode, mirror self-play / a frozen league snapshot / a random bot
+        2. starts     : a fraction of games start from a random legal position (resets)
+        3. rollout    : all pending turns of all live games in one engine call per engine
+        4. rewards    : the rules' zero-sum returns; an illegal move loses for its author
+        5. advantages : role-conditioned EMA baselines per (game, seat, start) - SPIRAL's RAE
+        6. update     : PPO-clipped policy gradient on the learner's tokens + KL to the
+                        initial policy (collapse guard), num_iterations passes
+        7. league     : maybe add a frozen snapshot
+        8. every eval_every steps: exact metrics (optimal-move rates, win rates vs random /
+           exact with 95% CIs, Kuhn exploitability), JSONL + PNG curves
+        9. every checkpoint_every steps: atomic checkpoint (--resume continues from it)
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from lmselfplay.advantages import RoleBaselines
+from lmselfplay.checkpoint import latest_checkpoint, save_json
+from lmselfplay.config import parse_config
+from lmselfplay.engines import HFEngine, SamplingParams
+from lmselfplay.eval import game_metrics
+from lmselfplay.games import make
+from lmselfplay.games.base import random_legal_reset
+from lmselfplay.league import League, LeagueConfig
+from lmselfplay.metrics import MetricsLogger
+from lmselfplay.policy import PolicyConfig, load_policy
+from lmselfplay.rollout import Episode, LLMPlayer, RolloutStats, play, random_bot
+from lmselfplay.trainer import PolicyTrainer, TrainerConfig, make_accelerator
+
+
+@dataclass
+class SelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig):
+    games: str = field(default="nim,tictactoe,kuhn_poker", metadata={"help": "comma-separated registry names"})
+    steps: int = 40
+    episodes_per_step: int = 48
+    concurrency: int = 128
+    top_p: float = 1.0
+    max_new_tokens: int = 12
+    retries: int = 0
+    max_turns: int = 40
+    reset_fraction: float = field(default=0.0, metadata={"help": "games started from random legal positions"})
+    reset_max_plies: int = 6
+    baseline_decay: float = 0.9
+    eval_every: int = 10
+    eval_games: int = 100
+    eval_positions: int = field(default=400, metadata={"help": "positions sampled for optimal-move rates (0: all)"})
+    checkpoint_every: int = 10
+    output_dir: str = "runs/selfplay_games"
+    resume: bool = field(default=False, metadata={"help": "continue from the latest checkpoint in output_dir"})
+
+
+def make_episodes(cfg, games, league, me, learner_model, tok, step, rank):
+    """Step 1-2: who plays whom, from where. Seeded by (seed, step, rank): resumable."""
+    rng = random.Random(f"{cfg.seed}/{step}/{rank}")
+    episodes = []
+    for i in range(cfg.episodes_per_step):
+        game = games[i % len(games)]
+        kind, snap = league.sample_opponent(rng)
+        if kind == "mirror":
+            players = (me, me)
+        else:
+            opp = random_bot() if kind == "bot" else \
+                LLMPlayer(league.engine_for(snap, learner_model, tok), tok, learner=False, name=snap.name)
+            players = (me, opp) if rng.random() < 0.5 else (opp, me)
+        start, state = "initial", None
+        if rng.random() < cfg.reset_fraction:
+            start, state = "reset", random_legal_reset(game, rng, cfg.reset_max_plies)
+        episodes.append(Episode(game, players, state, start, seed=rng.randrange(2**31)))
+    return episodes
+
+
+def evaluate(cfg, games, engine, tok, step):
+    """Step 8: exact metrics of the current policy."""
+    out = {}
+    sampling = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=cfg.seed + step)
+    for game in games:
+        g = game.name
+        if game.perfect_information:
+            states = game_metrics.decision_states(game)
+            if cfg.eval_positions and len(states) > cfg.eval_positions:
+                states = random.Random(cfg.seed).sample(states, cfg.eval_positions)  # fixed subset
+            r = game_metrics.optimal_move_rates(engine, tok, game, states, cfg.max_new_tokens)
+            out[f"{g}/optimal_move_prob"] = r["expected_optimal_prob"]
+            out[f"{g}/greedy_optimal_rate"] = r["greedy_optimal_rate"]
+            out[f"{g}/min_optimal_prob"] = r["min_expected_optimal_prob"]
+        elif g == "kuhn_poker":
+            out[f"{g}/exploitability"] = game_metrics.kuhn_exploitability(engine, tok)["exploitability"]
+        for opp_name, opp in game_metrics.opponents_for(game).items():
+            wr = game_metrics.win_rates(engine, tok, game, opp, cfg.eval_games, sampling, seed=step)
+            out[f"{g}/win_vs_{opp_name}"] = wr["win"]
+            out[f"{g}/loss_vs_{opp_name}"] = wr["loss"]
+            out[f"{g}/win_vs_{opp_name}_ci_low"], out[f"{g}/win_vs_{opp_name}_ci_high"] = wr["win_ci"]
+    return out
+
+
+def main(argv=None):
+    cfg = parse_config(SelfPlayConfig, argv)
+    cfg.max_steps = cfg.steps
+    acc = make_accelerator(cfg.gradient_accumulation_steps)
+    out_dir = Path(cfg.output_dir)
+    games = [make(name.strip()) for name in cfg.games.split(",") if name.strip()]
+    model, tok = load_policy(cfg, device=str(acc.device))
+    trainer = PolicyTrainer(model, tok, cfg, accelerator=acc)
+    engine = HFEngine(trainer.unwrapped, tok)
+    baselines, league = RoleBaselines(cfg.baseline_decay), League(cfg)
+    start_step = 0
+    ckpt = latest_checkpoint(out_dir) if cfg.resume else None
+    if ckpt is not None:
+        extra = trainer.load_checkpoint(ckpt)
+        baselines.load_state_dict(extra["baselines"])
+        league.load_state_dict(extra["league"])
+        start_step = trainer.step_count
+        engine.version = start_step
+        acc.print(f"resumed from {ckpt} at step {start_step}")
+    elif cfg.resume:
+        acc.print(f"--resume: no checkpoint in {out_dir}, starting fresh")
+    logger = MetricsLogger(out_dir, resume_step=start_step if ckpt else None) if acc.is_main_process else None
+    if acc.is_main_process:
+        save_json(out_dir / "config.json", asdict(cfg))
+    me = LLMPlayer(engine, tok, learner=True)
+    sampling = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
+                              stop=["</move>"])
+    t0 = time.time()
+    bar = tqdm(range(start_step, cfg.steps), initial=start_step, total=cfg.steps, desc="self-play",
+               disable=not acc.is_main_process)
+    for step in bar:
+        if cfg.eval_every and step % cfg.eval_every == 0 and step > start_step - 1 and acc.is_main_process:
+            if not (ckpt is not None and step == start_step):  # already evaluated before the kill
+                with trainer.generation_model() as m:
+                    engine.model = m
+                    logger.log(step, {**evaluate(cfg, games, engine, tok, step), "wall_s": time.time() - t0})
+                _plot(logger, games)
+        acc.wait_for_everyone()
+        # 1-4: play
+        episodes = make_episodes(cfg, games, league, me, trainer.unwrapped, tok, step, acc.process_index)
+        stats = RolloutStats()
+        sampling.seed = hash((cfg.seed, step, acc.process_index)) % (2**31)
+        with trainer.generation_model() as m:
+            engine.model = m
+            finished = list(play(episodes, sampling, concurrency=cfg.concurrency, retries=cfg.retries,
+                                 max_turns=cfg.max_turns, stats=stats))
+        trajs = [t for f in finished for t in f.trajectories]
+        # 5: advantages
+        adv = baselines.advantages([t.role for t in trajs], [t.reward for t in trajs])
+        samples = [s for t, a in zip(trajs, adv) for s in t.samples(float(a))]
+        # 6: update; the engine serves the same (updated) weights next step
+        metrics = trainer.step(samples)
+        engine.update_weights(trainer.unwrapped, version=trainer.step_count)
+        # 7: league
+        league.maybe_add(step + 1, trainer.unwrapped)
+        mirror = [f for f in finished if f.episode.players[0] is f.episode.players[1]]
+        row = {**{f"train/{k}": v for k, v in metrics.items()},
+               "rollout/invalid_rate": stats.as_dict()["invalid_rate"],
+               "rollout/mean_return": float(np.mean([t.reward for t in trajs])) if trajs else 0.0,
+               "rollout/selfplay_first_seat_win_rate":
+                   float(np.mean([f.returns[0] > 0 for f in mirror])) if mirror else float("nan"),
+               "rollout/tokens": stats.generated_tokens, "league/size": len(league.ring),
+               **{f"baseline/{k}": v for k, v in baselines.values.items()}, "wall_s": time.time() - t0}
+        if acc.is_main_process:
+            logger.log(step + 1, row)
+            bar.set_postfix(loss=f"{metrics.get('loss', 0):.3f}", invalid=f"{row['rollout/invalid_rate']:.2f}")
+        # 9: checkpoint
+        if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
+            trainer.save_checkpoint(out_dir, {"baselines": baselines.state_dict(), "league": league.state_dict()})
+    if acc.is_main_process:
+        with trainer.generation_model() as m:
+            engine.model = m
+            final = evaluate(cfg, games, engine, tok, cfg.steps)
+        logger.log(cfg.steps, {**final, "wall_s": time.time() - t0})
+        png = _plot(logger, games)
+        trainer.unwrapped.save_pretrained(out_dir / "final_model")
+        tok.save_pretrained(out_dir / "final_model")
+        print("\nfinal exact metrics:")
+        for k, v in final.items():
+            if "ci_" not in k:
+                print(f"  {k:<36} {v:.3f}")
+        print(f"\ncurves: {png}\nmetrics: {logger.path}\nmodel: {out_dir / 'final_model'}")
+        logger.close()
+    acc.wait_for_everyone()
+    acc.end_training()
+
+
+def _plot(logger, games):
+    keys = []
+    for g in games:
+        if g.perfect_information:
+            keys += [f"{g.name}/optimal_move_prob", f"{g.name}/greedy_optimal_rate", f"{g.name}/win_vs_random"]
+        else:
+            keys += [f"{g.name}/exploitability", f"{g.name}/win_vs_random"]
+    keys += ["train/entropy", "rollout/invalid_rate", "rollout/selfplay_first_seat_win_rate"]
+    return logger.plot(keys, "curves.png", title="self-play on text games")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
