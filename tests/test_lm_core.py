@@ -231,3 +231,16 @@ def test_win_rates_against_exact_and_random():
     r2 = win_rates(always_first_legal, tok, make("nim"), random_bot(), n_games=40)
     assert r2["win"] + r2["draw"] + r2["loss"] == pytest.approx(1.0)
     assert torch.isfinite(torch.tensor(r2["mean_return"]))
+
+
+def test_play_cli_person_vs_model(tmp_path):
+    from lmselfplay.play import main
+
+    tiny_model(seed=4).save_pretrained(tmp_path)
+    tiny_tokenizer().save_pretrained(tmp_path)
+    moves = iter(["banana", "3", "3", "3", "3", "3"])
+    lines = []
+    assert main(["nim", "--model", str(tmp_path)], input_fn=lambda _: next(moves), out=lines.append) == 0
+    text = "\n".join(lines)
+    assert "not a legal move" in text  # "banana" was refused with the reason
+    assert "Stones: 15" in text and ("you win" in text or "you lose" in text)

@@ -1,0 +1,70 @@
+"""`lmselfplay play GAME [--model PATH]`: a person plays the model in the terminal.
+
+The board is shown before every move; type a move name (as listed), or `quit`.
+The model answers through the same prompt and parser the training uses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+
+from lmselfplay.engines import HFEngine, SamplingParams
+from lmselfplay.games import Invalid, make
+from lmselfplay.games.base import CHANCE
+from lmselfplay.games.text import format_answer
+from lmselfplay.policy import encode_prompt, load_policy
+
+
+def main(argv: list[str] | None = None, input_fn=input, out=print) -> int:
+    ap = argparse.ArgumentParser(prog="lmselfplay play", description=__doc__.splitlines()[0])
+    ap.add_argument("game")
+    ap.add_argument("--model", default=None, help="path or hub name; default: the embedded tiny model")
+    ap.add_argument("--seat", type=int, choices=(1, 2), default=1, help="your seat (1 moves first)")
+    ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    game = make(args.game)
+    model, tok = load_policy(model_name_or_path=args.model)
+    engine = HFEngine(model, tok)
+    rng = random.Random(args.seed)
+    me = args.seat - 1
+    s = game.new_initial_state()
+    while not game.is_terminal(s):
+        p = game.current_player(s)
+        if p == CHANCE:
+            outs = game.chance_outcomes(s)
+            s = game.apply(s, rng.choices([a for a, _ in outs], weights=[q for _, q in outs])[0])
+            continue
+        if p == me:
+            out(game.observation_text(s, me).split("\nAnswer with")[0])
+            try:
+                text = input_fn("your move> ").strip()
+            except EOFError:
+                return 0
+            if text.lower() in ("quit", "exit", "q"):
+                return 0
+            a = game.parse_action(s, format_answer(text))
+            if isinstance(a, Invalid):
+                out(f"  {a.reason}")
+                continue
+        else:
+            prompt = encode_prompt(tok, game.observation_text(s, p))
+            (c,) = engine.generate([prompt], SamplingParams(max_new_tokens=16, temperature=args.temperature,
+                                                            seed=rng.randrange(2**31), stop=["</move>"]))
+            a = game.parse_action(s, c.text)
+            if isinstance(a, Invalid):
+                out(f"model answered {c.text!r}: {a.reason} -> it forfeits")
+                out(f"you win ({game.name})")
+                return 0
+            out(f"model plays {game.action_text(a)}")
+        s = game.apply(s, a)
+    out(game.render(s))
+    r = game.returns(s)[me]
+    out("you win" if r > 0 else "you lose" if r < 0 else "draw")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
