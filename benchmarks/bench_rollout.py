@@ -1,0 +1,77 @@
+"""Rollout throughput, measured side by side in one run (no timed tests).
+
+Generated tokens per second of:
+  A. concurrent multi-game self-play (Nim + tic-tac-toe + Kuhn, both seats the policy,
+     every pending turn of every live game in ONE engine call per ply);
+  B. the limit: one flat batched `generate` of the same shape (same number of prompts,
+     every row forced to max_new_tokens), repeated;
+  C. sequential per-game play (concurrency 1: one engine call per turn of one game).
+Prints A/B (goal >= 0.8) and A/C (goal >= 10).
+
+    python benchmarks/bench_rollout.py [--games 64] [--max-new-tokens 12] [--model PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from lmselfplay.engines import HFEngine, SamplingParams
+from lmselfplay.games import make
+from lmselfplay.policy import encode_prompt, load_policy
+from lmselfplay.rollout import Episode, LLMPlayer, RolloutStats, play_all
+
+
+def rollout_tps(engine, tok, n_games, concurrency, sp, seed=0):
+    me = LLMPlayer(engine, tok)
+    names = ["nim", "tictactoe", "kuhn_poker"]
+    eps = [Episode(make(names[i % 3]), (me, me), seed=seed + i) for i in range(n_games)]
+    stats = RolloutStats()
+    t = time.perf_counter()
+    play_all(eps, sp, concurrency=concurrency, stats=stats)
+    dt = time.perf_counter() - t
+    return stats.generated_tokens / dt, stats
+
+
+def flat_tps(engine, tok, n_prompts, max_new_tokens, calls):
+    g = make("tictactoe")
+    prompt = encode_prompt(tok, g.observation_text(g.new_initial_state(), 0))
+    model, total = engine.model, 0
+    ids = torch.tensor([prompt] * n_prompts)
+    t = time.perf_counter()
+    with torch.no_grad():
+        for _ in range(calls):
+            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True, top_k=0,
+                                 max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens,
+                                 pad_token_id=tok.pad_token_id)
+            total += (out.shape[1] - ids.shape[1]) * n_prompts
+    return total / (time.perf_counter() - t)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--games", type=int, default=64)
+    ap.add_argument("--max-new-tokens", type=int, default=12)
+    ap.add_argument("--sequential-games", type=int, default=6)
+    ap.add_argument("--model", default=None)
+    args = ap.parse_args()
+    model, tok = load_policy(model_name_or_path=args.model)
+    engine = HFEngine(model, tok)
+    sp = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=1.0, seed=0, stop=["</move>"])
+    rollout_tps(engine, tok, 6, 6, sp)  # warm-up
+    a, stats = rollout_tps(engine, tok, args.games, args.games, sp)
+    calls = max(1, stats.engine_calls)
+    b = flat_tps(engine, tok, args.games, args.max_new_tokens, calls=min(calls, 10))
+    c, _ = rollout_tps(engine, tok, args.sequential_games, 1, sp, seed=10_000)
+    print(f"model params: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M, threads {torch.get_num_threads()}")
+    print(f"A concurrent self-play rollouts : {a:8.0f} tok/s  ({stats.episodes} games, {stats.llm_turns} turns, "
+          f"{stats.engine_calls} engine calls, invalid {stats.as_dict()['invalid_rate']:.3f})")
+    print(f"B flat batched generate (limit) : {b:8.0f} tok/s  ({args.games} x {args.max_new_tokens} tokens)")
+    print(f"C sequential per-game play      : {c:8.0f} tok/s  ({args.sequential_games} games, one at a time)")
+    print(f"A/B = {a / b:.2f} (goal >= 0.8)   A/C = {a / c:.1f} (goal >= 10)")
+
+
+if __name__ == "__main__":
+    main()

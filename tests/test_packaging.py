@@ -1,0 +1,41 @@
+"""The folders games/, verifiers/, eval/ install as lmselfplay.games / .verifiers / .eval —
+in a wheel and in an editable install — and nothing installs as a top-level `verifiers`."""
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_wheel_and_fresh_venv_install(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation",
+                    "-q", "-w", str(tmp_path)], check=True)
+    (whl,) = tmp_path.glob("lmselfplay-*.whl")
+    names = zipfile.ZipFile(whl).namelist()
+    for must in ("lmselfplay/games/nim.py", "lmselfplay/verifiers/executor.py", "lmselfplay/eval/game_metrics.py",
+                 "lmselfplay/engines/hf.py", "lmselfplay/alphazero/mcts.py"):
+        assert must in names, must
+    tops = {n.split("/")[0] for n in names if not n.startswith("lmselfplay-")}
+    assert tops == {"lmselfplay"}, tops
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", str(whl)], check=True)
+    out = subprocess.run([str(py), "-c", "import lmselfplay.games as g, lmselfplay.verifiers, lmselfplay.eval;"
+                          "print(g.__file__)"], check=True, capture_output=True, text=True, cwd=tmp_path)
+    assert str(venv) in out.stdout
+
+
+def test_editable_install_maps_the_folders():
+    import lmselfplay.eval
+    import lmselfplay.games
+    import lmselfplay.verifiers
+
+    assert Path(lmselfplay.games.__file__).parent == ROOT / "games"
+    assert Path(lmselfplay.verifiers.__file__).parent == ROOT / "verifiers"
+    assert Path(lmselfplay.eval.__file__).parent == ROOT / "eval"
