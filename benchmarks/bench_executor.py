@@ -1,0 +1,127 @@
+"""Executions per second of trivial programs: the sandbox vs a naive subprocess per task.
+
+    .venv/bin/python benchmarks/bench_executor.py [--n 3000] [--naive-n 300] [--workers 2]
+
+Both sides run the same trivial program with the same concurrency, in one run, interleaved
+in rounds so that both see the same background load, and the script prints both rates and
+their ratio (issue 7 goal: >= 200 executions/s on 2 cores, >= 5x naive). It also prints the
+CPU time each execution costs (all processes involved), which does not depend on what else
+the machine is doing, and the rate that cost allows on the CPUs given.
+The naive side is what most code-RL repos do: ``subprocess.run([python, "-I", "-c", code])``
+per task, the value read back from stdout; it has none of the sandbox's protections.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from tqdm import tqdm
+
+from lmselfplay.verifiers.executor import Executor, ExecutorConfig, Task
+
+PROGRAM = "def f(x):\n    return [x * 2, str(x)]\n"
+
+
+def zygote_cpu(ex: Executor) -> float:
+    """CPU seconds of the zygote plus every child it reaped (utime, stime, cutime, cstime)."""
+    with open(f"/proc/{ex.zygote_pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def host_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def naive_one(i: int) -> str:
+    code = PROGRAM + f"print(repr(f({i})))"
+    return subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=30).stdout.strip()
+
+
+class Side:
+    def __init__(self):
+        self.n, self.wall, self.cpu = 0, 0.0, 0.0
+
+
+def sandbox_round(ex: Executor, lo: int, hi: int, side: Side, bar) -> None:
+    tasks = [Task(PROGRAM, "f", (i,)) for i in range(lo, hi)]
+    c0, h0, t0 = zygote_cpu(ex), host_cpu(), time.perf_counter()
+    results = ex.run_batch(tasks, progress=False)
+    side.wall += time.perf_counter() - t0
+    side.cpu += zygote_cpu(ex) - c0 + host_cpu() - h0
+    side.n += len(tasks)
+    bad = [r for i, r in zip(range(lo, hi), results) if r.status != "ok" or r.value != [i * 2, str(i)]]
+    assert not bad, f"wrong results: {bad[0]}"
+    bar.update(len(tasks))
+
+
+def naive_round(pool: ThreadPoolExecutor, lo: int, hi: int, side: Side, bar) -> None:
+    def children_cpu():
+        r = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return r.ru_utime + r.ru_stime
+
+    c0, h0, t0 = children_cpu(), host_cpu(), time.perf_counter()
+    outs = list(pool.map(naive_one, range(lo, hi)))
+    side.wall += time.perf_counter() - t0
+    side.cpu += children_cpu() - c0 + host_cpu() - h0
+    side.n += hi - lo
+    assert outs == [repr([i * 2, str(i)]) for i in range(lo, hi)]
+    bar.update(hi - lo)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=3000, help="tasks for the sandbox")
+    ap.add_argument("--naive-n", type=int, default=300, help="tasks for the naive baseline")
+    ap.add_argument("--workers", type=int, default=2, help="concurrency on both sides")
+    ap.add_argument("--rounds", type=int, default=6, help="interleaved rounds")
+    args = ap.parse_args()
+
+    load_before = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    ex = Executor(ExecutorConfig(max_workers=args.workers))
+    startup = time.perf_counter() - t0
+    fallback = Executor(ExecutorConfig(max_workers=args.workers, drop_privileges=False,
+                                       filesystem="none", network="audit"))
+    sides = {"default": Side(), "fallback": Side(), "naive": Side()}
+    total = 2 * args.n + args.naive_n
+    try:
+        for e in (ex, fallback):
+            e.run_batch([Task(PROGRAM, "f", (i,)) for i in range(20)], progress=False)  # warm
+        with ThreadPoolExecutor(args.workers) as pool, tqdm(total=total, desc="bench") as bar:
+            for k in range(args.rounds):
+                lo, hi = args.n * k // args.rounds, args.n * (k + 1) // args.rounds
+                sandbox_round(ex, lo, hi, sides["default"], bar)
+                sandbox_round(fallback, lo, hi, sides["fallback"], bar)
+                nlo = args.naive_n * k // args.rounds
+                naive_round(pool, nlo, args.naive_n * (k + 1) // args.rounds, sides["naive"], bar)
+    finally:
+        ex.close()
+        fallback.close()
+
+    cpus = os.cpu_count() or 1
+    print(f"\nconcurrency {args.workers}, trivial program, {args.n} sandbox tasks per mode, "
+          f"{args.naive_n} naive tasks, {args.rounds} interleaved rounds, {cpus} CPUs, load "
+          f"average {load_before:.1f} before / {os.getloadavg()[0]:.1f} after")
+    rates = {}
+    for name, s in sides.items():
+        rates[name] = s.n / s.wall
+        cpu_ms = 1000 * s.cpu / s.n
+        print(f"{name:9s}: {rates[name]:7.1f} exec/s measured   {cpu_ms:6.2f} CPU-ms/exec   "
+              f"-> {cpus * 1000 / cpu_ms:7.1f} exec/s if the {cpus} CPUs were free")
+    cpu_ratio = (sides["naive"].cpu / sides["naive"].n) / (sides["default"].cpu / sides["default"].n)
+    print(f"protections (default): {', '.join(ex.protections)};  startup {startup * 1000:.0f} ms")
+    print(f"ratio default/naive: {rates['default'] / rates['naive']:.1f}x measured exec/s, "
+          f"{cpu_ratio:.1f}x CPU per exec   (goal >= 200 exec/s and >= 5x)")
+
+
+if __name__ == "__main__":
+    main()

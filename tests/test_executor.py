@@ -1,0 +1,551 @@
+"""The hostile battery for the Python executor sandbox (issue 7).
+
+Every case runs a program an attacker could write, asserts the status, and then asserts that
+the host is unharmed (sentinel file intact, canary paths absent, zygote alive) and that
+nothing is left running (process table: no descendant of this test process but the zygotes,
+no process owned by a sandbox uid).
+
+Three sandbox modes:
+- ``full``: the default config (as root: netns, read-only mount ns, uid drop, audit hook).
+- ``fallback``: what a non-root host gets (no namespaces, no uid drop): audit hook + rlimits.
+- ``os-only``: audit hook off and ctypes allowed, to show the OS-level barriers hold alone.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import time
+
+import pytest
+
+from lmselfplay.verifiers.executor import (
+    STATUSES,
+    ExecResult,
+    Executor,
+    ExecutorConfig,
+    Task,
+    parse_literal_args,
+    values_equal,
+)
+from lmselfplay.verifiers.sandbox_worker import decode, make_encoder
+
+LIMITS = dict(timeout_s=1.0, cpu_s=1, memory_mb=512, max_output_bytes=4096,
+              max_file_bytes=64 * 1024, max_value_bytes=64 * 1024, max_workers=2)
+MODES = {
+    "full": dict(),
+    "fallback": dict(drop_privileges=False, filesystem="none", network="audit"),
+    "os-only": dict(audit_hook=False, allow_ctypes=True),
+}
+ROOT = os.geteuid() == 0
+
+
+@pytest.fixture(scope="module")
+def sentinel(tmp_path_factory):
+    d = tmp_path_factory.mktemp("host")
+    p = d / "sentinel.txt"
+    p.write_text("intact")
+    return p
+
+
+@pytest.fixture(scope="module")
+def executors():
+    exs = {name: Executor(ExecutorConfig(**LIMITS, **kw)) for name, kw in MODES.items()}
+    yield exs
+    for ex in exs.values():
+        ex.close()
+
+
+def _procs():
+    """pid -> (ppid, real uid, state) from /proc."""
+    out = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                rest = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{d}/status") as f:
+                uid = int(f.read().split("\nUid:")[1].split()[0])
+        except (OSError, IndexError):
+            continue
+        out[int(d)] = (int(rest[1]), uid, rest[0])
+    return out
+
+
+def leftovers(exs) -> list:
+    """Processes that should not exist: descendants of this process other than the zygotes,
+    and anything owned by a sandbox uid. Retries briefly: a SIGKILLed process may take a moment
+    to disappear from the table."""
+    zygotes = {e.zygote_pid for e in exs}
+    uids = {u for e in exs for u in e.uids}
+    for _ in range(50):
+        procs = _procs()
+        kids: dict[int, list[int]] = {}
+        for pid, (ppid, _, _) in procs.items():
+            kids.setdefault(ppid, []).append(pid)
+        stack, desc = [os.getpid()], set()
+        while stack:
+            for c in kids.get(stack.pop(), []):
+                if c not in desc:
+                    desc.add(c)
+                    stack.append(c)
+        bad = sorted((desc - zygotes) | {p for p, (_, uid, _) in procs.items() if uid in uids})
+        if not bad:
+            return []
+        time.sleep(0.02)
+    return [(p, procs.get(p)) for p in bad]
+
+
+def assert_host_unharmed(exs, sentinel):
+    assert sentinel.read_text() == "intact"
+    for canary in ("/tmp/lmselfplay_pwned", "/etc/lmselfplay_pwned", "/dev/shm/lmselfplay_pwned"):
+        assert not os.path.exists(canary), canary
+    for e in exs:
+        os.kill(e.zygote_pid, 0)  # still alive
+    assert leftovers(exs) == []
+
+
+# --------------------------------------------------------------------------------------------
+# The battery: (name, program, expected status per mode or None to skip, extra check)
+# A program defines f() when the value matters; {S} is replaced by the sentinel path.
+# --------------------------------------------------------------------------------------------
+
+ALL = dict.fromkeys(MODES)
+
+
+def every(status):
+    return dict.fromkeys(MODES, status)
+
+
+def has(text):
+    return lambda r: text in (r.error or "") + r.stdout + r.stderr
+
+
+BATTERY = [
+    ("infinite loop", "while True: pass", every("timeout"), None),
+    ("sleep past timeout", "import time\ntime.sleep(30)", every("timeout"), None),
+    ("ignore SIGXCPU and spin", "import signal\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\n"
+     "while True: pass", every("timeout"), None),
+    ("fork bomb", "import os\nwhile True:\n    os.fork()", every("error"), None),
+    ("subprocess", "import subprocess\ndef f():\n    return subprocess.run(['id', '-u'], "
+     "capture_output=True).stdout.decode()", {"full": "error", "fallback": "error",
+                                              "os-only": "ok"},
+     lambda r: r.status != "ok" or r.value.strip() != "0"),
+    ("os.system", "import os\nos.system('touch /tmp/lmselfplay_pwned')",
+     {"full": "error", "fallback": "error", "os-only": "ok"}, None),
+    ("os.execv replaces the process", "import os\nos.execv('/bin/true', ['true'])",
+     {"full": "error", "fallback": "error", "os-only": "error"}, None),
+    ("memory bomb (one block)", "x = bytearray(10**11)", every("memory"), None),
+    ("memory bomb (growing)", "x = []\nwhile True:\n    x.append(bytes(10**8))", every("memory"), None),
+    ("huge output", "while True:\n    print('x' * 1000)", every("output-limit"),
+     lambda r: len(r.stdout) <= LIMITS["max_output_bytes"]),
+    ("huge stderr", "import sys\nwhile True:\n    sys.stderr.write('y' * 1000)",
+     every("output-limit"), None),
+    ("large file", "with open('big', 'wb') as fh:\n    fh.write(b'x' * 10**7)", every("error"),
+     has("File too large")),
+    ("write outside the temp dir", "open('{S}', 'w').write('pwned')", every("error"), None),
+    ("write /tmp canary", "open('/tmp/lmselfplay_pwned', 'w').write('x')", every("error"), None),
+    ("os.open write outside", "import os\nos.open('/etc/lmselfplay_pwned', os.O_CREAT | os.O_WRONLY)",
+     every("error"), None),
+    ("rename into /dev/shm", "open('a', 'w').write('x')\nimport os\n"
+     "os.rename('a', '/dev/shm/lmselfplay_pwned')", every("error"), None),
+    ("symlink to escape", "import os\nos.symlink('{S}', 'link')\nopen('link', 'w').write('pwned')",
+     every("error"), None),
+    ("chdir out then write", "import os\nos.chdir('/tmp')\nopen('lmselfplay_pwned', 'w').write('x')",
+     every("error"), None),
+    ("read /etc/shadow", "def f():\n    return open('/etc/shadow').read()", every("error"), None),
+    ("read the host sentinel", "def f():\n    return open('{S}').read()", every("error"), None),
+    ("read another process's environ", "def f():\n    return open('/proc/1/environ', 'rb').read()",
+     every("error"), None),
+    ("import the host project", "import lmselfplay", every("error"), None),
+    ("TCP socket", "import socket\ns = socket.socket()\ns.settimeout(0.5)\n"
+     "s.connect(('1.1.1.1', 80))", every("error"), None),
+    ("UDP socket", "import socket\nsocket.socket(socket.AF_INET, socket.SOCK_DGRAM)"
+     ".sendto(b'x', ('8.8.8.8', 53))", every("error"), None),
+    ("deep recursion", "def g(n):\n    return g(n + 1)\ng(0)", every("error"), has("RecursionError")),
+    ("deep recursion, raised limit",
+     "import sys\nsys.setrecursionlimit(10**8)\ndef g(n):\n    return g(n + 1) + 1\ng(0)",
+     {m: ("timeout", "memory", "killed") for m in MODES}, None),
+    ("os._exit", "import os\nos._exit(0)", every("error"), has("before returning a result")),
+    ("sys.exit", "import sys\nsys.exit(0)", every("error"), has("SystemExit")),
+    ("SIGKILL to itself", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)",
+     every("killed"), None),
+    ("SIGSEGV to itself", "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)",
+     every("killed"), has("SIGSEGV")),
+    ("signal to its parent", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)",
+     {"full": "error", "fallback": None, "os-only": "error"}, None),
+    ("signal 0 to its parent", "import os\nos.kill(os.getppid(), 0)", every("error"), None),
+    # kill(-1) as the slot uid reaches no other process (Linux then reports success)
+    ("kill(-1) everything", "import os, signal\nos.kill(-1, signal.SIGKILL)",
+     {"full": "error", "fallback": None, "os-only": "ok"}, None),
+    ("signal 0 to everything", "import os\nos.kill(-1, 0)",
+     {"full": "error", "fallback": "error", "os-only": "ok"}, None),
+    ("killpg its own group", "import os, signal\nos.killpg(0, signal.SIGKILL)",
+     {"full": "error", "fallback": "error", "os-only": "killed"}, None),
+    ("segfault via ctypes", "import ctypes\nctypes.string_at(0)",
+     {"full": "error", "fallback": "error", "os-only": "killed"}, None),
+    ("ctypes libc.fork", "import ctypes\nctypes.CDLL(None).fork()\nimport time\ntime.sleep(5)",
+     {"full": "error", "fallback": "error", "os-only": "timeout"}, None),
+    ("escape with setsid + double fork", "import os, time\nif os.fork() == 0:\n    os.setsid()\n"
+     "    if os.fork() == 0:\n        time.sleep(60)\n    os._exit(0)\ndef f():\n    return 1",
+     {"full": "error", "fallback": "error", "os-only": "ok"}, None),
+    ("grandchild holds stdout open", "import os, time\nif os.fork() == 0:\n    time.sleep(60)\n"
+     "def f():\n    return 2", {"full": "error", "fallback": "error", "os-only": "ok"},
+     lambda r: r.status != "ok" or r.value == 2),
+    ("threads that outlive the function", "import threading, time\n"
+     "def spin():\n    while True:\n        print('tick')\n        time.sleep(0.01)\n"
+     "def f():\n    threading.Thread(target=spin).start()\n    return 7",
+     every("ok"), lambda r: r.value == 7),
+    ("too many threads", "import threading, time\ndef f():\n    for _ in range(500):\n"
+     "        threading.Thread(target=time.sleep, args=(5,)).start()",
+     every("error"), has("can't start new thread")),
+    ("KeyboardInterrupt", "raise KeyboardInterrupt", every("error"), has("KeyboardInterrupt")),
+    ("BaseException with a hostile __str__",
+     "class E(BaseException):\n    def __str__(self):\n        raise E()\nraise E()",
+     every("error"), None),
+    ("catch-all that swallows the harness", "def f():\n    try:\n        raise SystemExit\n"
+     "    except BaseException:\n        return 'survived'", every("ok"),
+     lambda r: r.value == "survived"),
+    ("write junk to the result channel", "import os\nos.write(3, b'{\"status\": \"ok\", \"value\": 42')\n"
+     "def f():\n    return 1", every("error"), has("corrupt")),
+    ("raise rlimits", "import resource\nresource.setrlimit(resource.RLIMIT_CPU, (10**6, 10**6))",
+     every("error"), None),
+    ("tamper via gc", "import gc\ngc.get_objects()", {"full": "error", "fallback": "error",
+                                                      "os-only": "ok"}, None),
+    ("add an audit hook, then spawn", "import sys, os\nsys.addaudithook(lambda *a: None)\n"
+     "os.system('touch /tmp/lmselfplay_pwned')",
+     {"full": "error", "fallback": "error", "os-only": "ok"}, None),
+    ("write /proc/self/mem", "open('/proc/self/mem', 'r+b')", every("error"), None),
+    ("stdin is closed", "import sys\ndef f():\n    return sys.stdin.read()", every("ok"),
+     lambda r: r.value == ""),
+    ("syntax error", "def f(:\n", every("error"), has("SyntaxError")),
+    ("null byte in source", "x = 1\x00", every("error"), None),
+    ("unserializable value", "def f():\n    return (i for i in range(3))", every("error"),
+     has("cannot serialize")),
+    ("cyclic value", "def f():\n    a = []\n    a.append(a)\n    return a", every("error"), None),
+    ("huge value", "def f():\n    return 'v' * 10**6", every("output-limit"), None),
+    ("environment holds no secrets", "import os\ndef f():\n    return sorted(os.environ)",
+     every("ok"), lambda r: set(r.value) <= {"PATH", "LANG", "HOME", "TMPDIR"}),
+]
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("name,code,expected,check", BATTERY, ids=[b[0] for b in BATTERY])
+def test_hostile_battery(executors, sentinel, mode, name, code, expected, check):
+    if not ROOT and mode == "os-only":
+        pytest.skip("OS-level barriers need root; without them this mode would be unsafe")
+    # Without root the default config degrades to the fallback protections: expect the same.
+    want = expected["fallback" if not ROOT and mode == "full" else mode]
+    if want is None:
+        pytest.skip("not meaningful in this mode (see the battery table)")
+    ex = executors[mode]
+    code = code.replace("{S}", str(sentinel))
+    r = ex.run(code, entry="f" if "def f(" in code else None)
+    assert r.status in STATUSES
+    assert r.status in (want if isinstance(want, tuple) else (want,)), (r.status, r.error, r.stderr)
+    if check is not None:
+        assert check(r), r
+    assert r.duration_s < LIMITS["timeout_s"] + 2
+    assert_host_unharmed(executors.values(), sentinel)
+
+
+# --------------------------------------------------------------------------------------------
+# Protections, isolation facts and the result channel
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not ROOT, reason="namespaces and uid drop need root")
+def test_full_mode_protections_and_identity(executors):
+    ex = executors["full"]
+    for p in ("netns", "readonly-fs", "uid-drop", "audit-hook", "rlimits", "hidden-dirs"):
+        assert p in ex.protections
+    r = ex.run("import os\ndef f():\n    return [os.getuid(), os.getgid(), os.getcwd(), "
+               "os.getpgid(0) == os.getpid(), os.getsid(0) == os.getpid()]", entry="f")
+    uid, gid, cwd, own_group, own_session = r.value
+    assert uid in ex.uids and gid == uid and uid != 0
+    assert own_group and own_session
+    assert r.protections == ex.protections
+
+
+@pytest.mark.skipif(not ROOT, reason="namespaces need root")
+def test_no_network_interfaces_but_loopback(executors):
+    r = executors["os-only"].run("def f():\n    return open('/proc/net/dev').read()", entry="f")
+    ifaces = [line.split(":")[0].strip() for line in r.value.splitlines()[2:]]
+    assert ifaces == ["lo"]
+
+
+def test_fallback_mode_says_what_is_active(executors):
+    prot = executors["fallback"].protections
+    assert "audit-hook" in prot and "rlimits" in prot
+    assert "netns" not in prot and "uid-drop" not in prot and "readonly-fs" not in prot
+
+
+@pytest.mark.skipif(not ROOT, reason="the mount namespace needs root")
+def test_working_directory_is_fresh_and_removed(executors):
+    ex = executors["full"]
+    code = ("import os\ndef f():\n    before = os.listdir('.')\n    open('x', 'w').write('1')\n"
+            "    return [os.getcwd(), before]")
+    a, b = ex.run(code, entry="f"), ex.run(code, entry="f")
+    assert a.value[1] == [] and b.value[1] == [] and a.value[0] != b.value[0]
+    view = f"/proc/{ex.zygote_pid}/root"  # the zygote's mount namespace, seen from the host
+    assert not os.path.exists(view + a.value[0]) and not os.path.exists(view + b.value[0])
+
+
+def test_fake_marker_in_stdout_is_ignored(executors):
+    ex = executors["full"]
+    code = ('print(\'{"status": "ok", "value": 42}\')\nprint("RESULT: 42")\n'
+            "def f(x):\n    return x + 1")
+    r = ex.run(code, entry="f", args=(1,))
+    assert r.status == "ok" and r.value == 2
+    assert not ex.check_output(code, "f", "1", "42")
+    assert ex.check_output(code, "f", "1", "2")
+
+
+PATCHERS = [
+    ("__eq__ always true", "class A:\n    def __eq__(self, o):\n        return True\n"
+     "    __hash__ = object.__hash__\ndef f(x):\n    return A()"),
+    ("int subclass lying in __repr__", "class I(int):\n    def __repr__(self):\n        return '42'\n"
+     "    def __eq__(self, o):\n        return True\ndef f(x):\n    return I(5)"),
+    ("str subclass", "class S(str):\n    def __eq__(self, o):\n        return True\n"
+     "def f(x):\n    return S('nope')"),
+    ("patched builtins", "import builtins, json\nbuiltins.repr = lambda o: '42'\n"
+     "builtins.str = lambda o='': '42'\nbuiltins.type = lambda o: int\n"
+     "builtins.isinstance = lambda *a: True\njson.dumps = lambda *a, **k: '42'\n"
+     "def f(x):\n    return 5"),
+    ("patched json encoder internals", "import json.encoder as je\n"
+     "je.encode_basestring_ascii = lambda s: '42'\nje.c_encode_basestring_ascii = None\n"
+     "def f(x):\n    return 'five'"),
+    ("float nan is never equal", "def f(x):\n    return float('nan')"),
+    ("bool is not int", "def f(x):\n    return True"),
+]
+
+
+@pytest.mark.parametrize("name,code", PATCHERS, ids=[p[0] for p in PATCHERS])
+def test_monkey_patching_cannot_fake_a_correct_answer(executors, sentinel, name, code):
+    ex = executors["full"]
+    assert ex.check_output(code, "f", "0", "42") is False
+    assert ex.check_output(code, "f", "0", "1") is False
+    assert_host_unharmed(executors.values(), sentinel)
+
+
+def test_patched_builtins_do_not_change_the_reported_value(executors):
+    r = executors["full"].run(dict(PATCHERS)["patched builtins"], entry="f", args=(0,))
+    assert r.status == "ok" and r.value == 5 and type(r.value) is int
+
+
+def test_check_output_azr_style(executors):
+    ex = executors["full"]
+    code = "def f(a, b):\n    return sorted(a)[:b]"
+    assert ex.check_output(code, "f", "[3, 1, 2], 2", "[1, 2]")
+    assert not ex.check_output(code, "f", "[3, 1, 2], 2", "[1, 3]")
+    assert not ex.check_output(code, "f", "[3, 1, 2], 2", "(1, 2)")  # types matter
+    assert ex.check_output(code, "f", ([5, 4], 1), [4])
+    assert ex.check_outputs([(code, "f", "[2, 1], 1", "[1]"), ("while True: pass", "f", "", "1"),
+                             (code, "g", "[1], 1", "[1]")]) == [True, False, False]
+
+
+def test_entry_expr_args_kwargs(executors):
+    ex = executors["full"]
+    r = ex.run("def f(a, *, k):\n    return {a: k, 'nested': [(1, 2.5), {b'x'}, None]}",
+               entry="f", args=("key",), kwargs={"k": frozenset({1})})
+    assert r.value == {"key": frozenset({1}), "nested": [(1, 2.5), {b"x"}, None]}
+    assert ex.run("x = 6", expr="x * 7").value == 42
+    assert ex.run("x = 6").value is None and ex.run("x = 6").status == "ok"
+    r = ex.run("def g(): return 1", entry="f")
+    assert r.status == "error" and "does not define" in r.error
+
+
+def test_batch_keeps_order_and_isolates_tasks(executors, sentinel):
+    ex = executors["full"]
+    tasks = []
+    for i in range(40):
+        if i % 10 == 3:
+            tasks.append(Task("while True: pass", timeout_s=0.3))
+        elif i % 10 == 7:
+            tasks.append(Task("import os\nos._exit(3)"))
+        else:
+            tasks.append(Task("G = []\ndef f(i):\n    G.append(i)\n    return [i, len(G)]", "f", (i,)))
+    t0 = time.monotonic()
+    results = ex.run_batch(tasks, progress=False)
+    assert time.monotonic() - t0 < 10
+    for i, r in enumerate(results):
+        if i % 10 == 3:
+            assert r.status == "timeout"
+        elif i % 10 == 7:
+            assert r.status == "error" and r.exit_code == 3
+        else:
+            assert r.status == "ok" and r.value == [i, 1]  # fresh process: no state carried over
+    assert_host_unharmed(executors.values(), sentinel)
+
+
+def test_batch_progress_bar_and_dicts(executors, capsys):
+    rs = executors["full"].run_batch([{"code": "x=1", "expr": f"x + {i}"} for i in range(5)],
+                                     progress=True)
+    assert [r.value for r in rs] == [1, 2, 3, 4, 5]
+    assert "sandbox" in capsys.readouterr().err
+
+
+def test_hash_seed_fixed_and_random_reseeded(executors):
+    ex = executors["full"]
+    a = ex.run("def f():\n    return list({'apple', 'pear', 'fig', 'kiwi', 'plum'})", entry="f")
+    b = ex.run("def f():\n    return list({'apple', 'pear', 'fig', 'kiwi', 'plum'})", entry="f")
+    assert a.value == b.value  # PYTHONHASHSEED=0 in the zygote: programs are repeatable
+    rnd = [ex.run("import random\ndef f():\n    return random.random()", entry="f").value
+           for _ in range(3)]
+    assert len(set(rnd)) == 3  # each child reseeds like a fresh interpreter would
+
+
+def test_zygote_death_is_reported_and_recovered(executors, sentinel):
+    ex = Executor(ExecutorConfig(**LIMITS))
+    try:
+        first = ex.zygote_pid
+        os.kill(first, signal.SIGKILL)
+        r = ex.run("def f():\n    return 1", entry="f")
+        assert r.status in ("killed", "ok")
+        r = ex.run("def f():\n    return 1", entry="f")
+        assert r.status == "ok" and r.value == 1 and ex.zygote_pid != first
+        assert_host_unharmed([ex, *executors.values()], sentinel)
+    finally:
+        ex.close()
+    assert not leftovers(executors.values())
+
+
+def test_close_kills_running_tasks(executors):
+    import threading
+
+    ex = Executor(ExecutorConfig(**{**LIMITS, "timeout_s": 30}))
+    out = []
+    th = threading.Thread(target=lambda: out.append(ex.run("import time\ntime.sleep(60)")))
+    th.start()
+    time.sleep(0.5)
+    ex._proc.stdin.close()  # the host goes away: the zygote must kill its children
+    th.join(timeout=10)
+    assert out and out[0].status == "killed"
+    ex.close()
+    assert not leftovers(executors.values())
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="timeout_s"):
+        ExecutorConfig(timeout_s=0)
+    with pytest.raises(ValueError, match="network"):
+        ExecutorConfig(network="off")
+    with pytest.raises(ValueError, match="memory_mb"):
+        ExecutorConfig(memory_mb=-1)
+
+
+def test_unencodable_task_is_an_error_not_a_crash(executors):
+    r = executors["full"].run_batch([Task("x=1", "f", (object(),)), Task("x=1", expr="x")])
+    assert r[0].status == "error" and "not runnable" in r[0].error
+    assert r[1].value == 1
+
+
+# --------------------------------------------------------------------------------------------
+# The value codec and the parent-side comparison
+# --------------------------------------------------------------------------------------------
+
+CODEC_VALUES = [
+    None, True, False, 0, -7, 2**200, 1.5, -0.0, float("inf"), float("-inf"), "", "héllo\n\"",
+    "\ud800", b"\x00\xff", 3 + 4j, [], (), {}, set(), frozenset(), [1, (2, [3, {4: "a"}])],
+    {(1, 2): {frozenset({1}): [None]}}, {"k": {1, 2, 3}},
+]
+
+
+@pytest.mark.parametrize("value", CODEC_VALUES, ids=range(len(CODEC_VALUES)))
+def test_codec_roundtrip(value):
+    import json
+
+    back = decode(json.loads(make_encoder(1 << 20)(value)))
+    assert values_equal(back, value) and repr(back) == repr(value)
+
+
+def test_codec_nan_and_rejections():
+    import json
+
+    enc = make_encoder(100)
+    assert math.isnan(decode(json.loads(enc(float("nan")))))
+
+    class MyInt(int):
+        pass
+
+    for bad in (MyInt(3), object(), [MyInt(1)], {"a": bytearray(b"x")}):
+        with pytest.raises(TypeError):
+            enc(bad)
+    with pytest.raises(ValueError):
+        enc("x" * 200)  # larger than max_bytes
+    nested = []
+    for _ in range(200):
+        nested = [nested]
+    with pytest.raises(ValueError):
+        make_encoder(1 << 20)(nested)
+    for malformed in ({"q": 1}, {"a": 1, "b": 2}, {"f": "zero"}):
+        with pytest.raises(ValueError):
+            decode(malformed)
+
+
+def test_values_equal_and_literal_args():
+    assert values_equal([1, (2.0, "a")], [1, (2.0, "a")])
+    assert not values_equal(1, 1.0) and not values_equal(1, True) and not values_equal([1], (1,))
+    assert values_equal(0.1 + 0.2, 0.3, float_tol=1e-9) and not values_equal(0.1 + 0.2, 0.3)
+    assert values_equal(float("nan"), float("nan"))
+    assert parse_literal_args("[1, 2], 'a'") == ([1, 2], "a")
+    assert parse_literal_args("5") == (5,) and parse_literal_args("") == ()
+    with pytest.raises(ValueError):
+        parse_literal_args("__import__('os').system('x')")
+
+
+def test_exec_result_fields():
+    r = ExecResult("ok", value=1)
+    assert r.ok and r.stdout == "" and r.protections == ()
+
+
+@pytest.mark.skipif(not ROOT, reason="about root without namespaces")
+def test_root_without_mount_namespace_fails_closed_when_python_is_unreadable():
+    import sys
+
+    from lmselfplay.verifiers.executor import SandboxError
+    from lmselfplay.verifiers.sandbox_worker import _world_traversable
+
+    paths = [os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)]
+    if all(_world_traversable(p) for p in paths):
+        pytest.skip("the interpreter is world-readable here: uid drop works without a mount ns")
+    with pytest.raises(SandboxError, match="drop_privileges=False"):
+        Executor(ExecutorConfig(filesystem="none"))
+
+
+@pytest.mark.skipif(not ROOT, reason="the mount namespace needs root")
+def test_host_sockets_and_private_dirs_are_hidden(executors):
+    code = ("import os\ndef f():\n    return [sorted(os.listdir(p)) for p in "
+            "('/run', '/tmp', '/dev/shm', '/home', '/root')]")
+    ex = executors["os-only"]
+    r = ex.run(code, entry="f")
+    assert r.status == "ok", r.error
+    run, tmp, shm, home, root = r.value
+    assert run == [] and tmp == [] and home == []
+    assert shm == [os.path.basename(ex._scratch)]  # only the scratch tmpfs (mode 0711)
+    assert set(root) <= {".pyenv"}  # only what leads to the interpreter is bound back
+
+
+def test_touching_memory_bomb_is_memory_not_host_oom(executors, sentinel):
+    # Pages really written (not just reserved): RLIMIT_AS stops it before the host notices.
+    r = executors["full"].run("x = []\nwhile True:\n    x.append(' ' * 10**7)", timeout_s=20)
+    assert r.status == "memory", (r.status, r.error)
+    assert_host_unharmed(executors.values(), sentinel)
+
+
+@pytest.mark.skipif(not ROOT, reason="slot uids need root")
+def test_concurrent_tasks_cannot_read_each_other(executors):
+    ex = executors["os-only"]  # no audit hook: only the uids and directory modes separate them
+    writer = ("import os, time\nopen('secret', 'w').write('s3cr3t')\ntime.sleep(0.6)\n"
+              "def f():\n    return os.path.basename(os.getcwd())")
+    thief = ("import os, time\ntime.sleep(0.2)\ndef f():\n    found = []\n"
+             "    for i in range(1, 5000):\n        try:\n"
+             "            found.append(open(f'../t{i}/secret').read())\n"
+             "        except OSError:\n            pass\n"
+             "    try:\n        listing = os.listdir('..')\n    except OSError:\n"
+             "        listing = None\n    return [found, listing]")
+    a, b = ex.run_batch([Task(writer, "f"), Task(thief, "f")], progress=False)
+    assert a.status == "ok" and b.status == "ok", (a.error, b.error)
+    assert b.value == [[], None]

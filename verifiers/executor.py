@@ -1,0 +1,347 @@
+"""Run untrusted, model-written Python in a sandbox and compare its result in the parent.
+
+    from lmselfplay.verifiers.executor import Executor, ExecutorConfig
+
+    with Executor(ExecutorConfig(timeout_s=2)) as ex:
+        r = ex.run("def f(x):\\n    return x * 2", entry="f", args=(21,))
+        r.status, r.value            # 'ok', 42
+        ex.check_output("def f(a, b): return a + b", "f", "1, 2", "3")   # True
+        ex.run_batch([Task(code, entry="f", args=(i,)) for i in range(1000)])
+
+One trusted zygote process (``sandbox_worker.py``) sets up the namespaces once and forks a
+fresh child per task; see that module and ``docs/sandbox.md`` for what is guaranteed.
+Values travel as canonical JSON of exact built-in types on a dedicated pipe (never stdout)
+and are decoded here into plain built-ins, so the comparison with an expected value cannot
+be influenced by ``__eq__`` overrides or patched builtins in the program.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from lmselfplay.verifiers import sandbox_worker
+from lmselfplay.verifiers.sandbox_worker import decode
+
+WORKER = os.path.abspath(sandbox_worker.__file__)
+STATUSES = ("ok", "error", "timeout", "memory", "output-limit", "killed")
+
+DEFAULT_PREIMPORT = (
+    "collections", "itertools", "functools", "math", "re", "heapq", "bisect", "string",
+    "random", "typing", "dataclasses", "copy", "operator", "datetime", "fractions",
+    "decimal", "statistics", "json", "traceback", "tempfile", "textwrap", "enum", "abc",
+)
+
+
+@dataclass
+class ExecutorConfig:
+    """Limits and policy; the defaults are the safe choice.
+
+    ``"auto"`` switches use the protection when the platform allows it and fall back
+    otherwise; ``ExecResult.protections`` / ``Executor.protections`` say what was active.
+    """
+
+    timeout_s: float = 5.0  # wall clock per task, whole process group killed at the limit
+    cpu_s: float = 5.0  # RLIMIT_CPU (rounded up to whole seconds)
+    memory_mb: int = 1024  # RLIMIT_AS; 0 disables
+    max_output_bytes: int = 64 * 1024  # stdout + stderr together, then killed: output-limit
+    max_value_bytes: int = 1024 * 1024  # serialized return value
+    max_file_bytes: int = 1024 * 1024  # RLIMIT_FSIZE: largest file the program may write
+    max_open_files: int = 64  # RLIMIT_NOFILE
+    max_threads: int = 32  # RLIMIT_NPROC of the slot uid (threads count too; only with uid-drop)
+    max_workers: int = 2  # tasks running at the same time
+    network: Literal["auto", "namespace", "audit"] = "auto"  # new netns, else audit hook only
+    filesystem: Literal["auto", "namespace", "none"] = "auto"  # read-only mount namespace
+    drop_privileges: Literal["auto"] | bool = "auto"  # one unprivileged uid per slot (root only)
+    audit_hook: bool = True  # refuse fork/exec/socket/ctypes/writes outside cwd at Python level
+    restrict_reads: bool = True  # audit hook: reads only under sys.path and the working dir
+    allow_ctypes: bool = False
+    hidden_paths: tuple[str, ...] = ("/root", "/home", "/tmp", "/var/tmp", "/dev/shm", "/run",
+                                     "/srv", "/mnt", "/media", "/opt")
+    hide_host_cwd: bool = True  # also hide the directory the host process runs in
+    scratch_mb: int = 256  # size of the tmpfs holding all working directories
+    python: str = sys.executable
+    hash_seed: int | None = 0  # PYTHONHASHSEED of the zygote: set orders repeat across runs
+    preimport: tuple[str, ...] = DEFAULT_PREIMPORT  # imported once in the zygote (speed)
+    uid_base: int = 1_500_000_000
+    uid_lock_dir: str = "/tmp/lmselfplay-sandbox-uids"
+    progress_min: int = 200  # run_batch shows a progress bar from this many tasks (progress=None)
+
+    def __post_init__(self):
+        for name in ("timeout_s", "cpu_s", "max_output_bytes", "max_value_bytes",
+                     "max_file_bytes", "max_open_files", "max_threads", "max_workers",
+                     "scratch_mb"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0:
+                raise ValueError(f"ExecutorConfig.{name} must be a positive number, got {v!r}")
+        if self.memory_mb < 0:
+            raise ValueError("ExecutorConfig.memory_mb must be >= 0 (0 disables the limit)")
+        if self.max_workers > 1024:
+            raise ValueError("ExecutorConfig.max_workers must be <= 1024")
+        if self.network not in ("auto", "namespace", "audit"):
+            raise ValueError(f"ExecutorConfig.network: unknown value {self.network!r}")
+        if self.filesystem not in ("auto", "namespace", "none"):
+            raise ValueError(f"ExecutorConfig.filesystem: unknown value {self.filesystem!r}")
+        if self.drop_privileges not in ("auto", True, False):
+            raise ValueError(f"ExecutorConfig.drop_privileges: unknown {self.drop_privileges!r}")
+
+
+@dataclass
+class Task:
+    """One program to run: call ``entry(*args, **kwargs)`` or evaluate ``expr`` after ``code``."""
+
+    code: str
+    entry: str | None = None
+    args: Sequence[Any] = ()
+    kwargs: dict[str, Any] | None = None
+    expr: str | None = None
+    timeout_s: float | None = None
+
+
+@dataclass
+class ExecResult:
+    status: str  # one of STATUSES
+    stdout: str = ""
+    stderr: str = ""
+    value: Any = None  # decoded plain built-ins (only when status == "ok")
+    value_repr: str | None = None  # repr(value) computed by the parent
+    error: str | None = None
+    traceback: str | None = None
+    duration_s: float = 0.0
+    cpu_s: float | None = None
+    exit_code: int | None = None
+    protections: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself could not start (not raised for anything a program does)."""
+
+
+def _encode_arg(value: Any) -> Any:
+    return json.loads(sandbox_worker.make_encoder(1 << 30)(value))
+
+
+def parse_literal_args(text: str) -> tuple:
+    """AZR-style input text ``"[1, 2], 'a'"`` -> tuple of arguments (literals only, parent side)."""
+    try:
+        value = ast.literal_eval(f"({text},)") if text.strip() else ()
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as e:
+        raise ValueError(f"input is not a Python literal argument list: {text[:80]!r}") from e
+    return tuple(value)
+
+
+def values_equal(a: Any, b: Any, float_tol: float = 0.0) -> bool:
+    """Structural equality of plain built-ins with exact types (1 != 1.0 != True, [] != ())."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        if math.isnan(a) or math.isnan(b):
+            return math.isnan(a) and math.isnan(b)
+        return a == b or (float_tol > 0 and math.isclose(a, b, rel_tol=float_tol, abs_tol=float_tol))
+    if isinstance(a, complex):
+        return values_equal(a.real, b.real, float_tol) and values_equal(a.imag, b.imag, float_tol)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(values_equal(x, y, float_tol) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(values_equal(a[k], b[k], float_tol) for k in a)
+    return a == b  # int, str, bytes, bool, None, set, frozenset of hashable built-ins
+
+
+class Executor:
+    """A pool of one-shot sandboxed processes behind one trusted zygote. Thread-safe."""
+
+    def __init__(self, config: ExecutorConfig | None = None):
+        self.config = config or ExecutorConfig()
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+        self._scratch: str | None = None
+        self.protections: tuple[str, ...] = ()
+        self.zygote_pid: int | None = None
+        self._next_id = 0
+        self._start()
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def _start(self) -> None:
+        cfg = self.config
+        # /dev/shm (tmpfs) when usable: cheap to create and remove directories in, and the
+        # zygote mounts a private tmpfs over it anyway when it has a mount namespace.
+        shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+        self._scratch = tempfile.mkdtemp(prefix="lmselfplay-sandbox-", dir=shm)
+        hidden = list(cfg.hidden_paths)
+        if cfg.hide_host_cwd and os.getcwd() != "/":
+            hidden.append(os.getcwd())
+        wcfg = asdict(cfg)
+        wcfg.update(scratch_dir=self._scratch, hidden_paths=hidden, preimport=list(cfg.preimport))
+        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+        if cfg.hash_seed is not None:
+            env["PYTHONHASHSEED"] = str(cfg.hash_seed)
+        self._proc = subprocess.Popen(
+            [cfg.python, "-I", WORKER, json.dumps(wcfg)], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, env=env, cwd="/", close_fds=True, start_new_session=True)
+        line = self._proc.stdout.readline()
+        try:
+            hello = json.loads(line)
+        except ValueError:
+            hello = {"ready": False, "error": f"unreadable greeting {line[:200]!r}"}
+        if not hello.get("ready"):
+            self.close()
+            raise SandboxError(f"sandbox failed to start: {hello.get('error')}")
+        self.protections = tuple(hello["protections"])
+        self.zygote_pid = hello["pid"]
+        self.uids = tuple(hello["uids"] or ())
+
+    def close(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            proc.stdout.close()
+        if self._scratch:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
+
+    def __enter__(self) -> Executor:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # -- running ---------------------------------------------------------------------------
+    def run(self, code: str, entry: str | None = None, args: Sequence[Any] = (),
+            kwargs: dict[str, Any] | None = None, expr: str | None = None,
+            timeout_s: float | None = None) -> ExecResult:
+        return self.run_batch([Task(code, entry, args, kwargs, expr, timeout_s)], progress=False)[0]
+
+    def run_batch(self, tasks: Iterable[Task | dict], progress: bool | None = None) -> list[ExecResult]:
+        """Run many tasks with bounded concurrency; results come back in input order."""
+        tasks = [t if isinstance(t, Task) else Task(**t) for t in tasks]
+        if not tasks:
+            return []
+        results: list[ExecResult | None] = [None] * len(tasks)
+        lines = []
+        base = self._next_id
+        self._next_id += len(tasks)
+        for i, t in enumerate(tasks):
+            try:
+                msg = {"id": base + i, "code": str(t.code), "entry": t.entry, "expr": t.expr,
+                       "args": [_encode_arg(a) for a in t.args],
+                       "kwargs": {str(k): _encode_arg(v) for k, v in (t.kwargs or {}).items()},
+                       "timeout_s": t.timeout_s}
+                lines.append(json.dumps(msg, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+            except (TypeError, ValueError) as e:
+                results[i] = ExecResult("error", error=f"task not runnable: {e}",
+                                        protections=self.protections)
+        show = progress if progress is not None else len(tasks) >= self.config.progress_min
+        with self._lock:
+            if self._proc is None or self._proc.poll() is not None:
+                self.close()
+                self._start()
+            self._exchange(lines, results, base, show)
+        return results  # type: ignore[return-value]
+
+    def _exchange(self, lines: list[bytes], results: list, base: int, show: bool) -> None:
+        proc = self._proc
+        expected = sum(r is None for r in results)
+
+        def writer():
+            try:
+                for line in lines:
+                    proc.stdin.write(line + b"\n")
+                proc.stdin.flush()
+            except (BrokenPipeError, OSError):
+                pass
+
+        th = threading.Thread(target=writer, daemon=True)
+        th.start()
+        bar = None
+        if show:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=expected, desc="sandbox", unit="task")
+        got = 0
+        try:
+            while got < expected:
+                line = proc.stdout.readline()
+                if not line:
+                    break
+                msg = json.loads(line)
+                i = msg["id"] - base
+                if 0 <= i < len(results) and results[i] is None:
+                    results[i] = self._to_result(msg)
+                    got += 1
+                    if bar is not None:
+                        bar.update(1)
+        finally:
+            if bar is not None:
+                bar.close()
+            if got < expected:  # zygote died or we were interrupted: drop it with its work
+                self.close()
+            th.join(timeout=5)
+        if got < expected:  # never hand back a half-batch silently
+            for i, r in enumerate(results):
+                if r is None:
+                    results[i] = ExecResult("killed", error="sandbox worker died",
+                                            protections=self.protections)
+
+    def _to_result(self, msg: dict) -> ExecResult:
+        status = msg.get("status")
+        r = ExecResult(status if status in STATUSES else "error", stdout=msg.get("stdout", ""),
+                       stderr=msg.get("stderr", ""), error=msg.get("error"),
+                       traceback=msg.get("traceback"), duration_s=msg.get("duration_s", 0.0),
+                       cpu_s=msg.get("cpu_s"), exit_code=msg.get("exit_code"),
+                       protections=self.protections)
+        if r.status == "ok":
+            try:
+                r.value = decode(msg.get("value"))
+                r.value_repr = repr(r.value)
+            except (ValueError, TypeError, KeyError, IndexError, RecursionError) as e:
+                r.status, r.value, r.error = "error", None, f"undecodable value: {e}"
+        return r
+
+    # -- grading ---------------------------------------------------------------------------
+    def check_output(self, code: str, func_name: str, input: str | Sequence[Any],
+                     expected: Any, float_tol: float = 0.0) -> bool:
+        """Does ``func_name(*input)`` return ``expected``? Decided here, on decoded data.
+
+        ``input`` / ``expected`` may be Python literal text (AZR style: ``"[1, 2], 3"``).
+        """
+        return self.check_outputs([(code, func_name, input, expected)], float_tol)[0]
+
+    def check_outputs(self, cases: Sequence[tuple[str, str, Any, Any]], float_tol: float = 0.0,
+                      progress: bool | None = None) -> list[bool]:
+        tasks, wants = [], []
+        for code, func_name, inp, expected in cases:
+            args = parse_literal_args(inp) if isinstance(inp, str) else tuple(inp)
+            if isinstance(expected, str):
+                expected = ast.literal_eval(expected)
+            tasks.append(Task(code, entry=func_name, args=args))
+            wants.append(expected)
+        results = self.run_batch(tasks, progress=progress)
+        return [r.ok and values_equal(r.value, w, float_tol) for r, w in zip(results, wants)]
