@@ -1,0 +1,177 @@
+"""Batched self-play: many games at once, each move chosen by PUCT search.
+
+Every live game whose player to move uses the same network is searched together (one
+:class:`BatchedMCTS`, one network batch per simulation wave). Targets are stored for the
+player to move at each position: the search policy pi (tau = 1 over the root visits,
+exactly 0 on illegal moves) and the final outcome z for *that* player.
+
+Two additions from search-free self-play PPO work:
+
+* random legal resets: a fraction of games starts after a random number (0..D) of
+  random legal moves, so rarely reached positions are trained on too;
+* a bank of frozen checkpoints: a fraction of games is played against a bank member
+  (which searches with its own network); only the learner's moves become targets.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from lmselfplay.games.base import random_legal_reset
+
+from .batched_mcts import BatchedMCTS
+from .mcts import search_policy
+from .network import NetEvaluator, PolicyValueNet
+
+
+@dataclass
+class SelfPlaySettings:
+    n_sims: int = 32
+    c_puct: float = 1.5
+    dirichlet_eps: float = 0.25
+    dirichlet_alpha: float = 1.0
+    temperature_moves: int = 4  # tau = 1 for this many plies of a game, then greedy
+    reset_fraction: float = 0.0
+    reset_max_plies: int = 4
+    tree_reuse: bool = False  # keep the learner's subtree between moves (AlphaZero practice)
+
+
+@dataclass
+class Samples:
+    """Training targets: encoded position, legal mask, search policy pi, outcome z."""
+
+    x: np.ndarray
+    legal: np.ndarray
+    pi: np.ndarray
+    z: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.z)
+
+    @staticmethod
+    def concat(parts: list[Samples]) -> Samples:
+        parts = [p for p in parts if len(p)]
+        if not parts:
+            raise ValueError("no samples")
+        return Samples(*(np.concatenate([getattr(p, f) for p in parts])
+                         for f in ("x", "legal", "pi", "z")))
+
+
+@dataclass
+class _Game:
+    pos: Any
+    learner: tuple[int, ...]  # players whose moves use (and train) the learner network
+    opponent: int  # index into the opponent list, or -1 for pure self-play
+    ply: int = 0
+    result: list[float] | None = None
+
+
+def alpha_for(face: Any, game: Any, n_games: int = 20, seed: int = 0) -> float:
+    """Dirichlet alpha scaled inversely to the typical number of legal moves (10 / mean):
+    AlphaZero used 0.3 for chess (~35 moves) and 0.03 for Go (~250)."""
+    rng = random.Random(seed)
+    counts = []
+    for _ in range(n_games):
+        s = game.new_initial_state()
+        while not game.is_terminal(s):
+            legal = game.legal_actions(s)
+            counts.append(len(legal))
+            s = game.apply(s, rng.choice(legal))
+    return 10.0 / float(np.mean(counts))
+
+
+def play_games(face: Any, net: PolicyValueNet, n_games: int, settings: SelfPlaySettings,
+               rng: random.Random, opponents: list[PolicyValueNet] | None = None,
+               bank_fraction: float = 0.0) -> tuple[Samples, dict[str, float]]:
+    """Play ``n_games`` games; return the learner's targets and summary statistics."""
+    game = face.game
+    opponents = opponents or []
+    games = []
+    for _ in range(n_games):
+        if settings.reset_fraction > 0 and rng.random() < settings.reset_fraction:
+            state = random_legal_reset(game, rng, settings.reset_max_plies)
+        else:
+            state = game.new_initial_state()
+        if opponents and rng.random() < bank_fraction:
+            side = rng.randrange(2)
+            games.append(_Game(face.position(state), (side,), rng.randrange(len(opponents))))
+        else:
+            games.append(_Game(face.position(state), (0, 1), -1))
+    evals = [NetEvaluator(net, face)] + [NetEvaluator(o, face) for o in opponents]
+    records: list[list[tuple[Any, np.ndarray, int]]] = [[] for _ in games]
+    reused = None  # one tree per game for the learner, advanced along every move played
+    if settings.tree_reuse:
+        reused = BatchedMCTS(face, evals[0], settings.c_puct, settings.dirichlet_eps,
+                             settings.dirichlet_alpha, capacity=n_games * (settings.n_sims + 1))
+        reused.set_roots([g.pos for g in games])
+    while True:
+        live = [i for i, g in enumerate(games) if g.result is None]
+        if not live:
+            break
+        groups: dict[int, list[int]] = {}
+        for i in live:
+            g = games[i]
+            who = 0 if g.pos.player in g.learner else 1 + g.opponent
+            groups.setdefault(who, []).append(i)
+        moves: dict[int, int] = {}
+        for who, idx in groups.items():
+            seeds = [rng.randrange(2**31) for _ in idx]
+            if who == 0 and reused is not None:
+                active = np.zeros(n_games, dtype=bool)
+                active[idx] = True
+                all_seeds = np.zeros(n_games, dtype=np.int64)
+                all_seeds[idx] = seeds
+                N = reused.search(settings.n_sims, all_seeds.tolist(), active)[0][idx]
+            else:
+                search = BatchedMCTS(face, evals[who], settings.c_puct, settings.dirichlet_eps,
+                                     settings.dirichlet_alpha,
+                                     capacity=len(idx) * (settings.n_sims + 1))
+                search.set_roots([games[i].pos for i in idx])
+                N, _ = search.search(settings.n_sims, seeds)
+            for row, i in enumerate(idx):
+                g = games[i]
+                legal = face.legal(g.pos)
+                tau = 1.0 if g.ply < settings.temperature_moves else 0.0
+                move_p = search_policy(N[row], tau, legal)
+                action = int(rng.choices(range(face.n_actions), weights=move_p.tolist())[0])
+                if who == 0:
+                    records[i].append((g.pos, search_policy(N[row], 1.0, legal), g.pos.player))
+                nxt = face.next_state(g.pos, action)
+                g.ply += 1
+                if face.terminal_value(nxt) is not None:
+                    g.result = list(game.returns(nxt.state))
+                else:
+                    moves[i] = action
+                g.pos = nxt
+        if reused is not None and moves:
+            reused.advance(list(moves), list(moves.values()))
+    xs, legals, pis, zs = [], [], [], []
+    for g, rec in zip(games, records):
+        for pos, pi, player in rec:
+            xs.append(face.encode(pos))
+            legals.append(face.legal(pos))
+            pis.append(pi)
+            zs.append(g.result[player])  # outcome for the player to move there
+    shape = np.shape(face.encode(face.position(game.new_initial_state())))
+    samples = Samples(np.array(xs, dtype=np.float32).reshape(len(zs), *shape),
+                      np.array(legals, dtype=bool).reshape(len(zs), face.n_actions),
+                      np.array(pis, dtype=np.float32).reshape(len(zs), face.n_actions),
+                      np.array(zs, dtype=np.float32))
+    return samples, _stats(games, len(zs))
+
+
+def _stats(games: list[_Game], n_samples: int) -> dict[str, float]:
+    plies = [g.ply for g in games]
+    first = [g.result[0] for g in games if g.learner == (0, 1)]
+    bank = [g.result[g.learner[0]] for g in games if len(g.learner) == 1]
+    out = {"selfplay/games": float(len(games)), "selfplay/samples": float(n_samples),
+           "selfplay/mean_plies": float(np.mean(plies))}
+    if first:
+        out["selfplay/first_player_return"] = float(np.mean(first))
+    if bank:
+        out["selfplay/vs_bank_return"] = float(np.mean(bank))
+    return out

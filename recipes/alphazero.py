@@ -1,0 +1,281 @@
+"""AlphaZero from the rules alone: PUCT self-play -> replay window -> train -> evaluate.
+
+    python recipes/alphazero.py --config recipes/configs/alphazero_nim.yaml
+    python recipes/alphazero.py --config recipes/configs/alphazero_tictactoe.yaml --iterations 20
+    python recipes/alphazero.py --config ... --resume      # continue a killed run
+
+One iteration, in the order of the algorithm box (Silver et al. 2017/2018):
+
+1. self-play: batched PUCT search with root Dirichlet noise (eps, alpha ~ 1 / typical
+   number of legal moves), tau = 1 for the first ``temperature_moves`` plies then greedy;
+   a fraction of games starts from a random legal reset, a fraction is played against a
+   bank of frozen checkpoints (only the learner's moves are stored);
+2. store (position, search policy, outcome for the player to move) in a replay window;
+3. train on minibatches: (z - v)^2 - pi^T log p + c_reg ||theta||^2;
+4. optional gate (AlphaGo Zero): the candidate replaces the self-play network only if it
+   scores >= ``gate_threshold`` against it; off by default (AlphaZero);
+5. every ``bank_every`` iterations a frozen copy joins the bank (the oldest leaves);
+6. evaluate: strength at each search budget vs random and exact players, raw-policy optimal
+   move rate, and the win-rate matrix against every earlier checkpoint.
+
+Metrics go to ``output_dir/metrics.jsonl``, TensorBoard and PNG plots; checkpoints are
+atomic ``output_dir/checkpoint-<iteration>`` directories holding everything to resume
+exactly (networks, optimizer, replay window, bank, history, RNG states).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from lmselfplay.alphazero.adapter import CachedGame, SearchGame
+from lmselfplay.alphazero.evaluate import (
+    match,
+    net_agent,
+    optimal_argmax_fraction,
+    strength,
+    winrate_row,
+)
+from lmselfplay.alphazero.network import PolicyValueNet, alphazero_loss
+from lmselfplay.alphazero.selfplay import Samples, SelfPlaySettings, alpha_for, play_games
+from lmselfplay.checkpoint import atomic_dir, latest_checkpoint, prune_checkpoints
+from lmselfplay.config import ConfigError, parse_config, to_dict
+from lmselfplay.games import make
+from lmselfplay.metrics import MetricsLogger
+
+
+@dataclass
+class AlphaZeroConfig:
+    game: str = field(default="nim", metadata={"help": "registered game name"})
+    game_args: str = field(default="{}", metadata={"help": "JSON dict of game parameters"})
+    output_dir: str = "runs/alphazero"
+    seed: int = 0
+    iterations: int = 10
+    games_per_iteration: int = 128
+    n_sims: int = 32
+    c_puct: float = 1.5
+    dirichlet_eps: float = 0.25
+    dirichlet_alpha: float = field(default=0.0, metadata={"help": "0 = 10 / mean legal moves"})
+    temperature_moves: int = 4
+    tree_reuse: bool = field(default=False, metadata={"help": "keep subtrees between moves"})
+    replay_window: int = field(default=4, metadata={"help": "iterations of self-play kept"})
+    train_steps: int = 200
+    batch_size: int = 128
+    learning_rate: float = 1e-3
+    c_reg: float = 1e-4
+    hidden: int = 128
+    blocks: int = 2
+    reset_fraction: float = 0.25
+    reset_max_plies: int = 4
+    bank_size: int = 12
+    bank_every: int = 2
+    bank_fraction: float = 0.2
+    gate: bool = False
+    gate_threshold: float = 0.55
+    gate_games: int = 40
+    eval_every: int = 1
+    eval_games: int = 40
+    eval_budgets: list[int] = field(default_factory=lambda: [0, 16, 32, 64])
+    exact_eval: bool = field(default=True, metadata={
+        "help": "exact opponent and optimal-move rate (games small enough to solve)"})
+    winrate_games: int = 20
+    save_every: int = 1
+    keep_checkpoints: int = 2
+    resume: bool = False
+    tensorboard: bool = True
+    torch_threads: int = 1
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        try:
+            args = json.loads(self.game_args)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"game_args must be a JSON object: {e}") from None
+        if not isinstance(args, dict):
+            raise ConfigError("game_args must be a JSON object, e.g. '{\"start\": 15}'")
+        for name in ("iterations", "games_per_iteration", "n_sims", "train_steps", "batch_size",
+                     "bank_size", "bank_every", "eval_every", "save_every", "replay_window"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("dirichlet_eps", "reset_fraction", "bank_fraction", "gate_threshold"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ConfigError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if any(b < 0 for b in self.eval_budgets):
+            raise ConfigError(f"eval_budgets must be >= 0, got {self.eval_budgets}")
+
+
+def build(cfg: AlphaZeroConfig) -> tuple[Any, Any, PolicyValueNet]:
+    game = make(cfg.game, **json.loads(cfg.game_args))
+    if not hasattr(game, "encode"):
+        raise ConfigError(f"game {cfg.game!r} has no encode(state): AlphaZero needs one")
+    face = CachedGame(SearchGame(game))
+    x = face.encode(face.position(game.new_initial_state()))
+    net = PolicyValueNet(int(np.prod(x.shape)), face.n_actions, cfg.hidden, cfg.blocks)
+    return game, face, net
+
+
+def frozen(net: PolicyValueNet, state: dict[str, torch.Tensor]) -> PolicyValueNet:
+    other = copy.deepcopy(net)
+    other.load_state_dict(state)
+    return other.eval()
+
+
+def snapshot(net: PolicyValueNet) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in net.state_dict().items()}
+
+
+def train(net: PolicyValueNet, opt: torch.optim.Optimizer, data: Samples, cfg: AlphaZeroConfig,
+          np_rng: np.random.Generator) -> dict[str, float]:
+    net.train()
+    x, legal = torch.from_numpy(data.x), torch.from_numpy(data.legal)
+    pi, z = torch.from_numpy(data.pi), torch.from_numpy(data.z)
+    totals: dict[str, float] = {}
+    for _ in tqdm(range(cfg.train_steps), desc="train", leave=False, disable=not cfg.progress):
+        idx = torch.from_numpy(np_rng.integers(0, len(data), size=cfg.batch_size))
+        loss, parts = alphazero_loss(net, x[idx], legal[idx], pi[idx], z[idx], cfg.c_reg)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        for k, v in parts.items():
+            totals[k] = totals.get(k, 0.0) + v / cfg.train_steps
+    net.eval()
+    return {f"train/{k}": v for k, v in totals.items()}
+
+
+def save(cfg: AlphaZeroConfig, it: int, state: dict[str, Any]) -> None:
+    with atomic_dir(Path(cfg.output_dir) / f"checkpoint-{it}") as tmp:
+        torch.save(state, tmp / "state.pt")
+        (tmp / "config.json").write_text(json.dumps(to_dict(cfg), indent=1))
+    prune_checkpoints(cfg.output_dir, cfg.keep_checkpoints)
+
+
+def plot_matrix(rows: list[list[float]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = len(rows)
+    m = np.full((n, n), np.nan)
+    for i, row in enumerate(rows):
+        m[i, : len(row)] = row
+    fig, ax = plt.subplots(figsize=(4 + 0.2 * n, 3.5 + 0.2 * n))
+    im = ax.imshow(m, vmin=0, vmax=1, cmap="RdBu")
+    ax.set_xlabel("earlier checkpoint")
+    ax.set_ylabel("checkpoint")
+    ax.set_title("raw-policy score vs every earlier checkpoint")
+    fig.colorbar(im)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    cfg = parse_config(AlphaZeroConfig, argv)
+    torch.set_num_threads(cfg.torch_threads)
+    out = Path(cfg.output_dir)
+    torch.manual_seed(cfg.seed)
+    game, face, net = build(cfg)
+    opt = torch.optim.Adam(net.parameters(), lr=cfg.learning_rate)
+    alpha = cfg.dirichlet_alpha or alpha_for(face, game, seed=cfg.seed)
+    settings = SelfPlaySettings(cfg.n_sims, cfg.c_puct, cfg.dirichlet_eps, alpha,
+                                cfg.temperature_moves, cfg.reset_fraction, cfg.reset_max_plies,
+                                cfg.tree_reuse)
+    rng, np_rng = random.Random(cfg.seed), np.random.default_rng(cfg.seed)
+    replay: list[Samples] = []
+    bank: list[dict[str, torch.Tensor]] = []
+    history: list[dict[str, torch.Tensor]] = []  # every evaluated checkpoint
+    matrix: list[list[float]] = []
+    best = snapshot(net)  # the self-play network when gating
+    start, last = 1, latest_checkpoint(out) if cfg.resume else None
+    if last is not None:
+        st = torch.load(last / "state.pt", weights_only=False)
+        saved = st["config"]
+        changed = [f"{k}={saved.get(k)!r}" for k in ("game", "game_args", "hidden", "blocks")
+                   if saved.get(k) != getattr(cfg, k)]
+        if changed:
+            raise ConfigError(f"--resume: {last} was trained with {', '.join(changed)}; "
+                              "use the same values or another output_dir")
+        net.load_state_dict(st["net"])
+        opt.load_state_dict(st["opt"])
+        replay = [Samples(**r) for r in st["replay"]]
+        bank, history, matrix, best = st["bank"], st["history"], st["matrix"], st["best"]
+        rng.setstate(st["rng"])
+        np_rng.bit_generator.state = st["np_rng"]
+        torch.set_rng_state(st["torch_rng"])
+        start = st["iteration"] + 1
+        print(f"resumed from {last} at iteration {start}", file=sys.stderr)
+    elif cfg.resume:
+        print(f"--resume: no checkpoint in {out}, starting fresh", file=sys.stderr)
+    logger = MetricsLogger(out, tensorboard=cfg.tensorboard,
+                           resume_step=start - 1 if last is not None else None)
+    (out / "config.json").write_text(json.dumps(to_dict(cfg), indent=1))
+    metrics: dict[str, Any] = {}
+    for it in tqdm(range(start, cfg.iterations + 1), desc="alphazero", disable=not cfg.progress,
+                   initial=start - 1, total=cfg.iterations):
+        t0 = time.time()
+        player = frozen(net, best) if cfg.gate else net
+        opponents = [frozen(net, s) for s in bank]
+        samples, metrics = play_games(face, player, cfg.games_per_iteration, settings, rng,
+                                      opponents, cfg.bank_fraction)
+        replay = (replay + [samples])[-cfg.replay_window:]
+        metrics.update(train(net, opt, Samples.concat(replay), cfg, np_rng))
+        if cfg.gate:
+            r = match(face, net_agent(face, net, cfg.n_sims, cfg.c_puct),
+                      net_agent(face, frozen(net, best), cfg.n_sims, cfg.c_puct),
+                      cfg.gate_games, seed=it, opening_plies=2)
+            metrics["gate/score"] = r["all"]
+            if r["all"] >= cfg.gate_threshold:
+                best = snapshot(net)
+        else:
+            best = snapshot(net)
+        if it % cfg.bank_every == 0:
+            bank = (bank + [snapshot(net)])[-cfg.bank_size:]
+        metrics["bank/size"] = len(bank)
+        if it % cfg.eval_every == 0 or it == cfg.iterations:
+            metrics.update(strength(face, net, cfg.eval_budgets, cfg.eval_games, seed=it,
+                                    c_puct=cfg.c_puct, exact=cfg.exact_eval))
+            if cfg.exact_eval:
+                metrics.update(optimal_argmax_fraction(face, net))
+            row = winrate_row(face, net, [frozen(net, s) for s in history], cfg.winrate_games,
+                              seed=it)
+            matrix.append(row)
+            history.append(snapshot(net))
+            if row:
+                metrics["eval/winrate_vs_past_mean"] = float(np.mean(row))
+                metrics["eval/winrate_vs_previous"] = row[-1]
+        metrics["time/iteration_s"] = time.time() - t0
+        logger.log(it, metrics)
+        if it % cfg.save_every == 0 or it == cfg.iterations:
+            save(cfg, it, {"iteration": it, "net": net.state_dict(), "opt": opt.state_dict(),
+                           "replay": [dataclasses.asdict(r) for r in replay], "bank": bank,
+                           "history": history, "matrix": matrix, "best": best,
+                           "rng": rng.getstate(), "np_rng": np_rng.bit_generator.state,
+                           "torch_rng": torch.get_rng_state(), "config": to_dict(cfg)})
+    keys = sorted({k for r in logger.rows() for k in r if k.startswith(("eval/sims", "train/"))
+                   and not k.endswith("_losses")})
+    logger.plot(keys, "curves.png", title=f"AlphaZero on {cfg.game}")
+    logger.plot(["eval/raw_optimal_fraction", "eval/raw_optimal_fraction_winning",
+                 "eval/winrate_vs_past_mean"], "progress.png")
+    if matrix:
+        plot_matrix(matrix, out / "winrate_matrix.png")
+    logger.close()
+    return metrics
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except ConfigError as e:
+        sys.exit(f"error: {e}")
