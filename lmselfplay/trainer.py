@@ -132,6 +132,7 @@ class PolicyTrainer:
         self.is_peft = hasattr(model, "disable_adapter")
         if config.beta > 0 and ref_model is None and not self.is_peft:
             ref_model = copy.deepcopy(model)  # the initial policy, frozen
+        self._fill_deepspeed_config()
         params = [p for p in model.parameters() if p.requires_grad]
         opt = torch.optim.AdamW(params, lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2),
                                 weight_decay=config.weight_decay)
@@ -152,6 +153,19 @@ class PolicyTrainer:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
 
     # --- helpers --------------------------------------------------------------------
+    def _fill_deepspeed_config(self) -> None:
+        """DeepSpeed wants a micro-batch size (no dataloader is prepared here: our
+        micro-batches vary, the value only feeds its throughput logging) and does the
+        clipping itself; fill those "auto" fields from the trainer config."""
+        plugin = getattr(self.accelerator.state, "deepspeed_plugin", None)
+        if plugin is None:
+            return
+        ds = plugin.deepspeed_config
+        if ds.get("train_micro_batch_size_per_gpu", "auto") == "auto":
+            ds["train_micro_batch_size_per_gpu"] = 1
+        if ds.get("gradient_clipping", "auto") == "auto":
+            ds["gradient_clipping"] = float(self.cfg.max_grad_norm)
+
     def _deepspeed_stage(self) -> int:
         plugin = getattr(self.accelerator.state, "deepspeed_plugin", None)
         return int(plugin.zero_stage) if plugin is not None else -1
@@ -214,7 +228,8 @@ class PolicyTrainer:
                         if gn is not None:
                             stats["grad_norm"].append(float(gn))
                     self.optimizer.step()
-                    self.scheduler.step()
+                    if acc.sync_gradients:  # once per optimizer step: accelerate's wrapper
+                        self.scheduler.scheduler.step()  # would step num_processes times
                     self.optimizer.zero_grad()
                 for k, v in parts.items():
                     stats[k].append(v)

@@ -4,8 +4,8 @@ baselines, merging, and exact kill-and-resume."""
 import numpy as np
 import pytest
 import torch
-
 from lm_fixtures import tiny_model, tiny_tokenizer
+
 from lmselfplay.advantages import RoleBaselines, group_advantages, task_type_advantages
 from lmselfplay.trainer import PolicyTrainer, TrainerConfig, token_logprobs
 from lmselfplay.trajectory import Sample
