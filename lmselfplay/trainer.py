@@ -48,7 +48,7 @@ class TrainerConfig:
     lr_scheduler_type: str = field(default="constant_with_warmup",
                                    metadata={"help": "any transformers scheduler name"})
     warmup_steps: int = 0
-    max_steps: int = 200
+    max_steps: int = field(default=200, metadata={"help": "trainer.step() calls the LR schedule spans"})
     gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per pass"})
     num_iterations: int = field(default=2, metadata={"help": "PPO passes over each batch"})
     epsilon: float = field(default=0.2, metadata={"help": "PPO clip range"})
@@ -136,8 +136,11 @@ class PolicyTrainer:
         params = [p for p in model.parameters() if p.requires_grad]
         opt = torch.optim.AdamW(params, lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2),
                                 weight_decay=config.weight_decay)
-        sched = get_scheduler(config.lr_scheduler_type, opt, num_warmup_steps=config.warmup_steps,
-                              num_training_steps=config.max_steps)
+        # max_steps / warmup_steps count trainer.step() calls; each makes num_iterations
+        # optimizer steps, and the schedule advances once per optimizer step
+        per_call = max(1, config.num_iterations)
+        sched = get_scheduler(config.lr_scheduler_type, opt, num_warmup_steps=config.warmup_steps * per_call,
+                              num_training_steps=config.max_steps * per_call)
         self.model, self.optimizer, self.scheduler = self.accelerator.prepare(model, opt, sched)
         self.ref_model = None
         if ref_model is not None:

@@ -149,3 +149,13 @@ def test_group_and_task_type_advantages():
     assert a[1] == pytest.approx([0, 0, 0, 0])
     t = task_type_advantages(["ded", "ded", "abd", "abd"], [1.0, 0.0, 3.0, 3.0])
     assert t == pytest.approx([1, -1, 0, 0], abs=1e-5)
+
+
+def test_lr_schedule_spans_max_steps_calls():
+    """A linear schedule over max_steps trainer.step() calls, whatever num_iterations."""
+    tr = _trainer(lr_scheduler_type="linear", max_steps=4, num_iterations=2, learning_rate=1e-3)
+    prompt, c = [1, 50, 60], [90, 2]
+    lrs = []
+    for _ in range(4):
+        lrs.append(tr.step([_sample(prompt, c, 0.1)])["lr"])
+    assert lrs == pytest.approx([7.5e-4, 5e-4, 2.5e-4, 0.0])
