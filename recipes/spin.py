@@ -1,0 +1,438 @@
+"""SPIN: self-play fine-tuning against the supervised data, on TRL's ``DPOTrainer``.
+
+    python recipes/spin.py --config recipes/configs/spin.yaml
+    accelerate launch recipes/spin.py --config recipes/configs/spin.yaml
+    accelerate launch --config_file recipes/accelerate/ddp_cpu.yaml recipes/spin.py --config ...  # 2 CPU procs, gloo
+    accelerate launch --config_file recipes/accelerate/zero2.yaml recipes/spin.py --config ...    # GPUs
+    python recipes/spin.py --config ... --resume        # continue a killed run
+
+Algorithm 1 of Chen et al. 2024 ("Self-Play Fine-Tuning Converts Weak Language Models to
+Strong Language Models", arXiv:2401.01335), in its order:
+
+    input: supervised pairs {(x_i, y_i)}, the SFT model p_theta0, iterations T
+    for t = 0 .. T-1:
+        1. for every x_i, sample y'_i ~ p_theta_t(. | x_i)                   (the opponent)
+        2. theta_{t+1} = argmin sum_i l( lam_t log p(y_i|x_i)/p_theta_t(y_i|x_i)
+                                         - lam_t log p(y'_i|x_i)/p_theta_t(y'_i|x_i) )
+    output: theta_T
+
+With the logistic loss ``l`` step 2 IS the DPO loss with chosen = the data answer y_i,
+rejected = the model's own answer y'_i, reference = theta_t and beta = lam_t, so step 2 is
+one ``DPOTrainer`` run. The idealised maths (fixed point p_data, rate |1 - 1/lam|) is in
+:mod:`lmselfplay.spin`.
+
+Two traps of the reference implementation are closed by construction here:
+
+* one formatter (SPIN issue #33): generation prompts come from
+  :func:`lmselfplay.policy.encode_prompt`, and the SAME token ids (prompt, data answer via
+  :func:`~lmselfplay.policy.encode_completion`, the sampled y' token ids as sampled) are
+  what ``DPOTrainer`` trains on — nothing is re-tokenized from text;
+* generation length = training length (SPIN issue #9): y' may be as long as the longest
+  data answer in the training set (``max_completion_length``), and DPO does not truncate.
+
+The reference theta_t is passed explicitly (a frozen copy; with LoRA: the adapter
+disabled, i.e. the merged theta_t underneath it) — never ``ref_model=None``, which makes
+TRL reload the reference from ``config._name_or_path``.
+
+Output (``output_dir``): ``data/`` (the supervised train / held-out sets),
+``checkpoint-0`` (theta_0, only when the optional SFT phase ran), ``iter-<t>/data``
+(the iteration's data set: prompt, chosen, rejected = exactly what theta_t generated, the
+iteration and the generating checkpoint), ``iter-<t>/trainer`` (DPOTrainer checkpoints,
+for resuming inside an iteration), ``checkpoint-<t+1>`` (theta_{t+1}, atomic),
+``metrics.jsonl`` + TensorBoard + ``spin_metrics.png`` (held-out margin, answer
+log-likelihood and exact-answer accuracy per iteration).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from accelerate import PartialState
+from accelerate.utils import gather_object
+from tqdm.auto import tqdm
+from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer
+
+from lmselfplay.checkpoint import atomic_dir, latest_checkpoint, save_json
+from lmselfplay.config import ConfigError, parse_config, to_dict
+from lmselfplay.engines.base import SamplingParams
+from lmselfplay.engines.hf import HFEngine
+from lmselfplay.metrics import MetricsLogger
+from lmselfplay.policy import (
+    PolicyConfig,
+    encode_completion,
+    encode_prompt,
+    format_prompt,
+    load_policy,
+    load_tokenizer,
+    resolve_model_path,
+)
+from lmselfplay.spin_data import SpinDataError, answers_match, load_supervised
+
+IDS = ("prompt_ids", "chosen_ids", "rejected_ids")
+PLOT_KEYS = ["eval/accuracy", "eval/margin", "eval/answer_loglik", "eval/answer_loglik_per_token",
+             "train/loss", "train/reward_accuracy"]
+
+
+@dataclass
+class SpinConfig:
+    # model
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "local path or hub name; default: the embedded tiny model"})
+    use_lora: bool = False
+    lora_r: int = 16
+    lora_alpha: int = 32
+    dtype: str = "auto"
+    # data
+    dataset: str | None = field(default=None, metadata={
+        "help": "datasets name, .jsonl/.json/.parquet/.csv file or save_to_disk folder with "
+                "prompt+answer (or prompt+completion, question+answer, messages); "
+                "default: the project's arithmetic word problems"})
+    dataset_split: str = "train"
+    num_train_examples: int = 256
+    num_eval_examples: int = 64
+    # SPIN
+    num_iterations: int = 3
+    beta_schedule: list[float] = field(default_factory=lambda: [0.1], metadata={
+        "help": "lambda_t per iteration (DPO beta); the last value repeats. The paper: 0.1 ... then 5.0"})
+    max_completion_length: int | None = field(default=None, metadata={
+        "help": "generation length of y' = longest trained answer; None: the longest data answer"})
+    temperature: float = 1.0
+    top_p: float = 1.0
+    generation_batch_size: int = 64
+    # DPO (names as in TRL's DPOConfig)
+    num_train_epochs: float = 2.0
+    learning_rate: float = 5e-7
+    lr_scheduler_type: str = "linear"
+    warmup_steps: float = field(default=0.1, metadata={"help": "int: steps; float in [0, 1): ratio"})
+    per_device_train_batch_size: int = 8
+    gradient_accumulation_steps: int = 1
+    loss_type: str = "sigmoid"
+    gradient_checkpointing: bool = False
+    logging_steps: int = 10
+    save_steps: int = 50
+    # optional SFT phase -> theta_0 (when the model has not been fine-tuned on the data)
+    sft_epochs: float = 0.0
+    sft_learning_rate: float = 1e-4
+    # run
+    output_dir: str = "runs/spin"
+    seed: int = 0
+    resume: bool = False
+    tensorboard: bool = True
+    progress: bool = True
+
+
+def beta_at(cfg: SpinConfig, t: int) -> float:
+    if not cfg.beta_schedule:
+        raise ConfigError("beta_schedule must hold at least one lambda")
+    lam = float(cfg.beta_schedule[min(t, len(cfg.beta_schedule) - 1)])
+    if not math.isfinite(lam) or lam <= 0:
+        raise ConfigError(f"beta_schedule values must be positive, got {lam}")
+    return lam
+
+
+# --- the pieces every iteration uses ------------------------------------------------------
+
+def tokenize_pairs(tokenizer: Any, rows: list[dict[str, Any]], max_completion: int | None
+                   ) -> tuple[list[list[int]], list[list[int]], int]:
+    """THE formatter: prompt ids (what generation conditions on) and data-answer ids (+EOS).
+
+    Returns (prompt_ids, chosen_ids, number of answers cut to ``max_completion``)."""
+    prompts = [encode_prompt(tokenizer, r["prompt"]) for r in rows]
+    chosen = [encode_completion(tokenizer, r["answer"]) for r in rows]
+    cut = 0
+    if max_completion is not None:
+        cut = sum(len(c) > max_completion for c in chosen)
+        chosen = [c[:max_completion] for c in chosen]
+    return prompts, chosen, cut
+
+
+def sharded(state: PartialState, items: list[Any], fn: Any) -> list[Any]:
+    """``fn(my contiguous share of items)`` on every process, gathered back in order."""
+    with state.split_between_processes(list(items)) as mine:
+        out = fn(list(mine)) if len(mine) else []
+    return gather_object(out) if state.num_processes > 1 else out
+
+
+def generate(engine: HFEngine, prompts: list[list[int]], sp: SamplingParams, batch: int,
+             progress: bool, desc: str) -> list[Any]:
+    out = []
+    for i in tqdm(range(0, len(prompts), batch), desc=desc, disable=not progress, leave=False):
+        chunk_sp = dataclasses.replace(sp, seed=None if sp.seed is None else sp.seed + i)
+        out += engine.generate(prompts[i : i + batch], chunk_sp)
+    return out
+
+
+def opponent_answers(engine: HFEngine, prompts: list[list[int]], sp: SamplingParams,
+                     cfg: SpinConfig, desc: str) -> list[tuple[list[int], str, str]]:
+    """y' for each prompt: (sampled token ids exactly as sampled, their text, finish reason)."""
+    return [(c.token_ids, c.text, c.finish_reason)
+            for c in generate(engine, prompts, sp, cfg.generation_batch_size, cfg.progress, desc)]
+
+
+def iteration_dataset(tokenizer: Any, rows: list[dict[str, Any]], prompts: list[list[int]],
+                      chosen: list[list[int]], ys: list[tuple[list[int], str, str]], t: int,
+                      generator: str) -> Any:
+    import datasets
+
+    return datasets.Dataset.from_dict({
+        "prompt": [r["prompt"] for r in rows],
+        "formatted_prompt": [format_prompt(tokenizer, r["prompt"]) for r in rows],
+        "chosen": [r["answer"] for r in rows],
+        "rejected": [y[1] for y in ys],
+        "prompt_ids": prompts, "chosen_ids": chosen, "rejected_ids": [y[0] for y in ys],
+        "finish_reason": [y[2] for y in ys],
+        "iteration": [t] * len(rows), "generator": [generator] * len(rows)})
+
+
+def sequence_logliks(engine: HFEngine, prompts: list[list[int]], completions: list[list[int]]
+                     ) -> list[float]:
+    return [float(sum(lp)) for lp in engine.score(prompts, completions, batch_size=32)]
+
+
+def load_model(cfg: SpinConfig, path: str | None, state: PartialState, lora: bool) -> tuple[Any, Any]:
+    device = "cpu" if state.device.type == "cpu" else str(state.device)
+    return load_policy(PolicyConfig(model_name_or_path=path, dtype=cfg.dtype, device=device,
+                                    use_lora=lora, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha))
+
+
+def save_model(trainer: Any, tokenizer: Any, final_dir: Path, info: dict[str, Any]) -> None:
+    """theta_{t+1} as a plain HF folder (LoRA merged), written atomically by the main process."""
+    acc = trainer.accelerator
+    acc.wait_for_everyone()
+    state_dict = acc.get_state_dict(trainer.model)  # gathers ZeRO-3 shards
+    if acc.is_main_process:
+        model = acc.unwrap_model(trainer.model)
+        with atomic_dir(final_dir) as tmp:
+            if hasattr(model, "merge_and_unload"):  # LoRA: theta_{t+1} = base + adapter, merged
+                model.merge_and_unload().save_pretrained(tmp)
+            else:
+                model.save_pretrained(tmp, state_dict=state_dict)
+            tokenizer.save_pretrained(tmp)
+            save_json(tmp / "spin_state.json", info)
+    acc.wait_for_everyone()
+
+
+class PretokenizedDPOTrainer(DPOTrainer):
+    """``DPOTrainer`` fed with token ids we made ourselves (``prompt_ids``, ``chosen_ids``,
+    ``rejected_ids``): TRL's own text tokenization would add an EOS to truncated samples and
+    re-tokenize y' from its decoded text, so it could train on tokens nobody generated."""
+
+    def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
+        if set(IDS) <= set(dataset.column_names):
+            return dataset
+        return super()._prepare_dataset(dataset, processing_class, args, dataset_name)
+
+
+def trainer_args(cfg: SpinConfig, out: Path, on_cpu: bool, **kw: Any) -> dict[str, Any]:
+    return dict(output_dir=str(out), per_device_train_batch_size=cfg.per_device_train_batch_size,
+                gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+                lr_scheduler_type=cfg.lr_scheduler_type, warmup_steps=cfg.warmup_steps,
+                gradient_checkpointing=cfg.gradient_checkpointing, logging_steps=cfg.logging_steps,
+                save_strategy="steps", save_steps=cfg.save_steps, save_total_limit=1,
+                use_cpu=on_cpu, bf16=not on_cpu and cfg.dtype in ("auto", "bfloat16"),
+                report_to="none", seed=cfg.seed, data_seed=cfg.seed,
+                disable_tqdm=not cfg.progress, **kw)
+
+
+def last_trainer_checkpoint(path: Path) -> str | None:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    return get_last_checkpoint(str(path)) if path.is_dir() else None
+
+
+def save_dataset(ds: Any, final_dir: Path, state: PartialState) -> None:
+    if state.is_main_process:
+        with atomic_dir(final_dir) as tmp:
+            ds.save_to_disk(str(tmp / "ds"))
+    state.wait_for_everyone()
+
+
+def load_dataset_dir(final_dir: Path) -> Any:
+    import datasets
+
+    return datasets.load_from_disk(str(final_dir / "ds"))
+
+
+# --- evaluation on held-out prompts --------------------------------------------------------
+
+def evaluate(engine: HFEngine, state: PartialState, held: list[dict[str, Any]],
+             prompts: list[list[int]], chosen: list[list[int]], rejected: list[list[int]],
+             gen_len: int, cfg: SpinConfig) -> dict[str, float]:
+    """Under the model in ``engine``: mean margin log p(y|x) - log p(y'|x) (y' from the
+    iteration's opponent), data-answer log-likelihood, and greedy exact-answer accuracy."""
+    idx = list(range(len(held)))
+
+    def shard(ii: list[int]) -> list[tuple[float, float, int, bool]]:
+        ll_y = sequence_logliks(engine, [prompts[i] for i in ii], [chosen[i] for i in ii])
+        ll_r = sequence_logliks(engine, [prompts[i] for i in ii], [rejected[i] for i in ii])
+        greedy = generate(engine, [prompts[i] for i in ii], SamplingParams(gen_len, temperature=0.0),
+                          cfg.generation_batch_size, False, "eval")
+        return [(a, b, len(chosen[i]), answers_match(g.text, held[i]["answer"], held[i]["final"]))
+                for i, a, b, g in zip(ii, ll_y, ll_r, greedy)]
+
+    rows = sharded(state, idx, shard)
+    n = len(rows)
+    return {"eval/margin": sum(a - b for a, b, _, _ in rows) / n,
+            "eval/answer_loglik": sum(a for a, _, _, _ in rows) / n,
+            "eval/answer_loglik_per_token": sum(a for a, _, _, _ in rows) / sum(k for _, _, k, _ in rows),
+            "eval/accuracy": sum(ok for *_, ok in rows) / n}
+
+
+# --- the recipe ----------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    cfg = parse_config(SpinConfig, argv)
+    # cpu=True is what makes accelerate see a multi-process CPU launch (gloo) as distributed.
+    state = PartialState(cpu=not torch.cuda.is_available()
+                         or os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes"))
+    on_cpu = state.device.type == "cpu"
+    out = Path(cfg.output_dir)
+    for t in range(cfg.num_iterations):
+        beta_at(cfg, t)  # fail on a bad schedule before any work
+    if (out / "data").exists() and not cfg.resume:
+        raise ConfigError(f"{out} already holds a SPIN run: pass --resume to continue it, or a new output_dir")
+    torch.manual_seed(cfg.seed)
+
+    # Supervised data: generated or loaded once, saved with the run so a resume sees the same set.
+    import datasets
+
+    if (out / "data" / "COMPLETE").exists():
+        sup = load_dataset_dir(out / "data")
+        train_rows, held = sup["train"].to_list(), sup["eval"].to_list()
+    else:
+        train_rows, held = load_supervised(cfg.dataset, cfg.num_train_examples, cfg.num_eval_examples,
+                                           cfg.seed, cfg.dataset_split)
+        save_dataset(datasets.DatasetDict({"train": datasets.Dataset.from_list(train_rows),
+                                           "eval": datasets.Dataset.from_list(held)}), out / "data", state)
+    if state.is_main_process:
+        save_json(out / "spin_config.json", to_dict(cfg))
+
+    # theta_0: the given model, or the output of the optional SFT phase (checkpoint-0).
+    base = resolve_model_path(cfg.model_name_or_path)  # None -> the embedded model's folder
+    last = latest_checkpoint(out)
+    start = int(last.name.split("-")[1]) if last is not None else 0
+    tokenizer = load_tokenizer(str(last) if last is not None else base)
+    p_train, y_train, cut_train = tokenize_pairs(tokenizer, train_rows, cfg.max_completion_length)
+    gen_len = cfg.max_completion_length or max(len(c) for c in y_train)
+    p_held, y_held, _ = tokenize_pairs(tokenizer, held, gen_len)
+    if cut_train and state.is_main_process:
+        print(f"note: {cut_train} data answers are longer than max_completion_length={gen_len} "
+              f"and were cut (no EOS)", file=sys.stderr)
+    if last is None and cfg.sft_epochs > 0:
+        model, _ = load_model(cfg, base, state, lora=cfg.use_lora)
+        sft = datasets.Dataset.from_dict({
+            "input_ids": [p + y for p, y in zip(p_train, y_train)],
+            "completion_mask": [[0] * len(p) + [1] * len(y) for p, y in zip(p_train, y_train)]})
+        args = SFTConfig(**trainer_args(cfg, out / "sft", on_cpu, num_train_epochs=cfg.sft_epochs,
+                                        learning_rate=cfg.sft_learning_rate),
+                         completion_only_loss=True, max_length=None, packing=False)
+        trainer = SFTTrainer(model=model, args=args, train_dataset=sft, processing_class=tokenizer)
+        trainer.train(resume_from_checkpoint=last_trainer_checkpoint(out / "sft"))
+        save_model(trainer, tokenizer, out / "checkpoint-0", {"iteration": 0, "phase": "sft"})
+        if state.is_main_process:
+            shutil.rmtree(out / "sft", ignore_errors=True)
+        del trainer, model
+        last, start = out / "checkpoint-0", 0
+    if last is not None and cfg.resume and state.is_main_process:
+        print(f"resuming at iteration {start} from {last}", file=sys.stderr)
+    if start >= cfg.num_iterations and state.is_main_process:
+        print(f"{out}: all {cfg.num_iterations} iterations are done", file=sys.stderr)
+
+    logger = MetricsLogger(out, tensorboard=cfg.tensorboard and state.is_main_process,
+                           resume_step=start if start > 0 else None) if state.is_main_process else None
+    summary: dict[str, Any] = {"iterations": []}
+    for t in tqdm(range(start, cfg.num_iterations), desc="SPIN", disable=not cfg.progress):
+        t0 = time.time()
+        theta_t = str(out / f"checkpoint-{t}") if (out / f"checkpoint-{t}").exists() else base
+        model, tokenizer = load_model(cfg, theta_t, state, lora=False)
+        engine = HFEngine(model, tokenizer, max_batch_size=cfg.generation_batch_size, version=t)
+
+        # 1. The opponent plays: y' ~ p_theta_t(.|x) for every training and held-out prompt,
+        #    from the same prompt ids the trainer will see, up to the training length.
+        it_dir = out / f"iter-{t}"
+        if not (it_dir / "data" / "COMPLETE").exists():
+            sp = SamplingParams(max_new_tokens=gen_len, temperature=cfg.temperature, top_p=cfg.top_p,
+                                seed=cfg.seed * 1_000_003 + 7919 * t + 104_729 * state.process_index)
+            gen = sharded(state, p_train + p_held, lambda ps: opponent_answers(
+                engine, ps, sp, cfg, f"generate y' (iteration {t})"))  # noqa: B023
+
+            # 2. The iteration's data set: chosen = data answer, rejected = y', tagged.
+            n, who = len(p_train), str(theta_t)
+            save_dataset(datasets.DatasetDict({
+                "train": iteration_dataset(tokenizer, train_rows, p_train, y_train, gen[:n], t, who),
+                "eval": iteration_dataset(tokenizer, held, p_held, y_held, gen[n:], t, who)}),
+                it_dir / "data", state)
+        data = load_dataset_dir(it_dir / "data")
+        r_held = data["eval"]["rejected_ids"]
+        if t == 0:  # theta_0 on the held-out set (every process takes its share)
+            m0 = evaluate(engine, state, held, p_held, y_held, r_held, gen_len, cfg)
+            if logger is not None:
+                logger.log(0, m0)
+        same = sum(a == b for a, b in zip(data["train"]["chosen_ids"], data["train"]["rejected_ids"]))
+
+        # 3. theta_{t+1}: DPO with beta = lambda_t against the frozen reference theta_t.
+        lam = beta_at(cfg, t)
+        if cfg.use_lora:
+            del model
+            model, _ = load_model(cfg, theta_t, state, lora=True)
+            ref_model = None  # reference = adapter disabled = theta_t (TRL does this for PEFT)
+        else:
+            ref_model = copy.deepcopy(model).eval().requires_grad_(False)
+        args = DPOConfig(**trainer_args(cfg, it_dir / "trainer", on_cpu,
+                                        num_train_epochs=cfg.num_train_epochs,
+                                        learning_rate=cfg.learning_rate),
+                         beta=lam, loss_type=[cfg.loss_type], max_length=None,
+                         precompute_ref_log_probs=False)
+        trainer = PretokenizedDPOTrainer(model=model, ref_model=ref_model, args=args,
+                                         train_dataset=data["train"].select_columns(list(IDS)),
+                                         processing_class=tokenizer)
+        result = trainer.train(resume_from_checkpoint=last_trainer_checkpoint(it_dir / "trainer"))
+        final = next((h for h in reversed(trainer.state.log_history) if "rewards/accuracies" in h), {})
+        train_stats = {"train/loss": result.training_loss,  # mean over this run of the iteration
+                       "train/reward_accuracy": final.get("rewards/accuracies", float("nan")),
+                       "train/reward_margin": final.get("rewards/margins", float("nan")),
+                       "train/steps": trainer.state.global_step}
+
+        # 4. Save theta_{t+1}; the next iteration starts from it.
+        nxt = out / f"checkpoint-{t + 1}"
+        save_model(trainer, tokenizer, nxt, {"iteration": t + 1, "beta": lam, "generator": str(theta_t)})
+        if state.is_main_process:  # theta_{t+1} is safe: the mid-iteration trainer state can go
+            shutil.rmtree(it_dir / "trainer", ignore_errors=True)
+        del trainer, model, ref_model
+
+        # Held-out metrics under theta_{t+1} (y' still the opponent theta_t's answers).
+        model, _ = load_model(cfg, str(nxt), state, lora=False)
+        metrics = evaluate(HFEngine(model, tokenizer, cfg.generation_batch_size, t + 1), state, held,
+                           p_held, y_held, r_held, gen_len, cfg)
+        row = {**metrics, **train_stats, "beta": lam, "gen/identical_to_data": same / len(p_train),
+               "gen/mean_len": sum(map(len, data["train"]["rejected_ids"])) / len(p_train),
+               "time/iteration_s": time.time() - t0}
+        summary["iterations"].append({"iteration": t + 1, **row})
+        if logger is not None:
+            logger.log(t + 1, row)
+            logger.plot(PLOT_KEYS, "spin_metrics.png", title="SPIN on held-out prompts")
+            print(json.dumps({"iteration": t + 1, **{k: round(v, 4) if isinstance(v, float) else v
+                                                       for k, v in row.items()}}), file=sys.stderr)
+        del model
+    if logger is not None:
+        logger.close()
+    summary["output_dir"] = str(out)
+    return summary
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except (ConfigError, SpinDataError) as e:
+        sys.exit(f"error: {e}")
