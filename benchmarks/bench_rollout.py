@@ -20,6 +20,7 @@ import torch
 
 from lmselfplay.engines import HFEngine, SamplingParams
 from lmselfplay.games import make
+from lmselfplay.games.text import MOVE_STOP
 from lmselfplay.policy import encode_prompt, load_policy
 from lmselfplay.rollout import Episode, LLMPlayer, RolloutStats, play_all
 
@@ -59,7 +60,7 @@ def main() -> None:
     args = ap.parse_args()
     model, tok = load_policy(model_name_or_path=args.model)
     engine = HFEngine(model, tok)
-    sp = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=1.0, seed=0, stop=["</move>"])
+    sp = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=1.0, seed=0, stop=MOVE_STOP)
     rollout_tps(engine, tok, 6, 6, sp)  # warm-up
     a, stats = rollout_tps(engine, tok, args.games, args.games, sp)
     calls = max(1, stats.engine_calls)

@@ -21,7 +21,7 @@ from typing import Any
 from lmselfplay.engines.base import SamplingParams
 from lmselfplay.games import Invalid, make
 from lmselfplay.games.base import all_states
-from lmselfplay.games.text import format_answer
+from lmselfplay.games.text import MOVE_STOP, format_answer
 from lmselfplay.policy import encode_completion, encode_prompt
 
 from .stats import wilson
@@ -41,7 +41,7 @@ def answer_distribution(engine: Any, tokenizer: Any, game: Any, states: list[Any
         p = encode_prompt(tokenizer, game.observation_text(s, game.current_player(s)))
         for a in game.legal_actions(s):
             prompts.append(p)
-            completions.append(encode_completion(tokenizer, format_answer(game.action_text(a))))
+            completions.append(encode_completion(tokenizer, format_answer(game.action_text(a)), eos=False))
             index.append((i, a))
     scores = engine.score(prompts, completions, temperature=temperature)
     logits: list[dict[int, float]] = [{} for _ in states]
@@ -58,7 +58,7 @@ def answer_distribution(engine: Any, tokenizer: Any, game: Any, states: list[Any
 def greedy_actions(engine: Any, tokenizer: Any, game: Any, states: list[Any],
                    max_new_tokens: int = 16) -> list[int | Invalid]:
     prompts = [encode_prompt(tokenizer, game.observation_text(s, game.current_player(s))) for s in states]
-    outs = engine.generate(prompts, SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0))
+    outs = engine.generate(prompts, SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, stop=MOVE_STOP))
     return [game.parse_action(s, o.text) for s, o in zip(states, outs)]
 
 
@@ -119,7 +119,7 @@ def win_rates(engine: Any, tokenizer: Any, game: Any, opponent: Any, n_games: in
     """The LLM plays each seat in half the games. Illegal answers lose (zero-sum)."""
     from lmselfplay.rollout import Episode, LLMPlayer, play
 
-    sampling = sampling or SamplingParams(max_new_tokens=16, temperature=1.0, seed=seed)
+    sampling = sampling or SamplingParams(max_new_tokens=16, temperature=1.0, seed=seed, stop=MOVE_STOP)
     me = LLMPlayer(engine, tokenizer, learner=False)
     eps = [Episode(game, (me, opponent) if i % 2 == 0 else (opponent, me), seed=seed * 7919 + i)
            for i in range(n_games)]

@@ -14,6 +14,10 @@ from .base import Invalid
 
 OPEN, CLOSE = "<move>", "</move>"
 ANSWER_INSTRUCTION = f"Answer with {OPEN}MOVE{CLOSE}."
+# Generation stops at the closing tag (kept in the output). Training, evaluation and play
+# all sample with these stop strings and score move answers without an EOS after them,
+# so the model is never trained or judged on what it would write after its move.
+MOVE_STOP = [CLOSE]
 MAX_MOVE_CHARS = 64
 
 

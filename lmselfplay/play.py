@@ -13,7 +13,7 @@ import sys
 from lmselfplay.engines import HFEngine, SamplingParams
 from lmselfplay.games import Invalid, make
 from lmselfplay.games.base import CHANCE
-from lmselfplay.games.text import format_answer
+from lmselfplay.games.text import MOVE_STOP, format_answer
 from lmselfplay.policy import encode_prompt, load_policy
 
 
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None, input_fn=input, out=print) -> int:
         else:
             prompt = encode_prompt(tok, game.observation_text(s, p))
             (c,) = engine.generate([prompt], SamplingParams(max_new_tokens=16, temperature=args.temperature,
-                                                            seed=rng.randrange(2**31), stop=["</move>"]))
+                                                            seed=rng.randrange(2**31), stop=MOVE_STOP))
             a = game.parse_action(s, c.text)
             if isinstance(a, Invalid):
                 out(f"model answered {c.text!r}: {a.reason} -> it forfeits")

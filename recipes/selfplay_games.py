@@ -37,6 +37,7 @@ from lmselfplay.engines import HFEngine, SamplingParams
 from lmselfplay.eval import game_metrics
 from lmselfplay.games import make
 from lmselfplay.games.base import random_legal_reset
+from lmselfplay.games.text import MOVE_STOP
 from lmselfplay.league import League, LeagueConfig
 from lmselfplay.metrics import MetricsLogger
 from lmselfplay.policy import PolicyConfig, load_policy
@@ -88,7 +89,8 @@ def make_episodes(cfg, games, league, me, learner_model, tok, step, rank):
 def evaluate(cfg, games, engine, tok, step):
     """Step 8: exact metrics of the current policy."""
     out = {}
-    sampling = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=cfg.seed + step)
+    sampling = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=cfg.seed + step,
+                              stop=MOVE_STOP)
     for game in games:
         g = game.name
         if game.perfect_information:
@@ -135,7 +137,7 @@ def main(argv=None):
         save_json(out_dir / "config.json", asdict(cfg))
     me = LLMPlayer(engine, tok, learner=True)
     sampling = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
-                              stop=["</move>"])
+                              stop=MOVE_STOP)
     t0 = time.time()
     bar = tqdm(range(start_step, cfg.steps), initial=start_step, total=cfg.steps, desc="self-play",
                disable=not acc.is_main_process)

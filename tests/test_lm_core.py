@@ -244,3 +244,23 @@ def test_play_cli_person_vs_model(tmp_path):
     text = "\n".join(lines)
     assert "not a legal move" in text  # "banana" was refused with the reason
     assert "Stones: 15" in text and ("you win" in text or "you lose" in text)
+
+
+def test_stop_strings_cut_the_completion_with_no_padding_after():
+    tok = tiny_tokenizer()
+    engine = HFEngine(tiny_model(seed=6), tok)
+    p = [encode_prompt(tok, "Game: nim.")] * 6
+    free = engine.generate(p, SamplingParams(max_new_tokens=8, seed=2))
+    stops = sorted({o.text[:2] for o in free if len(o.text) >= 2})  # strings the model does produce
+    outs = engine.generate(p, SamplingParams(max_new_tokens=8, seed=2, stop=stops))
+    assert any(o.finish_reason == "stop" for o in outs)
+    for o, f in zip(outs, free):
+        if o.finish_reason == "stop":
+            assert any(s in o.text for s in stops)
+            assert not any(s in tok.decode(o.token_ids[:-1]) for s in stops)  # cut at the first
+            assert o.token_ids == f.token_ids[: len(o.token_ids)]  # same sample, just cut
+            assert tok.pad_token_id not in o.token_ids
+        assert len(o.logprobs) == len(o.token_ids)
+    scored = engine.score([o.prompt_ids for o in outs], [o.token_ids for o in outs])
+    for o, s in zip(outs, scored):
+        assert o.logprobs == pytest.approx(s, abs=1e-4)

@@ -83,12 +83,12 @@ class HFEngine:
                 if tok == self.eos_id:
                     n, reason = k + 1, "eos"
                     break
+            if sp.stop:  # HF pads a row after its stop string: cut there, keep the stop
+                cut = self._stop_cut(toks[:n], sp.stop)
+                if cut is not None:
+                    n, reason = cut, "stop"
             toks = toks[:n]
             text = self.tokenizer.decode(toks, skip_special_tokens=True)
-            if reason == "length" and sp.stop and any(text.endswith(s) for s in sp.stop):
-                reason = "stop"
-            if reason == "length" and sp.stop and n < new.shape[1]:
-                reason = "stop"  # HF ended the row early on a stop string
             if logits is not None and n:
                 lp = torch.log_softmax(logits[r, :n] / t, dim=-1)
                 lps = lp.gather(1, torch.tensor(toks).unsqueeze(1)).squeeze(1).tolist()
@@ -96,6 +96,17 @@ class HFEngine:
                 lps = []
             completions.append(Completion(list(p), toks, text, lps, reason))
         return completions
+
+    def _stop_cut(self, toks: list[int], stops: list[str]) -> int | None:
+        """Length of the shortest prefix whose text contains a stop string, if any."""
+        full = self.tokenizer.decode(toks, skip_special_tokens=True)
+        if not any(s in full for s in stops):
+            return None
+        for k in range(1, len(toks) + 1):
+            text = self.tokenizer.decode(toks[:k], skip_special_tokens=True)
+            if any(s in text for s in stops):
+                return k
+        return None
 
     # --- teacher forcing ------------------------------------------------------------
     @torch.no_grad()
