@@ -20,9 +20,7 @@ Variants (each adds to the one before, as in the issue's probe):
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import sys
 import tempfile
 from pathlib import Path
 
@@ -43,11 +41,9 @@ VARIANTS = {
 
 
 def load_recipe():
-    spec = importlib.util.spec_from_file_location("selfplay_games", ROOT / "recipes" / "selfplay_games.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["selfplay_games"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    from lmselfplay.recipes import load_recipe as _load
+
+    return _load("selfplay_games")
 
 
 def run(recipe, game, variant, seed, steps, eval_every, out, extra):

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,16 +10,13 @@ import pytest
 from lmselfplay.checkpoint import latest_checkpoint
 from lmselfplay.config import ConfigError
 from lmselfplay.metrics import read_jsonl
+from lmselfplay.recipes import load_recipe as _load
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def load_recipe():
-    spec = importlib.util.spec_from_file_location("alphazero_recipe", ROOT / "recipes" / "alphazero.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(mod)
-    return mod
+    return _load("alphazero")
 
 
 FAST = ["--game", "nim", "--game_args", '{"start": 7}', "--games_per_iteration", "12",

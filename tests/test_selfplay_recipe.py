@@ -1,23 +1,19 @@
 """The self-play recipe end to end on a tiny model: runs, writes curves, resumes exactly."""
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from lm_fixtures import tiny_model, tiny_tokenizer
 
+from lmselfplay.recipes import load_recipe as _load
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _recipe():
-    spec = importlib.util.spec_from_file_location("selfplay_games", ROOT / "recipes" / "selfplay_games.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["selfplay_games"] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
+    return _load("selfplay_games")
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ DPOTrainer, resume (between and inside iterations), a 2-process CPU run through 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -21,6 +20,7 @@ from lmselfplay.config import ConfigError, parse_config
 from lmselfplay.engines.hf import HFEngine
 from lmselfplay.metrics import read_jsonl
 from lmselfplay.policy import encode_completion, encode_prompt
+from lmselfplay.recipes import load_recipe as _load
 from lmselfplay.spin_data import SpinDataError, answers_match, extract_final, load_supervised
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,11 +28,7 @@ N_TRAIN, N_EVAL, GEN_LEN = 12, 4, 16
 
 
 def load_recipe():
-    spec = importlib.util.spec_from_file_location("spin_recipe", ROOT / "recipes" / "spin.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(mod)
-    return mod
+    return _load("spin")
 
 
 @pytest.fixture(scope="module")
