@@ -1,0 +1,466 @@
+"""The embedded default model: a byte-level BPE tokenizer and a ~1M-parameter Llama,
+built offline on CPU from the project's own synthetic corpus, deterministic from a seed.
+
+Why it exists: every recipe must run on a laptop with no download. ``ensure_tiny_model()``
+returns the cached build (``$LMSELFPLAY_CACHE`` or ``~/.cache/lmselfplay``, one folder per
+config hash) or builds it (a few minutes on 2 cores) and writes it atomically, so a killed
+build never leaves half a model. The result is a normal Hugging Face folder:
+``AutoModelForCausalLM.from_pretrained(path)`` / ``AutoTokenizer.from_pretrained(path)``.
+
+The corpus (see :mod:`lmselfplay.synthetic_tasks`):
+
+* turns of uniformly RANDOM legal play of every game, in the exact text protocol — a
+  uniform prior like AlphaZero's generation 0, so self-play has room to improve;
+* arithmetic word problems with worked answers ending in ``#### N`` (and, for R-Zero's
+  challenger, writing such a problem);
+* tiny Python programs: predict ``repr(f(x))``, and write an ``f`` for an input/output pair.
+
+Every example is tokenized with THE formatter (:func:`lmselfplay.policy.encode_prompt` +
+:func:`~lmselfplay.policy.encode_completion`), so pre-training sees exactly the token
+sequences that generation will see. The loss is on the answer tokens (the prompt tokens
+get ``prompt_loss_weight``); at the move token of a game turn the target is the uniform
+distribution over ALL legal moves (:func:`soft_target`), i.e. the random prior itself
+rather than one sample of it, which is what makes >= 95% legal moves cheap to learn.
+``<move>`` and ``</move>`` are added (non-special) tokens and digits are split one by
+one, so every tic-tac-toe/Nim move name is ONE token (Kuhn's ``pass``/``bet`` are single
+BPE tokens at the default vocabulary size): no illegal move from a name split in two.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import random
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lmselfplay import synthetic_tasks as st
+from lmselfplay.checkpoint import atomic_dir
+from lmselfplay.games.text import format_answer
+from lmselfplay.policy import encode_completion, encode_prompt, format_prompt
+
+# Bump when the corpus, tokenizer or training code changes what a config builds.
+BUILD_VERSION = 1
+SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>")
+MOVE_TOKENS = ("<move>", "</move>")
+INFO_FILE = "tiny_build.json"
+NON_SEMANTIC = ("num_threads",)  # fields that do not enter the cache key
+
+
+@dataclass
+class TinyConfig:
+    seed: int = 0
+    # architecture (LlamaConfig); 4 x 128 measured best per token budget (issue 3)
+    num_layers: int = 4
+    hidden_size: int = 128
+    num_heads: int = 4
+    intermediate_size: int = 512
+    max_seq_len: int = 384
+    vocab_size: int = 1024  # BPE merges + bytes + special tokens (before the 2 move tokens)
+    # training
+    train_steps: int = 1000
+    batch_size: int = 64
+    lr: float = 3e-3
+    warmup_steps: int = 50
+    weight_decay: float = 0.01
+    prompt_loss_weight: float = 0.0
+    # corpus: "all" = every game in lmselfplay.games.REGISTRY at build time
+    games: str = "all"
+    # relative sampling weights; unlisted games weigh 1
+    task_weights: str = "tictactoe=8"
+    nim_max_start: int = 31  # games with a `start` parameter get random starts 1..this
+    tokenizer_texts: int = 6000  # examples the BPE is trained on
+    # torch threads while building (not in the cache key; 1 = reproducible, and faster than 2
+    # on a shared 2-core machine: 8k vs 3.6k tok/s measured with one core busy elsewhere)
+    num_threads: int = 1
+
+    def game_names(self) -> list[str]:
+        from lmselfplay.games import REGISTRY
+
+        if self.games.strip() == "all":
+            return list(REGISTRY)
+        names = [g.strip() for g in self.games.split(",") if g.strip()]
+        unknown = [g for g in names if g not in REGISTRY]
+        if unknown:
+            raise ValueError(f"unknown game(s) {unknown} in TinyConfig.games; known: {list(REGISTRY)}")
+        return names
+
+    def weights(self) -> dict[str, float]:
+        """Sampling weight of every task kind (games by name, 'arithmetic', 'programs')."""
+        kinds = {g: 1.0 for g in self.game_names()} | {"arithmetic": 1.0, "programs": 1.0}
+        for item in filter(None, (s.strip() for s in self.task_weights.split(","))):
+            name, sep, value = item.partition("=")
+            if not sep or name.strip() not in kinds:
+                raise ValueError(f"bad task_weights entry {item!r}; kinds: {list(kinds)}")
+            try:
+                w = float(value)
+            except ValueError:
+                raise ValueError(f"task weight {item!r} is not a number") from None
+            if not w >= 0:
+                raise ValueError(f"task weight {item!r} must be >= 0")
+            kinds[name.strip()] = w
+        if sum(kinds.values()) <= 0:
+            raise ValueError("task_weights are all zero")
+        return kinds
+
+    def key(self) -> str:
+        """Short hash of everything that changes the built model."""
+        d = {k: v for k, v in dataclasses.asdict(self).items() if k not in NON_SEMANTIC}
+        d["games"] = self.game_names()
+        d["build_version"] = BUILD_VERSION
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("LMSELFPLAY_CACHE") or Path.home() / ".cache" / "lmselfplay")
+
+
+def model_dir(cfg: TinyConfig, root: str | Path | None = None) -> Path:
+    return Path(root if root is not None else cache_root()) / f"tiny-{cfg.key()}"
+
+
+def is_complete(path: Path) -> bool:
+    return (path / INFO_FILE).is_file() and (path / "config.json").is_file()
+
+
+# --- corpus -----------------------------------------------------------------------------
+
+class Corpus:
+    """An endless, seeded stream of (prompt, answer, alternatives) in the configured mix.
+
+    ``alternatives`` are the answers of every legal move for a game turn (the uniform
+    random prior the model is meant to learn: see :func:`soft_target`), else ``None``.
+    """
+
+    def __init__(self, cfg: TinyConfig, rng: random.Random):
+        from lmselfplay import games
+
+        self.cfg, self.rng = cfg, rng
+        w = cfg.weights()
+        self.kinds = [k for k, v in w.items() if v > 0]
+        self.probs = [w[k] for k in self.kinds]
+        self.games = {g: games.make(g) for g in cfg.game_names()}
+        # Games with a start size (Nim) are also played from random starts 1..nim_max_start.
+        self.variants: dict[str, list[Any]] = {}
+        for g in self.games:
+            try:
+                self.variants[g] = [games.make(g, start=s) for s in range(1, cfg.nim_max_start + 1)]
+            except (ValueError, TypeError):
+                self.variants[g] = [self.games[g]]
+        self.buffers: dict[str, list[tuple[str, str, list[str]]]] = {g: [] for g in self.games}
+
+    def sample(self) -> tuple[str, str, list[str] | None]:
+        kind = self.rng.choices(self.kinds, weights=self.probs, k=1)[0]
+        if kind == "arithmetic":
+            p = st.arithmetic_problem(self.rng)
+            if self.rng.random() < 0.8:
+                return st.arithmetic_prompt(p), p["answer"], None
+            return st.QUESTION_WRITE_PROMPT, p["prompt"], None  # R-Zero's challenger asks
+        if kind == "programs":
+            t = st.python_program(self.rng)
+            if self.rng.random() < 0.75:
+                return st.program_output_prompt(t), t["output"], None
+            return st.program_write_prompt(t), t["code"].rstrip("\n"), None
+        buf = self.buffers[kind]
+        if not buf:  # 16 turns of random play at a time, shuffled so batches mix positions
+            game = self.rng.choice(self.variants[kind])
+            for state, player, action in st.game_decisions(game, self.rng, 16):
+                legal = [format_answer(game.action_text(a)) for a in game.legal_actions(state)]
+                buf.append((game.observation_text(state, player),
+                            format_answer(game.action_text(action)), legal))
+            self.rng.shuffle(buf)
+        return buf.pop()
+
+
+# --- tokenizer --------------------------------------------------------------------------
+
+def train_tokenizer(cfg: TinyConfig, texts: list[str]) -> Any:
+    """Byte-level BPE (digits split one by one) wrapped as a PreTrainedTokenizerFast."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tk = Tokenizer(models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+    ])
+    tk.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=cfg.vocab_size, min_frequency=2, special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tk.train_from_iterator(texts, trainer=trainer)
+    tk.add_tokens([AddedToken(t, special=False, normalized=False) for t in MOVE_TOKENS])
+    pad, bos, eos = SPECIAL_TOKENS
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tk, bos_token=bos, eos_token=eos, pad_token=pad,
+        padding_side="left", model_max_length=cfg.max_seq_len, clean_up_tokenization_spaces=False)
+
+
+# --- model and training -----------------------------------------------------------------
+
+def make_model(cfg: TinyConfig, tok: Any) -> Any:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    mc = LlamaConfig(
+        vocab_size=len(tok), hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_heads, max_position_embeddings=cfg.max_seq_len,
+        rms_norm_eps=1e-5, tie_word_embeddings=True, bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    model = LlamaForCausalLM(mc)
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.generation_config.bos_token_id = tok.bos_token_id
+    model.generation_config.eos_token_id = tok.eos_token_id
+    return model
+
+
+def encode_example(tok: Any, prompt: str, answer: str) -> tuple[list[int], list[int]]:
+    """Token ids via THE formatter, and 1 where a token belongs to the answer (+EOS)."""
+    p, c = encode_prompt(tok, prompt), encode_completion(tok, answer)
+    return p + c, [0] * len(p) + [1] * len(c)
+
+
+def soft_target(tok: Any, prompt: str, answer: str,
+                alternatives: list[str] | None) -> tuple[int, list[int]] | None:
+    """(position, token ids) when all legal answers differ in exactly one token there.
+
+    Then the loss at that position is the cross-entropy to the UNIFORM distribution over
+    the legal moves — the expectation of the sampled-move loss under the random prior,
+    without its sampling noise (every example teaches the whole legal set). Games whose
+    move names span several tokens (none so far) fall back to the sampled move.
+    """
+    if not alternatives or len(alternatives) < 2:
+        return None
+    encoded = [encode_completion(tok, a) for a in alternatives]
+    own = encode_completion(tok, answer)
+    if any(len(e) != len(own) for e in encoded):
+        return None
+    differ = [j for j in range(len(own)) if len({e[j] for e in encoded}) > 1]
+    if len(differ) != 1 or any(e[:differ[0]] != own[:differ[0]] or e[differ[0] + 1:] != own[differ[0] + 1:]
+                               for e in encoded):
+        return None
+    return len(encode_prompt(tok, prompt)) + differ[0], sorted({e[differ[0]] for e in encoded})
+
+
+Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[tuple[int, int, list[int]]]]
+
+
+def batches(cfg: TinyConfig, tok: Any, corpus: Any, rng: random.Random, chunk: int = 8) -> Iterator[Batch]:
+    """(input_ids, attention_mask, loss_weight, soft targets) batches, right-padded,
+    length-bucketed; soft targets are (row, position, legal token ids).
+
+    ``chunk`` batches worth of examples are sorted by length and cut into batches (then
+    shuffled), so that short game turns and long programs are rarely padded together.
+    """
+    while True:
+        examples = []
+        while len(examples) < chunk * cfg.batch_size:
+            prompt, answer, alternatives = corpus.sample()
+            ids, is_answer = encode_example(tok, prompt, answer)
+            if len(ids) <= cfg.max_seq_len:
+                examples.append((ids, is_answer, soft_target(tok, prompt, answer, alternatives)))
+        examples.sort(key=lambda e: len(e[0]))
+        group = [examples[i : i + cfg.batch_size] for i in range(0, len(examples), cfg.batch_size)]
+        rng.shuffle(group)
+        for b in group:
+            width = max(len(ids) for ids, _, _ in b)
+            ids_t = torch.full((len(b), width), tok.pad_token_id, dtype=torch.long)
+            att = torch.zeros((len(b), width), dtype=torch.long)
+            w = torch.zeros((len(b), width), dtype=torch.float32)
+            soft = []
+            for i, (ids, is_answer, st_) in enumerate(b):
+                ids_t[i, : len(ids)] = torch.tensor(ids)
+                att[i, : len(ids)] = 1
+                w[i, : len(ids)] = torch.tensor(
+                    [1.0 if a else cfg.prompt_loss_weight for a in is_answer])
+                if st_ is not None:
+                    w[i, st_[0]] = 0.0  # replaced by the soft target below
+                    soft.append((i, st_[0], st_[1]))
+            yield ids_t, att, w, soft
+
+
+def weighted_lm_loss(model: Any, ids: torch.Tensor, att: torch.Tensor, weight: torch.Tensor,
+                     soft: list[tuple[int, int, list[int]]] = ()) -> torch.Tensor:
+    """Next-token cross-entropy, each target token weighted (0 on padding), plus at each
+    ``soft`` (row, position, tokens) the cross-entropy to the uniform distribution over
+    ``tokens`` (weight 1).
+
+    The LM head runs only where a target has weight > 0: with the default answer-only
+    loss that skips ~90% of the positions (game prompts are long, answers 4 tokens).
+    """
+    hidden = model.model(input_ids=ids, attention_mask=att).last_hidden_state
+    w = weight[:, 1:]
+    keep = w > 0
+    logits = model.lm_head(hidden[:, :-1][keep])
+    nll = torch.nn.functional.cross_entropy(logits.float(), ids[:, 1:][keep], reduction="none")
+    total, count = (nll * w[keep]).sum(), w[keep].sum()
+    if soft:
+        rows = torch.tensor([r for r, _, _ in soft])
+        pos = torch.tensor([p - 1 for _, p, _ in soft])  # the state that predicts position p
+        logp = torch.log_softmax(model.lm_head(hidden[rows, pos]).float(), dim=-1)
+        target = torch.zeros_like(logp)
+        for k, (_, _, toks) in enumerate(soft):
+            target[k, toks] = 1.0 / len(toks)
+        total = total - (target * logp).sum()
+        count = count + len(soft)
+    return total / count.clamp_min(1e-8)
+
+
+@contextlib.contextmanager
+def _torch_threads(n: int) -> Iterator[None]:
+    old = torch.get_num_threads()
+    torch.set_num_threads(max(1, n))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def build_tiny_model(cfg: TinyConfig, out_dir: str | Path, progress: bool = True) -> dict[str, Any]:
+    """Build tokenizer + model into ``out_dir`` (written as is: callers make it atomic).
+
+    Deterministic from ``cfg.seed`` for a given thread count and library versions.
+    Returns the build info that is also saved as ``tiny_build.json``.
+    """
+    from tqdm.auto import tqdm
+
+    out_dir = Path(out_dir)
+    t0 = time.time()
+    rng = random.Random(cfg.seed)
+    tok_corpus = Corpus(cfg, random.Random(rng.random()))
+    texts = [format_prompt(None, p) + a
+             for p, a, _ in (tok_corpus.sample() for _ in range(cfg.tokenizer_texts))]
+    tok = train_tokenizer(cfg, texts)
+    with _torch_threads(cfg.num_threads):
+        torch.manual_seed(cfg.seed)
+        model = make_model(cfg, tok)
+        model.train()
+        n_params = sum(p.numel() for p in model.parameters())
+        opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95),
+                                weight_decay=cfg.weight_decay)
+
+        def lr_at(step: int) -> float:  # linear warm-up, cosine decay to 10%
+            if step < cfg.warmup_steps:
+                return (step + 1) / cfg.warmup_steps
+            frac = (step - cfg.warmup_steps) / max(1, cfg.train_steps - cfg.warmup_steps)
+            return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
+
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+        stream = batches(cfg, tok, Corpus(cfg, random.Random(rng.random())), random.Random(rng.random()))
+        tokens, ema = 0, None
+        bar = tqdm(range(cfg.train_steps), desc="tiny model", disable=not progress, unit="step")
+        for _ in bar:
+            ids, att, w, soft = next(stream)
+            loss = weighted_lm_loss(model, ids, att, w, soft)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            tokens += int(att.sum())
+            ema = loss.item() if ema is None else 0.95 * ema + 0.05 * loss.item()
+            bar.set_postfix(loss=f"{ema:.3f}", tok_s=f"{tokens / (time.time() - t0):.0f}")
+        bar.close()
+    model.eval()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)
+    tok.save_pretrained(out_dir)
+    info = {"config": dataclasses.asdict(cfg), "key": cfg.key(), "games": cfg.game_names(),
+            "n_params": n_params, "tokens_seen": tokens, "final_loss_ema": ema,
+            "build_seconds": round(time.time() - t0, 1), "torch_threads": cfg.num_threads,
+            "torch": torch.__version__}
+    (out_dir / INFO_FILE).write_text(json.dumps(info, indent=1))
+    return info
+
+
+@contextlib.contextmanager
+def _build_lock(path: Path) -> Iterator[None]:
+    """One builder per cache folder across processes (no-op where fcntl is missing)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: atomic_dir still prevents half-written models
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def ensure_tiny_model(force: bool = False, cfg: TinyConfig | None = None, progress: bool = True,
+                      cache_dir: str | Path | None = None) -> Path:
+    """Path of the built tiny model for ``cfg`` (default config): cached, else built now."""
+    cfg = cfg or TinyConfig()
+    path = model_dir(cfg, cache_dir)
+    if is_complete(path) and not force:
+        return path
+    with _build_lock(path):
+        if is_complete(path) and not force:  # another process built it while we waited
+            return path
+        for stale in path.parent.glob(f".{path.name}.tmp-*"):  # left by a killed build
+            shutil.rmtree(stale, ignore_errors=True)
+        if progress:
+            print(f"building the embedded tiny model into {path} (once; a few minutes on CPU)")
+        with atomic_dir(path) as tmp:
+            build_tiny_model(cfg, tmp, progress=progress)
+    return path
+
+
+def bootstrap_main(argv: list[str] | None = None) -> Path:
+    """``lmselfplay bootstrap``: build (or find) the embedded tiny model and print its path."""
+    ap = argparse.ArgumentParser(prog="lmselfplay bootstrap", description=bootstrap_main.__doc__)
+    ap.add_argument("--force", action="store_true", help="rebuild even if cached")
+    ap.add_argument("--cache-dir", "--cache_dir", dest="cache_dir", default=None,
+                    help="cache root (default: $LMSELFPLAY_CACHE or ~/.cache/lmselfplay)")
+    ap.add_argument("--out", default=None, help="build into exactly this folder instead")
+    ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    defaults = TinyConfig()
+    for name in ("seed", "num_layers", "hidden_size", "num_heads", "intermediate_size",
+                 "train_steps", "batch_size", "num_threads", "vocab_size", "max_seq_len",
+                 "tokenizer_texts", "warmup_steps"):
+        ap.add_argument(f"--{name}", type=int, default=getattr(defaults, name))
+    for name in ("lr", "prompt_loss_weight"):
+        ap.add_argument(f"--{name}", type=float, default=getattr(defaults, name))
+    for name in ("games", "task_weights"):
+        ap.add_argument(f"--{name}", default=getattr(defaults, name))
+    args = ap.parse_args(argv)
+    cfg = TinyConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TinyConfig)
+                        if hasattr(args, f.name)})
+    try:
+        cfg.key()  # validates games / weights before any work
+        cfg.weights()
+    except ValueError as e:
+        ap.error(str(e))
+    if args.out:
+        out = Path(args.out)
+        if is_complete(out) and not args.force:
+            path = out
+        else:
+            with atomic_dir(out) as tmp:
+                build_tiny_model(cfg, tmp, progress=not args.quiet)
+            path = out
+    else:
+        path = ensure_tiny_model(force=args.force, cfg=cfg, progress=not args.quiet,
+                                 cache_dir=args.cache_dir)
+    info = json.loads((path / INFO_FILE).read_text())
+    print(f"tiny model: {path} ({info['n_params']:,} parameters, built in "
+          f"{info['build_seconds']} s, {info['tokens_seen']:,} tokens)")
+    return path
+
+
+if __name__ == "__main__":
+    bootstrap_main()

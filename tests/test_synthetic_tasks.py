@@ -1,0 +1,105 @@
+"""The offline task generators: answers are correct, game turns are legal random play."""
+
+from __future__ import annotations
+
+import ast
+import random
+import re
+from collections import Counter
+
+import pytest
+from scipy.stats import chisquare
+
+from lmselfplay import games
+from lmselfplay import synthetic_tasks as st
+from lmselfplay.games.base import CHANCE, all_states
+from lmselfplay.games.text import format_answer
+
+
+def test_arithmetic_answers_are_correct():
+    ops = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
+    rng = random.Random(0)
+    for _ in range(500):
+        p = st.arithmetic_problem(rng)
+        *steps, last = p["answer"].split("\n")
+        assert last == f"#### {p['final']}"
+        value = None
+        for line in steps:
+            m = re.fullmatch(r"(\d+) ([-+*/]) (\d+) = (-?\d+)", line)
+            assert m, line
+            a, op, b, c = int(m[1]), m[2], int(m[3]), int(m[4])
+            if op == "/":
+                assert a % b == 0 and a // b == c
+            else:
+                assert ops[op](a, b) == c
+            # every number in an equation appears in the question or the previous step
+            for n in (a, b):
+                assert str(n) in re.findall(r"\d+", p["prompt"]) or n == value
+            value = c
+        assert str(value) == p["final"] and value >= 0
+
+
+def test_program_outputs_are_correct_and_reproducible():
+    rng = random.Random(1)
+    kinds = Counter()
+    for _ in range(300):
+        t = st.python_program(rng)
+        ns: dict = {}
+        exec(t["code"], {}, ns)  # our own generated code, with full builtins this time
+        arg = ast.literal_eval(t["input"])
+        assert repr(ns["f"](arg)) == t["output"]
+        assert t["code"].startswith("def f(x):\n")
+        kinds[type(arg).__name__] += 1
+        assert len(t["output"]) <= st.MAX_OUTPUT_CHARS
+    assert set(kinds) == {"int", "list", "str"}
+    again = random.Random(1)
+    assert st.python_program(again) == st.python_program(random.Random(1))
+
+
+def _prompt_index(game):
+    """Every reachable decision point's prompt -> state (prompts of distinct states may
+    coincide for hidden-information games; any of them has the same legal moves)."""
+    index = {}
+    for s in all_states(game):
+        p = game.current_player(s)
+        if not game.is_terminal(s) and p != CHANCE:
+            index.setdefault(game.observation_text(s, p), s)
+    return index
+
+
+@pytest.mark.parametrize("name", ["nim", "nim_misere", "tictactoe", "kuhn_poker"])
+def test_game_turns_are_legal_positions_in_the_text_protocol(name):
+    game = games.make(name)
+    index = _prompt_index(game)
+    pairs = st.game_turns(game, random.Random(2), 3000)
+    assert len(pairs) == 3000
+    for prompt, answer in pairs:
+        assert prompt in index, prompt
+        action = game.parse_action(index[prompt], answer)
+        assert not isinstance(action, games.Invalid), (prompt, answer)
+        assert answer == format_answer(game.action_text(action))
+    seen = {p for p, _ in pairs}
+    # Random resets reach every position of the small games (tic-tac-toe: most of 4520).
+    if name == "tictactoe":
+        assert len(seen) > 1500
+    else:
+        assert seen == set(index)
+
+
+def test_game_turns_follow_a_uniform_random_prior():
+    game = games.make("tictactoe")
+    root = game.observation_text(game.new_initial_state(), 0)
+    pairs = st.game_turns(game, random.Random(3), 40000)
+    first = Counter(a for p, a in pairs if p == root)
+    assert len(first) == 9 and sum(first.values()) > 900
+    assert chisquare(list(first.values())).pvalue > 1e-3
+    nim = games.make("nim")
+    counts = Counter(a for p, a in st.game_turns(nim, random.Random(4), 6000)
+                     if "Stones: 1." not in p and "Stones: 2." not in p)
+    assert chisquare([counts[format_answer(str(k))] for k in (1, 2, 3)]).pvalue > 1e-3
+
+
+def test_every_registered_game_works_generically():
+    for name in games.REGISTRY:
+        pairs = st.game_turns(games.make(name), random.Random(5), 50)
+        assert len(pairs) == 50 and all(a.startswith("<move>") for _, a in pairs)

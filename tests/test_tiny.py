@@ -1,0 +1,229 @@
+"""The embedded tiny model: a reduced-size build in seconds, loaded back with the Auto*
+classes, deterministic, cached, rebuilt on --force, atomic, trained on THE formatter."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+
+from lmselfplay import games, tiny
+from lmselfplay.games.text import format_answer
+from lmselfplay.policy import encode_completion, encode_prompt
+
+SMALL = dict(num_layers=1, hidden_size=32, num_heads=2, intermediate_size=64, train_steps=4,
+             batch_size=8, warmup_steps=2, tokenizer_texts=400, vocab_size=1024, max_seq_len=256)
+
+
+def small(**kw) -> tiny.TinyConfig:
+    return tiny.TinyConfig(**(SMALL | kw))
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cache")
+    return tiny.ensure_tiny_model(cfg=small(), progress=False, cache_dir=root)
+
+
+@pytest.fixture(scope="module")
+def tok(built):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(built)
+
+
+def test_build_loads_back_with_auto_classes(built, tok):
+    from transformers import AutoModelForCausalLM
+
+    assert built.name == f"tiny-{small().key()}"
+    model = AutoModelForCausalLM.from_pretrained(built)
+    assert type(model).__name__ == "LlamaForCausalLM"
+    assert model.config.num_hidden_layers == 1 and model.config.hidden_size == 32
+    assert model.config.vocab_size == len(tok)
+    assert tok.bos_token == "<bos>" and tok.eos_token == "<eos>" and tok.pad_token == "<pad>"
+    assert not getattr(tok, "chat_template", None)  # -> the plain format of policy.py
+    info = json.loads((built / tiny.INFO_FILE).read_text())
+    assert info["key"] == small().key() and info["tokens_seen"] > 0
+    ids = torch.tensor([encode_prompt(tok, "Game: nim.")])
+    out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=3,
+                         do_sample=False)
+    assert out.shape == (1, ids.shape[1] + 3) or out[0, -1] == tok.eos_token_id
+
+
+def test_load_policy_uses_the_build(built):
+    from lmselfplay.policy import load_policy
+
+    model, tok = load_policy(model_name_or_path=str(built), device="cpu")
+    assert tok.padding_side == "left" and model.config.num_hidden_layers == 1
+
+
+def test_every_move_name_is_one_token(tok):
+    move_open, move_close = tok.convert_tokens_to_ids(["<move>", "</move>"])
+    for name in ("nim", "nim_misere", "tictactoe", "kuhn_poker"):
+        game = games.make(name)
+        for a in range(game.n_actions):
+            ids = encode_completion(tok, format_answer(game.action_text(a)))
+            assert len(ids) == 4, (name, a, tok.convert_ids_to_tokens(ids))
+            assert ids[0] == move_open and ids[2] == move_close and ids[3] == tok.eos_token_id
+            assert tok.decode(ids, skip_special_tokens=True) == format_answer(game.action_text(a))
+    # digits are split one by one (Nim stones, arithmetic), so "<move>5" never merges
+    assert tok.tokenize("12345") == list("12345")
+
+
+def test_examples_use_the_one_formatter(tok):
+    prompt, answer = "Game: nim. Stones: 3.\nLegal moves: 1 2 3", "<move>2</move>"
+    ids, is_answer = tiny.encode_example(tok, prompt, answer)
+    p, c = encode_prompt(tok, prompt), encode_completion(tok, answer)
+    assert ids == p + c and is_answer == [0] * len(p) + [1] * len(c)
+    assert ids[0] == tok.bos_token_id and ids[-1] == tok.eos_token_id
+
+    class Fixed:  # a corpus that cycles through known pairs
+        pairs = [(prompt, answer), ("What is 2 + 2?", "2 + 2 = 4\n#### 4"), ("x", "y")]
+        i = 0
+
+        def sample(self):
+            self.i += 1
+            return (*self.pairs[self.i % 3], None)
+
+    cfg = small(batch_size=4)
+    batch_ids, att, w, soft = next(tiny.batches(cfg, tok, Fixed(), random.Random(0), chunk=2))
+    assert soft == []
+    for row, m, wt in zip(batch_ids, att, w):
+        n = int(m.sum())
+        assert m[:n].all() and not m[n:].any()  # right padding for training
+        match = [(q, a) for q, a in Fixed.pairs
+                 if row[:n].tolist() == encode_prompt(tok, q) + encode_completion(tok, a)]
+        assert len(match) == 1
+        assert row[:n][wt[:n] > 0].tolist() == encode_completion(tok, match[0][1])  # answer only
+
+
+def test_game_turns_get_the_uniform_legal_target(tok):
+    prompt, answer = "Legal moves: 1 3", "<move>3</move>"
+    alts = ["<move>1</move>", "<move>3</move>"]
+    pos, toks = tiny.soft_target(tok, prompt, answer, alts)
+    ids, _ = tiny.encode_example(tok, prompt, answer)
+    assert ids[pos] == tok.convert_tokens_to_ids("3")
+    assert toks == sorted(tok.convert_tokens_to_ids(["1", "3"]))
+    assert tiny.soft_target(tok, prompt, answer, None) is None
+    assert tiny.soft_target(tok, prompt, answer, ["<move>3</move>"]) is None  # one legal move
+    assert tiny.soft_target(tok, prompt, answer, ["<move>3</move>", "<move>10</move>"]) is None
+    # the real corpus: every game turn of the built-in games gets a soft target, with
+    # exactly the legal moves
+    corpus = tiny.Corpus(small(task_weights="arithmetic=0,programs=0"), random.Random(0))
+    for _ in range(200):
+        prompt, answer, alts = corpus.sample()
+        legal = prompt.split("Legal moves: ")[1].split("\n")[0].split()
+        assert sorted(alts) == sorted(format_answer(m) for m in legal) and answer in alts
+        if len(alts) > 1:
+            pos, toks = tiny.soft_target(tok, prompt, answer, alts)
+            assert sorted(tok.decode([t]) for t in toks) == sorted(legal)
+
+
+def test_weighted_loss_matches_cross_entropy(built, tok):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(built)
+    ids, is_answer = tiny.encode_example(tok, "Stones: 3.", "<move>1</move>")
+    x = torch.tensor([ids])
+    w = torch.tensor([is_answer], dtype=torch.float32)
+    got = tiny.weighted_lm_loss(model, x, torch.ones_like(x), w)
+    logits = model(input_ids=x).logits[0, :-1]
+    mask = w[0, 1:] > 0
+    want = torch.nn.functional.cross_entropy(logits[mask], x[0, 1:][mask])
+    assert torch.allclose(got, want, atol=1e-5)
+    # soft target at the move token: mean NLL of the legal moves there
+    pos = ids.index(tok.convert_tokens_to_ids("1"), len(ids) - 4)
+    legal = tok.convert_tokens_to_ids(["1", "2", "3"])
+    w2 = w.clone()
+    w2[0, pos] = 0
+    got = tiny.weighted_lm_loss(model, x, torch.ones_like(x), w2, [(0, pos, legal)])
+    logp = torch.log_softmax(logits, -1)
+    others = [j for j in range(len(ids) - 1) if mask[j] and j != pos - 1]
+    want = (-logp[others, x[0, 1:][others]].sum() - logp[pos - 1, legal].mean()) / (len(others) + 1)
+    assert torch.allclose(got, want, atol=1e-5)
+
+
+def _state(path):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(path).state_dict()
+
+
+def test_build_is_deterministic_from_the_seed(built, tmp_path):
+    again = tiny.ensure_tiny_model(cfg=small(), progress=False, cache_dir=tmp_path / "a")
+    other = tiny.ensure_tiny_model(cfg=small(seed=1), progress=False, cache_dir=tmp_path / "b")
+    assert (again / "tokenizer.json").read_text() == (built / "tokenizer.json").read_text()
+    a, b, c = _state(built), _state(again), _state(other)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not all(torch.equal(a[k], c[k]) for k in a if a[k].shape == c[k].shape)
+
+
+def test_cache_reuse_force_and_atomic_failure(tmp_path, monkeypatch):
+    calls = []
+    real = tiny.build_tiny_model
+
+    def counting(cfg, out_dir, progress=True):
+        calls.append(out_dir)
+        return real(cfg, out_dir, progress=progress)
+
+    monkeypatch.setattr(tiny, "build_tiny_model", counting)
+    monkeypatch.setenv("LMSELFPLAY_CACHE", str(tmp_path))
+    cfg = small(seed=7)
+    p1 = tiny.ensure_tiny_model(cfg=cfg, progress=False)
+    assert p1.parent == tmp_path and len(calls) == 1
+    assert tiny.ensure_tiny_model(cfg=cfg, progress=False) == p1 and len(calls) == 1
+    assert tiny.ensure_tiny_model(force=True, cfg=cfg, progress=False) == p1 and len(calls) == 2
+    assert tiny.is_complete(p1)
+
+    def dies(cfg, out_dir, progress=True):
+        (out_dir / "config.json").write_text("{}")
+        raise KeyboardInterrupt  # a build killed half-way
+
+    stale = tmp_path / f".{tiny.model_dir(cfg).name}.tmp-killed"  # a SIGKILLed build's leftovers
+    stale.mkdir()
+    assert tiny.ensure_tiny_model(force=True, cfg=cfg, progress=False) == p1 and len(calls) == 3
+    assert not stale.exists()
+
+    monkeypatch.setattr(tiny, "build_tiny_model", dies)
+    with pytest.raises(KeyboardInterrupt):
+        tiny.ensure_tiny_model(cfg=small(seed=8), progress=False)
+    assert not tiny.model_dir(small(seed=8)).exists()
+    assert tiny.is_complete(p1)  # a failed --force never destroys the cached model
+    with pytest.raises(KeyboardInterrupt):
+        tiny.ensure_tiny_model(force=True, cfg=cfg, progress=False)
+    assert tiny.is_complete(p1)
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == [p1.name]
+
+
+def test_bootstrap_cli(tmp_path, capsys):
+    args = ["--cache-dir", str(tmp_path), "--quiet", "--num_layers", "1", "--hidden_size", "32",
+            "--num_heads", "2", "--intermediate_size", "64", "--train_steps", "2",
+            "--batch_size", "4", "--tokenizer_texts", "300", "--vocab_size", "300"]
+    path = tiny.bootstrap_main(args)
+    assert path.parent == tmp_path and tiny.is_complete(path)
+    assert str(path) in capsys.readouterr().out
+    stamp = (path / tiny.INFO_FILE).stat().st_mtime_ns
+    assert tiny.bootstrap_main(args) == path
+    assert (path / tiny.INFO_FILE).stat().st_mtime_ns == stamp  # reused
+    assert tiny.bootstrap_main([*args, "--force"]) == path
+    assert (path / tiny.INFO_FILE).stat().st_mtime_ns != stamp  # rebuilt
+    out = tmp_path / "explicit"
+    assert tiny.bootstrap_main([*args, "--out", str(out)]) == out and tiny.is_complete(out)
+    with pytest.raises(SystemExit):
+        tiny.bootstrap_main([*args, "--games", "chess"])
+
+
+def test_config_validation_and_keys():
+    assert tiny.TinyConfig().key() == tiny.TinyConfig(num_threads=2).key()  # not semantic
+    assert tiny.TinyConfig().key() != tiny.TinyConfig(seed=1).key()
+    assert tiny.TinyConfig(games="nim, tictactoe").game_names() == ["nim", "tictactoe"]
+    with pytest.raises(ValueError, match="unknown game"):
+        tiny.TinyConfig(games="nim,chess").key()
+    with pytest.raises(ValueError, match="bad task_weights"):
+        tiny.TinyConfig(task_weights="poker=2").weights()
+    with pytest.raises(ValueError, match="not a number"):
+        tiny.TinyConfig(task_weights="nim=lots").weights()
+    w = tiny.TinyConfig().weights()
+    assert set(w) == set(games.REGISTRY) | {"arithmetic", "programs"} and w["tictactoe"] == 8
