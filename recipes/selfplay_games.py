@@ -48,7 +48,7 @@ from lmselfplay.trainer import PolicyTrainer, TrainerConfig, make_accelerator
 @dataclass
 class SelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig):
     games: str = field(default="nim,tictactoe,kuhn_poker", metadata={"help": "comma-separated registry names"})
-    steps: int = 40
+    steps: int = 60
     episodes_per_step: int = 48
     concurrency: int = 128
     top_p: float = 1.0
