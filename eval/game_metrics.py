@@ -156,7 +156,7 @@ def format_table(result: dict[str, Any]) -> str:
         if isinstance(v, dict):
             lo, hi = v["win_ci"]
             lines.append(f"{k:<24} win {v['win']:.3f} [{lo:.3f}, {hi:.3f}]  draw {v['draw']:.3f}  "
-                         f"loss {v['loss']:.3f}  (n={v['games']})")
+                         f"loss {v['loss']:.3f}  mean return {v['mean_return']:+.3f}  (n={v['games']})")
         elif isinstance(v, float):
             lines.append(f"{k:<24} {v:.4f}")
         else:
