@@ -16,7 +16,6 @@ cached (``max_live_engines``), so the bank costs memory of weights, not of model
 
 from __future__ import annotations
 
-import copy
 import random
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -63,10 +62,11 @@ class League:
         self.max_live_engines = max_live_engines
 
     # --- the bank -------------------------------------------------------------------
+    def due(self, step: int) -> bool:
+        return self.cfg.league_add_every > 0 and step % self.cfg.league_add_every == 0
+
     def maybe_add(self, step: int, model: Any) -> Snapshot | None:
-        if self.cfg.league_add_every <= 0 or step % self.cfg.league_add_every:
-            return None
-        return self.add(step, model)
+        return self.add(step, model) if self.due(step) else None
 
     def add(self, step: int, model: Any) -> Snapshot:
         state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
@@ -126,7 +126,8 @@ class League:
         if snap.name in self._engines:
             self._engines.move_to_end(snap.name)
             return self._engines[snap.name]
-        model = copy.deepcopy(unwrap(template_model))
+        template = unwrap(template_model)
+        model = type(template)(template.config)  # not a deep copy: ZeRO-3 params are shards
         model.load_state_dict(snap.state)
         model.requires_grad_(False).eval()
         engine = HFEngine(model, tokenizer, version=-snap.step - 1)

@@ -15,6 +15,7 @@ prompt added); otherwise the plain format ``PLAIN_TEMPLATE`` with a BOS token in
 
 from __future__ import annotations
 
+import copy
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,7 +107,7 @@ def load_policy(cfg: PolicyConfig | None = None, **overrides: Any) -> tuple[Any,
     """(model, tokenizer). LoRA adapters are added when ``use_lora`` (PEFT)."""
     from transformers import AutoModelForCausalLM
 
-    cfg = cfg or PolicyConfig()
+    cfg = copy.copy(cfg) if cfg is not None else PolicyConfig()  # overrides never leak into the caller's
     for k, v in overrides.items():
         setattr(cfg, k, v)
     path = resolve_model_path(cfg.model_name_or_path)

@@ -131,6 +131,9 @@ class PolicyTrainer:
         self.accelerator = accelerator or make_accelerator(config.gradient_accumulation_steps)
         self.is_peft = hasattr(model, "disable_adapter")
         if config.beta > 0 and ref_model is None and not self.is_peft:
+            if any(hasattr(p, "ds_id") for p in model.parameters()):
+                raise ValueError("the model was loaded partitioned (DeepSpeed ZeRO-3 init): a deep copy of it "
+                                 "is not a reference model; load a second copy and pass ref_model=")
             ref_model = copy.deepcopy(model)  # the initial policy, frozen
         self._fill_deepspeed_config()
         params = [p for p in model.parameters() if p.requires_grad]

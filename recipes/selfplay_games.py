@@ -118,7 +118,14 @@ def main(argv=None):
     out_dir = Path(cfg.output_dir)
     games = [make(name.strip()) for name in cfg.games.split(",") if name.strip()]
     model, tok = load_policy(cfg, device=str(acc.device))
-    trainer = PolicyTrainer(model, tok, cfg, accelerator=acc)
+    ref = None  # the trainer copies the initial policy, except under ZeRO-3 init (sharded at load)
+    if cfg.beta > 0 and not cfg.use_lora and any(hasattr(p, "ds_id") for p in model.parameters()):
+        ref = load_policy(cfg, device=str(acc.device), use_lora=False)[0]
+    trainer = PolicyTrainer(model, tok, cfg, accelerator=acc, ref_model=ref)
+    if trainer._deepspeed_stage() == 3 and cfg.league_add_every > 0 and cfg.recent_fraction + cfg.hall_of_fame_fraction > 0:
+        raise ValueError("league snapshots as opponents are not supported under DeepSpeed ZeRO-3 yet (the frozen "
+                         "copies would be sharded and ranks would wait on each other); use ZeRO-2 / DDP, or set "
+                         "--recent_fraction 0 --hall_of_fame_fraction 0 --league_add_every 0")
     engine = HFEngine(trainer.unwrapped, tok)
     baselines, league = RoleBaselines(cfg.baseline_decay), League(cfg)
     start_step = 0
@@ -142,13 +149,15 @@ def main(argv=None):
     bar = tqdm(range(start_step, cfg.steps), initial=start_step, total=cfg.steps, desc="self-play",
                disable=not acc.is_main_process)
     for step in bar:
-        if cfg.eval_every and step % cfg.eval_every == 0 and step > start_step - 1 and acc.is_main_process:
-            if not (ckpt is not None and step == start_step):  # already evaluated before the kill
-                with trainer.generation_model() as m:
-                    engine.model = m
-                    logger.log(step, {**evaluate(cfg, games, engine, tok, step), "wall_s": time.time() - t0})
+        resumed_here = ckpt is not None and step == start_step  # evaluated before the kill
+        if cfg.eval_every and step % cfg.eval_every == 0 and not resumed_here:
+            # every rank evaluates in step (under ZeRO-3 any forward may need all ranks); rank 0 logs
+            with trainer.generation_model() as m:
+                engine.model = m
+                result = evaluate(cfg, games, engine, tok, step)
+            if acc.is_main_process:
+                logger.log(step, {**result, "wall_s": time.time() - t0})
                 _plot(logger, games)
-        acc.wait_for_everyone()
         # 1-4: play
         episodes = make_episodes(cfg, games, league, me, trainer.unwrapped, tok, step, acc.process_index)
         stats = RolloutStats()
@@ -165,7 +174,9 @@ def main(argv=None):
         metrics = trainer.step(samples)
         engine.update_weights(trainer.unwrapped, version=trainer.step_count)
         # 7: league
-        league.maybe_add(step + 1, trainer.unwrapped)
+        if league.due(step + 1):
+            with trainer.generation_model() as m:  # full weights on every rank (ZeRO-3 gathers)
+                league.add(step + 1, m)
         mirror = [f for f in finished if f.episode.players[0] is f.episode.players[1]]
         row = {**{f"train/{k}": v for k, v in metrics.items()},
                "rollout/invalid_rate": stats.as_dict()["invalid_rate"],
@@ -180,13 +191,14 @@ def main(argv=None):
         # 9: checkpoint
         if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
             trainer.save_checkpoint(out_dir, {"baselines": baselines.state_dict(), "league": league.state_dict()})
+    with trainer.generation_model() as m:  # every rank evaluates in step (ZeRO-3), rank 0 reports
+        engine.model = m
+        final = evaluate(cfg, games, engine, tok, cfg.steps)
+    state = acc.get_state_dict(trainer.model)  # every rank: gathers ZeRO-3 shards
     if acc.is_main_process:
-        with trainer.generation_model() as m:
-            engine.model = m
-            final = evaluate(cfg, games, engine, tok, cfg.steps)
         logger.log(cfg.steps, {**final, "wall_s": time.time() - t0})
         png = _plot(logger, games)
-        trainer.unwrapped.save_pretrained(out_dir / "final_model")
+        trainer.unwrapped.save_pretrained(out_dir / "final_model", state_dict=state)
         tok.save_pretrained(out_dir / "final_model")
         print("\nfinal exact metrics:")
         for k, v in final.items():
