@@ -88,7 +88,7 @@ def plot_jsonl(path: str | Path, keys: list[str], out_png: str | Path, title: st
     axes[-1, 0].set_xlabel("step")
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.97 if title else 1))
     fig.savefig(out_png, dpi=100)
     plt.close(fig)
     return Path(out_png)
