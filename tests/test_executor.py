@@ -544,7 +544,10 @@ def test_host_sockets_and_private_dirs_are_hidden(executors):
 
 def test_touching_memory_bomb_is_memory_not_host_oom(executors, sentinel):
     # Pages really written (not just reserved): RLIMIT_AS stops it before the host notices.
-    r = executors["full"].run("x = []\nwhile True:\n    x.append(' ' * 10**7)", timeout_s=20)
+    # Its own executor with a roomy CPU limit: writing 512 MB of pages can take more than
+    # the battery's 1 CPU-second on a busy machine, and then the CPU limit would win the race.
+    with Executor(ExecutorConfig(**{**LIMITS, "cpu_s": 15, "timeout_s": 20})) as ex:
+        r = ex.run("x = []\nwhile True:\n    x.append(' ' * 10**7)")
     assert r.status == "memory", (r.status, r.error)
     assert_host_unharmed(executors.values(), sentinel)
 
