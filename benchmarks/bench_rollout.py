@@ -22,7 +22,7 @@ import torch
 from lmselfplay.engines import HFEngine, SamplingParams
 from lmselfplay.games import make
 from lmselfplay.games.text import MOVE_STOP
-from lmselfplay.policy import encode_prompt, load_policy
+from lmselfplay.policy import load_policy
 from lmselfplay.rollout import Episode, LLMPlayer, RolloutStats, play_all
 
 

@@ -15,15 +15,3 @@ def wilson(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
     return (max(0.0, center - half), min(1.0, center + half))
 
-
-def mean_ci(values: list[float], z: float = 1.96) -> tuple[float, float, float]:
-    """Mean and normal-approximation 95% interval."""
-    n = len(values)
-    if n == 0:
-        return (0.0, 0.0, 0.0)
-    m = sum(values) / n
-    if n == 1:
-        return (m, m, m)
-    var = sum((v - m) ** 2 for v in values) / (n - 1)
-    h = z * math.sqrt(var / n)
-    return (m, m - h, m + h)

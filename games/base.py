@@ -16,11 +16,8 @@ Conventions (OpenSpiel-like, so differential tests map one to one):
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
-
-import numpy as np
 
 CHANCE = -1
 TERMINAL = -4
@@ -85,12 +82,6 @@ def forfeit_returns(offender: int) -> list[float]:
     return r
 
 
-def legal_mask(game: Game, state: Any) -> np.ndarray:
-    mask = np.zeros(game.n_actions, dtype=bool)
-    if not game.is_terminal(state) and game.current_player(state) >= 0:
-        mask[game.legal_actions(state)] = True
-    return mask
-
 
 def random_playout(game: Game, seed: int = 0, state: Any = None) -> list[Any]:
     """States of one uniformly random game (chance sampled), root to terminal."""
@@ -143,6 +134,3 @@ def all_states(game: Game) -> list[Any]:
                 stack.append(c)
     return list(seen)
 
-
-def move_names(game: Game, actions: Sequence[int]) -> str:
-    return ", ".join(game.action_text(a) for a in actions)

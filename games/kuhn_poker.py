@@ -7,11 +7,12 @@ Observations and information states hide the opponent's card.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 import numpy as np
 
-from .base import CHANCE, TERMINAL, Invalid
+from .base import CHANCE, TERMINAL, Invalid, resolve_chance
 from .text import parse_named_move, prompt
 
 CARDS = "JQK"
@@ -34,10 +35,6 @@ class KuhnPoker:
     def new_initial_state(self, seed: int | None = None) -> KuhnState:
         s = KuhnState()
         if seed is not None:
-            import random
-
-            from .base import resolve_chance
-
             s = resolve_chance(self, s, random.Random(seed))
         return s
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from lmselfplay.engines.base import Engine, SamplingParams
 from lmselfplay.games.base import CHANCE, Invalid, forfeit_returns, resolve_chance
+from lmselfplay.games.exploitability import action_probs
 from lmselfplay.games.solve import optimal_actions
 from lmselfplay.policy import encode_prompt
 from lmselfplay.trajectory import Trajectory, Turn
@@ -49,8 +50,6 @@ def policy_bot(policy: dict[str, Any], name: str = "tabular") -> BotPlayer:
     """Samples from a tabular policy over information states (e.g. Kuhn's Nash)."""
 
     def act(g: Any, s: Any, rng: random.Random) -> int:
-        from lmselfplay.games.exploitability import action_probs
-
         probs = action_probs(g, policy, s, g.current_player(s))
         return rng.choices(list(probs), weights=list(probs.values()))[0]
 

@@ -20,7 +20,6 @@ DeepSpeed ZeRO-2/3). On CPU the process group uses gloo.
 from __future__ import annotations
 
 import copy
-import json
 import math
 import os
 import random
@@ -34,7 +33,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from lmselfplay.checkpoint import MARKER, checkpoint_dirs
+from lmselfplay.checkpoint import MARKER, prune_checkpoints
 from lmselfplay.trajectory import Sample, merge_identical
 
 
@@ -57,6 +56,11 @@ class TrainerConfig:
     temperature: float = field(default=1.0, metadata={"help": "must equal the sampling temperature"})
     merge_identical: bool = field(default=True, metadata={"help": "merge equal (prompt, answer) turns"})
     seed: int = 0
+
+
+def is_partitioned(model: Any) -> bool:
+    """True when the weights were sharded at load time (DeepSpeed ZeRO-3 init)."""
+    return any(hasattr(p, "ds_id") for p in model.parameters())
 
 
 def make_accelerator(gradient_accumulation_steps: int = 1, log_with: Any = None, project_dir: str | None = None):
@@ -131,7 +135,7 @@ class PolicyTrainer:
         self.accelerator = accelerator or make_accelerator(config.gradient_accumulation_steps)
         self.is_peft = hasattr(model, "disable_adapter")
         if config.beta > 0 and ref_model is None and not self.is_peft:
-            if any(hasattr(p, "ds_id") for p in model.parameters()):
+            if is_partitioned(model):
                 raise ValueError("the model was loaded partitioned (DeepSpeed ZeRO-3 init): a deep copy of it "
                                  "is not a reference model; load a second copy and pass ref_model=")
             ref_model = copy.deepcopy(model)  # the initial policy, frozen
@@ -148,7 +152,7 @@ class PolicyTrainer:
         self.ref_model = None
         if ref_model is not None:
             ref_model.requires_grad_(False).eval()
-            if self._deepspeed_stage() == 3:
+            if self.deepspeed_stage == 3:
                 from trl.models.utils import prepare_deepspeed
 
                 ref_model = prepare_deepspeed(ref_model, self.accelerator)
@@ -172,7 +176,9 @@ class PolicyTrainer:
         if ds.get("gradient_clipping", "auto") == "auto":
             ds["gradient_clipping"] = float(self.cfg.max_grad_norm)
 
-    def _deepspeed_stage(self) -> int:
+    @property
+    def deepspeed_stage(self) -> int:
+        """The ZeRO stage when running under DeepSpeed, else -1."""
         plugin = getattr(self.accelerator.state, "deepspeed_plugin", None)
         return int(plugin.zero_stage) if plugin is not None else -1
 
@@ -261,7 +267,8 @@ class PolicyTrainer:
         ratio = torch.exp(torch.clamp(lp - b["old"], -20, 20))
         adv = b["adv"].unsqueeze(1)
         unclipped, clipped = ratio * adv, torch.clamp(ratio, 1 - cfg.epsilon, 1 + cfg.epsilon) * adv
-        tok = -torch.minimum(unclipped, clipped)
+        pg = -torch.minimum(unclipped, clipped)
+        tok = pg
         kl = torch.zeros_like(tok)
         if cfg.beta > 0:
             d = b["ref"] - lp
@@ -275,7 +282,7 @@ class PolicyTrainer:
         loss = (tok * w).sum() / denom * cfg.gradient_accumulation_steps
         with torch.no_grad():
             wsum = w.sum().clamp_min(1e-8)
-            parts = {"loss": float((tok * w).sum() / wsum), "pg_loss": float((-torch.minimum(unclipped, clipped) * w).sum() / wsum),
+            parts = {"loss": float((tok * w).sum() / wsum), "pg_loss": float((pg * w).sum() / wsum),
                      "kl": float((kl * w).sum() / wsum),
                      "clip_frac": float((((ratio - 1).abs() > cfg.epsilon).float() * w).sum() / wsum),
                      "ratio": float((ratio * w).sum() / wsum)}
@@ -308,8 +315,7 @@ class PolicyTrainer:
             if final.exists():
                 shutil.rmtree(final)
             os.replace(tmp, final)
-            for old in checkpoint_dirs(out)[:-keep] if keep > 0 else []:
-                shutil.rmtree(old, ignore_errors=True)
+            prune_checkpoints(out, keep)
         acc.wait_for_everyone()
         return final
 
@@ -319,6 +325,3 @@ class PolicyTrainer:
         self.step_count = int(blob["step_count"])
         return blob["extra"]
 
-
-def config_json(cfg: Any) -> str:
-    return json.dumps(asdict(cfg), indent=1, default=str)

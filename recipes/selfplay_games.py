@@ -42,7 +42,7 @@ from lmselfplay.league import League, LeagueConfig
 from lmselfplay.metrics import MetricsLogger
 from lmselfplay.policy import PolicyConfig, load_policy
 from lmselfplay.rollout import Episode, LLMPlayer, RolloutStats, play, random_bot
-from lmselfplay.trainer import PolicyTrainer, TrainerConfig, make_accelerator
+from lmselfplay.trainer import PolicyTrainer, TrainerConfig, is_partitioned, make_accelerator
 
 
 @dataclass
@@ -86,7 +86,19 @@ def make_episodes(cfg, games, league, me, learner_model, tok, step, rank):
     return episodes
 
 
-def evaluate(cfg, games, engine, tok, step):
+def eval_positions(cfg, games):
+    """The fixed positions of the optimal-move metrics (all, or a seeded subset), per game."""
+    out = {}
+    for game in games:
+        if game.perfect_information:
+            states = game_metrics.decision_states(game)
+            if cfg.eval_positions and len(states) > cfg.eval_positions:
+                states = random.Random(cfg.seed).sample(states, cfg.eval_positions)
+            out[game.name] = states
+    return out
+
+
+def evaluate(cfg, games, positions, engine, tok, step):
     """Step 8: exact metrics of the current policy."""
     out = {}
     sampling = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=cfg.seed + step,
@@ -94,10 +106,7 @@ def evaluate(cfg, games, engine, tok, step):
     for game in games:
         g = game.name
         if game.perfect_information:
-            states = game_metrics.decision_states(game)
-            if cfg.eval_positions and len(states) > cfg.eval_positions:
-                states = random.Random(cfg.seed).sample(states, cfg.eval_positions)  # fixed subset
-            r = game_metrics.optimal_move_rates(engine, tok, game, states, cfg.max_new_tokens)
+            r = game_metrics.optimal_move_rates(engine, tok, game, positions[g], cfg.max_new_tokens)
             out[f"{g}/optimal_move_prob"] = r["expected_optimal_prob"]
             out[f"{g}/greedy_optimal_rate"] = r["greedy_optimal_rate"]
             out[f"{g}/min_optimal_prob"] = r["min_expected_optimal_prob"]
@@ -117,12 +126,13 @@ def main(argv=None):
     acc = make_accelerator(cfg.gradient_accumulation_steps)
     out_dir = Path(cfg.output_dir)
     games = [make(name.strip()) for name in cfg.games.split(",") if name.strip()]
+    positions = eval_positions(cfg, games)  # computed once, reused by every evaluation
     model, tok = load_policy(cfg, device=str(acc.device))
     ref = None  # the trainer copies the initial policy, except under ZeRO-3 init (sharded at load)
-    if cfg.beta > 0 and not cfg.use_lora and any(hasattr(p, "ds_id") for p in model.parameters()):
+    if cfg.beta > 0 and not cfg.use_lora and is_partitioned(model):
         ref = load_policy(cfg, device=str(acc.device), use_lora=False)[0]
     trainer = PolicyTrainer(model, tok, cfg, accelerator=acc, ref_model=ref)
-    if trainer._deepspeed_stage() == 3 and cfg.league_add_every > 0 and cfg.recent_fraction + cfg.hall_of_fame_fraction > 0:
+    if trainer.deepspeed_stage == 3 and cfg.league_add_every > 0 and cfg.recent_fraction + cfg.hall_of_fame_fraction > 0:
         raise ValueError("league snapshots as opponents are not supported under DeepSpeed ZeRO-3 yet (the frozen "
                          "copies would be sharded and ranks would wait on each other); use ZeRO-2 / DDP, or set "
                          "--recent_fraction 0 --hall_of_fame_fraction 0 --league_add_every 0")
@@ -154,7 +164,7 @@ def main(argv=None):
             # every rank evaluates in step (under ZeRO-3 any forward may need all ranks); rank 0 logs
             with trainer.generation_model() as m:
                 engine.model = m
-                result = evaluate(cfg, games, engine, tok, step)
+                result = evaluate(cfg, games, positions, engine, tok, step)
             if acc.is_main_process:
                 logger.log(step, {**result, "wall_s": time.time() - t0})
                 _plot(logger, games)
@@ -193,7 +203,7 @@ def main(argv=None):
             trainer.save_checkpoint(out_dir, {"baselines": baselines.state_dict(), "league": league.state_dict()})
     with trainer.generation_model() as m:  # every rank evaluates in step (ZeRO-3), rank 0 reports
         engine.model = m
-        final = evaluate(cfg, games, engine, tok, cfg.steps)
+        final = evaluate(cfg, games, positions, engine, tok, cfg.steps)
     state = acc.get_state_dict(trainer.model)  # every rank: gathers ZeRO-3 shards
     if acc.is_main_process:
         logger.log(cfg.steps, {**final, "wall_s": time.time() - t0})

@@ -42,3 +42,10 @@ def tiny_model(seed: int = 0, layers: int = 2, width: int = 32):
                       max_position_embeddings=256, bos_token_id=tok.bos_token_id,
                       eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
     return LlamaForCausalLM(cfg)
+
+
+def save_tiny(path, seed: int = 0):
+    """A model dir (weights + tokenizer) loadable with from_pretrained, as recipes expect."""
+    tiny_model(seed=seed).save_pretrained(path)
+    tiny_tokenizer().save_pretrained(path)
+    return path

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from lm_fixtures import tiny_model, tiny_tokenizer
+from lm_fixtures import save_tiny
 
 from lmselfplay.recipes import load_recipe as _load
 
@@ -18,10 +18,7 @@ def _recipe():
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("model")
-    tiny_model(seed=3).save_pretrained(d)
-    tiny_tokenizer().save_pretrained(d)
-    return d
+    return save_tiny(tmp_path_factory.mktemp("model"), seed=3)
 
 
 def _args(model_dir, out, steps, **kw):

@@ -14,7 +14,7 @@ from pathlib import Path
 import datasets
 import pytest
 import torch
-from lm_fixtures import tiny_model, tiny_tokenizer
+from lm_fixtures import save_tiny, tiny_model, tiny_tokenizer
 
 from lmselfplay.config import ConfigError, parse_config
 from lmselfplay.engines.hf import HFEngine
@@ -33,10 +33,7 @@ def load_recipe():
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny_spin_model")
-    tiny_model(seed=0).save_pretrained(path)
-    tiny_tokenizer().save_pretrained(path)
-    return path
+    return save_tiny(tmp_path_factory.mktemp("tiny_spin_model"), seed=0)
 
 
 def fast_args(model_dir, out, iterations=2, *extra):

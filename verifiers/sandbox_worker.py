@@ -764,6 +764,10 @@ class Zygote:
     def kill(self, r, reason):
         if r.reason is None:
             r.reason = reason
+        self.kill_tree(r)
+
+    def kill_tree(self, r):
+        """SIGKILL the task's process group and every process of its slot uid."""
         try:
             os.killpg(r.pid, signal.SIGKILL)
         except OSError:
@@ -778,12 +782,7 @@ class Zygote:
             _, status, rusage = os.wait4(r.pid, 0)
         duration = time.monotonic() - r.start
         # The main process is gone: kill whatever it left behind, then read the pipes dry.
-        try:
-            os.killpg(r.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        if self.uids:
-            _sweep_uid(self.uids[r.slot])
+        self.kill_tree(r)
         self.reap_orphans()
         for kind in ("out", "err", "res"):
             self.read_pipe(r, kind, drain=True)
