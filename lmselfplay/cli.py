@@ -100,7 +100,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in PASSTHROUGH:
+        # argparse's REMAINDER drops a remainder that starts with an option
+        # ("bootstrap --force" -> "unrecognized arguments"), so these skip the parser.
+        args = argparse.Namespace(command=argv[0], rest=argv[1:], func=_passthrough(*PASSTHROUGH[argv[0]][:2]))
+    else:
+        args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except (ValueError, KeyError, FileNotFoundError) as e:

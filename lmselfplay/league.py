@@ -8,7 +8,8 @@
   the learner's seats (frozen seats record no trajectory);
 * meta-solvers from :mod:`lmselfplay.psro` weight the bank: ``last`` (iterated best
   response), ``uniform`` (fictitious play) or ``nash`` of the payoff table between bank
-  members (double oracle) — the table is filled by :meth:`League.record`.
+  members (double oracle) — the table is filled by :meth:`League.play_in` (each new
+  snapshot plays every ring member once, ``league_eval_games`` games).
 
 Snapshots are kept as CPU state dicts; engines for them are built lazily and a few are
 cached (``max_live_engines``), so the bank costs memory of weights, not of models.
@@ -35,11 +36,15 @@ class LeagueConfig:
     hall_of_fame_fraction: float = field(default=0.05, metadata={"help": "games against promoted snapshots"})
     bot_fraction: float = field(default=0.1, metadata={"help": "games against a uniformly random player"})
     meta_solver: str = field(default="uniform", metadata={"help": "last | uniform | nash over the ring"})
+    league_eval_games: int = field(default=16, metadata={
+        "help": "nash meta-solver: games a new snapshot plays against each ring member to fill the payoff table"})
 
     def __post_init__(self) -> None:
         fr = [self.mirror_fraction, self.recent_fraction, self.hall_of_fame_fraction, self.bot_fraction]
         if any(f < 0 for f in fr) or abs(sum(fr) - 1.0) > 1e-6:
             raise ValueError(f"opponent fractions must be >= 0 and sum to 1, got {fr} (sum {sum(fr)})")
+        if self.league_eval_games < 0:
+            raise ValueError(f"league_eval_games must be >= 0, got {self.league_eval_games}")
         if self.meta_solver not in ("last", "uniform", "nash"):
             raise ValueError(f"meta_solver must be last, uniform or nash, got {self.meta_solver!r}")
 
@@ -86,6 +91,16 @@ class League:
             acc = self.payoff.setdefault(key, [0.0, 0])
             acc[0] += s
             acc[1] += 1
+
+    def play_in(self, snap: Snapshot, score: Any) -> None:
+        """Fill the payoff table for a new ring member: ``score(snap, other)`` is snap's mean
+        score in [-1, 1] against each other ring member (the recipe plays the games). Only
+        the nash meta-solver reads the table, so only it pays for the games."""
+        if self.cfg.meta_solver != "nash" or self.cfg.league_eval_games == 0:
+            return
+        for other in self.ring:
+            if other.name != snap.name and (snap.name, other.name) not in self.payoff:
+                self.record(snap.name, other.name, float(score(snap, other)))
 
     def payoff_table(self, members: list[Snapshot]) -> np.ndarray:
         n = len(members)

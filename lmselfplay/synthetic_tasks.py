@@ -10,7 +10,9 @@ download), so a given seed always gives the same tasks:
   is OURS, built from a small grammar, so evaluating it here is safe; model-written code
   only ever runs in the executor sandbox;
 * :func:`game_turns` — (prompt, answer) pairs from uniformly random legal play of any
-  game that follows the Game protocol, in the exact text protocol the rollouts use.
+  game that follows the Game protocol, in the exact text protocol the rollouts use;
+* :func:`reading_task` — "repeat line k of this game text": makes the model READ its
+  observation (see the function for why random-move turns alone do not).
 """
 
 from __future__ import annotations
@@ -199,3 +201,33 @@ def game_turns(game: Any, rng: random.Random, n: int, max_reset_plies: int = 12)
     random legal action ``a`` played there (see :func:`game_decisions`)."""
     return [(game.observation_text(s, p), format_answer(game.action_text(a)))
             for s, p, a in game_decisions(game, rng, n, max_reset_plies)]
+
+
+
+READING_QUESTION = 'Question: repeat the line above that starts with "{cue}".'
+
+
+def reading_task(game: Any, rng: random.Random, max_reset_plies: int = 12) -> tuple[str, str]:
+    """(prompt, answer): a player's observation at a random decision point of random play,
+    then "repeat the line that starts with <its first words>"; the answer is that line.
+
+    Why: the move targets of :func:`game_turns` are uniform over the legal moves, and the
+    legal moves are listed in the prompt, so a model trained on them alone learns to copy
+    the list and ignore the rest. In Kuhn poker the list never changes: the built model was
+    exactly card-blind, and neither RL nor even supervised card-dependent targets (60 full
+    batches at lr 1e-3) moved it. Finding a line by its first words and copying it (an
+    induction task) makes the answer position attend to every part of the observation
+    (cards, board rows, history): the routing RL later needs. It teaches no strategy: the
+    answer is in the prompt. The cue is the shortest word prefix naming one line only.
+    """
+    while True:
+        state, player, _ = game_decisions(game, rng, 1, max_reset_plies)[0]
+        lines = [ln.strip() for ln in game.observation_text(state, player).splitlines() if ln.strip()]
+        for k in rng.sample(range(len(lines)), len(lines)):
+            if "<move>" in lines[k]:  # the answer-format line: copying it would teach tags
+                continue
+            words = lines[k].split()
+            for n in range(1, len(words)):
+                cue = " ".join(words[:n])
+                if sum(ln.startswith(cue) for ln in lines) == 1:
+                    return f"{chr(10).join(lines)}\n{READING_QUESTION.format(cue=cue)}", lines[k]

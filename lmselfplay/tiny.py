@@ -13,7 +13,9 @@ The corpus (see :mod:`lmselfplay.synthetic_tasks`):
   uniform prior like AlphaZero's generation 0, so self-play has room to improve;
 * arithmetic word problems with worked answers ending in ``#### N`` (and, for R-Zero's
   challenger, writing such a problem);
-* tiny Python programs: predict ``repr(f(x))``, and write an ``f`` for an input/output pair.
+* tiny Python programs: predict ``repr(f(x))``, and write an ``f`` for an input/output pair;
+* reading: "repeat line k" of a game observation, so that moves can depend on the state
+  (:func:`lmselfplay.synthetic_tasks.reading_task`).
 
 Every example is tokenized with THE formatter (:func:`lmselfplay.policy.encode_prompt` +
 :func:`~lmselfplay.policy.encode_completion`), so pre-training sees exactly the token
@@ -51,7 +53,7 @@ from lmselfplay.games.text import format_answer
 from lmselfplay.policy import encode_completion, encode_prompt, format_prompt
 
 # Bump when the corpus, tokenizer or training code changes what a config builds.
-BUILD_VERSION = 1
+BUILD_VERSION = 2  # 2: reading tasks
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>")
 MOVE_TOKENS = ("<move>", "</move>")
 INFO_FILE = "tiny_build.json"
@@ -78,7 +80,7 @@ class TinyConfig:
     # corpus: "all" = every game in lmselfplay.games.REGISTRY at build time
     games: str = "all"
     # relative sampling weights; unlisted games weigh 1
-    task_weights: str = "tictactoe=8"
+    task_weights: str = "tictactoe=8,reading=3"
     nim_max_start: int = 31  # games with a `start` parameter get random starts 1..this
     tokenizer_texts: int = 6000  # examples the BPE is trained on
     # torch threads while building (not in the cache key; 1 = reproducible, and faster than 2
@@ -97,8 +99,9 @@ class TinyConfig:
         return names
 
     def weights(self) -> dict[str, float]:
-        """Sampling weight of every task kind (games by name, 'arithmetic', 'programs')."""
-        kinds = {g: 1.0 for g in self.game_names()} | {"arithmetic": 1.0, "programs": 1.0}
+        """Sampling weight of every task kind (games by name, 'arithmetic', 'programs',
+        'reading': a line-copy question about a random game's observation)."""
+        kinds = {g: 1.0 for g in self.game_names()} | {"arithmetic": 1.0, "programs": 1.0, "reading": 1.0}
         for item in filter(None, (s.strip() for s in self.task_weights.split(","))):
             name, sep, value = item.partition("=")
             if not sep or name.strip() not in kinds:
@@ -172,6 +175,10 @@ class Corpus:
             if self.rng.random() < 0.75:
                 return st.program_output_prompt(t), t["output"], None
             return st.program_write_prompt(t), t["code"].rstrip("\n"), None
+        if kind == "reading":
+            game = self.rng.choice(self.variants[self.rng.choice(sorted(self.games))])
+            prompt, answer = st.reading_task(game, self.rng)
+            return prompt, answer, None
         buf = self.buffers[kind]
         if not buf:  # 16 turns of random play at a time, shuffled so batches mix positions
             game = self.rng.choice(self.variants[kind])

@@ -48,6 +48,8 @@ from lmselfplay.trainer import PolicyTrainer, TrainerConfig, is_partitioned, mak
 @dataclass
 class SelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig):
     games: str = field(default="nim,tictactoe,kuhn_poker", metadata={"help": "comma-separated registry names"})
+    game_weights: str = field(default="", metadata={
+        "help": "share of each step's episodes per game, e.g. 'kuhn_poker=4' (unlisted games weigh 1)"})
     steps: int = 60
     episodes_per_step: int = 48
     concurrency: int = 128
@@ -66,12 +68,41 @@ class SelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig):
     resume: bool = field(default=False, metadata={"help": "continue from the latest checkpoint in output_dir"})
 
 
+def episode_games(games, weights: str, n: int):
+    """The game of each of a step's ``n`` episodes: counts proportional to the weights
+    (largest remainder; every game with weight > 0 gets at least one episode when n allows)."""
+    from lmselfplay.games import REGISTRY
+
+    w = {g.name: 1.0 for g in games}
+    for item in filter(None, (x.strip() for x in weights.split(","))):
+        name, sep, value = item.partition("=")
+        try:
+            if not sep or name.strip() not in REGISTRY:
+                raise ValueError
+            if name.strip() in w:  # a known game not played in this run is ignored
+                w[name.strip()] = float(value)
+        except ValueError:
+            raise ValueError(f"bad game_weights entry {item!r}: expected GAME=NUMBER with GAME one of "
+                             f"{sorted(REGISTRY)}") from None
+    if any(not v >= 0 for v in w.values()) or sum(w.values()) <= 0:
+        raise ValueError(f"game_weights must be >= 0 and not all zero, got {w}")
+    total = sum(w.values())
+    exact = [n * w[g.name] / total for g in games]
+    counts = [int(x) for x in exact]
+    for i in sorted(range(len(games)), key=lambda i: counts[i] - exact[i])[: n - sum(counts)]:
+        counts[i] += 1
+    for i, g in enumerate(games):  # a weighted game never vanishes from a step
+        if w[g.name] > 0 and counts[i] == 0 and max(counts) > 1:
+            counts[counts.index(max(counts))] -= 1
+            counts[i] = 1
+    return [g for g, c in zip(games, counts) for _ in range(c)]
+
+
 def make_episodes(cfg, games, league, me, learner_model, tok, step, rank):
     """Step 1-2: who plays whom, from where. Seeded by (seed, step, rank): resumable."""
     rng = random.Random(f"{cfg.seed}/{step}/{rank}")
     episodes = []
-    for i in range(cfg.episodes_per_step):
-        game = games[i % len(games)]
+    for game in episode_games(games, cfg.game_weights, cfg.episodes_per_step):
         kind, snap = league.sample_opponent(rng)
         if kind == "mirror":
             players = (me, me)
@@ -84,6 +115,25 @@ def make_episodes(cfg, games, league, me, learner_model, tok, step, rank):
             start, state = "reset", random_legal_reset(game, rng, cfg.reset_max_plies)
         episodes.append(Episode(game, players, state, start, seed=rng.randrange(2**31)))
     return episodes
+
+
+def snapshot_score(cfg, games, league, learner_model, tok, step):
+    """score(a, b) for :meth:`League.play_in`: a's mean result (win 1, draw 0, loss -1) over
+    ``league_eval_games`` games against b, seats alternating, games cycling. Seeded by the
+    pair, so every rank plays the same games and keeps the same table."""
+    sampling = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
+                              stop=MOVE_STOP, seed=hash((cfg.seed, step)) % (2**31))
+
+    def score(a, b):
+        pa = LLMPlayer(league.engine_for(a, learner_model, tok), tok, learner=False, name=a.name)
+        pb = LLMPlayer(league.engine_for(b, learner_model, tok), tok, learner=False, name=b.name)
+        eps = [Episode(games[i % len(games)], (pa, pb) if i % 2 == 0 else (pb, pa), seed=cfg.seed * 7919 + i)
+               for i in range(cfg.league_eval_games)]
+        results = [float(np.sign(f.returns[0 if f.episode.players[0] is pa else 1]))
+                   for f in play(eps, sampling, concurrency=cfg.concurrency, max_turns=cfg.max_turns)]
+        return float(np.mean(results))
+
+    return score
 
 
 def eval_positions(cfg, games):
@@ -132,10 +182,6 @@ def main(argv=None):
     if cfg.beta > 0 and not cfg.use_lora and is_partitioned(model):
         ref = load_policy(cfg, device=str(acc.device), use_lora=False)[0]
     trainer = PolicyTrainer(model, tok, cfg, accelerator=acc, ref_model=ref)
-    if trainer.deepspeed_stage == 3 and cfg.league_add_every > 0 and cfg.recent_fraction + cfg.hall_of_fame_fraction > 0:
-        raise ValueError("league snapshots as opponents are not supported under DeepSpeed ZeRO-3 yet (the frozen "
-                         "copies would be sharded and ranks would wait on each other); use ZeRO-2 / DDP, or set "
-                         "--recent_fraction 0 --hall_of_fame_fraction 0 --league_add_every 0")
     engine = HFEngine(trainer.unwrapped, tok)
     baselines, league = RoleBaselines(cfg.baseline_decay), League(cfg)
     start_step = 0
@@ -186,7 +232,8 @@ def main(argv=None):
         # 7: league
         if league.due(step + 1):
             with trainer.generation_model() as m:  # full weights on every rank (ZeRO-3 gathers)
-                league.add(step + 1, m)
+                snap = league.add(step + 1, m)
+            league.play_in(snap, snapshot_score(cfg, games, league, trainer.unwrapped, tok, step))
         mirror = [f for f in finished if f.episode.players[0] is f.episode.players[1]]
         row = {**{f"train/{k}": v for k, v in metrics.items()},
                "rollout/invalid_rate": stats.as_dict()["invalid_rate"],

@@ -90,9 +90,11 @@ def test_recipe_under_accelerate_launch(model_dir, tmp_path, config):
     if "zero" in config:
         pytest.importorskip("deepspeed")
     root = Path(__file__).resolve().parents[1]
-    # ZeRO-3: no frozen league opponents yet (the recipe refuses them with a clear error)
-    league = dict(mirror_fraction=0.9, recent_fraction=0.0, hall_of_fame_fraction=0.0, bot_fraction=0.1,
-                  league_add_every=0) if "zero3" in config else {}
+    # league snapshots every step, the nash meta-solver playing each new one against the ring:
+    # under ZeRO-3 the snapshots come from gathered weights and the frozen engines are whole
+    # local models, so ranks never wait on each other for them
+    league = dict(mirror_fraction=0.4, recent_fraction=0.4, hall_of_fame_fraction=0.1, bot_fraction=0.1,
+                  league_add_every=1, league_promote_every=1, meta_solver="nash", league_eval_games=4)
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
            str(root / "recipes" / "accelerate" / config), str(root / "recipes" / "selfplay_games.py"),
            *_args(model_dir, tmp_path / "run", 2, eval_every=1, checkpoint_every=2, **league)]
@@ -105,3 +107,25 @@ def test_recipe_under_accelerate_launch(model_dir, tmp_path, config):
     assert [r["step"] for r in rows if "train/loss" in r] == [1, 2]
     a, init = _weights(run / "final_model"), _weights(model_dir)
     assert any(not torch.equal(init[k], a[k]) for k in a)
+    league_state = torch.load(run / "checkpoint-2" / "lmselfplay_state.pt", weights_only=False)["extra"]["league"]
+    assert [r[2] for r in league_state["ring"]] == ["step1", "step2"]
+    assert set(league_state["payoff"]) == {("step2", "step1"), ("step1", "step2")}  # step2 played step1
+
+
+def test_game_weights_split_each_step():
+    from collections import Counter
+
+    from lmselfplay.games import make
+
+    recipe = _recipe()
+    games = [make(g) for g in ("nim", "tictactoe", "kuhn_poker")]
+    count = lambda w, n: Counter(g.name for g in recipe.episode_games(games, w, n))  # noqa: E731
+    assert count("", 48) == {"nim": 16, "tictactoe": 16, "kuhn_poker": 16}
+    assert count("kuhn_poker=4", 96) == {"nim": 16, "tictactoe": 16, "kuhn_poker": 64}
+    assert count("kuhn_poker=100", 10) == {"nim": 1, "tictactoe": 1, "kuhn_poker": 8}  # none vanishes
+    assert count("tictactoe=0", 8) == {"nim": 4, "kuhn_poker": 4}
+    assert sum(count("nim=0.3,kuhn_poker=2.2", 37).values()) == 37
+    assert count("nim_misere=5", 6) == {"nim": 2, "tictactoe": 2, "kuhn_poker": 2}  # not in this run
+    for bad in ("kuhn=4", "nim", "nim=lots", "nim=-1", "nim=0,tictactoe=0,kuhn_poker=0"):
+        with pytest.raises(ValueError, match="game_weights"):
+            recipe.episode_games(games, bad, 10)

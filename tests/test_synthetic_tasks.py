@@ -103,3 +103,24 @@ def test_every_registered_game_works_generically():
     for name in games.REGISTRY:
         pairs = st.game_turns(games.make(name), random.Random(5), 50)
         assert len(pairs) == 50 and all(a.startswith("<move>") for _, a in pairs)
+
+
+@pytest.mark.parametrize("name", ["nim", "tictactoe", "kuhn_poker"])
+def test_reading_task_answer_is_the_one_line_named_by_its_cue(name):
+    """The answer is a line of the observation, the cue names that line only, and no
+    answer copies the answer-format line (it would teach move tags out of place)."""
+    game, rng = games.make(name), random.Random(0)
+    lines_seen = Counter()
+    for _ in range(300):
+        prompt, answer = st.reading_task(game, rng)
+        *obs, question = prompt.split("\n")
+        cue = re.fullmatch(r'Question: repeat the line above that starts with "(.+)"\.', question)[1]
+        assert answer in obs and answer.startswith(cue) and answer != cue
+        assert [ln for ln in obs if ln.startswith(cue)] == [answer]
+        assert "<move>" not in answer
+        lines_seen[obs.index(answer)] += 1
+    # every informative line gets asked (Kuhn: rules, seat + card, betting, legal moves)
+    assert len(lines_seen) >= 3
+    if name == "kuhn_poker":
+        cards = {st.reading_task(game, random.Random(i))[1] for i in range(200)}
+        assert {f"You are player {p}. Your card: {c}." for p in (1, 2) for c in "JQK"} <= cards

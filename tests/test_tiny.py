@@ -111,7 +111,7 @@ def test_game_turns_get_the_uniform_legal_target(tok):
     assert tiny.soft_target(tok, prompt, answer, ["<move>3</move>", "<move>10</move>"]) is None
     # the real corpus: every game turn of the built-in games gets a soft target, with
     # exactly the legal moves
-    corpus = tiny.Corpus(small(task_weights="arithmetic=0,programs=0"), random.Random(0))
+    corpus = tiny.Corpus(small(task_weights="arithmetic=0,programs=0,reading=0"), random.Random(0))
     for _ in range(200):
         prompt, answer, alts = corpus.sample()
         legal = prompt.split("Legal moves: ")[1].split("\n")[0].split()
@@ -226,4 +226,5 @@ def test_config_validation_and_keys():
     with pytest.raises(ValueError, match="not a number"):
         tiny.TinyConfig(task_weights="nim=lots").weights()
     w = tiny.TinyConfig().weights()
-    assert set(w) == set(games.REGISTRY) | {"arithmetic", "programs"} and w["tictactoe"] == 8
+    assert set(w) == set(games.REGISTRY) | {"arithmetic", "programs", "reading"}
+    assert w["tictactoe"] == 8 and w["reading"] == 3

@@ -61,7 +61,11 @@ class HFEngine:
         greedy = sp.temperature <= 0
         kwargs: dict[str, Any] = dict(
             max_new_tokens=sp.max_new_tokens, do_sample=not greedy, pad_token_id=self.pad_id,
-            eos_token_id=self.eos_id, return_dict_in_generate=True, output_logits=True)
+            eos_token_id=self.eos_id, return_dict_in_generate=True, output_logits=True,
+            # Each rank generates for its own games (different numbers of calls and lengths):
+            # under ZeRO-3 transformers would otherwise sync every token across ranks
+            # (synced_gpus) and hang. Engines serve whole (gathered or frozen) weights.
+            synced_gpus=False)
         if not greedy:
             kwargs.update(temperature=sp.temperature, top_p=sp.top_p, top_k=0)
         if sp.stop:

@@ -1,0 +1,117 @@
+"""The league: the snapshot ring, the hall of fame, the opponent mix, the payoff table that
+the nash meta-solver reads, and exact checkpointing."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+from lm_fixtures import tiny_model, tiny_tokenizer
+
+from lmselfplay.league import League, LeagueConfig
+
+
+class _Weights(torch.nn.Module):
+    def __init__(self, value: float):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.full((2,), value))
+
+
+def _league(**kw) -> League:
+    base = dict(league_capacity=3, league_add_every=5, league_promote_every=2)
+    return League(LeagueConfig(**{**base, **kw}))
+
+
+def test_fractions_and_solver_are_validated():
+    with pytest.raises(ValueError, match="sum to 1"):
+        LeagueConfig(mirror_fraction=0.5)
+    with pytest.raises(ValueError, match="meta_solver"):
+        LeagueConfig(meta_solver="elo")
+    with pytest.raises(ValueError, match="league_eval_games"):
+        LeagueConfig(league_eval_games=-1)
+
+
+def test_ring_rotates_and_hall_keeps_promoted_snapshots():
+    lg = _league()
+    assert [s for s in range(1, 31) if lg.due(s)] == [5, 10, 15, 20, 25, 30]
+    for k, step in enumerate((5, 10, 15, 20, 25)):
+        lg.add(step, _Weights(float(k)))
+    assert [s.name for s in lg.ring] == ["step15", "step20", "step25"]  # capacity 3
+    assert [s.name for s in lg.hall] == ["step10", "step20"]  # every 2nd snapshot
+    # snapshots are copies: changing the model later does not change them
+    m = _Weights(7.0)
+    snap = lg.add(30, m)
+    with torch.no_grad():
+        m.w.add_(1.0)
+    assert torch.equal(snap.state["w"], torch.full((2,), 7.0))
+
+
+def test_opponent_mix_follows_the_fractions_and_falls_back_to_mirror():
+    lg = _league(mirror_fraction=0.4, recent_fraction=0.4, hall_of_fame_fraction=0.1, bot_fraction=0.1)
+    rng = random.Random(0)
+    empty = Counter(lg.sample_opponent(rng)[0] for _ in range(2000))
+    assert set(empty) == {"mirror", "bot"}  # no snapshots yet: those games are mirror games
+    for step in (5, 10):
+        lg.add(step, _Weights(0.0))
+    n = 20000
+    kinds = Counter(lg.sample_opponent(rng)[0] for _ in range(n))
+    for kind, frac in (("mirror", 0.4), ("recent", 0.4), ("hall", 0.1), ("bot", 0.1)):
+        assert abs(kinds[kind] / n - frac) < 0.015, kinds
+
+
+def test_play_in_fills_an_antisymmetric_table_and_nash_weights_it():
+    """Rock-paper-scissors snapshots plus one that loses to all: the nash meta-solver
+    gives the three cyclic ones 1/3 each and the dominated one 0; uniform ignores the table."""
+    beats = {("r", "s"), ("s", "p"), ("p", "r"), ("r", "x"), ("p", "x"), ("s", "x")}
+    lg = _league(league_capacity=4, meta_solver="nash")
+    names = {}
+    calls = []
+
+    def score(a, b):
+        calls.append((a.name, b.name))
+        x, y = names[a.name], names[b.name]
+        return 1.0 if (x, y) in beats else -1.0 if (y, x) in beats else 0.0
+
+    for k, label in enumerate("rpsx"):
+        snap = lg.add(5 * (k + 1), _Weights(float(k)))
+        names[snap.name] = label
+        lg.play_in(snap, score)
+    assert len(calls) == 6  # each pair once, by the newer snapshot
+    U = lg.payoff_table(lg.ring)
+    assert np.allclose(U, -U.T)
+    assert U[0, 2] == 1.0 and U[2, 0] == -1.0  # r beats s
+    assert np.allclose(lg.ring_weights(), [1 / 3, 1 / 3, 1 / 3, 0.0], atol=1e-6)
+    uni = _league(league_capacity=4, meta_solver="uniform")
+    snap = uni.add(5, _Weights(0.0))
+    uni.play_in(snap, lambda a, b: pytest.fail("uniform needs no games"))
+    assert uni.payoff == {}
+
+
+def test_state_dict_round_trip_and_engines_serve_the_snapshot():
+    from lmselfplay.engines.base import SamplingParams
+
+    tok, model = tiny_tokenizer(), tiny_model(seed=1)
+    lg = _league(meta_solver="nash")
+    for step in (5, 10, 15, 20):
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.01 * step)
+        snap = lg.add(step, model)
+        lg.record(snap.name, "step5", 0.25)
+    restored = _league(meta_solver="nash")
+    restored.load_state_dict(lg.state_dict())
+    assert [s.name for s in restored.ring] == [s.name for s in lg.ring]
+    assert [s.name for s in restored.hall] == [s.name for s in lg.hall] == ["step10", "step20"]
+    assert restored.payoff == lg.payoff and restored.added == lg.added
+    # a frozen engine serves exactly the snapshot's weights, not the learner's
+    snap = restored.ring[0]
+    engine = restored.engine_for(snap, model, tok)
+    assert engine.model is not model
+    for k, v in engine.model.state_dict().items():
+        assert torch.equal(v, snap.state[k]), k
+    prompt = [tok("Stones: 3.")["input_ids"]]
+    out = engine.generate(prompt, SamplingParams(max_new_tokens=3, temperature=0.0))
+    assert len(out) == 1
