@@ -6,14 +6,15 @@
 The algorithm, in order (every rank plays its own games; gradients are averaged):
 
     for step = 1..steps:
-        1. opponents  : per episode, mirror self-play / a frozen league snapshot / a random bot
+        1. opponents  : per episode (games split by game_weights), mirror self-play / a frozen
+                        league snapshot / a random bot
         2. starts     : a fraction of games start from a random legal position (resets)
         3. rollout    : all pending turns of all live games in one engine call per engine
         4. rewards    : the rules' zero-sum returns; an illegal move loses for its author
         5. advantages : role-conditioned EMA baselines per (game, seat, start) - SPIRAL's RAE
         6. update     : PPO-clipped policy gradient on the learner's tokens + KL to the
                         initial policy (collapse guard), num_iterations passes
-        7. league     : maybe add a frozen snapshot
+        7. league     : maybe add a frozen snapshot (nash meta-solver: it plays the ring first)
         8. every eval_every steps: exact metrics (optimal-move rates, win rates vs random /
            exact with 95% CIs, Kuhn exploitability), JSONL + PNG curves
         9. every checkpoint_every steps: atomic checkpoint (--resume continues from it)
