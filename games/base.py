@@ -40,6 +40,7 @@ class Game(Protocol):
     name: str
     n_actions: int
     perfect_information: bool
+    max_utility: float  # the largest |return| (OpenSpiel's name): what a forfeit costs
 
     def new_initial_state(self, seed: int | None = None) -> Any:
         """The root. With ``seed`` given, chance nodes at the root are resolved with it."""
@@ -75,10 +76,15 @@ def resolve_chance(game: Game, state: Any, rng: random.Random) -> Any:
     return state
 
 
-def forfeit_returns(offender: int) -> list[float]:
-    """Zero-sum result of an illegal move: a loss for its author, a win for the other."""
-    r = [1.0, 1.0]
-    r[offender] = -1.0
+def forfeit_returns(offender: int, stake: float = 1.0) -> list[float]:
+    """Zero-sum result of an illegal move: the largest loss for its author (``stake``, the
+    game's ``max_utility``), the largest win for the other.
+
+    The largest, not -1: in Kuhn poker folding also costs 1 chip, so a forfeit of -1 made
+    "answer anything" as good as folding, and self-play drifted to 10% illegal answers
+    whenever folding was right (measured). No legal line may be worse than a forfeit."""
+    r = [stake, stake]
+    r[offender] = -stake
     return r
 
 

@@ -31,6 +31,7 @@ class KuhnPoker:
     name = "kuhn_poker"
     n_actions = 2
     perfect_information = False
+    max_utility = 2.0  # ante + bet
 
     def new_initial_state(self, seed: int | None = None) -> KuhnState:
         s = KuhnState()

@@ -23,6 +23,7 @@ class NimState:
 
 class Nim:
     perfect_information = True
+    max_utility = 1.0
 
     def __init__(self, start: int = 15, max_take: int = 3, misere: bool = False):
         if start < 1 or max_take < 1:

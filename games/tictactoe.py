@@ -38,6 +38,7 @@ class TicTacToe:
     name = "tictactoe"
     n_actions = 9
     perfect_information = True
+    max_utility = 1.0
 
     def new_initial_state(self, seed: int | None = None) -> TicTacToeState:
         return TicTacToeState()

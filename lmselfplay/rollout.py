@@ -4,7 +4,8 @@ engine call per engine per step; finished games free their slot for new ones.
 Seats are :class:`LLMPlayer` (an engine; ``learner=True`` records a Trajectory) or
 :class:`BotPlayer` (a function of the state: random, exact solver, ...). Self-play is
 the same engine in both seats. Illegal answers follow the zero-sum rule: after
-``retries`` extra tries the offender loses (-1) and the other side wins (+1).
+``retries`` extra tries the offender loses the game's largest stake (``max_utility``:
+1 in Nim / tic-tac-toe, 2 chips in Kuhn poker) and the other side wins it.
 """
 
 from __future__ import annotations
@@ -203,7 +204,7 @@ def _apply_answer(g: _Live, out: Any, retries: int, stats: RolloutStats) -> None
 def _finish(g: _Live, stats: RolloutStats) -> Finished:
     game = g.ep.game
     if g.invalid_by is not None:
-        returns = forfeit_returns(g.invalid_by)
+        returns = forfeit_returns(g.invalid_by, getattr(game, "max_utility", 1.0))
         stats.forfeits += 1
     elif g.truncated:
         returns = [0.0, 0.0]

@@ -10,7 +10,8 @@ The algorithm, in order (every rank plays its own games; gradients are averaged)
                         league snapshot / a random bot
         2. starts     : a fraction of games start from a random legal position (resets)
         3. rollout    : all pending turns of all live games in one engine call per engine
-        4. rewards    : the rules' zero-sum returns; an illegal move loses for its author
+        4. rewards    : the rules' zero-sum returns; an illegal move loses the game's largest
+                        stake (max_utility) for its author
         5. advantages : role-conditioned EMA baselines per (game, seat, start) - SPIRAL's RAE
         6. update     : PPO-clipped policy gradient on the learner's tokens + KL to the
                         initial policy (collapse guard), num_iterations passes

@@ -262,3 +262,17 @@ def test_stop_strings_cut_the_completion_with_no_padding_after():
     scored = engine.score([o.prompt_ids for o in outs], [o.token_ids for o in outs])
     for o, s in zip(outs, scored):
         assert o.logprobs == pytest.approx(s, abs=1e-4)
+
+
+def test_a_forfeit_costs_the_largest_stake_so_no_legal_line_is_worse():
+    """Kuhn: folding costs 1 chip, so a forfeit must cost 2 (else nonsense = folding)."""
+    from lmselfplay.games.base import all_states
+
+    for name in ("nim", "tictactoe", "kuhn_poker"):
+        game = make(name)
+        worst = max(abs(r) for s in all_states(game) if game.is_terminal(s) for r in game.returns(s))
+        assert game.max_utility == worst, name
+    tok = tiny_tokenizer()
+    eng = ScriptedEngine(tok, lambda p: "fold!")
+    (f,) = play_all([Episode(make("kuhn_poker"), (LLMPlayer(eng, tok), random_bot()), seed=3)], SamplingParams())
+    assert f.returns == [-2.0, 2.0] and f.trajectories[0].reward == -2.0
