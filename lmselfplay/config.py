@@ -68,5 +68,29 @@ def parse_config(cls: type[T], argv: Sequence[str] | None = None) -> T:
     return cfg
 
 
+def parse_weights(spec: str, defaults: dict[str, float], what: str,
+                  ignore: Sequence[str] = ()) -> dict[str, float]:
+    """``"a=2,b=0.5"`` over ``defaults`` (the names allowed, with their weights when not
+    listed). Names in ``ignore`` are accepted and skipped. ValueError names ``what`` and the
+    entry: an unknown name, a value that is not a number or is negative, all weights zero."""
+    out = dict(defaults)
+    for item in filter(None, (x.strip() for x in spec.split(","))):
+        name, sep, value = (x.strip() for x in item.partition("="))
+        if not sep or (name not in out and name not in ignore):
+            raise ValueError(f"bad {what} entry {item!r}: expected NAME=NUMBER with NAME one of "
+                             f"{sorted(out) + sorted(set(ignore) - set(out))}")
+        try:
+            w = float(value)
+        except ValueError:
+            raise ValueError(f"{what} entry {item!r} is not a number") from None
+        if not w >= 0:
+            raise ValueError(f"{what} entry {item!r} must be >= 0")
+        if name in out:
+            out[name] = w
+    if sum(out.values()) <= 0:
+        raise ValueError(f"{what} are all zero")
+    return out
+
+
 def to_dict(cfg: Any) -> dict[str, Any]:
     return dataclasses.asdict(cfg)

@@ -220,7 +220,7 @@ def reading_task(game: Any, rng: random.Random, max_reset_plies: int = 12) -> tu
     (cards, board rows, history): the routing RL later needs. It teaches no strategy: the
     answer is in the prompt. The cue is the shortest word prefix naming one line only.
     """
-    while True:
+    for _ in range(100):
         state, player, _ = game_decisions(game, rng, 1, max_reset_plies)[0]
         lines = [ln.strip() for ln in game.observation_text(state, player).splitlines() if ln.strip()]
         for k in rng.sample(range(len(lines)), len(lines)):
@@ -231,3 +231,4 @@ def reading_task(game: Any, rng: random.Random, max_reset_plies: int = 12) -> tu
                 cue = " ".join(words[:n])
                 if sum(ln.startswith(cue) for ln in lines) == 1:
                     return f"{chr(10).join(lines)}\n{READING_QUESTION.format(cue=cue)}", lines[k]
+    raise ValueError(f"{game.name}: no observation line can be named by a unique prefix of its words")

@@ -101,21 +101,10 @@ class TinyConfig:
     def weights(self) -> dict[str, float]:
         """Sampling weight of every task kind (games by name, 'arithmetic', 'programs',
         'reading': a line-copy question about a random game's observation)."""
+        from lmselfplay.config import parse_weights
+
         kinds = {g: 1.0 for g in self.game_names()} | {"arithmetic": 1.0, "programs": 1.0, "reading": 1.0}
-        for item in filter(None, (s.strip() for s in self.task_weights.split(","))):
-            name, sep, value = item.partition("=")
-            if not sep or name.strip() not in kinds:
-                raise ValueError(f"bad task_weights entry {item!r}; kinds: {list(kinds)}")
-            try:
-                w = float(value)
-            except ValueError:
-                raise ValueError(f"task weight {item!r} is not a number") from None
-            if not w >= 0:
-                raise ValueError(f"task weight {item!r} must be >= 0")
-            kinds[name.strip()] = w
-        if sum(kinds.values()) <= 0:
-            raise ValueError("task_weights are all zero")
-        return kinds
+        return parse_weights(self.task_weights, kinds, "task_weights")
 
     def key(self) -> str:
         """Short hash of everything that changes the built model."""

@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 
 from lmselfplay.advantages import RoleBaselines
 from lmselfplay.checkpoint import latest_checkpoint, save_json
-from lmselfplay.config import parse_config
+from lmselfplay.config import parse_config, parse_weights
 from lmselfplay.engines import HFEngine, SamplingParams
 from lmselfplay.eval import game_metrics
 from lmselfplay.games import make
@@ -72,22 +72,11 @@ class SelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig):
 
 def episode_games(games, weights: str, n: int):
     """The game of each of a step's ``n`` episodes: counts proportional to the weights
-    (largest remainder; every game with weight > 0 gets at least one episode when n allows)."""
+    (largest remainder; every game with weight > 0 gets at least one episode when n allows).
+    A registered game that this run does not play may be named (a shared YAML): ignored."""
     from lmselfplay.games import REGISTRY
 
-    w = {g.name: 1.0 for g in games}
-    for item in filter(None, (x.strip() for x in weights.split(","))):
-        name, sep, value = item.partition("=")
-        try:
-            if not sep or name.strip() not in REGISTRY:
-                raise ValueError
-            if name.strip() in w:  # a known game not played in this run is ignored
-                w[name.strip()] = float(value)
-        except ValueError:
-            raise ValueError(f"bad game_weights entry {item!r}: expected GAME=NUMBER with GAME one of "
-                             f"{sorted(REGISTRY)}") from None
-    if any(not v >= 0 for v in w.values()) or sum(w.values()) <= 0:
-        raise ValueError(f"game_weights must be >= 0 and not all zero, got {w}")
+    w = parse_weights(weights, {g.name: 1.0 for g in games}, "game_weights", ignore=list(REGISTRY))
     total = sum(w.values())
     exact = [n * w[g.name] / total for g in games]
     counts = [int(x) for x in exact]
@@ -100,11 +89,12 @@ def episode_games(games, weights: str, n: int):
     return [g for g, c in zip(games, counts) for _ in range(c)]
 
 
-def make_episodes(cfg, games, league, me, learner_model, tok, step, rank):
-    """Step 1-2: who plays whom, from where. Seeded by (seed, step, rank): resumable."""
+def make_episodes(cfg, plan, league, me, learner_model, tok, step, rank):
+    """Step 1-2: who plays whom (``plan``: each episode's game, from :func:`episode_games`),
+    from where. Seeded by (seed, step, rank): resumable."""
     rng = random.Random(f"{cfg.seed}/{step}/{rank}")
     episodes = []
-    for game in episode_games(games, cfg.game_weights, cfg.episodes_per_step):
+    for game in plan:
         kind, snap = league.sample_opponent(rng)
         if kind == "mirror":
             players = (me, me)
@@ -178,6 +168,7 @@ def main(argv=None):
     acc = make_accelerator(cfg.gradient_accumulation_steps)
     out_dir = Path(cfg.output_dir)
     games = [make(name.strip()) for name in cfg.games.split(",") if name.strip()]
+    plan = episode_games(games, cfg.game_weights, cfg.episodes_per_step)  # the same every step
     positions = eval_positions(cfg, games)  # computed once, reused by every evaluation
     model, tok = load_policy(cfg, device=str(acc.device))
     ref = None  # the trainer copies the initial policy, except under ZeRO-3 init (sharded at load)
@@ -217,7 +208,7 @@ def main(argv=None):
                 logger.log(step, {**result, "wall_s": time.time() - t0})
                 _plot(logger, games)
         # 1-4: play
-        episodes = make_episodes(cfg, games, league, me, trainer.unwrapped, tok, step, acc.process_index)
+        episodes = make_episodes(cfg, plan, league, me, trainer.unwrapped, tok, step, acc.process_index)
         stats = RolloutStats()
         sampling.seed = hash((cfg.seed, step, acc.process_index)) % (2**31)
         with trainer.generation_model() as m:

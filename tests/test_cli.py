@@ -1,5 +1,7 @@
 """The `lmselfplay` command: subcommands and the options passed through to them."""
 
+import pytest
+
 from lmselfplay import cli
 
 
@@ -16,8 +18,6 @@ def test_passthrough_keeps_leading_options(tmp_path):
 
 
 def test_unknown_subcommand_is_a_usage_error(capsys):
-    import pytest
-
     with pytest.raises(SystemExit) as e:
         cli.main(["train-everything"])
     assert e.value.code == 2 and "invalid choice" in capsys.readouterr().err

@@ -91,8 +91,6 @@ def test_play_in_fills_an_antisymmetric_table_and_nash_weights_it():
 
 
 def test_state_dict_round_trip_and_engines_serve_the_snapshot():
-    from lmselfplay.engines.base import SamplingParams
-
     tok, model = tiny_tokenizer(), tiny_model(seed=1)
     lg = _league(meta_solver="nash")
     for step in (5, 10, 15, 20):
@@ -112,6 +110,12 @@ def test_state_dict_round_trip_and_engines_serve_the_snapshot():
     assert engine.model is not model
     for k, v in engine.model.state_dict().items():
         assert torch.equal(v, snap.state[k]), k
-    prompt = [tok("Stones: 3.")["input_ids"]]
-    out = engine.generate(prompt, SamplingParams(max_new_tokens=3, temperature=0.0))
-    assert len(out) == 1
+    # ... and scores with them: the learner (moved on since) scores the same answer differently
+    prompt, answer = [tok("Stones: 3.")["input_ids"]], [tok("<move>1</move>")["input_ids"]]
+    from lmselfplay.engines.hf import HFEngine
+
+    frozen = engine.score(prompt, answer)[0]
+    same = tiny_model(seed=2)
+    same.load_state_dict(snap.state)
+    assert frozen == pytest.approx(HFEngine(same, tok).score(prompt, answer)[0], abs=1e-6)
+    assert frozen != pytest.approx(HFEngine(model, tok).score(prompt, answer)[0], abs=1e-4)

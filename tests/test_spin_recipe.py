@@ -45,19 +45,23 @@ def fast_args(model_dir, out, iterations=2, *extra):
             "--logging_steps", "1", "--tensorboard", "false", "--progress", "false", *extra]
 
 
-@pytest.fixture
-def recorder(monkeypatch):
-    """Every sampled (temperature > 0) generate call: the opponent's prompts and answers."""
-    calls: list[tuple[list[list[int]], list]] = []
-    original = HFEngine.generate
+def _recording(generate, calls):
+    """``generate`` that also appends each sampled (temperature > 0) call's prompts and answers."""
 
-    def generate(self, prompts, sampling):
-        out = original(self, prompts, sampling)
+    def wrapped(self, prompts, sampling):
+        out = generate(self, prompts, sampling)
         if sampling.temperature > 0:
             calls.append(([list(p) for p in prompts], out))
         return out
 
-    monkeypatch.setattr(HFEngine, "generate", generate)
+    return wrapped
+
+
+@pytest.fixture
+def recorder(monkeypatch):
+    """Every sampled (temperature > 0) generate call: the opponent's prompts and answers."""
+    calls: list[tuple[list[list[int]], list]] = []
+    monkeypatch.setattr(HFEngine, "generate", _recording(HFEngine.generate, calls))
     return calls
 
 
@@ -78,14 +82,7 @@ def two_iterations(model_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("spin_run") / "run"
     calls: list = []
     original = HFEngine.generate
-
-    def generate(self, prompts, sampling):
-        res = original(self, prompts, sampling)
-        if sampling.temperature > 0:
-            calls.append(([list(p) for p in prompts], res))
-        return res
-
-    HFEngine.generate = generate
+    HFEngine.generate = _recording(original, calls)
     try:
         summary = load_recipe().main(fast_args(model_dir, out))
     finally:
