@@ -48,7 +48,7 @@ def run(recipe, config: str, out: Path, extra: list[str]):
 
 
 def bench_nim(recipe, out: Path, seeds: int) -> None:
-    from lmselfplay.metrics import read_jsonl
+    from lmselfplay.utils.metrics_logger import read_jsonl
 
     print("\n== Nim (15 stones, take 1-3) ==")
     solved_rounds = []

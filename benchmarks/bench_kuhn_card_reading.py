@@ -18,11 +18,11 @@ import argparse
 
 import torch
 
-from lmselfplay.engines import HFEngine
 from lmselfplay.eval import game_metrics
 from lmselfplay.games import make
 from lmselfplay.games.text import format_answer
-from lmselfplay.policy import encode_completion, encode_prompt
+from lmselfplay.lm.engines import HFEngine
+from lmselfplay.lm.prompt import encode_completion, encode_prompt
 
 
 def probe(path: str, steps: int, lr: float) -> list[tuple[int, float, float]]:
@@ -68,7 +68,7 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=1e-3)
     args = ap.parse_args()
     if not args.model:
-        from lmselfplay.tiny import ensure_tiny_model
+        from lmselfplay.models.tiny import ensure_tiny_model
 
         args.model = [str(ensure_tiny_model())]
     for path in args.model:

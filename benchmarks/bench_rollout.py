@@ -19,11 +19,11 @@ import time
 
 import torch
 
-from lmselfplay.engines import HFEngine, SamplingParams
 from lmselfplay.games import make
 from lmselfplay.games.text import MOVE_STOP
-from lmselfplay.policy import load_policy
-from lmselfplay.rollout import Episode, LLMPlayer, RolloutStats, play_all
+from lmselfplay.lm.engines import HFEngine, SamplingParams
+from lmselfplay.lm.policy import load_policy
+from lmselfplay.lm.rollout import Episode, LLMPlayer, RolloutStats, play_all
 
 
 def rollout_tps(engine, tok, n_games, concurrency, sp, seed=0):

@@ -46,7 +46,7 @@ TARGET = {"nim": 0.95, "nim_misere": 0.95, "tictactoe": 0.8, "kuhn_poker": 0.15}
 
 
 def load_recipe():
-    from lmselfplay.recipes import load_recipe as _load
+    from lmselfplay.utils.recipe_loader import load_recipe as _load
 
     return _load("selfplay_games")
 

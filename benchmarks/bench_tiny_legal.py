@@ -21,9 +21,9 @@ import time
 import torch
 
 from lmselfplay import games
-from lmselfplay import synthetic_tasks as st
 from lmselfplay.games.base import random_playout
-from lmselfplay.policy import encode_prompt
+from lmselfplay.lm.prompt import encode_prompt
+from lmselfplay.models import corpus as st
 
 
 def random_positions(game, n: int, rng: random.Random) -> list:
@@ -56,7 +56,7 @@ def sample(model, tok, prompts: list[str], batch: int = 128, max_new_tokens: int
 def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from lmselfplay.tiny import INFO_FILE, TinyConfig, ensure_tiny_model
+    from lmselfplay.models.tiny import INFO_FILE, TinyConfig, ensure_tiny_model
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=None, help="model folder (default: the tiny model)")

@@ -10,7 +10,7 @@ group-normalized advantages, and the same reward. Tasks:
 ``games`` (default): positions from random Nim / tic-tac-toe / Kuhn poker playouts, reward 1
 if the completion parses to a legal move (``game.parse_action``), else 0 — long prompts,
 ~4-token answers, training-bound; ``arithmetic``: word problems from
-:mod:`lmselfplay.synthetic_tasks`, reward 1 for the right ``#### N`` — ~17-token answers,
+:mod:`lmselfplay.models.corpus`, reward 1 for the right ``#### N`` — ~17-token answers,
 generation weighs more.
 
 How it is timed. TRL runs as users run it, ``trainer.train()``; a callback fires at the
@@ -59,14 +59,15 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from lmselfplay import synthetic_tasks as st
-from lmselfplay.advantages import group_advantages
-from lmselfplay.engines import HFEngine, SamplingParams
 from lmselfplay.games import Invalid, make
 from lmselfplay.games.base import random_playout
-from lmselfplay.policy import encode_prompt, format_prompt, load_policy
-from lmselfplay.trainer import PolicyTrainer, TrainerConfig
-from lmselfplay.trajectory import Sample
+from lmselfplay.lm.engines import HFEngine, SamplingParams
+from lmselfplay.lm.policy import load_policy
+from lmselfplay.lm.prompt import encode_prompt, format_prompt
+from lmselfplay.lm.trajectory import Sample
+from lmselfplay.models import corpus as st
+from lmselfplay.rl.advantages import group_advantages
+from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
 
 GAMES = ("nim", "tictactoe", "kuhn_poker")
 FINAL = re.compile(r"####\s*(-?\d+)")
@@ -124,7 +125,7 @@ def position(tok: Any, text: str, score: Callable[[str], float]) -> Position:
     for cand in (formatted, (tok.bos_token or "") + formatted):
         if list(tok(text=cand)["input_ids"]) == ids:
             return Position(ids, cand, score)
-    raise ValueError("cannot make TRL see the same prompt token ids as lmselfplay.policy.encode_prompt")
+    raise ValueError("cannot make TRL see the same prompt token ids as lmselfplay.lm.prompt.encode_prompt")
 
 
 def stamp() -> np.ndarray:

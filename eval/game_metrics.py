@@ -18,13 +18,12 @@ import math
 import sys
 from typing import Any
 
-from lmselfplay.engines.base import SamplingParams
+from lmselfplay.eval.stats import wilson
 from lmselfplay.games import Invalid, make
 from lmselfplay.games.base import all_states
 from lmselfplay.games.text import MOVE_STOP, format_answer
-from lmselfplay.policy import encode_completion, encode_prompt
-
-from .stats import wilson
+from lmselfplay.lm.engines.base import SamplingParams
+from lmselfplay.lm.prompt import encode_completion, encode_prompt
 
 
 def decision_states(game: Any) -> list[Any]:
@@ -102,7 +101,7 @@ def kuhn_exploitability(engine: Any, tokenizer: Any) -> dict[str, Any]:
 
 
 def opponents_for(game: Any) -> dict[str, Any]:
-    from lmselfplay.rollout import policy_bot, random_bot, solver_bot
+    from lmselfplay.lm.rollout import policy_bot, random_bot, solver_bot
 
     opp = {"random": random_bot()}
     if game.perfect_information:
@@ -117,7 +116,7 @@ def opponents_for(game: Any) -> dict[str, Any]:
 def win_rates(engine: Any, tokenizer: Any, game: Any, opponent: Any, n_games: int = 200,
               sampling: SamplingParams | None = None, seed: int = 0, concurrency: int = 128) -> dict[str, Any]:
     """The LLM plays each seat in half the games. Illegal answers lose (zero-sum)."""
-    from lmselfplay.rollout import Episode, LLMPlayer, play
+    from lmselfplay.lm.rollout import Episode, LLMPlayer, play
 
     sampling = sampling or SamplingParams(max_new_tokens=16, temperature=1.0, seed=seed, stop=MOVE_STOP)
     me = LLMPlayer(engine, tokenizer, learner=False)
@@ -172,8 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None, help="write the results here")
     args = ap.parse_args(argv)
-    from lmselfplay.engines.hf import HFEngine
-    from lmselfplay.policy import load_policy
+    from lmselfplay.lm.engines.hf import HFEngine
+    from lmselfplay.lm.policy import load_policy
 
     model, tok = load_policy(model_name_or_path=args.model)
     engine = HFEngine(model, tok)

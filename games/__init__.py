@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .base import (
+from lmselfplay.games.base import (
     CHANCE,
     TERMINAL,
     Game,
@@ -19,9 +19,9 @@ from .base import (
     random_legal_reset,
     resolve_chance,
 )
-from .kuhn_poker import KuhnPoker
-from .nim import Nim
-from .tictactoe import TicTacToe
+from lmselfplay.games.kuhn_poker import KuhnPoker
+from lmselfplay.games.nim import Nim
+from lmselfplay.games.tictactoe import TicTacToe
 
 REGISTRY: dict[str, Callable[..., Any]] = {
     "nim": Nim,

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import CHANCE, TERMINAL, Invalid, resolve_chance
-from .text import parse_named_move, prompt
+from lmselfplay.games.base import CHANCE, TERMINAL, Invalid, resolve_chance
+from lmselfplay.games.text import parse_named_move, prompt
 
 CARDS = "JQK"
 PASS, BET = 0, 1

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import TERMINAL, Invalid
-from .text import parse_named_move, prompt
+from lmselfplay.games.base import TERMINAL, Invalid
+from lmselfplay.games.text import parse_named_move, prompt
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from .base import Game
+from lmselfplay.games.base import Game
 
 
 class Minimax:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Invalid
+from lmselfplay.games.base import Invalid
 
 OPEN, CLOSE = "<move>", "</move>"
 ANSWER_INSTRUCTION = f"Answer with {OPEN}MOVE{CLOSE}."

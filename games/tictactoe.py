@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import TERMINAL, Invalid
-from .text import parse_named_move, prompt
+from lmselfplay.games.base import TERMINAL, Invalid
+from lmselfplay.games.text import parse_named_move, prompt
 
 LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
 MARKS = ".XO"

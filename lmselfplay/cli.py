@@ -71,10 +71,10 @@ def _passthrough(module: str, func: str):
 
 
 PASSTHROUGH = {
-    "bootstrap": ("lmselfplay.tiny", "bootstrap_main", "build the embedded tiny model (cached)"),
-    "play": ("lmselfplay.play", "main", "play a game against the model in the terminal"),
+    "bootstrap": ("lmselfplay.models.tiny", "bootstrap_main", "build the embedded tiny model (cached)"),
+    "play": ("lmselfplay.human_play", "main", "play a game against the model in the terminal"),
     "eval-game": ("lmselfplay.eval.game_metrics", "main", "exact game metrics of a model"),
-    "gametheory-plots": ("lmselfplay.gametheory_plots", "main",
+    "gametheory-plots": ("lmselfplay.solvers.plots", "main",
                          "PNG of exploitability vs T for best response, fictitious play, regret matching"),
 }
 

@@ -49,10 +49,10 @@ from lmselfplay.alphazero.evaluate import (
 )
 from lmselfplay.alphazero.network import PolicyValueNet, alphazero_loss
 from lmselfplay.alphazero.selfplay import Samples, SelfPlaySettings, alpha_for, play_games
-from lmselfplay.checkpoint import atomic_dir, latest_checkpoint, prune_checkpoints
-from lmselfplay.config import ConfigError, parse_config, to_dict
 from lmselfplay.games import make
-from lmselfplay.metrics import MetricsLogger
+from lmselfplay.utils.checkpoint import atomic_dir, latest_checkpoint, prune_checkpoints
+from lmselfplay.utils.config import ConfigError, parse_config, to_dict
+from lmselfplay.utils.metrics_logger import MetricsLogger
 
 
 @dataclass

@@ -32,19 +32,19 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from lmselfplay.advantages import RoleBaselines
-from lmselfplay.checkpoint import latest_checkpoint, save_json
-from lmselfplay.config import parse_config, parse_weights
-from lmselfplay.engines import HFEngine, SamplingParams
 from lmselfplay.eval import game_metrics
 from lmselfplay.games import make
 from lmselfplay.games.base import random_legal_reset
 from lmselfplay.games.text import MOVE_STOP
-from lmselfplay.league import League, LeagueConfig
-from lmselfplay.metrics import MetricsLogger
-from lmselfplay.policy import PolicyConfig, load_policy
-from lmselfplay.rollout import Episode, LLMPlayer, RolloutStats, play, random_bot
-from lmselfplay.trainer import PolicyTrainer, TrainerConfig, is_partitioned, make_accelerator
+from lmselfplay.lm.engines import HFEngine, SamplingParams
+from lmselfplay.lm.policy import PolicyConfig, load_policy
+from lmselfplay.lm.rollout import Episode, LLMPlayer, RolloutStats, play, random_bot
+from lmselfplay.rl.advantages import RoleBaselines
+from lmselfplay.rl.league import League, LeagueConfig
+from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, is_partitioned, make_accelerator
+from lmselfplay.utils.checkpoint import latest_checkpoint, save_json
+from lmselfplay.utils.config import parse_config, parse_weights
+from lmselfplay.utils.metrics_logger import MetricsLogger
 
 
 @dataclass

@@ -19,13 +19,13 @@ Strong Language Models", arXiv:2401.01335), in its order:
 With the logistic loss ``l`` step 2 IS the DPO loss with chosen = the data answer y_i,
 rejected = the model's own answer y'_i, reference = theta_t and beta = lam_t, so step 2 is
 one ``DPOTrainer`` run. The idealised maths (fixed point p_data, rate |1 - 1/lam|) is in
-:mod:`lmselfplay.spin`.
+:mod:`lmselfplay.spin.objective`.
 
 Two traps of the reference implementation are closed by construction here:
 
 * one formatter (SPIN issue #33): generation prompts come from
-  :func:`lmselfplay.policy.encode_prompt`, and the SAME token ids (prompt, data answer via
-  :func:`~lmselfplay.policy.encode_completion`, the sampled y' token ids as sampled) are
+  :func:`lmselfplay.lm.prompt.encode_prompt`, and the SAME token ids (prompt, data answer via
+  :func:`~lmselfplay.lm.prompt.encode_completion`, the sampled y' token ids as sampled) are
   what ``DPOTrainer`` trains on — nothing is re-tokenized from text;
 * generation length = training length (SPIN issue #9): y' may be as long as the longest
   data answer in the training set (``max_completion_length``), and DPO does not truncate.
@@ -63,21 +63,14 @@ from accelerate.utils import gather_object
 from tqdm.auto import tqdm
 from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer
 
-from lmselfplay.checkpoint import atomic_dir, latest_checkpoint, save_json
-from lmselfplay.config import ConfigError, parse_config, to_dict
-from lmselfplay.engines.base import SamplingParams
-from lmselfplay.engines.hf import HFEngine
-from lmselfplay.metrics import MetricsLogger
-from lmselfplay.policy import (
-    PolicyConfig,
-    encode_completion,
-    encode_prompt,
-    format_prompt,
-    load_policy,
-    load_tokenizer,
-    resolve_model_path,
-)
-from lmselfplay.spin_data import SpinDataError, answers_match, load_supervised
+from lmselfplay.lm.engines.base import SamplingParams
+from lmselfplay.lm.engines.hf import HFEngine
+from lmselfplay.lm.policy import PolicyConfig, load_policy, load_tokenizer, resolve_model_path
+from lmselfplay.lm.prompt import encode_completion, encode_prompt, format_prompt
+from lmselfplay.spin.data import SpinDataError, answers_match, load_supervised
+from lmselfplay.utils.checkpoint import atomic_dir, latest_checkpoint, save_json
+from lmselfplay.utils.config import ConfigError, parse_config, to_dict
+from lmselfplay.utils.metrics_logger import MetricsLogger
 
 IDS = ("prompt_ids", "chosen_ids", "rejected_ids")
 PLOT_KEYS = ["eval/accuracy", "eval/margin", "eval/answer_loglik", "eval/answer_loglik_per_token",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from lmselfplay.engines.base import Completion, SamplingParams
+from lmselfplay.lm.engines.base import Completion, SamplingParams
 
 
 class ScriptedEngine:

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from lmselfplay.checkpoint import latest_checkpoint
-from lmselfplay.config import ConfigError
-from lmselfplay.metrics import read_jsonl
-from lmselfplay.recipes import load_recipe as _load
+from lmselfplay.utils.checkpoint import latest_checkpoint
+from lmselfplay.utils.config import ConfigError
+from lmselfplay.utils.metrics_logger import read_jsonl
+from lmselfplay.utils.recipe_loader import load_recipe as _load
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -75,7 +75,7 @@ def test_bad_config_is_a_clear_error(tmp_path, bad):
 
 def test_yaml_configs_parse():
     recipe = load_recipe()
-    from lmselfplay.config import parse_config
+    from lmselfplay.utils.config import parse_config
 
     for name in ("alphazero_nim.yaml", "alphazero_tictactoe.yaml"):
         cfg = parse_config(recipe.AlphaZeroConfig, ["--config", str(ROOT / "recipes/configs" / name)])

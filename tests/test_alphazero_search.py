@@ -11,7 +11,14 @@ from hypothesis import strategies as st
 
 from lmselfplay.alphazero.adapter import CachedGame, SearchGame
 from lmselfplay.alphazero.batched_mcts import BatchedMCTS, batched_mcts, from_fns
-from lmselfplay.alphazero.mcts import MisereNim, Nim, mcts, search_policy, uniform_prior, zero_value
+from lmselfplay.alphazero.mcts import (
+    MisereNimPosition,
+    NimPosition,
+    mcts,
+    search_policy,
+    uniform_prior,
+    zero_value,
+)
 from lmselfplay.games import KuhnPoker, TicTacToe
 from lmselfplay.games import Nim as ProjectNim
 from lmselfplay.games.base import random_playout
@@ -22,7 +29,7 @@ def quarter(n: int) -> float:
 
 
 def test_known_value_nim5():
-    N, Q = mcts(Nim(), 5, uniform_prior, quarter, 4, c_puct=2)
+    N, Q = mcts(NimPosition(), 5, uniform_prior, quarter, 4, c_puct=2)
     assert N.tolist() == [2, 1, 1]
     assert Q.tolist() == [0.25, -0.25, -0.25]
 
@@ -30,17 +37,17 @@ def test_known_value_nim5():
 @pytest.mark.parametrize("sims,expected", [(1, [1, 0, 0]), (2, [1, 1, 0]), (3, [1, 1, 1])])
 def test_known_value_nim5_prefixes(sims, expected):
     # Hand trace: sim 1 ties at U = 0 -> first move; sim 2: 0.25+1/3 < 2/3; sim 3: a2 has U = 0.94.
-    N, _ = mcts(Nim(), 5, uniform_prior, quarter, sims, c_puct=2)
+    N, _ = mcts(NimPosition(), 5, uniform_prior, quarter, sims, c_puct=2)
     assert N.tolist() == expected
 
 
 def test_terminal_values_normal_and_misere():
-    assert Nim().terminal_value(0) == -1.0 and Nim().terminal_value(3) is None
-    assert MisereNim().terminal_value(0) == 1.0
-    # From 1 stone the only move takes the last stone: a win in Nim, a loss in misere Nim.
-    N, Q = mcts(Nim(), 1, uniform_prior, zero_value, 3)
+    assert NimPosition().terminal_value(0) == -1.0 and NimPosition().terminal_value(3) is None
+    assert MisereNimPosition().terminal_value(0) == 1.0
+    # From 1 stone the only move takes the last stone: a win in NimPosition, a loss in misere NimPosition.
+    N, Q = mcts(NimPosition(), 1, uniform_prior, zero_value, 3)
     assert N.tolist() == [3, 0, 0] and Q.tolist() == [1.0, 0, 0]
-    N, Q = mcts(MisereNim(), 1, uniform_prior, zero_value, 3)
+    N, Q = mcts(MisereNimPosition(), 1, uniform_prior, zero_value, 3)
     assert N.tolist() == [3, 0, 0] and Q.tolist() == [-1.0, 0, 0]
 
 
@@ -55,7 +62,7 @@ def test_terminal_never_expanded_or_valued():
         seen_value.append(s)
         return 0.0
 
-    mcts(Nim(), 3, prior, value, 50, c_puct=1.0)
+    mcts(NimPosition(), 3, prior, value, 50, c_puct=1.0)
     assert 0 not in seen_prior and 0 not in seen_value
     # One node per path: from 3 stones the non-terminal paths are 3->2, 3->1, 3->2->1: root + 3.
     assert sorted(seen_prior) == [1, 1, 2, 3] and sorted(seen_value) == [1, 1, 2]
@@ -63,7 +70,7 @@ def test_terminal_never_expanded_or_valued():
 
 def test_converges_to_optimal_move():
     # From 7 stones the only winning move takes 3 (leaves 4); exact terminal values suffice.
-    N, Q = mcts(Nim(), 7, uniform_prior, zero_value, 3000, c_puct=1.0)
+    N, Q = mcts(NimPosition(), 7, uniform_prior, zero_value, 3000, c_puct=1.0)
     assert int(np.argmax(N)) == 2 and Q[2] > 0.5 and N[2] > 0.9 * N.sum()
 
 
@@ -76,26 +83,26 @@ def test_root_noise_is_dirichlet_on_legal_moves_in_order():
         return noisy if s == 2 else np.ones(3)
 
     for sims in (2, 5, 9):
-        a = mcts(Nim(), 2, uniform_prior, quarter, sims, c_puct=3, eps=eps, alpha=alpha, seed=seed)
-        b = mcts(Nim(), 2, prior_root_noised, quarter, sims, c_puct=3)
+        a = mcts(NimPosition(), 2, uniform_prior, quarter, sims, c_puct=3, eps=eps, alpha=alpha, seed=seed)
+        b = mcts(NimPosition(), 2, prior_root_noised, quarter, sims, c_puct=3)
         assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
     # Noise changes the search (else the comparison above would be vacuous).
-    c = mcts(Nim(), 9, uniform_prior, quarter, 6, c_puct=3, eps=0.9, alpha=0.05, seed=1)
-    d = mcts(Nim(), 9, uniform_prior, quarter, 6, c_puct=3)
+    c = mcts(NimPosition(), 9, uniform_prior, quarter, 6, c_puct=3, eps=0.9, alpha=0.05, seed=1)
+    d = mcts(NimPosition(), 9, uniform_prior, quarter, 6, c_puct=3)
     assert not np.array_equal(c[0], d[0])
 
 
 def test_prior_masked_and_renormalised():
     # All weight on the illegal action 2 (2 stones): legal moves become uniform.
-    a = mcts(Nim(), 2, lambda s: np.array([0.0, 0.0, 5.0]), quarter, 7, c_puct=2)
-    b = mcts(Nim(), 2, uniform_prior, quarter, 7, c_puct=2)
+    a = mcts(NimPosition(), 2, lambda s: np.array([0.0, 0.0, 5.0]), quarter, 7, c_puct=2)
+    b = mcts(NimPosition(), 2, uniform_prior, quarter, 7, c_puct=2)
     assert np.array_equal(a[0], b[0])
     # Scale does not matter, only the ratio.
-    c = mcts(Nim(), 9, lambda s: np.array([1.0, 2.0, 3.0]), quarter, 20)
-    d = mcts(Nim(), 9, lambda s: np.array([10.0, 20.0, 30.0]), quarter, 20)
+    c = mcts(NimPosition(), 9, lambda s: np.array([1.0, 2.0, 3.0]), quarter, 20)
+    d = mcts(NimPosition(), 9, lambda s: np.array([10.0, 20.0, 30.0]), quarter, 20)
     assert np.array_equal(c[0], d[0])
     with pytest.raises(ValueError):
-        mcts(Nim(), 9, lambda s: np.array([1.0, -1.0, 1.0]), quarter, 2)
+        mcts(NimPosition(), 9, lambda s: np.array([1.0, -1.0, 1.0]), quarter, 2)
 
 
 def test_tie_break_first_legal_move():
@@ -180,7 +187,7 @@ def _hashed_fns():
 
 
 def test_batched_known_value():
-    N, Q = batched_mcts(Nim(), [5], from_fns(uniform_prior, quarter, 3), 4, c_puct=2)
+    N, Q = batched_mcts(NimPosition(), [5], from_fns(uniform_prior, quarter, 3), 4, c_puct=2)
     assert N.tolist() == [[2, 1, 1]] and Q.tolist() == [[0.25, -0.25, -0.25]]
 
 

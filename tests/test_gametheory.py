@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lmselfplay.gametheory import (
+from lmselfplay.solvers.matrix_games import (
     BIASED_RPS,
     PAPER,
     ROCK,
@@ -19,7 +19,7 @@ from lmselfplay.gametheory import (
     regret_matching_rounds,
     solve_zero_sum,
 )
-from lmselfplay.gametheory_plots import exploitability_curves, main
+from lmselfplay.solvers.plots import exploitability_curves, main
 
 EQ_BIASED = np.array([0.25, 0.5, 0.25])
 e = np.eye(3)

@@ -11,7 +11,7 @@ import pytest
 import torch
 from lm_fixtures import tiny_model, tiny_tokenizer
 
-from lmselfplay.league import League, LeagueConfig
+from lmselfplay.rl.league import League, LeagueConfig
 
 
 class _Weights(torch.nn.Module):
@@ -112,7 +112,7 @@ def test_state_dict_round_trip_and_engines_serve_the_snapshot():
         assert torch.equal(v, snap.state[k]), k
     # ... and scores with them: the learner (moved on since) scores the same answer differently
     prompt, answer = [tok("Stones: 3.")["input_ids"]], [tok("<move>1</move>")["input_ids"]]
-    from lmselfplay.engines.hf import HFEngine
+    from lmselfplay.lm.engines.hf import HFEngine
 
     frozen = engine.score(prompt, answer)[0]
     same = tiny_model(seed=2)

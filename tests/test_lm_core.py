@@ -6,7 +6,6 @@ import pytest
 from fake_engine import ScriptedEngine
 from lm_fixtures import save_tiny, tiny_model, tiny_tokenizer
 
-from lmselfplay.engines import HFEngine, SamplingParams
 from lmselfplay.eval.game_metrics import (
     answer_distribution,
     kuhn_policy,
@@ -15,9 +14,10 @@ from lmselfplay.eval.game_metrics import (
 )
 from lmselfplay.games import make
 from lmselfplay.games.text import format_answer
-from lmselfplay.policy import PLAIN_TEMPLATE, encode_completion, encode_prompt, format_prompt
-from lmselfplay.rollout import Episode, LLMPlayer, RolloutStats, play_all, random_bot, solver_bot
-from lmselfplay.trajectory import merge_identical
+from lmselfplay.lm.engines import HFEngine, SamplingParams
+from lmselfplay.lm.prompt import PLAIN_TEMPLATE, encode_completion, encode_prompt, format_prompt
+from lmselfplay.lm.rollout import Episode, LLMPlayer, RolloutStats, play_all, random_bot, solver_bot
+from lmselfplay.lm.trajectory import merge_identical
 
 
 def _legal_moves(prompt_text: str) -> list[str]:
@@ -233,7 +233,7 @@ def test_win_rates_against_exact_and_random():
 
 
 def test_play_cli_person_vs_model(tmp_path):
-    from lmselfplay.play import main
+    from lmselfplay.human_play import main
 
     save_tiny(tmp_path, seed=4)
     moves = iter(["banana", "3", "3", "3", "3", "3"])

@@ -8,7 +8,7 @@ import pytest
 
 from lmselfplay.games.exploitability import exploitability, policy_value
 from lmselfplay.games.kuhn_poker import KuhnPoker
-from lmselfplay.gametheory import (
+from lmselfplay.solvers.matrix_games import (
     BIASED_RPS,
     PAPER,
     ROCK,
@@ -17,7 +17,7 @@ from lmselfplay.gametheory import (
     best_response_dynamics,
     fictitious_play_rounds,
 )
-from lmselfplay.psro import (
+from lmselfplay.solvers.psro import (
     PSRO,
     extensive_form_oracles,
     joint_policy,

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from lmselfplay.rewards import majority_agreement, proposer_rewards
+from lmselfplay.rl.rewards import majority_agreement, proposer_rewards
 
 
 def test_proposer_rewards_known_values():

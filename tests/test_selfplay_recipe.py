@@ -7,7 +7,7 @@ import pytest
 import torch
 from lm_fixtures import save_tiny
 
-from lmselfplay.recipes import load_recipe as _load
+from lmselfplay.utils.recipe_loader import load_recipe as _load
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,7 +65,7 @@ def test_recipe_runs_and_resumes_exactly(model_dir, tmp_path):
 
 
 def test_unknown_config_key_is_rejected(model_dir, tmp_path):
-    from lmselfplay.config import ConfigError
+    from lmselfplay.utils.config import ConfigError
 
     recipe = _recipe()
     bad = tmp_path / "bad.yaml"

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from lmselfplay.spin import spin_expected_loss, spin_rate, spin_tabular
+from lmselfplay.spin.objective import spin_expected_loss, spin_rate, spin_tabular
 
 P_DATA = np.array([0.1, 0.2, 0.3, 0.4])
 P0 = np.array([0.55, 0.25, 0.15, 0.05])

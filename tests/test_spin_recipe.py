@@ -16,12 +16,12 @@ import pytest
 import torch
 from lm_fixtures import save_tiny, tiny_model, tiny_tokenizer
 
-from lmselfplay.config import ConfigError, parse_config
-from lmselfplay.engines.hf import HFEngine
-from lmselfplay.metrics import read_jsonl
-from lmselfplay.policy import encode_completion, encode_prompt
-from lmselfplay.recipes import load_recipe as _load
-from lmselfplay.spin_data import SpinDataError, answers_match, extract_final, load_supervised
+from lmselfplay.lm.engines.hf import HFEngine
+from lmselfplay.lm.prompt import encode_completion, encode_prompt
+from lmselfplay.spin.data import SpinDataError, answers_match, extract_final, load_supervised
+from lmselfplay.utils.config import ConfigError, parse_config
+from lmselfplay.utils.metrics_logger import read_jsonl
+from lmselfplay.utils.recipe_loader import load_recipe as _load
 
 ROOT = Path(__file__).resolve().parents[1]
 N_TRAIN, N_EVAL, GEN_LEN = 12, 4, 16

@@ -11,9 +11,9 @@ import pytest
 from scipy.stats import chisquare
 
 from lmselfplay import games
-from lmselfplay import synthetic_tasks as st
 from lmselfplay.games.base import CHANCE, all_states
 from lmselfplay.games.text import format_answer
+from lmselfplay.models import corpus as st
 
 
 def test_arithmetic_answers_are_correct():

@@ -9,9 +9,10 @@ import random
 import pytest
 import torch
 
-from lmselfplay import games, tiny
+from lmselfplay import games
 from lmselfplay.games.text import format_answer
-from lmselfplay.policy import encode_completion, encode_prompt
+from lmselfplay.lm.prompt import encode_completion, encode_prompt
+from lmselfplay.models import tiny
 
 SMALL = dict(num_layers=1, hidden_size=32, num_heads=2, intermediate_size=64, train_steps=4,
              batch_size=8, warmup_steps=2, tokenizer_texts=400, vocab_size=1024, max_seq_len=256)
@@ -53,7 +54,7 @@ def test_build_loads_back_with_auto_classes(built, tok):
 
 
 def test_load_policy_uses_the_build(built):
-    from lmselfplay.policy import load_policy
+    from lmselfplay.lm.policy import load_policy
 
     model, tok = load_policy(model_name_or_path=str(built), device="cpu")
     assert tok.padding_side == "left" and model.config.num_hidden_layers == 1

@@ -6,9 +6,9 @@ import pytest
 import torch
 from lm_fixtures import tiny_model, tiny_tokenizer
 
-from lmselfplay.advantages import RoleBaselines, group_advantages, task_type_advantages
-from lmselfplay.trainer import PolicyTrainer, TrainerConfig, token_logprobs
-from lmselfplay.trajectory import Sample
+from lmselfplay.lm.trajectory import Sample
+from lmselfplay.rl.advantages import RoleBaselines, group_advantages, task_type_advantages
+from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, token_logprobs
 
 
 def _sample(prompt, completion, adv, tok_lp=None):

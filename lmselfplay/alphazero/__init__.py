@@ -1,7 +1,7 @@
 """The exact-reward reference: PUCT search, batched self-play, a policy/value net, the loop.
 
-* :mod:`.mcts` — the search exactly as specified (``mcts``, ``search_policy``, ``Nim``,
-  ``MisereNim``, ``uniform_prior``, ``zero_value``);
+* :mod:`.mcts` — the search exactly as specified (``mcts``, ``search_policy``, ``NimPosition``,
+  ``MisereNimPosition``, ``uniform_prior``, ``zero_value``);
 * :mod:`.adapter` — the search face for every project game (``SearchGame``, ``CachedGame``);
 * :mod:`.batched_mcts` — many trees at once, one network batch per simulation wave;
 * :mod:`.network` — policy + value network and the AlphaZero loss;
@@ -11,9 +11,16 @@
 The loop itself is ``recipes/alphazero.py``.
 """
 
-from .adapter import CachedGame, SearchGame
-from .batched_mcts import BatchedMCTS, batched_mcts
-from .mcts import MisereNim, Nim, mcts, search_policy, uniform_prior, zero_value
+from lmselfplay.alphazero.adapter import CachedGame, SearchGame
+from lmselfplay.alphazero.batched_mcts import BatchedMCTS, batched_mcts
+from lmselfplay.alphazero.mcts import (
+           MisereNimPosition,
+           NimPosition,
+           mcts,
+           search_policy,
+           uniform_prior,
+           zero_value,
+)
 
-__all__ = ["BatchedMCTS", "CachedGame", "MisereNim", "Nim", "SearchGame", "batched_mcts", "mcts",
+__all__ = ["BatchedMCTS", "CachedGame", "MisereNimPosition", "NimPosition", "SearchGame", "batched_mcts", "mcts",
            "search_policy", "uniform_prior", "zero_value"]

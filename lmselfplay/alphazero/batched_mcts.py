@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from .adapter import StateTable
-from .mcts import legal_prior, puct_scores, root_noise
+from lmselfplay.alphazero.adapter import StateTable
+from lmselfplay.alphazero.mcts import legal_prior, puct_scores, root_noise
 
 Evaluate = Callable[[list[Any]], tuple[np.ndarray, np.ndarray]]
 

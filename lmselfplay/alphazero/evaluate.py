@@ -17,11 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from lmselfplay.alphazero.batched_mcts import BatchedMCTS
+from lmselfplay.alphazero.network import NetEvaluator, PolicyValueNet, raw_policy
 from lmselfplay.games.base import all_states, random_legal_reset
 from lmselfplay.games.solve import minimax_for, optimal_actions
-
-from .batched_mcts import BatchedMCTS
-from .network import NetEvaluator, PolicyValueNet, raw_policy
 
 Agent = Callable[[list[Any]], list[int]]  # search positions -> actions
 

@@ -8,8 +8,8 @@ The ``game`` argument only needs the "search face":
 * ``terminal_value(s)`` — exact value for the player to move at a terminal ``s``, or ``None``
   when ``s`` is not terminal.
 
-:mod:`lmselfplay.alphazero.adapter` gives every project game this face; :class:`Nim` and
-:class:`MisereNim` below have it natively (a state is the number of stones left).
+:mod:`lmselfplay.alphazero.adapter` gives every project game this face; :class:`NimPosition` and
+:class:`MisereNimPosition` below have it natively (a state is the number of stones left).
 
 Rules (tests check them down to the last simulation):
 
@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 
-class Nim:
+class NimPosition:
     """One-pile Nim in the search face: state = stones left, take 1..max_take; last stone wins."""
 
     misere = False
@@ -58,7 +58,7 @@ class Nim:
         return 1.0 if self.misere else -1.0
 
 
-class MisereNim(Nim):
+class MisereNimPosition(NimPosition):
     """One-pile Nim where whoever takes the last stone loses."""
 
     misere = True

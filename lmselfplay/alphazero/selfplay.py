@@ -21,11 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from lmselfplay.alphazero.batched_mcts import BatchedMCTS
+from lmselfplay.alphazero.mcts import search_policy
+from lmselfplay.alphazero.network import NetEvaluator, PolicyValueNet
 from lmselfplay.games.base import random_legal_reset
-
-from .batched_mcts import BatchedMCTS
-from .mcts import search_policy
-from .network import NetEvaluator, PolicyValueNet
 
 
 @dataclass

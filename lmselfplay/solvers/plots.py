@@ -1,7 +1,7 @@
 """Exploitability of the average strategies vs T for the three matrix-game dynamics, on
 RPS and biased RPS, as one log-log PNG.
 
-    python -m lmselfplay.gametheory_plots --out DIR [--T 10000]
+    python -m lmselfplay.solvers.plots --out DIR [--T 10000]
 
 Iterated best response cycles rock -> paper -> scissors: its average happens to reach
 the uniform equilibrium of RPS (exactly at multiples of 3), but stays at exploitability
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .gametheory import (
+from lmselfplay.solvers.matrix_games import (
     BIASED_RPS,
     RPS,
     best_response_dynamics,

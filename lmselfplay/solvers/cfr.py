@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from .games.base import CHANCE, Game
-from .games.exploitability import exploitability, nash_conv
+from lmselfplay.games.base import CHANCE, Game
+from lmselfplay.games.exploitability import exploitability, nash_conv
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """One accelerate-based policy-gradient trainer for every on-policy recipe.
 
-Input: :class:`~lmselfplay.trajectory.Sample` s with advantages (games, Absolute Zero,
+Input: :class:`~lmselfplay.lm.trajectory.Sample` s with advantages (games, Absolute Zero,
 R-Zero, debate all produce them). Per optimizer step it runs ``num_iterations`` passes
 (PPO epochs) over the batch; each pass is exactly ``gradient_accumulation_steps``
 micro-batches on every rank (empty ones are padded with a zero-loss forward) so that
@@ -33,8 +33,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from lmselfplay.checkpoint import MARKER, prune_checkpoints
-from lmselfplay.trajectory import Sample, merge_identical
+from lmselfplay.lm.trajectory import Sample, merge_identical
+from lmselfplay.utils.checkpoint import MARKER, prune_checkpoints
 
 
 @dataclass

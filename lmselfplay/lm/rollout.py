@@ -15,12 +15,12 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from lmselfplay.engines.base import Engine, SamplingParams
 from lmselfplay.games.base import CHANCE, Invalid, forfeit_returns, resolve_chance
 from lmselfplay.games.exploitability import action_probs
 from lmselfplay.games.solve import optimal_actions
-from lmselfplay.policy import encode_prompt
-from lmselfplay.trajectory import Trajectory, Turn
+from lmselfplay.lm.engines.base import Engine, SamplingParams
+from lmselfplay.lm.prompt import encode_prompt
+from lmselfplay.lm.trajectory import Trajectory, Turn
 
 
 @dataclass

@@ -6,7 +6,7 @@
 * an opponent mix per episode: mirror self-play (the learner in both seats), a recent
   frozen snapshot, a hall-of-fame snapshot, or a fixed bot (random); the loss is only on
   the learner's seats (frozen seats record no trajectory);
-* meta-solvers from :mod:`lmselfplay.psro` weight the bank: ``last`` (iterated best
+* meta-solvers from :mod:`lmselfplay.solvers.psro` weight the bank: ``last`` (iterated best
   response), ``uniform`` (fictitious play) or ``nash`` of the payoff table between bank
   members (double oracle) — the table is filled by :meth:`League.play_in` (each new
   snapshot plays every ring member once, ``league_eval_games`` games).
@@ -112,7 +112,7 @@ class League:
         return U
 
     def ring_weights(self) -> np.ndarray:
-        from lmselfplay.psro import meta_strategy
+        from lmselfplay.solvers.psro import meta_strategy
 
         if not self.ring:
             return np.zeros(0)
@@ -136,7 +136,7 @@ class League:
 
     def engine_for(self, snap: Snapshot, template_model: Any, tokenizer: Any) -> Any:
         """A frozen HFEngine serving ``snap`` (cached; built from a copy of the learner)."""
-        from lmselfplay.engines.hf import HFEngine, unwrap
+        from lmselfplay.lm.engines.hf import HFEngine, unwrap
 
         if snap.name in self._engines:
             self._engines.move_to_end(snap.name)

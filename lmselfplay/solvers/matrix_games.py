@@ -13,7 +13,7 @@ value by value.
   exactly: ``exploitability(mu_bar, nu_bar) = Reg^mu + Reg^nu``.
 
 ``solve_zero_sum`` solves the game by linear programming; PSRO's Nash meta-solver
-(:mod:`lmselfplay.psro`) uses it.
+(:mod:`lmselfplay.solvers.psro`) uses it.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
-"""Load the policy (causal LM + tokenizer, optional LoRA) and THE prompt formatter.
+"""Load the policy: a causal LM + its tokenizer, with optional LoRA adapters (PEFT).
 
-Generation and training must see the same tokens. Everything that turns a task text
-into model input goes through :func:`encode_prompt`, and every answer through
-:func:`encode_completion`; rollouts keep token ids (never re-tokenized text), so the
-trainer scores exactly what the engine sampled.
-
-Format: the tokenizer's chat template when it has one (one user turn, generation
-prompt added); otherwise the plain format ``PLAIN_TEMPLATE`` with a BOS token in front:
-
-    <bos>{prompt}
-    Answer:
-    {answer}<eos>
+The default model is the embedded tiny model (:mod:`lmselfplay.models.tiny`); real models
+are named with ``model_name_or_path``. Prompts are formatted by :mod:`lmselfplay.lm.prompt`.
 """
+
 
 from __future__ import annotations
 
@@ -22,38 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
-PLAIN_TEMPLATE = "{prompt}\nAnswer:\n"
-
-
-def format_prompt(tokenizer: Any, prompt: str) -> str:
-    """The prompt as text, exactly as the model reads it (without BOS)."""
-    if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False)
-    return PLAIN_TEMPLATE.format(prompt=prompt)
-
-
-def encode_prompt(tokenizer: Any, prompt: str) -> list[int]:
-    """Token ids of the formatted prompt: what generation is conditioned on."""
-    text = format_prompt(tokenizer, prompt)
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    if getattr(tokenizer, "chat_template", None):
-        return list(ids)  # chat templates carry their own BOS
-    bos = tokenizer.bos_token_id
-    return ([bos] if bos is not None else []) + list(ids)
-
-
-def encode_completion(tokenizer: Any, answer: str, eos: bool = True) -> list[int]:
-    """Token ids of an answer as the model would have produced it (EOS at the end)."""
-    ids = list(tokenizer(answer, add_special_tokens=False)["input_ids"])
-    if eos and tokenizer.eos_token_id is not None:
-        ids.append(tokenizer.eos_token_id)
-    return ids
-
-
-def encode_pair(tokenizer: Any, prompt: str, answer: str) -> tuple[list[int], list[int]]:
-    return encode_prompt(tokenizer, prompt), encode_completion(tokenizer, answer)
 
 
 @dataclass
@@ -87,7 +47,7 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
 def resolve_model_path(model_name_or_path: str | None) -> str:
     """``None`` -> the embedded tiny model (built offline on first use)."""
     if model_name_or_path in (None, "", "tiny", "embedded"):
-        from .tiny import ensure_tiny_model
+        from lmselfplay.models.tiny import ensure_tiny_model
 
         return str(ensure_tiny_model())
     return str(model_name_or_path)

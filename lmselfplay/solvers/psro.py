@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from .games.base import CHANCE, Game, all_states
-from .games.exploitability import BestResponse, action_probs, policy_value
-from .gametheory import solve_zero_sum
+from lmselfplay.games.base import CHANCE, Game, all_states
+from lmselfplay.games.exploitability import BestResponse, action_probs, policy_value
+from lmselfplay.solvers.matrix_games import solve_zero_sum
 
 META_SOLVERS = ("last", "uniform", "nash")
 

@@ -1,6 +1,6 @@
 """Rollout engines: ``hf`` (batched transformers generate, default); ``vllm`` on GPU."""
 
-from .base import Completion, Engine, SamplingParams
-from .hf import HFEngine
+from lmselfplay.lm.engines.base import Completion, Engine, SamplingParams
+from lmselfplay.lm.engines.hf import HFEngine
 
 __all__ = ["Completion", "Engine", "HFEngine", "SamplingParams"]

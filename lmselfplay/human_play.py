@@ -10,11 +10,12 @@ import argparse
 import random
 import sys
 
-from lmselfplay.engines import HFEngine, SamplingParams
 from lmselfplay.games import Invalid, make
 from lmselfplay.games.base import CHANCE
 from lmselfplay.games.text import MOVE_STOP, format_answer
-from lmselfplay.policy import encode_prompt, load_policy
+from lmselfplay.lm.engines import HFEngine, SamplingParams
+from lmselfplay.lm.policy import load_policy
+from lmselfplay.lm.prompt import encode_prompt
 
 
 def main(argv: list[str] | None = None, input_fn=input, out=print) -> int:

@@ -3,7 +3,7 @@
 Sources (``load_supervised``):
 
 * ``None`` -> the project's own arithmetic word problems
-  (:func:`lmselfplay.synthetic_tasks.arithmetic_problem`), generated from a seed, no download;
+  (:func:`lmselfplay.models.corpus.arithmetic_problem`), generated from a seed, no download;
 * a local file: ``.jsonl`` / ``.json`` / ``.parquet`` / ``.csv``, or a folder written by
   ``Dataset.save_to_disk``;
 * anything else is passed to ``datasets.load_dataset(name, split=split)``.
@@ -25,7 +25,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from lmselfplay import synthetic_tasks as st
+from lmselfplay.models import corpus as st
 
 FINAL_RE = re.compile(r"####\s*([^\n]*)")
 LOCAL_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}

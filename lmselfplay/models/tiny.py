@@ -7,7 +7,7 @@ config hash) or builds it (a few minutes on 2 cores) and writes it atomically, s
 build never leaves half a model. The result is a normal Hugging Face folder:
 ``AutoModelForCausalLM.from_pretrained(path)`` / ``AutoTokenizer.from_pretrained(path)``.
 
-The corpus (see :mod:`lmselfplay.synthetic_tasks`):
+The corpus (see :mod:`lmselfplay.models.corpus`):
 
 * turns of uniformly RANDOM legal play of every game, in the exact text protocol — a
   uniform prior like AlphaZero's generation 0, so self-play has room to improve;
@@ -15,10 +15,10 @@ The corpus (see :mod:`lmselfplay.synthetic_tasks`):
   challenger, writing such a problem);
 * tiny Python programs: predict ``repr(f(x))``, and write an ``f`` for an input/output pair;
 * reading: "repeat line k" of a game observation, so that moves can depend on the state
-  (:func:`lmselfplay.synthetic_tasks.reading_task`).
+  (:func:`lmselfplay.models.corpus.reading_task`).
 
-Every example is tokenized with THE formatter (:func:`lmselfplay.policy.encode_prompt` +
-:func:`~lmselfplay.policy.encode_completion`), so pre-training sees exactly the token
+Every example is tokenized with THE formatter (:func:`lmselfplay.lm.prompt.encode_prompt` +
+:func:`~lmselfplay.lm.prompt.encode_completion`), so pre-training sees exactly the token
 sequences that generation will see. The loss is on the answer tokens (the prompt tokens
 get ``prompt_loss_weight``); at the move token of a game turn the target is the uniform
 distribution over ALL legal moves (:func:`soft_target`), i.e. the random prior itself
@@ -47,10 +47,10 @@ from typing import Any
 
 import torch
 
-from lmselfplay import synthetic_tasks as st
-from lmselfplay.checkpoint import atomic_dir
 from lmselfplay.games.text import format_answer
-from lmselfplay.policy import encode_completion, encode_prompt, format_prompt
+from lmselfplay.lm.prompt import encode_completion, encode_prompt, format_prompt
+from lmselfplay.models import corpus as st
+from lmselfplay.utils.checkpoint import atomic_dir
 
 # Bump when the corpus, tokenizer or training code changes what a config builds.
 BUILD_VERSION = 2  # 2: reading tasks
@@ -101,7 +101,7 @@ class TinyConfig:
     def weights(self) -> dict[str, float]:
         """Sampling weight of every task kind (games by name, 'arithmetic', 'programs',
         'reading': a line-copy question about a random game's observation)."""
-        from lmselfplay.config import parse_weights
+        from lmselfplay.utils.config import parse_weights
 
         kinds = {g: 1.0 for g in self.game_names()} | {"arithmetic": 1.0, "programs": 1.0, "reading": 1.0}
         return parse_weights(self.task_weights, kinds, "task_weights")

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from .base import Completion, SamplingParams
+from lmselfplay.lm.engines.base import Completion, SamplingParams
 
 
 def unwrap(model: Any) -> Any:
@@ -140,7 +140,7 @@ class HFEngine:
 def sequence_logprobs(model: Any, prompts: list[list[int]], completions: list[list[int]],
                       pad_id: int, temperature: float = 1.0) -> list[list[float]]:
     """Teacher-forced log-probs of completion tokens (the differentiable core is
-    :func:`lmselfplay.trainer.token_logprobs`; this is its no-grad list form)."""
+    :func:`lmselfplay.rl.trainer.token_logprobs`; this is its no-grad list form)."""
     if not prompts:
         return []
     seqs = [list(p) + list(c) for p, c in zip(prompts, completions)]

@@ -1,0 +1,1 @@
+"""Reinforcement learning: the one policy-gradient trainer, advantages, rewards, the league of frozen snapshots."""

@@ -1,0 +1,1 @@
+"""SPIN: the objective's maths (objective.py) and the supervised data loading (data.py)."""

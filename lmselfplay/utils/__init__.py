@@ -1,0 +1,1 @@
+"""Shared plumbing: config parsing, atomic checkpoints, the metrics logger, the recipe loader."""
