@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-RECIPES_DIR = Path(__file__).resolve().parents[1] / "recipes"
+RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"
 
 
 def load_recipe(name: str, recipes_dir: str | Path | None = None) -> ModuleType:
