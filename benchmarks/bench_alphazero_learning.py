@@ -16,22 +16,15 @@ Wall time is for the whole recipe run on this machine (``torch_threads`` from th
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import sys
 import time
 from pathlib import Path
 
 import torch
 
+from lmselfplay.utils.recipe_loader import load_recipe
+from lmselfplay.utils.results import save_results
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def load_recipe():
-    spec = importlib.util.spec_from_file_location("alphazero_recipe", ROOT / "recipes" / "alphazero.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def run(recipe, config: str, out: Path, extra: list[str]):
@@ -65,6 +58,7 @@ def bench_nim(recipe, out: Path, seeds: int) -> None:
     ok = all(r is not None and r <= 3 for r in solved_rounds)
     print(f"every seed solved within 3 rounds (reference text: round 6): {'yes' if ok else 'NO'} "
           f"| {cfg.n_sims} sims, {cfg.games_per_iteration} games/round, {cfg.iterations} rounds")
+    save_results("bench_alphazero_learning_nim", {"solved_round_per_seed": solved_rounds, "all_within_3": ok})
 
 
 def bench_tictactoe(recipe, out: Path) -> None:
@@ -96,6 +90,8 @@ def bench_tictactoe(recipe, out: Path) -> None:
           f"({'yes' if mean >= 0.95 else 'NO'}) -> {'met' if ok else 'NOT met'}")
     print(f"{cfg.iterations} rounds x {cfg.games_per_iteration} games x {cfg.n_sims} sims "
           f"| wall {wall:.1f} s, torch_threads={cfg.torch_threads}")
+    save_results("bench_alphazero_learning_tictactoe", {"lost_to_minimax": lost, "score_vs_random_x_o": scores,
+                                                        **frac, "wall_s": wall})
 
 
 def main() -> None:
@@ -104,7 +100,7 @@ def main() -> None:
     ap.add_argument("--out", default="runs/bench_alphazero")
     ap.add_argument("--nim_seeds", type=int, default=4)
     args = ap.parse_args()
-    recipe = load_recipe()
+    recipe = load_recipe("alphazero")
     out = Path(args.out)
     if args.only in (None, "nim"):
         bench_nim(recipe, out, args.nim_seeds)

@@ -24,6 +24,8 @@ import time
 
 import numpy as np
 
+from lmselfplay.utils.results import save_results
+
 
 def rate(fn, sims: int, repeats: int) -> tuple[float, float]:
     """(first-call sims/s, best later sims/s)."""
@@ -96,6 +98,9 @@ def main() -> None:
         print(f"{name:45s} {r:12,.0f} {r / py:13.1f}")
     print(f"goal: batched >= 10x python MCTSBot -> {'met' if warm >= 10 * py else 'NOT met'} "
           f"({warm / py:.1f}x warm, {cold / py:.1f}x cold); vs C++ bot: {warm / cpp:.2f}x")
+    save_results("bench_alphazero_speed", {"sims_per_s": dict(rows), "batched_warm_over_python_bot": warm / py,
+                                           "batched_cold_over_python_bot": cold / py,
+                                           "batched_warm_over_cpp_bot": warm / cpp})
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from open_spiel.python.algorithms import cfr as os_cfr
 
 from lmselfplay.games.kuhn_poker import KuhnPoker
 from lmselfplay.solvers.cfr import CFRPlusSolver, CFRSolver
+from lmselfplay.utils.results import save_results
 
 
 def to_openspiel(game, ours: dict[str, np.ndarray]) -> os_policy.TabularPolicy:
@@ -86,6 +87,8 @@ def main(argv=None) -> None:
     for algo, name, ips, setup, nc, nc_ours in rows:
         ours_col = f"{nc_ours:16.3e}" if nc_ours is not None else f"{'':16s}"
         print(f"{algo:5s} {name:20s} {ips:10.0f} {setup:8.3f} {nc:19.3e} {ours_col}")
+    save_results("bench_cfr", [{"algo": algo, "solver": name, "it_per_s": ips, "setup_s": setup,
+                                "nash_conv": nc} for algo, name, ips, setup, nc, _ in rows])
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from tqdm import tqdm
 
+from lmselfplay.utils.results import save_results
 from lmselfplay.verifiers.executor import Executor, ExecutorConfig, Task
 
 PROGRAM = "def f(x):\n    return [x * 2, str(x)]\n"
@@ -121,6 +122,9 @@ def main() -> None:
     print(f"protections (default): {', '.join(ex.protections)};  startup {startup * 1000:.0f} ms")
     print(f"ratio default/naive: {rates['default'] / rates['naive']:.1f}x measured exec/s, "
           f"{cpu_ratio:.1f}x CPU per exec   (goal >= 200 exec/s and >= 5x)")
+    save_results("bench_executor", {"exec_per_s": rates, "default_over_naive": rates["default"] / rates["naive"],
+                                    "cpu_ratio_naive_over_default": cpu_ratio, "startup_s": startup,
+                                    "protections": list(ex.protections)})
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from lmselfplay.games import make
 from lmselfplay.games.text import format_answer
 from lmselfplay.lm.engines import HFEngine
 from lmselfplay.lm.prompt import encode_completion, encode_prompt
+from lmselfplay.utils.results import save_results
 
 
 def probe(path: str, steps: int, lr: float) -> list[tuple[int, float, float]]:
@@ -49,7 +50,7 @@ def probe(path: str, steps: int, lr: float) -> list[tuple[int, float, float]]:
     rows = []
     for step in range(steps + 1):
         if step % 10 == 0:
-            pol = game_metrics.kuhn_policy(HFEngine(model, tok), tok, game)
+            pol = game_metrics.tabular_policy(HFEngine(model, tok), tok, game)
             rows.append((step, pol["J:"][1], pol["K:"][1]))
             print(f"  step {step:3d}: P(bet | J) {rows[-1][1]:.2f}   P(bet | K) {rows[-1][2]:.2f}", flush=True)
         if step < steps:
@@ -71,11 +72,14 @@ def main() -> None:
         from lmselfplay.models.tiny import ensure_tiny_model
 
         args.model = [str(ensure_tiny_model())]
+    results = {}
     for path in args.model:
         print(path)
         rows = probe(path, args.steps, args.lr)
         sep = next((s for s, j, k in rows if k - j > 0.5), None)
         print(f"  -> {'cards separated (K - J > 0.5) at step ' + str(sep) if sep is not None else 'never separated'}")
+        results[path] = {"rows_step_pbet_j_pbet_k": rows, "separated_at_step": sep}
+    save_results("bench_kuhn_card_reading", results)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,8 @@ from lmselfplay.games import make
 from lmselfplay.games.text import MOVE_STOP
 from lmselfplay.lm.engines import HFEngine, SamplingParams
 from lmselfplay.lm.policy import load_policy
-from lmselfplay.lm.rollout import Episode, LLMPlayer, RolloutStats, play_all
+from lmselfplay.lm.rollout import Episode, LLMPlayer, RolloutStats, collect_episodes
+from lmselfplay.utils.results import save_results
 
 
 def rollout_tps(engine, tok, n_games, concurrency, sp, seed=0):
@@ -33,7 +34,7 @@ def rollout_tps(engine, tok, n_games, concurrency, sp, seed=0):
     eps = [Episode(make(names[i % 3]), (me, me), seed=seed + i) for i in range(n_games)]
     stats = RolloutStats()
     t = time.perf_counter()
-    play_all(eps, sp, concurrency=concurrency, stats=stats)
+    collect_episodes(eps, sp, concurrency=concurrency, stats=stats)
     dt = time.perf_counter() - t
     return stats.generated_tokens / dt, stats
 
@@ -91,6 +92,9 @@ def main() -> None:
           f"to each call's longest answer)")
     print(f"C sequential per-game play      : {c:8.0f} tok/s  ({args.sequential_games} games, one at a time)")
     print(f"A/B = {a / b:.2f} (goal >= 0.8)   A/C = {a / c:.1f} (goal >= 10)")
+    save_results("bench_rollout", {"concurrent_tok_s": a, "plain_generate_tok_s": b, "sequential_tok_s": c,
+                                   "concurrent_over_plain": a / b, "concurrent_over_sequential": a / c,
+                                   "games": stats.episodes, "engine_calls": stats.engine_calls})
 
 
 if __name__ == "__main__":

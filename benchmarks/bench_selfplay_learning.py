@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from lmselfplay.utils.results import save_results
+
 ROOT = Path(__file__).resolve().parents[1]
 
 MIRROR_ONLY = dict(mirror_fraction=1.0, recent_fraction=0.0, hall_of_fame_fraction=0.0, bot_fraction=0.0)
@@ -52,7 +54,7 @@ def load_recipe():
 
 
 def run(recipe, game, variant, seed, steps, eval_every, out, extra):
-    args = {"games": game, "steps": steps, "seed": seed, "eval_every": eval_every, "eval_games": 60,
+    args = {"games": game, "max_steps": steps, "seed": seed, "eval_every": eval_every, "eval_games": 60,
             "eval_positions": 200, "checkpoint_every": 0, "output_dir": str(out), **GAME_SETTINGS.get(game, {}),
             **VARIANTS[variant], **extra}
     argv = ["--config", str(ROOT / "recipes" / "configs" / "selfplay_games.yaml")]
@@ -108,6 +110,7 @@ def main():
              for k in res[0]}
         print(f"{v:<10} {m['start']:7.3f} {m['final']:7.3f} {m['best']:7.3f} {m['worst_pos']:9.3f} "
               f"{m['win_vs_random']:8.3f} {m['entropy_end']:8.3f} {m['t_hit']:9.0f} {m['wall']:8.0f}")
+    save_results(f"bench_selfplay_learning_{args.game}", {"seeds": args.seeds, "steps": args.steps, "per_seed": table})
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from lmselfplay import games
 from lmselfplay.games.base import random_playout
 from lmselfplay.lm.prompt import encode_prompt
 from lmselfplay.models import corpus as st
+from lmselfplay.utils.results import save_results
 
 
 def random_positions(game, n: int, rng: random.Random) -> list:
@@ -122,6 +123,7 @@ def main() -> None:
     results.update(arithmetic_sampled=arith, arithmetic_greedy=arith_g, program_output=prog,
                    build_call_seconds=build_s)
     print(json.dumps(results))
+    save_results("bench_tiny_legal", results)
 
 
 if __name__ == "__main__":

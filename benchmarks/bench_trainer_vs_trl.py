@@ -68,6 +68,7 @@ from lmselfplay.lm.trajectory import Sample
 from lmselfplay.models import corpus as st
 from lmselfplay.rl.advantages import group_advantages
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
+from lmselfplay.utils.results import save_results
 
 GAMES = ("nim", "tictactoe", "kuhn_poker")
 FINAL = re.compile(r"####\s*(-?\d+)")
@@ -365,6 +366,7 @@ def main() -> None:
                   f"x{r['train_tps'][j] / trl['train_tps'][j]:.2f} "
                   f"(sec/batch x{trl['train_s'][j] / r['train_s'][j]:.2f})"
                   f"  (goal >= 1x)")
+    save_results("bench_trainer_vs_trl", {"rows": rows, "params": n_params})
 
 
 if __name__ == "__main__":

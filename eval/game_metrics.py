@@ -1,11 +1,15 @@
 """Exact game metrics for any LLM policy (greedy and expected under the policy).
 
-* Nim / tic-tac-toe: optimal-move rate over ALL reachable non-terminal positions —
-  greedy decoding (parsed; an illegal answer counts as not optimal) and the expected
-  probability of an optimal move, from teacher-forced scores of every legal answer
-  normalized over the legal moves.
-* Kuhn poker: exact exploitability of the policy read off the 12 information sets.
-* Win / draw / loss against random and exact opponents with 95% Wilson intervals.
+What is measured is what the game declares (``game.exact_metric``):
+
+* ``optimal_moves`` (Nim, tic-tac-toe): optimal-move rate over ALL reachable non-terminal
+  positions — greedy decoding (parsed; an illegal answer counts as not optimal) and the
+  expected probability of an optimal move, from teacher-forced scores of every legal
+  answer normalized over the legal moves;
+* ``exploitability`` (Kuhn poker): exact exploitability of the policy read off every
+  information state;
+* always: win / loss rates with 95% Wilson intervals and the mean return against the
+  game's reference bots (:func:`lmselfplay.games.bots.reference_bots`).
 
 ``lmselfplay eval-game GAME --model PATH`` prints these as a table and JSON.
 """
@@ -20,7 +24,8 @@ from typing import Any
 
 from lmselfplay.eval.stats import wilson
 from lmselfplay.games import Invalid, make
-from lmselfplay.games.base import all_states
+from lmselfplay.games.base import EXPLOITABILITY, OPTIMAL_MOVES, WIN_RATES, all_states
+from lmselfplay.games.bots import reference_bots
 from lmselfplay.games.text import MOVE_STOP, format_answer
 from lmselfplay.lm.engines.base import SamplingParams
 from lmselfplay.lm.prompt import encode_completion, encode_prompt
@@ -81,9 +86,9 @@ def optimal_move_rates(engine: Any, tokenizer: Any, game: Any, states: list[Any]
     }
 
 
-def kuhn_policy(engine: Any, tokenizer: Any, game: Any | None = None) -> dict[str, list[float]]:
-    """The LLM's action probabilities at each of Kuhn's 12 information sets."""
-    game = game or make("kuhn_poker")
+def tabular_policy(engine: Any, tokenizer: Any, game: Any) -> dict[str, list[float]]:
+    """The LLM's action probabilities at every information state of a small
+    imperfect-information game (one representative position per information state)."""
     reps: dict[str, Any] = {}
     for s in decision_states(game):
         reps.setdefault(game.information_state(s, game.current_player(s)), s)
@@ -92,38 +97,25 @@ def kuhn_policy(engine: Any, tokenizer: Any, game: Any | None = None) -> dict[st
     return {k: [d.get(a, 0.0) for a in range(game.n_actions)] for k, d in zip(keys, dist)}
 
 
-def kuhn_exploitability(engine: Any, tokenizer: Any) -> dict[str, Any]:
+def policy_exploitability(engine: Any, tokenizer: Any, game: Any) -> dict[str, Any]:
+    """Exact exploitability of the LLM's tabular policy (0 at a Nash equilibrium)."""
     from lmselfplay.games.exploitability import exploitability
 
-    game = make("kuhn_poker")
-    pol = kuhn_policy(engine, tokenizer, game)
+    pol = tabular_policy(engine, tokenizer, game)
     return {"exploitability": exploitability(game, pol), "policy": pol}
-
-
-def opponents_for(game: Any) -> dict[str, Any]:
-    from lmselfplay.lm.rollout import policy_bot, random_bot, solver_bot
-
-    opp = {"random": random_bot()}
-    if game.perfect_information:
-        opp["exact"] = solver_bot()
-    elif game.name == "kuhn_poker":
-        from lmselfplay.games.kuhn_poker import nash_policy
-
-        opp["exact"] = policy_bot(nash_policy(), "nash")
-    return opp
 
 
 def win_rates(engine: Any, tokenizer: Any, game: Any, opponent: Any, n_games: int = 200,
               sampling: SamplingParams | None = None, seed: int = 0, concurrency: int = 128) -> dict[str, Any]:
     """The LLM plays each seat in half the games. Illegal answers lose (zero-sum)."""
-    from lmselfplay.lm.rollout import Episode, LLMPlayer, play
+    from lmselfplay.lm.rollout import Episode, LLMPlayer, play_episodes
 
     sampling = sampling or SamplingParams(max_new_tokens=16, temperature=1.0, seed=seed, stop=MOVE_STOP)
     me = LLMPlayer(engine, tokenizer, learner=False)
     eps = [Episode(game, (me, opponent) if i % 2 == 0 else (opponent, me), seed=seed * 7919 + i)
            for i in range(n_games)]
     w = d = ret = 0.0
-    for f in play(eps, sampling, concurrency=concurrency):
+    for f in play_episodes(eps, sampling, concurrency=concurrency):
         seat = 0 if f.episode.players[0] is me else 1
         r = f.returns[seat]
         ret += r
@@ -135,31 +127,43 @@ def win_rates(engine: Any, tokenizer: Any, game: Any, opponent: Any, n_games: in
             "mean_return": ret / n}
 
 
-def evaluate_game(engine: Any, tokenizer: Any, name: str, n_games: int = 200, seed: int = 0) -> dict[str, Any]:
-    game = make(name)
-    out: dict[str, Any] = {"game": name}
-    if game.perfect_information:
-        out.update(optimal_move_rates(engine, tokenizer, game))
-    elif name == "kuhn_poker":
-        out.update(kuhn_exploitability(engine, tokenizer))
-    for opp_name, opp in opponents_for(game).items():
-        out[f"vs_{opp_name}"] = win_rates(engine, tokenizer, game, opp, n_games, seed=seed)
+def headline_metrics(game: Any) -> list[str]:
+    """The metrics worth a curve for this game, by what it supports (plots ask this)."""
+    exact = {OPTIMAL_MOVES: ["optimal_move_prob", "greedy_optimal_rate"],
+             EXPLOITABILITY: ["exploitability"], WIN_RATES: []}[game.exact_metric]
+    return exact + [f"win_vs_{name}" for name in reference_bots(game)]
+
+
+def evaluate(engine: Any, tokenizer: Any, game: Any, positions: list[Any] | None = None,
+             n_games: int = 200, sampling: SamplingParams | None = None, seed: int = 0,
+             max_new_tokens: int = 16) -> dict[str, float]:
+    """Every exact metric ``game`` supports, as one flat dict: optimal-move rates over
+    ``positions`` (default: all) or exploitability, then win / loss rates (95% Wilson
+    interval) and the mean return against each of the game's reference bots."""
+    out: dict[str, float] = {}
+    if game.exact_metric == OPTIMAL_MOVES:
+        r = optimal_move_rates(engine, tokenizer, game, positions, max_new_tokens)
+        out["optimal_move_prob"] = r["expected_optimal_prob"]
+        out["greedy_optimal_rate"] = r["greedy_optimal_rate"]
+        out["min_optimal_prob"] = r["min_expected_optimal_prob"]
+    elif game.exact_metric == EXPLOITABILITY:
+        out["exploitability"] = policy_exploitability(engine, tokenizer, game)["exploitability"]
+    for name, bot in reference_bots(game).items():
+        wr = win_rates(engine, tokenizer, game, bot, n_games, sampling, seed=seed)
+        out[f"win_vs_{name}"], out[f"loss_vs_{name}"] = wr["win"], wr["loss"]
+        out[f"win_vs_{name}_ci_low"], out[f"win_vs_{name}_ci_high"] = wr["win_ci"]
+        out[f"mean_return_vs_{name}"] = wr["mean_return"]
     return out
 
 
-def format_table(result: dict[str, Any]) -> str:
-    lines = [f"== {result['game']} =="]
+def format_table(game_name: str, result: dict[str, float]) -> str:
+    lines = [f"== {game_name} =="]
     for k, v in result.items():
-        if k in ("game", "policy"):
-            continue
-        if isinstance(v, dict):
-            lo, hi = v["win_ci"]
-            lines.append(f"{k:<24} win {v['win']:.3f} [{lo:.3f}, {hi:.3f}]  draw {v['draw']:.3f}  "
-                         f"loss {v['loss']:.3f}  mean return {v['mean_return']:+.3f}  (n={v['games']})")
-        elif isinstance(v, float):
-            lines.append(f"{k:<24} {v:.4f}")
-        else:
-            lines.append(f"{k:<24} {v}")
+        if k.endswith("_ci_low"):
+            hi = result[k.replace("_ci_low", "_ci_high")]
+            lines.append(f"{k[: -len('_ci_low')] + ' 95% CI':<32} [{v:.3f}, {hi:.3f}]")
+        elif not k.endswith("_ci_high"):
+            lines.append(f"{k:<32} {v:.4f}")
     return "\n".join(lines)
 
 
@@ -178,9 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     engine = HFEngine(model, tok)
     results = []
     for name in args.games:
-        r = evaluate_game(engine, tok, name, args.n_games, args.seed)
-        print(format_table(r), flush=True)
-        results.append(r)
+        r = evaluate(engine, tok, make(name), n_games=args.n_games, seed=args.seed)
+        print(format_table(name, r), flush=True)
+        results.append({"game": name, **r})
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

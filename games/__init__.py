@@ -1,4 +1,5 @@
-"""Games with exact rules (imported as ``lmselfplay.games``).
+"""Games with exact rules. This top-level folder ``games/`` installs as ``lmselfplay.games``
+(pyproject ``package-dir``): a top-level ``games`` package would be too generic for site-packages.
 
 ``make(name, **params)`` builds a game from the registry; every game follows the
 protocol in :mod:`lmselfplay.games.base` and the text protocol in
@@ -32,7 +33,7 @@ REGISTRY: dict[str, Callable[..., Any]] = {
 
 
 def register(name: str, factory: Callable[..., Any]) -> None:
-    """Add a game (Go and Taboo plug in here)."""
+    """Add a game: one module + one registry line is all a new game needs."""
     REGISTRY[name] = factory
 
 

@@ -22,6 +22,13 @@ from typing import Any, Protocol, runtime_checkable
 CHANCE = -1
 TERMINAL = -4
 
+# What can be measured exactly about a game (its ``exact_metric``); recipes, ``eval-game``
+# and the plots ask the game for this instead of branching on its name.
+OPTIMAL_MOVES = "optimal_moves"  # small perfect-information: the solver labels every move
+EXPLOITABILITY = "exploitability"  # small imperfect-information: best response over info sets
+WIN_RATES = "win_rates"  # too large to solve: win rates against bots and other players only
+EXACT_METRICS = (OPTIMAL_MOVES, EXPLOITABILITY, WIN_RATES)
+
 
 @dataclass(frozen=True)
 class Invalid:
@@ -41,6 +48,7 @@ class Game(Protocol):
     n_actions: int
     perfect_information: bool
     max_utility: float  # the largest |return| (OpenSpiel's name): what a forfeit costs
+    exact_metric: str  # one of EXACT_METRICS
 
     def new_initial_state(self, seed: int | None = None) -> Any:
         """The root. With ``seed`` given, chance nodes at the root are resolved with it."""
@@ -66,13 +74,16 @@ class Game(Protocol):
     def render(self, state: Any) -> str: ...
 
 
+def sample_chance(game: Game, state: Any, rng: random.Random) -> int:
+    """One chance outcome, drawn with the game's probabilities (the ONE way chance is sampled)."""
+    outcomes = game.chance_outcomes(state)
+    return rng.choices([a for a, _ in outcomes], weights=[p for _, p in outcomes], k=1)[0]
+
+
 def resolve_chance(game: Game, state: Any, rng: random.Random) -> Any:
     """Sample chance outcomes until a player (or the end) is to move."""
     while game.current_player(state) == CHANCE:
-        outcomes = game.chance_outcomes(state)
-        actions = [a for a, _ in outcomes]
-        probs = [p for _, p in outcomes]
-        state = game.apply(state, rng.choices(actions, weights=probs, k=1)[0])
+        state = game.apply(state, sample_chance(game, state, rng))
     return state
 
 
@@ -88,7 +99,6 @@ def forfeit_returns(offender: int, stake: float = 1.0) -> list[float]:
     return r
 
 
-
 def random_playout(game: Game, seed: int = 0, state: Any = None) -> list[Any]:
     """States of one uniformly random game (chance sampled), root to terminal."""
     rng = random.Random(seed)
@@ -96,8 +106,7 @@ def random_playout(game: Game, seed: int = 0, state: Any = None) -> list[Any]:
     states = [state]
     while not game.is_terminal(state):
         if game.current_player(state) == CHANCE:
-            outcomes = game.chance_outcomes(state)
-            a = rng.choices([a for a, _ in outcomes], weights=[p for _, p in outcomes])[0]
+            a = sample_chance(game, state, rng)
         else:
             a = rng.choice(game.legal_actions(state))
         state = game.apply(state, a)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lmselfplay.games.base import CHANCE, TERMINAL, Invalid, resolve_chance
+from lmselfplay.games.base import CHANCE, EXPLOITABILITY, TERMINAL, Invalid, resolve_chance
 from lmselfplay.games.text import parse_named_move, prompt
 
 CARDS = "JQK"
@@ -32,6 +32,11 @@ class KuhnPoker:
     n_actions = 2
     perfect_information = False
     max_utility = 2.0  # ante + bet
+    exact_metric = EXPLOITABILITY
+
+    def nash_policy(self) -> dict[str, list[float]]:
+        """An equilibrium policy (alpha = 1/3): the exact opponent in evaluations."""
+        return nash_policy()
 
     def new_initial_state(self, seed: int | None = None) -> KuhnState:
         s = KuhnState()

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lmselfplay.games.base import TERMINAL, Invalid
+from lmselfplay.games.base import OPTIMAL_MOVES, TERMINAL, Invalid
 from lmselfplay.games.text import parse_named_move, prompt
 
 
@@ -24,6 +24,7 @@ class NimState:
 class Nim:
     perfect_information = True
     max_utility = 1.0
+    exact_metric = OPTIMAL_MOVES
 
     def __init__(self, start: int = 15, max_take: int = 3, misere: bool = False):
         if start < 1 or max_take < 1:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lmselfplay.games.base import TERMINAL, Invalid
+from lmselfplay.games.base import OPTIMAL_MOVES, TERMINAL, Invalid
 from lmselfplay.games.text import parse_named_move, prompt
 
 LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
@@ -39,6 +39,7 @@ class TicTacToe:
     n_actions = 9
     perfect_information = True
     max_utility = 1.0
+    exact_metric = OPTIMAL_MOVES
 
     def new_initial_state(self, seed: int | None = None) -> TicTacToeState:
         return TicTacToeState()

@@ -30,7 +30,6 @@ def _cmd_show(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     """An exact solver (seat 1) against a random player (seat 2), as a transcript."""
     from lmselfplay.games import make
-    from lmselfplay.games.base import CHANCE
     from lmselfplay.games.solve import optimal_actions
 
     game = make(args.game)
@@ -43,10 +42,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         s = game.new_initial_state()
         verbose = g == 0
         while not game.is_terminal(s):
-            p = game.current_player(s)
-            if p == CHANCE:
-                s = game.apply(s, rng.choice([a for a, _ in game.chance_outcomes(s)]))
-                continue
+            p = game.current_player(s)  # perfect-information games here: no chance nodes
             a = rng.choice(optimal_actions(game, s)) if p == 0 else rng.choice(game.legal_actions(s))
             if verbose:
                 print(game.render(s))

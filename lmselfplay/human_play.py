@@ -11,7 +11,7 @@ import random
 import sys
 
 from lmselfplay.games import Invalid, make
-from lmselfplay.games.base import CHANCE
+from lmselfplay.games.base import resolve_chance
 from lmselfplay.games.text import MOVE_STOP, format_answer
 from lmselfplay.lm.engines import HFEngine, SamplingParams
 from lmselfplay.lm.policy import load_policy
@@ -31,13 +31,9 @@ def main(argv: list[str] | None = None, input_fn=input, out=print) -> int:
     engine = HFEngine(model, tok)
     rng = random.Random(args.seed)
     me = args.seat - 1
-    s = game.new_initial_state()
+    s = resolve_chance(game, game.new_initial_state(), rng)
     while not game.is_terminal(s):
         p = game.current_player(s)
-        if p == CHANCE:
-            outs = game.chance_outcomes(s)
-            s = game.apply(s, rng.choices([a for a, _ in outs], weights=[q for _, q in outs])[0])
-            continue
         if p == me:
             out(game.observation_text(s, me).split("\nAnswer with")[0])
             try:
@@ -60,7 +56,7 @@ def main(argv: list[str] | None = None, input_fn=input, out=print) -> int:
                 out(f"you win ({game.name})")
                 return 0
             out(f"model plays {game.action_text(a)}")
-        s = game.apply(s, a)
+        s = resolve_chance(game, game.apply(s, a), rng)
     out(game.render(s))
     r = game.returns(s)[me]
     out("you win" if r > 0 else "you lose" if r < 0 else "draw")

@@ -50,6 +50,7 @@ from lmselfplay.alphazero.evaluate import (
 from lmselfplay.alphazero.network import PolicyValueNet, alphazero_loss
 from lmselfplay.alphazero.selfplay import Samples, SelfPlaySettings, alpha_for, play_games
 from lmselfplay.games import make
+from lmselfplay.games.base import OPTIMAL_MOVES
 from lmselfplay.utils.checkpoint import atomic_dir, latest_checkpoint, prune_checkpoints
 from lmselfplay.utils.config import ConfigError, parse_config, to_dict
 from lmselfplay.utils.metrics_logger import MetricsLogger
@@ -87,8 +88,6 @@ class AlphaZeroConfig:
     eval_every: int = 1
     eval_games: int = 40
     eval_budgets: list[int] = field(default_factory=lambda: [0, 16, 32, 64])
-    exact_eval: bool = field(default=True, metadata={
-        "help": "exact opponent and optimal-move rate (games small enough to solve)"})
     winrate_games: int = 20
     save_every: int = 1
     keep_checkpoints: int = 2
@@ -187,6 +186,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out = Path(cfg.output_dir)
     torch.manual_seed(cfg.seed)
     game, face, net = build(cfg)
+    exact = game.exact_metric == OPTIMAL_MOVES  # the solver labels every move: exact opponent and rates
     opt = torch.optim.Adam(net.parameters(), lr=cfg.learning_rate)
     alpha = cfg.dirichlet_alpha or alpha_for(face, game, seed=cfg.seed)
     settings = SelfPlaySettings(cfg.n_sims, cfg.c_puct, cfg.dirichlet_eps, alpha,
@@ -245,8 +245,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         metrics["bank/size"] = len(bank)
         if it % cfg.eval_every == 0 or it == cfg.iterations:
             metrics.update(strength(face, net, cfg.eval_budgets, cfg.eval_games, seed=it,
-                                    c_puct=cfg.c_puct, exact=cfg.exact_eval))
-            if cfg.exact_eval:
+                                    c_puct=cfg.c_puct, exact=exact))
+            if exact:
                 metrics.update(optimal_argmax_fraction(face, net))
             row = winrate_row(face, net, [frozen(net, s) for s in history], cfg.winrate_games,
                               seed=it)

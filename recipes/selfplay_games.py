@@ -5,7 +5,7 @@
 
 The algorithm, in order (every rank plays its own games; gradients are averaged):
 
-    for step = 1..steps:
+    for step = 1..max_steps:
         1. opponents  : per episode (games split by game_weights), mirror self-play / a frozen
                         league snapshot / a random bot
         2. starts     : a fraction of games start from a random legal position (resets)
@@ -16,8 +16,8 @@ The algorithm, in order (every rank plays its own games; gradients are averaged)
         6. update     : PPO-clipped policy gradient on the learner's tokens + KL to the
                         initial policy (collapse guard), num_iterations passes
         7. league     : maybe add a frozen snapshot (nash meta-solver: it plays the ring first)
-        8. every eval_every steps: exact metrics (optimal-move rates, win rates vs random /
-           exact with 95% CIs, Kuhn exploitability), JSONL + PNG curves
+        8. every eval_every steps: the exact metrics each game supports (optimal-move rates or
+           exploitability; win rates vs its reference bots with 95% CIs), JSONL + PNG curves
         9. every checkpoint_every steps: atomic checkpoint (--resume continues from it)
 """
 
@@ -34,11 +34,12 @@ from tqdm.auto import tqdm
 
 from lmselfplay.eval import game_metrics
 from lmselfplay.games import make
-from lmselfplay.games.base import random_legal_reset
+from lmselfplay.games.base import OPTIMAL_MOVES, random_legal_reset
+from lmselfplay.games.bots import random_bot
 from lmselfplay.games.text import MOVE_STOP
 from lmselfplay.lm.engines import HFEngine, SamplingParams
-from lmselfplay.lm.policy import PolicyConfig, load_policy
-from lmselfplay.lm.rollout import Episode, LLMPlayer, RolloutStats, play, random_bot
+from lmselfplay.lm.policy import PolicyConfig, frozen_policy, load_policy, policy_weights
+from lmselfplay.lm.rollout import Episode, LLMPlayer, RolloutStats, play_episodes
 from lmselfplay.rl.advantages import RoleBaselines
 from lmselfplay.rl.league import League, LeagueConfig
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, is_partitioned, make_accelerator
@@ -52,7 +53,7 @@ class SelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig):
     games: str = field(default="nim,tictactoe,kuhn_poker", metadata={"help": "comma-separated registry names"})
     game_weights: str = field(default="", metadata={
         "help": "share of each step's episodes per game, e.g. 'kuhn_poker=4' (unlisted games weigh 1)"})
-    steps: int = 60
+    max_steps: int = field(default=60, metadata={"help": "self-play steps (each one trainer.step())"})
     episodes_per_step: int = 48
     concurrency: int = 128
     top_p: float = 1.0
@@ -89,7 +90,7 @@ def episode_games(games, weights: str, n: int):
     return [g for g, c in zip(games, counts) for _ in range(c)]
 
 
-def make_episodes(cfg, plan, league, me, learner_model, tok, step, rank):
+def make_episodes(cfg, plan, league, me, tok, step, rank):
     """Step 1-2: who plays whom (``plan``: each episode's game, from :func:`episode_games`),
     from where. Seeded by (seed, step, rank): resumable."""
     rng = random.Random(f"{cfg.seed}/{step}/{rank}")
@@ -100,7 +101,7 @@ def make_episodes(cfg, plan, league, me, learner_model, tok, step, rank):
             players = (me, me)
         else:
             opp = random_bot() if kind == "bot" else \
-                LLMPlayer(league.engine_for(snap, learner_model, tok), tok, learner=False, name=snap.name)
+                LLMPlayer(league.engine_for(snap), tok, learner=False, name=snap.name)
             players = (me, opp) if rng.random() < 0.5 else (opp, me)
         start, state = "initial", None
         if rng.random() < cfg.reset_fraction:
@@ -109,7 +110,7 @@ def make_episodes(cfg, plan, league, me, learner_model, tok, step, rank):
     return episodes
 
 
-def snapshot_score(cfg, games, league, learner_model, tok, step):
+def snapshot_score(cfg, games, league, tok, step):
     """score(a, b) for :meth:`League.play_in`: a's mean result (win 1, draw 0, loss -1) over
     ``league_eval_games`` games against b, seats alternating, games cycling. Seeded by the
     pair, so every rank plays the same games and keeps the same table."""
@@ -117,12 +118,12 @@ def snapshot_score(cfg, games, league, learner_model, tok, step):
                               stop=MOVE_STOP, seed=hash((cfg.seed, step)) % (2**31))
 
     def score(a, b):
-        pa = LLMPlayer(league.engine_for(a, learner_model, tok), tok, learner=False, name=a.name)
-        pb = LLMPlayer(league.engine_for(b, learner_model, tok), tok, learner=False, name=b.name)
+        pa = LLMPlayer(league.engine_for(a), tok, learner=False, name=a.name)
+        pb = LLMPlayer(league.engine_for(b), tok, learner=False, name=b.name)
         eps = [Episode(games[i % len(games)], (pa, pb) if i % 2 == 0 else (pb, pa), seed=cfg.seed * 7919 + i)
                for i in range(cfg.league_eval_games)]
         results = [float(np.sign(f.returns[0 if f.episode.players[0] is pa else 1]))
-                   for f in play(eps, sampling, concurrency=cfg.concurrency, max_turns=cfg.max_turns)]
+                   for f in play_episodes(eps, sampling, concurrency=cfg.concurrency, max_turns=cfg.max_turns)]
         return float(np.mean(results))
 
     return score
@@ -132,7 +133,7 @@ def eval_positions(cfg, games):
     """The fixed positions of the optimal-move metrics (all, or a seeded subset), per game."""
     out = {}
     for game in games:
-        if game.perfect_information:
+        if game.exact_metric == OPTIMAL_MOVES:
             states = game_metrics.decision_states(game)
             if cfg.eval_positions and len(states) > cfg.eval_positions:
                 states = random.Random(cfg.seed).sample(states, cfg.eval_positions)
@@ -141,30 +142,24 @@ def eval_positions(cfg, games):
 
 
 def evaluate(cfg, games, positions, engine, tok, step):
-    """Step 8: exact metrics of the current policy."""
-    out = {}
+    """Step 8: the exact metrics of the current policy, per game (``game/metric``)."""
     sampling = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=cfg.seed + step,
                               stop=MOVE_STOP)
+    out = {}
     for game in games:
-        g = game.name
-        if game.perfect_information:
-            r = game_metrics.optimal_move_rates(engine, tok, game, positions[g], cfg.max_new_tokens)
-            out[f"{g}/optimal_move_prob"] = r["expected_optimal_prob"]
-            out[f"{g}/greedy_optimal_rate"] = r["greedy_optimal_rate"]
-            out[f"{g}/min_optimal_prob"] = r["min_expected_optimal_prob"]
-        elif g == "kuhn_poker":
-            out[f"{g}/exploitability"] = game_metrics.kuhn_exploitability(engine, tok)["exploitability"]
-        for opp_name, opp in game_metrics.opponents_for(game).items():
-            wr = game_metrics.win_rates(engine, tok, game, opp, cfg.eval_games, sampling, seed=step)
-            out[f"{g}/win_vs_{opp_name}"] = wr["win"]
-            out[f"{g}/loss_vs_{opp_name}"] = wr["loss"]
-            out[f"{g}/win_vs_{opp_name}_ci_low"], out[f"{g}/win_vs_{opp_name}_ci_high"] = wr["win_ci"]
+        result = game_metrics.evaluate(engine, tok, game, positions.get(game.name), cfg.eval_games, sampling,
+                                       seed=step, max_new_tokens=cfg.max_new_tokens)
+        out.update({f"{game.name}/{k}": v for k, v in result.items()})
     return out
+
+
+def snapshot_engines(trainer, tok):
+    """The league's engine factory: a frozen HF engine serving a snapshot's weights."""
+    return lambda weights, version: HFEngine(frozen_policy(trainer.unwrapped, weights), tok, version=version)
 
 
 def main(argv=None):
     cfg = parse_config(SelfPlayConfig, argv)
-    cfg.max_steps = cfg.steps
     acc = make_accelerator(cfg.gradient_accumulation_steps)
     out_dir = Path(cfg.output_dir)
     games = [make(name.strip()) for name in cfg.games.split(",") if name.strip()]
@@ -176,7 +171,7 @@ def main(argv=None):
         ref = load_policy(cfg, device=str(acc.device), use_lora=False)[0]
     trainer = PolicyTrainer(model, tok, cfg, accelerator=acc, ref_model=ref)
     engine = HFEngine(trainer.unwrapped, tok)
-    baselines, league = RoleBaselines(cfg.baseline_decay), League(cfg)
+    baselines, league = RoleBaselines(cfg.baseline_decay), League(cfg, snapshot_engines(trainer, tok))
     start_step = 0
     ckpt = latest_checkpoint(out_dir) if cfg.resume else None
     if ckpt is not None:
@@ -184,7 +179,6 @@ def main(argv=None):
         baselines.load_state_dict(extra["baselines"])
         league.load_state_dict(extra["league"])
         start_step = trainer.step_count
-        engine.version = start_step
         acc.print(f"resumed from {ckpt} at step {start_step}")
     elif cfg.resume:
         acc.print(f"--resume: no checkpoint in {out_dir}, starting fresh")
@@ -195,25 +189,23 @@ def main(argv=None):
     sampling = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
                               stop=MOVE_STOP)
     t0 = time.time()
-    bar = tqdm(range(start_step, cfg.steps), initial=start_step, total=cfg.steps, desc="self-play",
+    bar = tqdm(range(start_step, cfg.max_steps), initial=start_step, total=cfg.max_steps, desc="self-play",
                disable=not acc.is_main_process)
     for step in bar:
         resumed_here = ckpt is not None and step == start_step  # evaluated before the kill
         if cfg.eval_every and step % cfg.eval_every == 0 and not resumed_here:
             # every rank evaluates in step (under ZeRO-3 any forward may need all ranks); rank 0 logs
-            with trainer.generation_model() as m:
-                engine.model = m
+            with trainer.serving(engine):
                 result = evaluate(cfg, games, positions, engine, tok, step)
             if acc.is_main_process:
                 logger.log(step, {**result, "wall_s": time.time() - t0})
                 _plot(logger, games)
         # 1-4: play
-        episodes = make_episodes(cfg, plan, league, me, trainer.unwrapped, tok, step, acc.process_index)
+        episodes = make_episodes(cfg, plan, league, me, tok, step, acc.process_index)
         stats = RolloutStats()
         sampling.seed = hash((cfg.seed, step, acc.process_index)) % (2**31)
-        with trainer.generation_model() as m:
-            engine.model = m
-            finished = list(play(episodes, sampling, concurrency=cfg.concurrency, retries=cfg.retries,
+        with trainer.serving(engine):
+            finished = list(play_episodes(episodes, sampling, concurrency=cfg.concurrency, retries=cfg.retries,
                                  max_turns=cfg.max_turns, stats=stats))
         trajs = [t for f in finished for t in f.trajectories]
         # 5: advantages
@@ -221,12 +213,11 @@ def main(argv=None):
         samples = [s for t, a in zip(trajs, adv) for s in t.samples(float(a))]
         # 6: update; the engine serves the same (updated) weights next step
         metrics = trainer.step(samples)
-        engine.update_weights(trainer.unwrapped, version=trainer.step_count)
         # 7: league
         if league.due(step + 1):
             with trainer.generation_model() as m:  # full weights on every rank (ZeRO-3 gathers)
-                snap = league.add(step + 1, m)
-            league.play_in(snap, snapshot_score(cfg, games, league, trainer.unwrapped, tok, step))
+                snap = league.add(step + 1, policy_weights(m))
+            league.play_in(snap, snapshot_score(cfg, games, league, tok, step))
         mirror = [f for f in finished if f.episode.players[0] is f.episode.players[1]]
         row = {**{f"train/{k}": v for k, v in metrics.items()},
                "rollout/invalid_rate": stats.as_dict()["invalid_rate"],
@@ -241,12 +232,11 @@ def main(argv=None):
         # 9: checkpoint
         if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
             trainer.save_checkpoint(out_dir, {"baselines": baselines.state_dict(), "league": league.state_dict()})
-    with trainer.generation_model() as m:  # every rank evaluates in step (ZeRO-3), rank 0 reports
-        engine.model = m
-        final = evaluate(cfg, games, positions, engine, tok, cfg.steps)
+    with trainer.serving(engine):  # every rank evaluates in step (ZeRO-3), rank 0 reports
+        final = evaluate(cfg, games, positions, engine, tok, cfg.max_steps)
     state = acc.get_state_dict(trainer.model)  # every rank: gathers ZeRO-3 shards
     if acc.is_main_process:
-        logger.log(cfg.steps, {**final, "wall_s": time.time() - t0})
+        logger.log(cfg.max_steps, {**final, "wall_s": time.time() - t0})
         png = _plot(logger, games)
         trainer.unwrapped.save_pretrained(out_dir / "final_model", state_dict=state)
         tok.save_pretrained(out_dir / "final_model")
@@ -261,12 +251,7 @@ def main(argv=None):
 
 
 def _plot(logger, games):
-    keys = []
-    for g in games:
-        if g.perfect_information:
-            keys += [f"{g.name}/optimal_move_prob", f"{g.name}/greedy_optimal_rate", f"{g.name}/win_vs_random"]
-        else:
-            keys += [f"{g.name}/exploitability", f"{g.name}/win_vs_random"]
+    keys = [f"{g.name}/{k}" for g in games for k in game_metrics.headline_metrics(g)]
     keys += ["train/entropy", "rollout/invalid_rate", "rollout/selfplay_first_seat_win_rate"]
     return logger.plot(keys, "curves.png", title="self-play on text games")
 

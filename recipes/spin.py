@@ -78,14 +78,7 @@ PLOT_KEYS = ["eval/accuracy", "eval/margin", "eval/answer_loglik", "eval/answer_
 
 
 @dataclass
-class SpinConfig:
-    # model
-    model_name_or_path: str | None = field(
-        default=None, metadata={"help": "local path or hub name; default: the embedded tiny model"})
-    use_lora: bool = False
-    lora_r: int = 16
-    lora_alpha: int = 32
-    dtype: str = "auto"
+class SpinConfig(PolicyConfig):
     # data
     dataset: str | None = field(default=None, metadata={
         "help": "datasets name, .jsonl/.json/.parquet/.csv file or save_to_disk folder with "
@@ -95,7 +88,7 @@ class SpinConfig:
     num_train_examples: int = 256
     num_eval_examples: int = 64
     # SPIN
-    num_iterations: int = 3
+    spin_iterations: int = field(default=3, metadata={"help": "SPIN iterations: generate, then train on (data, own answer) pairs"})
     beta_schedule: list[float] = field(default_factory=lambda: [0.1], metadata={
         "help": "lambda_t per iteration (DPO beta); the last value repeats. The paper: 0.1 ... then 5.0"})
     max_completion_length: int | None = field(default=None, metadata={
@@ -195,8 +188,7 @@ def sequence_logliks(engine: HFEngine, prompts: list[list[int]], completions: li
 
 def load_model(cfg: SpinConfig, path: str | None, state: PartialState, lora: bool) -> tuple[Any, Any]:
     device = "cpu" if state.device.type == "cpu" else str(state.device)
-    return load_policy(PolicyConfig(model_name_or_path=path, dtype=cfg.dtype, device=device,
-                                    use_lora=lora, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha))
+    return load_policy(cfg, model_name_or_path=path, device=device, use_lora=lora)
 
 
 def save_model(trainer: Any, tokenizer: Any, final_dir: Path, info: dict[str, Any]) -> None:
@@ -291,7 +283,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                          or os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes"))
     on_cpu = state.device.type == "cpu"
     out = Path(cfg.output_dir)
-    for t in range(cfg.num_iterations):
+    for t in range(cfg.spin_iterations):
         beta_at(cfg, t)  # fail on a bad schedule before any work
     if (out / "data").exists() and not cfg.resume:
         raise ConfigError(f"{out} already holds a SPIN run: pass --resume to continue it, or a new output_dir")
@@ -339,13 +331,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         last, start = out / "checkpoint-0", 0
     if last is not None and cfg.resume and state.is_main_process:
         print(f"resuming at iteration {start} from {last}", file=sys.stderr)
-    if start >= cfg.num_iterations and state.is_main_process:
-        print(f"{out}: all {cfg.num_iterations} iterations are done", file=sys.stderr)
+    if start >= cfg.spin_iterations and state.is_main_process:
+        print(f"{out}: all {cfg.spin_iterations} iterations are done", file=sys.stderr)
 
     logger = MetricsLogger(out, tensorboard=cfg.tensorboard and state.is_main_process,
                            resume_step=start if start > 0 else None) if state.is_main_process else None
     summary: dict[str, Any] = {"iterations": []}
-    for t in tqdm(range(start, cfg.num_iterations), desc="SPIN", disable=not cfg.progress):
+    for t in tqdm(range(start, cfg.spin_iterations), desc="SPIN", disable=not cfg.progress):
         t0 = time.time()
         theta_t = str(out / f"checkpoint-{t}") if (out / f"checkpoint-{t}").exists() else base
         model, tokenizer = load_model(cfg, theta_t, state, lora=False)

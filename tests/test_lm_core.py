@@ -8,15 +8,17 @@ from lm_fixtures import save_tiny, tiny_model, tiny_tokenizer
 
 from lmselfplay.eval.game_metrics import (
     answer_distribution,
-    kuhn_policy,
     optimal_move_rates,
+    tabular_policy,
     win_rates,
 )
+from lmselfplay.eval.stats import wilson
 from lmselfplay.games import make
+from lmselfplay.games.bots import random_bot, solver_bot
 from lmselfplay.games.text import format_answer
 from lmselfplay.lm.engines import HFEngine, SamplingParams
 from lmselfplay.lm.prompt import PLAIN_TEMPLATE, encode_completion, encode_prompt, format_prompt
-from lmselfplay.lm.rollout import Episode, LLMPlayer, RolloutStats, play_all, random_bot, solver_bot
+from lmselfplay.lm.rollout import Episode, LLMPlayer, RolloutStats, collect_episodes
 from lmselfplay.lm.trajectory import merge_identical
 
 
@@ -49,7 +51,7 @@ def test_rollout_tokens_are_the_training_tokens():
     tok = tiny_tokenizer()
     game = make("tictactoe")
     eng = ScriptedEngine(tok, lambda p: format_answer(_legal_moves(p)[0]))
-    fin = play_all([Episode(game, (LLMPlayer(eng, tok), LLMPlayer(eng, tok)))], SamplingParams())
+    fin = collect_episodes([Episode(game, (LLMPlayer(eng, tok), LLMPlayer(eng, tok)))], SamplingParams())
     state = game.new_initial_state()
     for t in fin[0].trajectories[0].turns:
         assert t.prompt_ids == encode_prompt(tok, game.observation_text(state, 0))
@@ -107,7 +109,7 @@ def test_scripted_selfplay_nim_trajectories_exact():
     eng = ScriptedEngine(tok, lambda p: "thinking... <move>1</move>", logprob=-0.25)
     me = LLMPlayer(eng, tok)
     game = make("nim", start=5)
-    fin = play_all([Episode(game, (me, me))], SamplingParams())
+    fin = collect_episodes([Episode(game, (me, me))], SamplingParams())
     (f,) = fin
     assert f.returns == [1.0, -1.0]
     t0, t1 = sorted(f.trajectories, key=lambda t: t.seat)
@@ -132,7 +134,7 @@ def test_all_pending_turns_share_one_engine_call():
     me = LLMPlayer(eng, tok)
     eps = [Episode(make(n), (me, me), seed=i) for i, n in enumerate(["nim", "tictactoe", "kuhn_poker"] * 4)]
     stats = RolloutStats()
-    fin = play_all(eps, SamplingParams(), concurrency=12, stats=stats)
+    fin = collect_episodes(eps, SamplingParams(), concurrency=12, stats=stats)
     assert len(fin) == 12
     # nim from 15 taking 1 lasts 15 plies: the longest game bounds the number of calls
     assert len(eng.calls) == 15
@@ -147,13 +149,13 @@ def test_invalid_answer_forfeits_zero_sum_with_retries():
     me = LLMPlayer(eng, tok)
     game = make("nim", start=4)
     stats = RolloutStats()
-    (f,) = play_all([Episode(game, (me, random_bot()))], SamplingParams(), retries=2, stats=stats)
+    (f,) = collect_episodes([Episode(game, (me, random_bot()))], SamplingParams(), retries=2, stats=stats)
     # two bad answers, then a legal one on the last retry
     assert stats.invalid_answers == 2 and stats.forfeits == 0
     assert [t.invalid for t in f.trajectories[0].turns[:3]] == [True, True, False]
     eng2 = ScriptedEngine(tok, lambda p: "pass")
     stats2 = RolloutStats()
-    (f2,) = play_all([Episode(game, (random_bot(), LLMPlayer(eng2, tok)), seed=1)], SamplingParams(),
+    (f2,) = collect_episodes([Episode(game, (random_bot(), LLMPlayer(eng2, tok)), seed=1)], SamplingParams(),
                      retries=0, stats=stats2)
     assert f2.returns == [1.0, -1.0] and stats2.forfeits == 1
     assert f2.trajectories[0].invalid and f2.trajectories[0].reward == -1.0
@@ -163,7 +165,7 @@ def test_max_turns_truncates_as_draw():
     tok = tiny_tokenizer()
     eng = ScriptedEngine(tok, lambda p: "<move>1</move>")
     me = LLMPlayer(eng, tok)
-    (f,) = play_all([Episode(make("nim", start=15), (me, me))], SamplingParams(), max_turns=4)
+    (f,) = collect_episodes([Episode(make("nim", start=15), (me, me))], SamplingParams(), max_turns=4)
     assert f.returns == [0.0, 0.0] and f.trajectories[0].truncated
 
 
@@ -171,7 +173,7 @@ def test_merge_identical_sums_advantages():
     tok = tiny_tokenizer()
     eng = ScriptedEngine(tok, lambda p: "<move>1</move>")
     me = LLMPlayer(eng, tok)
-    fin = play_all([Episode(make("nim", start=3), (me, me), seed=i) for i in range(10)], SamplingParams())
+    fin = collect_episodes([Episode(make("nim", start=3), (me, me), seed=i) for i in range(10)], SamplingParams())
     samples = [s for f in fin for t in f.trajectories for s in t.samples(advantage=float(t.reward))]
     merged = merge_identical(samples)
     assert len(samples) == 30 and len(merged) == 3
@@ -212,11 +214,18 @@ def test_optimal_move_rates_with_a_perfect_scripted_policy():
 def test_kuhn_policy_reads_all_12_information_sets():
     tok = tiny_tokenizer()
     eng = ScriptedEngine(tok, lambda p: "<move>bet</move>", score_fn=lambda p, c: 0.0)
-    pol = kuhn_policy(eng, tok)
+    pol = tabular_policy(eng, tok, make("kuhn_poker"))
     assert len(pol) == 12 and all(v == pytest.approx([0.5, 0.5]) for v in pol.values())
     from lmselfplay.games.exploitability import exploitability
 
     assert exploitability(make("kuhn_poker"), pol) == pytest.approx(0.4583333333, abs=1e-9)
+
+
+def test_wilson_interval_known_values():
+    """Wilson score intervals at z = 1.96, computed by hand."""
+    assert wilson(10, 20) == pytest.approx((0.29930, 0.70070), abs=1e-4)
+    assert wilson(0, 20) == pytest.approx((0.0, 0.16113), abs=1e-4)
+    assert wilson(20, 20) == pytest.approx((0.83887, 1.0), abs=1e-4)
 
 
 def test_win_rates_against_exact_and_random():
@@ -225,10 +234,8 @@ def test_win_rates_against_exact_and_random():
     game = make("tictactoe")
     r = win_rates(always_first_legal, tok, game, solver_bot(), n_games=20)
     assert r["win"] == 0.0 and r["loss"] > 0.5  # the solver never loses
-    lo, hi = r["loss_ci"]
-    assert lo <= r["loss"] <= hi
+    assert r["loss_ci"] == wilson(round(r["loss"] * 20), 20)
     r2 = win_rates(always_first_legal, tok, make("nim"), random_bot(), n_games=40)
-    assert r2["win"] + r2["draw"] + r2["loss"] == pytest.approx(1.0)
     assert r2["draw"] == 0.0 and r2["mean_return"] == pytest.approx(r2["win"] - r2["loss"])
 
 
@@ -274,5 +281,5 @@ def test_a_forfeit_costs_the_largest_stake_so_no_legal_line_is_worse():
         assert game.max_utility == worst, name
     tok = tiny_tokenizer()
     eng = ScriptedEngine(tok, lambda p: "fold!")
-    (f,) = play_all([Episode(make("kuhn_poker"), (LLMPlayer(eng, tok), random_bot()), seed=3)], SamplingParams())
+    (f,) = collect_episodes([Episode(make("kuhn_poker"), (LLMPlayer(eng, tok), random_bot()), seed=3)], SamplingParams())
     assert f.returns == [-2.0, 2.0] and f.trajectories[0].reward == -2.0

@@ -16,12 +16,12 @@ from lmselfplay.solvers.matrix_games import (
     SCISSORS,
     best_response_dynamics,
     fictitious_play_rounds,
+    meta_strategy,
 )
 from lmselfplay.solvers.psro import (
     PSRO,
     extensive_form_oracles,
     joint_policy,
-    meta_strategy,
     mixture_policy,
     uniform_tabular,
 )

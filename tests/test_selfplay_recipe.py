@@ -22,7 +22,7 @@ def model_dir(tmp_path_factory):
 
 
 def _args(model_dir, out, steps, **kw):
-    base = {"model_name_or_path": str(model_dir), "output_dir": str(out), "steps": steps,
+    base = {"model_name_or_path": str(model_dir), "output_dir": str(out), "max_steps": steps,
             "games": "nim,kuhn_poker", "episodes_per_step": 8, "eval_every": 0, "eval_games": 4,
             "eval_positions": 10, "checkpoint_every": 1, "league_add_every": 1, "max_new_tokens": 6,
             "reset_fraction": 0.5, "learning_rate": 1e-3}

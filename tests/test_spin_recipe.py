@@ -38,7 +38,7 @@ def model_dir(tmp_path_factory):
 
 def fast_args(model_dir, out, iterations=2, *extra):
     return ["--model_name_or_path", str(model_dir), "--output_dir", str(out),
-            "--num_iterations", str(iterations), "--num_train_examples", str(N_TRAIN),
+            "--spin_iterations", str(iterations), "--num_train_examples", str(N_TRAIN),
             "--num_eval_examples", str(N_EVAL), "--max_completion_length", str(GEN_LEN),
             "--per_device_train_batch_size", "4", "--num_train_epochs", "1",
             "--learning_rate", "1e-3", "--warmup_steps", "0", "--generation_batch_size", "8",
@@ -160,8 +160,8 @@ def test_default_config_file_parses_and_bad_keys_are_named(tmp_path):
     recipe = load_recipe()
     cfg = parse_config(recipe.SpinConfig, ["--config", str(ROOT / "recipes/configs/spin.yaml")])
     assert cfg.model_name_or_path is None and cfg.dataset is None  # embedded model, own data
-    assert cfg.num_iterations >= 2 and all(b > 0 for b in cfg.beta_schedule)
-    (tmp_path / "bad.yaml").write_text("num_iterations: 2\nlamda: 0.1\n")
+    assert cfg.spin_iterations >= 2 and all(b > 0 for b in cfg.beta_schedule)
+    (tmp_path / "bad.yaml").write_text("spin_iterations: 2\nlamda: 0.1\n")
     with pytest.raises(ConfigError, match="lamda"):
         parse_config(recipe.SpinConfig, ["--config", str(tmp_path / "bad.yaml")])
     cfg = parse_config(recipe.SpinConfig, ["--beta_schedule", "0.1", "0.1", "5.0"])

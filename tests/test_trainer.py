@@ -6,9 +6,10 @@ import pytest
 import torch
 from lm_fixtures import tiny_model, tiny_tokenizer
 
+from lmselfplay.lm.batching import token_logprobs
 from lmselfplay.lm.trajectory import Sample
 from lmselfplay.rl.advantages import RoleBaselines, group_advantages, task_type_advantages
-from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, token_logprobs
+from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
 
 
 def _sample(prompt, completion, adv, tok_lp=None):

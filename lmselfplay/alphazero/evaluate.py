@@ -52,7 +52,7 @@ def exact_agent(face: Any, seed: int = 0) -> Agent:
     return lambda positions: [rng.choice(optimal_actions(face.game, p.state)) for p in positions]
 
 
-def play(face: Any, agents: tuple[Agent, Agent], starts: list[Any]) -> np.ndarray:
+def play_from_starts(face: Any, agents: tuple[Agent, Agent], starts: list[Any]) -> np.ndarray:
     """Play one game from each start (search positions); agents[k] moves for player k.
     Returns player 0's return per game. All games advance together (batched agents)."""
     pos = list(starts)
@@ -88,8 +88,8 @@ def match(face: Any, a: Agent, b: Agent, n_games: int, seed: int = 0,
     starts = [face.position(random_legal_reset(face.game, rng, opening_plies)
                             if opening_plies else face.game.new_initial_state())
               for _ in range(half)]
-    as_first = play(face, (a, b), starts)
-    as_second = -play(face, (b, a), starts)
+    as_first = play_from_starts(face, (a, b), starts)
+    as_second = -play_from_starts(face, (b, a), starts)
     return {"first": score(as_first), "second": score(as_second),
             "all": score(np.concatenate([as_first, as_second])),
             "losses": float(np.sum(as_first < 0) + np.sum(as_second < 0))}

@@ -4,7 +4,6 @@ The default model is the embedded tiny model (:mod:`lmselfplay.models.tiny`); re
 are named with ``model_name_or_path``. Prompts are formatted by :mod:`lmselfplay.lm.prompt`.
 """
 
-
 from __future__ import annotations
 
 import copy
@@ -14,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from lmselfplay.lm.engines.hf import unwrap
 
 
 @dataclass
@@ -83,3 +84,40 @@ def load_policy(cfg: PolicyConfig | None = None, **overrides: Any) -> tuple[Any,
             r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
             target_modules=cfg.lora_target_modules, task_type="CAUSAL_LM"))
     return model, load_tokenizer(path)
+
+
+def is_peft_model(model: Any) -> bool:
+    return hasattr(model, "peft_config") and hasattr(model, "disable_adapter")
+
+
+def policy_weights(model: Any) -> dict[str, torch.Tensor]:
+    """CPU copies of what makes this policy itself: under LoRA the adapter weights only
+    (a few MB: the base weights are frozen and shared), else the full state dict. What a
+    league snapshot stores; :func:`frozen_policy` turns it back into a model."""
+    model = unwrap(model)
+    if is_peft_model(model):
+        from peft import get_peft_model_state_dict
+
+        state = get_peft_model_state_dict(model)
+    else:
+        state = model.state_dict()
+    return {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
+
+
+def frozen_policy(template: Any, weights: dict[str, torch.Tensor]) -> Any:
+    """A frozen eval-mode model like ``template`` serving ``weights`` (from :func:`policy_weights`)."""
+    template = unwrap(template)
+    if is_peft_model(template):
+        from peft import set_peft_model_state_dict
+
+        # The base weights are frozen under LoRA, so a copy of the learner differs from the
+        # snapshot only in its adapter. ZeRO-3 shards would be copied as shards: refuse.
+        if any(hasattr(p, "ds_id") for p in template.parameters()):
+            raise ValueError("league snapshots with LoRA under DeepSpeed ZeRO-3 are not supported; "
+                             "use ZeRO-2 or no LoRA")
+        model = copy.deepcopy(template)
+        set_peft_model_state_dict(model, weights)
+    else:
+        model = type(template)(template.config)  # not a deep copy: ZeRO-3 params are shards
+        model.load_state_dict(weights)
+    return model.requires_grad_(False).eval()

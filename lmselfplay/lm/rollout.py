@@ -2,7 +2,7 @@
 engine call per engine per step; finished games free their slot for new ones.
 
 Seats are :class:`LLMPlayer` (an engine; ``learner=True`` records a Trajectory) or
-:class:`BotPlayer` (a function of the state: random, exact solver, ...). Self-play is
+:class:`~lmselfplay.games.bots.BotPlayer` (a function of the state: random, exact solver, ...). Self-play is
 the same engine in both seats. Illegal answers follow the zero-sum rule: after
 ``retries`` extra tries the offender loses the game's largest stake (``max_utility``:
 1 in Nim / tic-tac-toe, 2 chips in Kuhn poker) and the other side wins it.
@@ -11,13 +11,11 @@ the same engine in both seats. Illegal answers follow the zero-sum rule: after
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from lmselfplay.games.base import CHANCE, Invalid, forfeit_returns, resolve_chance
-from lmselfplay.games.exploitability import action_probs
-from lmselfplay.games.solve import optimal_actions
 from lmselfplay.lm.engines.base import Engine, SamplingParams
 from lmselfplay.lm.prompt import encode_prompt
 from lmselfplay.lm.trajectory import Trajectory, Turn
@@ -29,32 +27,6 @@ class LLMPlayer:
     tokenizer: Any
     learner: bool = True
     name: str = "policy"
-
-
-@dataclass
-class BotPlayer:
-    act: Callable[[Any, Any, random.Random], int]  # (game, state, rng) -> action
-    name: str = "bot"
-    learner: bool = False
-
-
-def random_bot() -> BotPlayer:
-    return BotPlayer(lambda g, s, rng: rng.choice(g.legal_actions(s)), "random")
-
-
-def solver_bot() -> BotPlayer:
-    """Exact play for perfect-information games (uniform among optimal moves)."""
-    return BotPlayer(lambda g, s, rng: rng.choice(optimal_actions(g, s)), "exact")
-
-
-def policy_bot(policy: dict[str, Any], name: str = "tabular") -> BotPlayer:
-    """Samples from a tabular policy over information states (e.g. Kuhn's Nash)."""
-
-    def act(g: Any, s: Any, rng: random.Random) -> int:
-        probs = action_probs(g, policy, s, g.current_player(s))
-        return rng.choices(list(probs), weights=list(probs.values()))[0]
-
-    return BotPlayer(act, name)
 
 
 @dataclass
@@ -107,7 +79,7 @@ class Finished:
     final_state: Any
 
 
-def play(episodes: Iterable[Episode], sampling: SamplingParams, concurrency: int = 64,
+def play_episodes(episodes: Iterable[Episode], sampling: SamplingParams, concurrency: int = 64,
          retries: int = 0, max_turns: int = 200, stats: RolloutStats | None = None,
          progress: Any = None) -> Iterator[Finished]:
     """Yield each episode as it ends. ``concurrency`` games are live at once."""
@@ -226,5 +198,6 @@ def _finish(g: _Live, stats: RolloutStats) -> Finished:
     return Finished(g.ep, returns, trajectories, g.state)
 
 
-def play_all(episodes: Iterable[Episode], sampling: SamplingParams, **kw: Any) -> list[Finished]:
-    return list(play(episodes, sampling, **kw))
+def collect_episodes(episodes: Iterable[Episode], sampling: SamplingParams, **kw: Any) -> list[Finished]:
+    """All episodes played to the end, in the order they finished."""
+    return list(play_episodes(episodes, sampling, **kw))

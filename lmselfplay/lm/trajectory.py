@@ -8,8 +8,7 @@ game state as text), so the trainer treats every turn as one :class:`Sample`
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 
 @dataclass
@@ -50,14 +49,13 @@ class Trajectory:
     game: str
     seat: int
     turns: list[Turn]
-    reward: float  # the seat's return (an illegal move: -1 for its author, zero-sum)
+    reward: float  # the seat's return (an illegal move: its author loses max_utility, zero-sum)
     invalid: bool = False  # this seat lost by an illegal move
     truncated: bool = False  # hit max_turns: scored as a draw
     policy_version: int = 0
     opponent: str = "self"
     start: str = "initial"  # "initial" or "reset" (random legal reset): baselines keep them apart
     episode_id: int = 0
-    info: dict[str, Any] = field(default_factory=dict)
 
     @property
     def role(self) -> str:

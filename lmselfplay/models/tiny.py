@@ -48,6 +48,7 @@ from typing import Any
 import torch
 
 from lmselfplay.games.text import format_answer
+from lmselfplay.lm.batching import pad_batch
 from lmselfplay.lm.prompt import encode_completion, encode_prompt, format_prompt
 from lmselfplay.models import corpus as st
 from lmselfplay.utils.checkpoint import atomic_dir
@@ -270,14 +271,10 @@ def batches(cfg: TinyConfig, tok: Any, corpus: Any, rng: random.Random, chunk: i
         group = [examples[i : i + cfg.batch_size] for i in range(0, len(examples), cfg.batch_size)]
         rng.shuffle(group)
         for b in group:
-            width = max(len(ids) for ids, _, _ in b)
-            ids_t = torch.full((len(b), width), tok.pad_token_id, dtype=torch.long)
-            att = torch.zeros((len(b), width), dtype=torch.long)
-            w = torch.zeros((len(b), width), dtype=torch.float32)
+            ids_t, att = pad_batch([ids for ids, _, _ in b], tok.pad_token_id)
+            w = torch.zeros(ids_t.shape, dtype=torch.float32)
             soft = []
             for i, (ids, is_answer, st_) in enumerate(b):
-                ids_t[i, : len(ids)] = torch.tensor(ids)
-                att[i, : len(ids)] = 1
                 w[i, : len(ids)] = torch.tensor(
                     [1.0 if a else cfg.prompt_loss_weight for a in is_answer])
                 if st_ is not None:

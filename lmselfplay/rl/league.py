@@ -6,24 +6,30 @@
 * an opponent mix per episode: mirror self-play (the learner in both seats), a recent
   frozen snapshot, a hall-of-fame snapshot, or a fixed bot (random); the loss is only on
   the learner's seats (frozen seats record no trajectory);
-* meta-solvers from :mod:`lmselfplay.solvers.psro` weight the bank: ``last`` (iterated best
+* meta-solvers (:func:`lmselfplay.solvers.matrix_games.meta_strategy`) weight the bank: ``last`` (iterated best
   response), ``uniform`` (fictitious play) or ``nash`` of the payoff table between bank
   members (double oracle) — the table is filled by :meth:`League.play_in` (each new
   snapshot plays every ring member once, ``league_eval_games`` games).
 
-Snapshots are kept as CPU state dicts; engines for them are built lazily and a few are
-cached (``max_live_engines``), so the bank costs memory of weights, not of models.
+Snapshots are the CPU weights the recipe hands in (:func:`lmselfplay.lm.policy.policy_weights`:
+the adapter alone under LoRA, a few MB). Engines for them come from the recipe's engine
+factory ``make_engine(weights, version) -> Engine`` (HF, vLLM, LoRA alike), are built lazily
+and a few are cached (``max_live_engines``), so the bank costs memory of weights, not of models.
 """
 
 from __future__ import annotations
 
 import random
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
+
+from lmselfplay.solvers.matrix_games import META_SOLVERS, meta_strategy
+from lmselfplay.utils.config import ConfigError
 
 
 @dataclass
@@ -42,11 +48,11 @@ class LeagueConfig:
     def __post_init__(self) -> None:
         fr = [self.mirror_fraction, self.recent_fraction, self.hall_of_fame_fraction, self.bot_fraction]
         if any(f < 0 for f in fr) or abs(sum(fr) - 1.0) > 1e-6:
-            raise ValueError(f"opponent fractions must be >= 0 and sum to 1, got {fr} (sum {sum(fr)})")
+            raise ConfigError(f"opponent fractions must be >= 0 and sum to 1, got {fr} (sum {sum(fr)})")
         if self.league_eval_games < 0:
-            raise ValueError(f"league_eval_games must be >= 0, got {self.league_eval_games}")
-        if self.meta_solver not in ("last", "uniform", "nash"):
-            raise ValueError(f"meta_solver must be last, uniform or nash, got {self.meta_solver!r}")
+            raise ConfigError(f"league_eval_games must be >= 0, got {self.league_eval_games}")
+        if self.meta_solver not in META_SOLVERS:
+            raise ConfigError(f"meta_solver must be last, uniform or nash, got {self.meta_solver!r}")
 
 
 @dataclass
@@ -57,8 +63,10 @@ class Snapshot:
 
 
 class League:
-    def __init__(self, cfg: LeagueConfig, max_live_engines: int = 4):
+    def __init__(self, cfg: LeagueConfig, make_engine: Callable[[dict[str, torch.Tensor], int], Any] | None = None,
+                 max_live_engines: int = 4):
         self.cfg = cfg
+        self.make_engine = make_engine
         self.ring: list[Snapshot] = []
         self.hall: list[Snapshot] = []
         self.added = 0
@@ -70,12 +78,9 @@ class League:
     def due(self, step: int) -> bool:
         return self.cfg.league_add_every > 0 and step % self.cfg.league_add_every == 0
 
-    def maybe_add(self, step: int, model: Any) -> Snapshot | None:
-        return self.add(step, model) if self.due(step) else None
-
-    def add(self, step: int, model: Any) -> Snapshot:
-        state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-        snap = Snapshot(step, state, f"step{step}")
+    def add(self, step: int, weights: dict[str, torch.Tensor]) -> Snapshot:
+        """Freeze ``weights`` (CPU copies the caller no longer changes) as snapshot ``step``."""
+        snap = Snapshot(step, weights, f"step{step}")
         self.ring.append(snap)
         if len(self.ring) > self.cfg.league_capacity:
             gone = self.ring.pop(0)
@@ -112,8 +117,6 @@ class League:
         return U
 
     def ring_weights(self) -> np.ndarray:
-        from lmselfplay.solvers.psro import meta_strategy
-
         if not self.ring:
             return np.zeros(0)
         return meta_strategy(self.payoff_table(self.ring), self.cfg.meta_solver)
@@ -134,18 +137,14 @@ class League:
             return kind, None
         return "mirror", None
 
-    def engine_for(self, snap: Snapshot, template_model: Any, tokenizer: Any) -> Any:
-        """A frozen HFEngine serving ``snap`` (cached; built from a copy of the learner)."""
-        from lmselfplay.lm.engines.hf import HFEngine, unwrap
-
+    def engine_for(self, snap: Snapshot) -> Any:
+        """A frozen engine serving ``snap`` (cached; built by the recipe's engine factory)."""
+        if self.make_engine is None:
+            raise ValueError("this League was built without an engine factory (make_engine)")
         if snap.name in self._engines:
             self._engines.move_to_end(snap.name)
             return self._engines[snap.name]
-        template = unwrap(template_model)
-        model = type(template)(template.config)  # not a deep copy: ZeRO-3 params are shards
-        model.load_state_dict(snap.state)
-        model.requires_grad_(False).eval()
-        engine = HFEngine(model, tokenizer, version=-snap.step - 1)
+        engine = self.make_engine(snap.state, -snap.step - 1)
         self._engines[snap.name] = engine
         while len(self._engines) > self.max_live_engines:
             self._engines.popitem(last=False)

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
+from lmselfplay.lm.batching import pad_batch, token_logprobs
 from lmselfplay.lm.trajectory import Sample, merge_identical
 from lmselfplay.utils.checkpoint import MARKER, prune_checkpoints
 
@@ -84,37 +84,19 @@ def make_accelerator(gradient_accumulation_steps: int = 1, log_with: Any = None,
                        log_with=log_with, project_dir=project_dir, cpu=cpu)
 
 
-def token_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                   temperature: float = 1.0, with_entropy: bool = False):
-    """Log-prob of each next token (shape (B, T-1)) and optionally the entropy there."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float()
-    logits = logits / temperature
-    logp_all = F.log_softmax(logits, dim=-1)
-    lp = logp_all.gather(2, input_ids[:, 1:].unsqueeze(2)).squeeze(2)
-    if not with_entropy:
-        return lp, None
-    ent = -(logp_all.exp() * logp_all).sum(-1)
-    return lp, ent
-
-
 def collate(samples: list[Sample], pad_id: int, device: torch.device,
             ref: dict[int, list[float]] | None = None) -> dict[str, torch.Tensor]:
     """Right-padded batch; ``mask`` marks completion tokens as positions in the shifted
     (next-token) frame, aligned with ``behaviour`` log-probs."""
-    width = max(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
-    n = len(samples)
-    ids = torch.full((n, width), pad_id, dtype=torch.long)
-    attn = torch.zeros((n, width), dtype=torch.long)
+    ids, attn = pad_batch([s.prompt_ids + s.completion_ids for s in samples], pad_id)
+    n, width = ids.shape
     mask = torch.zeros((n, width - 1))
     old = torch.zeros((n, width - 1))
     ref_lp = torch.zeros((n, width - 1))
     adv = torch.zeros(n)
     weight = torch.zeros(n)
     for r, s in enumerate(samples):
-        seq = s.prompt_ids + s.completion_ids
-        ids[r, : len(seq)] = torch.tensor(seq)
-        attn[r, : len(seq)] = 1
-        a, b = len(s.prompt_ids) - 1, len(seq) - 1
+        a, b = len(s.prompt_ids) - 1, len(s.prompt_ids) + len(s.completion_ids) - 1
         mask[r, a:b] = 1.0
         old[r, a:b] = torch.tensor(s.behaviour_logprobs[: b - a], dtype=torch.float)
         if ref is not None:
@@ -193,6 +175,14 @@ class PolicyTrainer:
 
         with unwrap_model_for_generation(self.model, self.accelerator) as m:
             yield m
+
+    @contextmanager
+    def serving(self, engine: Any) -> Iterator[Any]:
+        """Inside the block ``engine`` serves the learner's current weights (gathered under
+        ZeRO-3, every rank together): the one way recipes hand the learner to an engine."""
+        with self.generation_model() as m:
+            engine.update_weights(m, version=self.step_count)
+            yield engine
 
     @torch.no_grad()
     def _ref_logprobs(self, samples: list[Sample], chunk: int = 64) -> dict[int, list[float]]:

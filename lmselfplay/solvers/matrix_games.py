@@ -177,3 +177,29 @@ def _maximin(U: np.ndarray) -> tuple[np.ndarray, float]:
         raise RuntimeError(f"linear program failed: {res.message}")
     mu = np.clip(res.x[:m1], 0.0, None)
     return mu / mu.sum(), float(res.x[-1])
+
+
+META_SOLVERS = ("last", "uniform", "nash")
+
+
+def meta_strategy(payoffs, solver: str = "nash") -> np.ndarray:
+    """The row population's mixture for the meta-game ``payoffs[i, j]`` (row member i's
+    payoff against column member j; a constant-sum table such as win rates works too):
+    ``last`` (iterated best response), ``uniform`` (fictitious play) or ``nash``.
+
+    For a symmetric league pass the square table of each checkpoint against each other.
+    For the column population call it with ``-payoffs.T``.
+    """
+    U = np.asarray(payoffs, dtype=float)
+    if U.ndim != 2 or U.size == 0 or not np.all(np.isfinite(U)):
+        raise ValueError(f"meta-game payoffs must be a finite non-empty 2-D table, "
+                         f"got shape {U.shape}")
+    n = U.shape[0]
+    if solver == "last":
+        return np.eye(n)[n - 1]
+    if solver == "uniform":
+        return np.full(n, 1.0 / n)
+    if solver == "nash":
+        mu, _, _ = solve_zero_sum(U)
+        return mu
+    raise ValueError(f"unknown meta-solver {solver!r}; choose one of {', '.join(META_SOLVERS)}")

@@ -12,7 +12,8 @@ becomes:
   which stops once no best response gains anything: the mixture is then a Nash
   equilibrium of the full game.
 
-``meta_strategy`` is also what the LLM league uses to weight its checkpoints.
+The meta-solvers (:func:`lmselfplay.solvers.matrix_games.meta_strategy`) are also what the
+LLM league uses to weight its checkpoints.
 """
 
 from __future__ import annotations
@@ -25,31 +26,7 @@ import numpy as np
 
 from lmselfplay.games.base import CHANCE, Game, all_states
 from lmselfplay.games.exploitability import BestResponse, action_probs, policy_value
-from lmselfplay.solvers.matrix_games import solve_zero_sum
-
-META_SOLVERS = ("last", "uniform", "nash")
-
-
-def meta_strategy(payoffs, solver: str = "nash") -> np.ndarray:
-    """The row population's mixture for the meta-game ``payoffs[i, j]`` (row member i's
-    payoff against column member j; a constant-sum table such as win rates works too).
-
-    For a symmetric league pass the square table of each checkpoint against each other.
-    For the column population call it with ``-payoffs.T``.
-    """
-    U = np.asarray(payoffs, dtype=float)
-    if U.ndim != 2 or U.size == 0 or not np.all(np.isfinite(U)):
-        raise ValueError(f"meta-game payoffs must be a finite non-empty 2-D table, "
-                         f"got shape {U.shape}")
-    n = U.shape[0]
-    if solver == "last":
-        return np.eye(n)[n - 1]
-    if solver == "uniform":
-        return np.full(n, 1.0 / n)
-    if solver == "nash":
-        mu, _, _ = solve_zero_sum(U)
-        return mu
-    raise ValueError(f"unknown meta-solver {solver!r}; choose one of {', '.join(META_SOLVERS)}")
+from lmselfplay.solvers.matrix_games import META_SOLVERS, meta_strategy
 
 
 def meta_strategies(payoffs, solver: str = "nash") -> tuple[np.ndarray, np.ndarray]:

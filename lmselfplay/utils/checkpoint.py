@@ -10,16 +10,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import random
 import re
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import numpy as np
-import torch
 
 MARKER = "COMPLETE"
 
@@ -74,17 +70,6 @@ def latest_checkpoint(output_dir: str | Path) -> Path | None:
 def prune_checkpoints(output_dir: str | Path, keep: int) -> None:
     for p in checkpoint_dirs(output_dir)[:-keep] if keep > 0 else []:
         shutil.rmtree(p, ignore_errors=True)
-
-
-def rng_state() -> dict[str, Any]:
-    return {"python": random.getstate(), "numpy": np.random.get_state(),
-            "torch": torch.get_rng_state()}
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
 
 
 def save_json(path: str | Path, obj: Any) -> None:

@@ -32,9 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ for lm_fi
 
 from lm_fixtures import tiny_model, tiny_tokenizer  # noqa: E402
 
+from lmselfplay.lm.batching import token_logprobs  # noqa: E402
 from lmselfplay.lm.trajectory import Sample  # noqa: E402
 from lmselfplay.rl.advantages import RoleBaselines  # noqa: E402
-from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, token_logprobs  # noqa: E402
+from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig  # noqa: E402
 from lmselfplay.utils.checkpoint import latest_checkpoint  # noqa: E402
 
 COMPLETION_LEN = 3

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from lmselfplay.lm.batching import pad_batch, sequence_logprobs
 from lmselfplay.lm.engines.base import Completion, SamplingParams
 
 
@@ -52,12 +53,8 @@ class HFEngine:
     def _generate_batch(self, prompts: list[list[int]], sp: SamplingParams) -> list[Completion]:
         if not prompts:
             return []
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for r, p in enumerate(prompts):
-            ids[r, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-            mask[r, width - len(p) :] = 1
+        ids, mask = pad_batch(prompts, self.pad_id, side="left")
+        width = ids.shape[1]
         greedy = sp.temperature <= 0
         kwargs: dict[str, Any] = dict(
             max_new_tokens=sp.max_new_tokens, do_sample=not greedy, pad_token_id=self.pad_id,
@@ -113,7 +110,6 @@ class HFEngine:
         return None
 
     # --- teacher forcing ------------------------------------------------------------
-    @torch.no_grad()
     def score(self, prompt_ids: list[list[int]], completion_ids: list[list[int]],
               temperature: float = 1.0, batch_size: int | None = None) -> list[list[float]]:
         """Per-token log-probs of each completion given its prompt (right padding)."""
@@ -135,26 +131,3 @@ class HFEngine:
         if model is not self.model:
             self.model.load_state_dict(model.state_dict())
         self.version = self.version + 1 if version is None else version
-
-
-def sequence_logprobs(model: Any, prompts: list[list[int]], completions: list[list[int]],
-                      pad_id: int, temperature: float = 1.0) -> list[list[float]]:
-    """Teacher-forced log-probs of completion tokens (the differentiable core is
-    :func:`lmselfplay.rl.trainer.token_logprobs`; this is its no-grad list form)."""
-    if not prompts:
-        return []
-    seqs = [list(p) + list(c) for p, c in zip(prompts, completions)]
-    width = max(len(s) for s in seqs)
-    device = next(model.parameters()).device
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for r, s in enumerate(seqs):
-        ids[r, : len(s)] = torch.tensor(s, dtype=torch.long)
-        mask[r, : len(s)] = 1
-    logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()
-    lp = torch.log_softmax(logits[:, :-1] / temperature, dim=-1)
-    tok_lp = lp.gather(2, ids[:, 1:].to(device).unsqueeze(2)).squeeze(2).cpu()
-    out = []
-    for r, (p, c) in enumerate(zip(prompts, completions)):
-        out.append(tok_lp[r, len(p) - 1 : len(p) - 1 + len(c)].tolist())
-    return out
