@@ -21,6 +21,7 @@ from .base import (
 )
 from .kuhn_poker import KuhnPoker
 from .nim import Nim
+from .taboo import Taboo
 from .tictactoe import TicTacToe
 
 REGISTRY: dict[str, Callable[..., Any]] = {
@@ -28,6 +29,7 @@ REGISTRY: dict[str, Callable[..., Any]] = {
     "nim_misere": lambda **kw: Nim(misere=True, **kw),
     "tictactoe": TicTacToe,
     "kuhn_poker": KuhnPoker,
+    "taboo": Taboo,
 }
 
 

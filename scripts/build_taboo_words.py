@@ -10,6 +10,7 @@ A word is kept when it is
 * only a noun, and its own lemma, in lemminflect's lexicon, with a plural in its table: verbs
   and adjectives ("make", "light", "good"), inflected forms ("things", "thought") and words
   lemminflect does not know (names) are out, so every target is a plain common noun;
+* not in the short hand-written ``EXCLUDE`` list below;
 
 in wordfreq's order, the first ``n``. About one word in ten goes to the held-out split, by a
 hash of the word (so the split of a word never changes when ``n`` does).
