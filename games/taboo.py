@@ -33,7 +33,8 @@ What "uttering the word" means (the referee, :func:`mentions`). Decided here, te
    ``*``, backticks and the like are read together as well: ``ap-ple``, ``a.p.p.l.e``,
    ``**ap**ple``, ``pine-apple`` (contains ``apple``), ``apple's`` say ``apple``.
 5. Single letters spelled out with spaces (``a p p l e``, ``a - p - p - l - e``, ``a. p. p.``)
-   are read together. Runs of several letters separated by spaces are not (``pine apple``
+   are read together, and any form inside counts (``c a r d`` says ``car``, as
+   ``a b a n a n a`` must say ``banana``). Runs of several letters separated by spaces are not (``pine apple``
    does not say ``pineapple``): natural text is full of them (``is land``, ``to get her``).
 6. Not counted: digits or symbols standing for letters (``4pple``), the word reversed,
    translated or rhymed, markup that splits it with other letters (``<b>ap</b>ple``), and
@@ -41,7 +42,7 @@ What "uttering the word" means (the referee, :func:`mentions`). Decided here, te
 
 Guesses (:func:`parse_guess`). Only the defender guesses, and only with a whole utterance of
 the form ``I know the word! It is <word>.``, read after folding: case-insensitive, any white
-space, ``!`` may be ``.`` or ``,`` or absent, ``It's`` for ``It is``, an optional ``a`` /
+space, ``!`` may be ``.``, ``,``, ``:`` or absent, ``It's`` for ``It is``, an optional ``a`` /
 ``an`` / ``the``, quotes or ``*`` around the word, the final ``.`` may be ``!`` or absent. The
 guess is right when the word (hyphens and apostrophes dropped) is a form of the target.
 
@@ -99,7 +100,8 @@ _LOOKALIKES = {
     "υ": "u", "χ": "x", "Α": "a", "Β": "b", "Ε": "e", "Ζ": "z", "Η": "h", "Ι": "i", "Κ": "k",
     "Μ": "m", "Ν": "n", "Ο": "o", "Ρ": "p", "Τ": "t", "Υ": "y", "Χ": "x",
     # Latin letters outside a-z that NFKC keeps
-    "ı": "i", "ȷ": "j", "ɑ": "a", "ɡ": "g", "ꞵ": "b",
+    "ı": "i", "ȷ": "j", "ɑ": "a", "ɡ": "g", "ꞵ": "b", "ł": "l", "ø": "o", "đ": "d", "ħ": "h",
+    "ŧ": "t", "Ł": "l", "Ø": "o", "Đ": "d",
 }
 CONFUSABLES = str.maketrans(_LOOKALIKES)
 
@@ -174,9 +176,9 @@ def mentions(word: str, text: str) -> bool:
     return bool(forms) and not forms.isdisjoint(said(text, max(map(len, forms))))
 
 
-_GUESS_START = re.compile(r"[\W_]*i\s*know\s+the\s+word\b")
+_GUESS_START = re.compile(r"[\W_]*i\s*know\s+the\s+word")
 _GUESS = re.compile(
-    r"i know the word\s*[!.,]?\s*it(?: is|'s)\s+(?:(?:a|an|the)\s+)?"
+    r"i know the word\s*[!.,:]?\s*it(?: is|'s)\s+(?:(?:a|an|the)\s+)?"
     r"[\"'`*]*([a-z]+(?:[-'][a-z]+)*)[\"'`*]*\s*[.!]?")
 
 
