@@ -90,8 +90,8 @@ class TinyConfig:
     def game_names(self) -> list[str]:
         from lmselfplay.games import REGISTRY
 
-        if self.games.strip() == "all":
-            return list(REGISTRY)
+        if self.games.strip() == "all":  # free-text games (Taboo) have no random legal move
+            return [g for g, f in REGISTRY.items() if getattr(f, "action_space", "discrete") != "text"]
         names = [g.strip() for g in self.games.split(",") if g.strip()]
         unknown = [g for g in names if g not in REGISTRY]
         if unknown:
