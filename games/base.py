@@ -12,7 +12,8 @@ Conventions (OpenSpiel-like, so differential tests map one to one):
   returns the cleaned utterance or an ``Invalid``, ``action_text(a)`` is ``a``, and
   ``apply(state, utterance)`` checks it again (``ValueError`` if illegal). Chance outcomes
   stay ints. Code that samples from ``legal_actions`` (random bots, random resets, exact
-  solvers) does not apply to them; they ship scripted bots instead;
+  solvers) does not apply to them; they offer ``scripted_action(state, rng)`` instead, a
+  scripted opponent's move for whoever is to move;
 * states are immutable (frozen dataclasses of tuples): ``apply`` returns a new state, so
   copying is free and states can key dictionaries;
 * ``returns`` is zero-sum, one value per player;

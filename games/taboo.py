@@ -365,6 +365,13 @@ class Taboo:
         word = (s.target or "?") if player == ATTACKER else "?"
         return word + "|" + "|".join(s.utterances)
 
+    def scripted_action(self, s: TabooState, rng: random.Random) -> str:
+        """The scripted bot's utterance for whichever role is to move (the opponent that
+        replaces the random bot: :mod:`lmselfplay.games.taboo_bots`)."""
+        from .taboo_bots import scripted_bot
+
+        return scripted_bot(self, s, rng)
+
     def render(self, s: TabooState) -> str:
         lines = [f"target: {s.target or '(not drawn)'}", *self.history_lines(s)]
         if self.is_terminal(s):

@@ -349,6 +349,7 @@ def test_scripted_bot_plays_either_role():
     assert scripted_bot(g, s, random.Random(0)) == attacker_bot(g, s, random.Random(0))
     d = g.apply(s, "Think of orchard.")
     assert scripted_bot(g, d, random.Random(0)) == defender_bot(g, d, random.Random(0))
+    assert g.scripted_action(d, random.Random(0)) == defender_bot(g, d, random.Random(0))
 
 
 def test_transcripts_are_legal_protocol_pairs():
