@@ -480,3 +480,24 @@ def test_win_rates_vs_bots_with_a_scripted_policy():
     assert r["as_attacker"]["defender_win"] == 1.0 and r["as_attacker"]["attacker_rule_break_rate"] == 1.0
     d = r["as_defender"]
     assert d["correct_guess_rate"] + d["wrong_guess_rate"] == 1.0 and 0 < d["correct_guess_rate"] < 1
+
+
+def test_hostile_text_never_crashes_the_referee():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    g = Taboo()
+    start = g.state_for("apple")
+    d = g.apply(start, "A red fruit.")
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.text(max_size=300), st.booleans())
+    def check(text, wrap):
+        for s in (start, d):
+            a = g.parse_action(s, format_answer(text) if wrap else text)
+            if not isinstance(a, Invalid):
+                nxt = g.apply(s, a)
+                assert sum(g.returns(nxt)) == 0
+                g.observation_text(nxt, 1)
+
+    check()
