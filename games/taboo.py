@@ -115,10 +115,9 @@ _RUN = re.compile(r"[a-z]+")
 
 def fold(text: str) -> str:
     """NFKC, look-alike letters to Latin, accents and invisible characters dropped, casefold."""
-    t = unicodedata.normalize("NFKC", text).translate(CONFUSABLES)
-    t = unicodedata.normalize("NFKD", t)
-    t = "".join(c for c in t if unicodedata.category(c) not in ("Mn", "Cf"))
-    return t.casefold()
+    t = unicodedata.normalize("NFKC", text).translate(CONFUSABLES).casefold()
+    t = unicodedata.normalize("NFKD", t)  # after casefold, which can add accents ("İ")
+    return "".join(c for c in t if unicodedata.category(c) not in ("Mn", "Cf"))
 
 
 @lru_cache(maxsize=8192)

@@ -119,6 +119,7 @@ MENTIONS = [
     ("official", "o\ufb03cial", True),  # the ffi ligature
     ("apple", "\u00e1ppl\u00e9", True),  # accents
     ("apple", "app\u0142e", True),  # l with stroke
+    ("pie", "P\u0130E", True),  # Turkish dotted capital I
     ("apple", "ap\u200bple", True),  # zero-width space
     ("apple", "ap\u00adple", True),  # soft hyphen
     ("apple", "\u044f\u0431\u043b\u043e\u043a\u043e", False),  # the Russian word: a translation
