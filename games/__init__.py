@@ -22,6 +22,7 @@ from lmselfplay.games.base import (
 )
 from lmselfplay.games.kuhn_poker import KuhnPoker
 from lmselfplay.games.nim import Nim
+from lmselfplay.games.taboo import Taboo
 from lmselfplay.games.tictactoe import TicTacToe
 
 REGISTRY: dict[str, Callable[..., Any]] = {
@@ -29,6 +30,7 @@ REGISTRY: dict[str, Callable[..., Any]] = {
     "nim_misere": lambda **kw: Nim(misere=True, **kw),
     "tictactoe": TicTacToe,
     "kuhn_poker": KuhnPoker,
+    "taboo": Taboo,
 }
 
 

@@ -6,6 +6,14 @@ Conventions (OpenSpiel-like, so differential tests map one to one):
 * two players, ids 0 and 1; ``current_player`` is ``CHANCE`` at chance nodes and
   ``TERMINAL`` at terminal states;
 * actions are small ints in ``range(game.n_actions)``; chance outcomes are ints too;
+* except in games whose moves are free text, which say ``action_space = "text"`` (absent
+  means ``"discrete"``; Taboo is one): a player's action is the string it utters,
+  ``n_actions`` is 0, ``legal_actions`` cannot enumerate them and raises, ``parse_action``
+  returns the cleaned utterance or an ``Invalid``, ``action_text(a)`` is ``a``, and
+  ``apply(state, utterance)`` checks it again (``ValueError`` if illegal). Chance outcomes
+  stay ints. Code that samples from ``legal_actions`` (random bots, random resets, exact
+  solvers) does not apply to them; they offer ``scripted_action(state, rng)`` instead, a
+  scripted opponent's move for whoever is to move;
 * states are immutable (frozen dataclasses of tuples): ``apply`` returns a new state, so
   copying is free and states can key dictionaries;
 * ``returns`` is zero-sum, one value per player;

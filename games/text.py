@@ -26,8 +26,11 @@ def format_answer(move_name: str) -> str:
     return f"{OPEN}{move_name}{CLOSE}"
 
 
-def extract_move(text: Any) -> str | Invalid:
-    """The content of the last complete ``<move>...</move>``, or an Invalid."""
+def extract_move(text: Any, max_chars: int = MAX_MOVE_CHARS) -> str | Invalid:
+    """The content of the last complete ``<move>...</move>``, or an Invalid.
+
+    ``max_chars`` bounds the content: move names are short; games whose moves are free
+    text (Taboo's utterances) pass their own, larger bound."""
     if not isinstance(text, str):
         return Invalid(f"answer is not text ({type(text).__name__})")
     end = text.rfind(CLOSE)
@@ -39,8 +42,8 @@ def extract_move(text: Any) -> str | Invalid:
     move = text[start + len(OPEN) : end].strip()
     if not move:
         return Invalid("empty <move></move>")
-    if len(move) > MAX_MOVE_CHARS:
-        return Invalid(f"move text longer than {MAX_MOVE_CHARS} characters")
+    if len(move) > max_chars:
+        return Invalid(f"move text longer than {max_chars} characters")
     return move
 
 
@@ -56,8 +59,12 @@ def parse_named_move(text: Any, legal: dict[str, int]) -> int | Invalid:
     return Invalid(f"{shown!r} is not a legal move (legal: {', '.join(legal)})")
 
 
-def prompt(title: str, rules: str, state_lines: list[str], legal_names: list[str]) -> str:
-    """The layout every game's observation uses (short: tiny models read it)."""
-    lines = [f"Game: {title}. {rules}", *state_lines, "Legal moves: " + " ".join(legal_names)]
+def prompt(title: str, rules: str, state_lines: list[str], legal_names: list[str] | None) -> str:
+    """The layout every game's observation uses (short: tiny models read it).
+
+    ``legal_names=None``: moves are free text (no list to show)."""
+    lines = [f"Game: {title}. {rules}", *state_lines]
+    if legal_names is not None:
+        lines.append("Legal moves: " + " ".join(legal_names))
     lines.append(ANSWER_INSTRUCTION)
     return "\n".join(lines)

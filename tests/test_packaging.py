@@ -17,7 +17,8 @@ def test_wheel_and_fresh_venv_install(tmp_path):
                     "-q", "-w", str(tmp_path)], check=True)
     (whl,) = tmp_path.glob("lmselfplay-*.whl")
     names = zipfile.ZipFile(whl).namelist()
-    for must in ("lmselfplay/games/nim.py", "lmselfplay/verifiers/executor.py", "lmselfplay/eval/game_metrics.py",
+    for must in ("lmselfplay/games/nim.py", "lmselfplay/games/data/taboo_words_train.txt",
+                 "lmselfplay/verifiers/executor.py", "lmselfplay/eval/game_metrics.py",
                  "lmselfplay/lm/engines/hf.py", "lmselfplay/alphazero/mcts.py"):
         assert must in names, must
     tops = {n.split("/")[0] for n in names if not n.startswith("lmselfplay-")}

@@ -227,5 +227,6 @@ def test_config_validation_and_keys():
     with pytest.raises(ValueError, match="not a number"):
         tiny.TinyConfig(task_weights="nim=lots").weights()
     w = tiny.TinyConfig().weights()
-    assert set(w) == set(games.REGISTRY) | {"arithmetic", "programs", "reading"}
+    assert set(w) == {"nim", "nim_misere", "tictactoe", "kuhn_poker", "arithmetic", "programs", "reading"}
+    assert "taboo" not in tiny.TinyConfig(games="all").game_names()  # free text: no random legal move
     assert w["tictactoe"] == 8 and w["reading"] == 3

@@ -78,8 +78,9 @@ class TinyConfig:
     warmup_steps: int = 50
     weight_decay: float = 0.01
     prompt_loss_weight: float = 0.0
-    # corpus: "all" = every game in lmselfplay.games.REGISTRY at build time
-    games: str = "all"
+    # corpus games: pinned, so registering a new game does not silently change the default
+    # build (its cache key); "all" = every registered game with enumerable moves
+    games: str = "nim,nim_misere,tictactoe,kuhn_poker"
     # relative sampling weights; unlisted games weigh 1
     task_weights: str = "tictactoe=8,reading=3"
     nim_max_start: int = 31  # games with a `start` parameter get random starts 1..this
@@ -91,8 +92,8 @@ class TinyConfig:
     def game_names(self) -> list[str]:
         from lmselfplay.games import REGISTRY
 
-        if self.games.strip() == "all":
-            return list(REGISTRY)
+        if self.games.strip() == "all":  # free-text games (Taboo) have no random legal move
+            return [g for g, f in REGISTRY.items() if getattr(f, "action_space", "discrete") != "text"]
         names = [g.strip() for g in self.games.split(",") if g.strip()]
         unknown = [g for g in names if g not in REGISTRY]
         if unknown:
