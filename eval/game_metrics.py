@@ -114,24 +114,28 @@ def win_rates(engine: Any, tokenizer: Any, game: Any, opponent: Any, n_games: in
     me = LLMPlayer(engine, tokenizer, learner=False)
     eps = [Episode(game, (me, opponent) if i % 2 == 0 else (opponent, me), seed=seed * 7919 + i)
            for i in range(n_games)]
-    w = d = ret = 0.0
+    wins, losses, n_seat, ret = [0, 0], [0, 0], [0, 0], 0.0
     for f in play_episodes(eps, sampling, concurrency=concurrency):
         seat = 0 if f.episode.players[0] is me else 1
         r = f.returns[seat]
         ret += r
-        w += r > 0
-        d += r == 0
-    n = max(1, n_games)
-    return {"games": n_games, "win": w / n, "draw": d / n, "loss": (n_games - w - d) / n,
-            "win_ci": wilson(w, n_games), "loss_ci": wilson(n_games - w - d, n_games),
-            "mean_return": ret / n}
+        n_seat[seat] += 1
+        wins[seat] += r > 0
+        losses[seat] += r < 0
+    w, lost, n = sum(wins), sum(losses), max(1, n_games)
+    return {"games": n_games, "win": w / n, "draw": (n_games - w - lost) / n, "loss": lost / n,
+            "win_ci": wilson(w, n_games), "loss_ci": wilson(lost, n_games), "mean_return": ret / n,
+            "win_by_seat": [wins[i] / max(1, n_seat[i]) for i in (0, 1)]}
 
 
 def headline_metrics(game: Any) -> list[str]:
     """The metrics worth a curve for this game, by what it supports (plots ask this)."""
     exact = {OPTIMAL_MOVES: ["optimal_move_prob", "greedy_optimal_rate"],
              EXPLOITABILITY: ["exploitability"], WIN_RATES: []}[game.exact_metric]
-    return exact + [f"win_vs_{name}" for name in reference_bots(game)]
+    roles = getattr(game, "roles", ())
+    wins = [f"win_vs_{name}_as_{r}" if roles else f"win_vs_{name}" for name in reference_bots(game)
+            for r in (roles or [None])]
+    return exact + wins
 
 
 def evaluate(engine: Any, tokenizer: Any, game: Any, positions: list[Any] | None = None,
@@ -139,7 +143,9 @@ def evaluate(engine: Any, tokenizer: Any, game: Any, positions: list[Any] | None
              max_new_tokens: int = 16) -> dict[str, float]:
     """Every exact metric ``game`` supports, as one flat dict: optimal-move rates over
     ``positions`` (default: all) or exploitability, then win / loss rates (95% Wilson
-    interval) and the mean return against each of the game's reference bots."""
+    interval) and the mean return against each of the game's reference bots; for games
+    whose seats are different roles (``game.roles``, e.g. Taboo's attacker and defender)
+    also the win rate in each role."""
     out: dict[str, float] = {}
     if game.exact_metric == OPTIMAL_MOVES:
         r = optimal_move_rates(engine, tokenizer, game, positions, max_new_tokens)
@@ -153,6 +159,8 @@ def evaluate(engine: Any, tokenizer: Any, game: Any, positions: list[Any] | None
         out[f"win_vs_{name}"], out[f"loss_vs_{name}"] = wr["win"], wr["loss"]
         out[f"win_vs_{name}_ci_low"], out[f"win_vs_{name}_ci_high"] = wr["win_ci"]
         out[f"mean_return_vs_{name}"] = wr["mean_return"]
+        for role, rate in zip(getattr(game, "roles", ()), wr["win_by_seat"]):  # asymmetric seats
+            out[f"win_vs_{name}_as_{role}"] = rate
     return out
 
 

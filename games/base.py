@@ -38,6 +38,11 @@ WIN_RATES = "win_rates"  # too large to solve: win rates against bots and other 
 EXACT_METRICS = (OPTIMAL_MOVES, EXPLOITABILITY, WIN_RATES)
 
 
+def has_enumerable_actions(game: Any) -> bool:
+    """False for free-text games (``action_space = "text"``): no random moves, resets or solver."""
+    return getattr(game, "action_space", "discrete") != "text"
+
+
 @dataclass(frozen=True)
 class Invalid:
     """What ``parse_action`` returns when the text is not a legal move (never raised)."""

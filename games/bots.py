@@ -2,9 +2,10 @@
 
 A bot is a :class:`BotPlayer` whose ``act(game, state, rng) -> action`` picks a move; the
 rollout loop plays it wherever an LLM seat could sit. :func:`reference_bots` asks a game
-what it supports and returns the opponents every evaluation plays: ``random`` always,
-``exact``: uniform among optimal moves for games the solver labels, or the published
-equilibrium policy of a game measured by exploitability, and any scripted bots the game itself declares.
+what it supports and returns the opponents every evaluation plays: ``random`` where moves
+can be enumerated, ``exact``: uniform among optimal moves for games the solver labels, or the published
+equilibrium policy of a game measured by exploitability, and ``scripted`` where the game
+offers a scripted opponent (``scripted_action``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from lmselfplay.games.base import EXPLOITABILITY, OPTIMAL_MOVES
+from lmselfplay.games.base import EXPLOITABILITY, OPTIMAL_MOVES, has_enumerable_actions
 from lmselfplay.games.exploitability import action_probs
 from lmselfplay.games.solve import optimal_actions
 
@@ -45,15 +46,26 @@ def policy_bot(policy: dict[str, Any], name: str = "tabular") -> BotPlayer:
     return BotPlayer(act, name)
 
 
+def scripted_bot(game: Any) -> BotPlayer:
+    """The game's own scripted opponent (``game.scripted_action``: e.g. Taboo's)."""
+    return BotPlayer(lambda g, s, rng: g.scripted_action(s, rng), "scripted")
+
+
+def league_bot(game: Any) -> BotPlayer:
+    """The fixed bot of a league's opponent mix: random where moves can be enumerated,
+    else the game's scripted opponent."""
+    return random_bot() if has_enumerable_actions(game) else scripted_bot(game)
+
+
 def reference_bots(game: Any) -> dict[str, BotPlayer]:
     """The fixed opponents a game's evaluation plays, chosen by what the game supports."""
     bots: dict[str, BotPlayer] = {}
-    if getattr(game, "enumerable_actions", True):
+    if has_enumerable_actions(game):
         bots["random"] = random_bot()
     if game.exact_metric == OPTIMAL_MOVES:
         bots["exact"] = solver_bot()
     elif game.exact_metric == EXPLOITABILITY and hasattr(game, "nash_policy"):
         bots["exact"] = policy_bot(game.nash_policy(), "nash")  # the exact opponent of this game
-    for name, act in getattr(game, "scripted_bots", dict)().items():
-        bots[name] = BotPlayer(act, name)
+    if hasattr(game, "scripted_action"):
+        bots["scripted"] = scripted_bot(game)
     return bots

@@ -34,8 +34,8 @@ from tqdm.auto import tqdm
 
 from lmselfplay.eval import game_metrics
 from lmselfplay.games import make
-from lmselfplay.games.base import OPTIMAL_MOVES, random_legal_reset
-from lmselfplay.games.bots import random_bot
+from lmselfplay.games.base import OPTIMAL_MOVES, has_enumerable_actions, random_legal_reset
+from lmselfplay.games.bots import league_bot
 from lmselfplay.games.text import MOVE_STOP
 from lmselfplay.lm.engines import HFEngine, SamplingParams
 from lmselfplay.lm.policy import PolicyConfig, frozen_policy, load_policy, policy_weights
@@ -57,7 +57,9 @@ class SelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig):
     episodes_per_step: int = 48
     concurrency: int = 128
     top_p: float = 1.0
-    max_new_tokens: int = 12
+    max_new_tokens: int = field(default=12, metadata={"help": "answer budget of a move (tokens)"})
+    text_max_new_tokens: int = field(default=64, metadata={
+        "help": "answer budget in games whose moves are free text (Taboo)"})
     retries: int = 0
     max_turns: int = 40
     reset_fraction: float = field(default=0.0, metadata={"help": "games started from random legal positions"})
@@ -100,14 +102,24 @@ def make_episodes(cfg, plan, league, me, tok, step, rank):
         if kind == "mirror":
             players = (me, me)
         else:
-            opp = random_bot() if kind == "bot" else \
+            opp = league_bot(game) if kind == "bot" else \
                 LLMPlayer(league.engine_for(snap), tok, learner=False, name=snap.name)
             players = (me, opp) if rng.random() < 0.5 else (opp, me)
         start, state = "initial", None
-        if rng.random() < cfg.reset_fraction:
+        if rng.random() < cfg.reset_fraction and has_enumerable_actions(game):
             start, state = "reset", random_legal_reset(game, rng, cfg.reset_max_plies)
-        episodes.append(Episode(game, players, state, start, seed=rng.randrange(2**31)))
+        episodes.append(Episode(game, players, state, start, seed=rng.randrange(2**31),
+                                sampling=text_sampling(cfg, game)))
     return episodes
+
+
+def text_sampling(cfg, game):
+    """Free-text games (Taboo) answer in sentences, not move names: their own answer budget.
+    ``None`` (the step's sampling) for every other game."""
+    if has_enumerable_actions(game):
+        return None
+    return SamplingParams(max_new_tokens=cfg.text_max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
+                          stop=MOVE_STOP)
 
 
 def snapshot_score(cfg, games, league, tok, step):
@@ -120,7 +132,8 @@ def snapshot_score(cfg, games, league, tok, step):
     def score(a, b):
         pa = LLMPlayer(league.engine_for(a), tok, learner=False, name=a.name)
         pb = LLMPlayer(league.engine_for(b), tok, learner=False, name=b.name)
-        eps = [Episode(games[i % len(games)], (pa, pb) if i % 2 == 0 else (pb, pa), seed=cfg.seed * 7919 + i)
+        eps = [Episode(games[i % len(games)], (pa, pb) if i % 2 == 0 else (pb, pa), seed=cfg.seed * 7919 + i,
+                       sampling=text_sampling(cfg, games[i % len(games)]))
                for i in range(cfg.league_eval_games)]
         results = [float(np.sign(f.returns[0 if f.episode.players[0] is pa else 1]))
                    for f in play_episodes(eps, sampling, concurrency=cfg.concurrency, max_turns=cfg.max_turns)]
@@ -147,7 +160,9 @@ def evaluate(cfg, games, positions, engine, tok, step):
                               stop=MOVE_STOP)
     out = {}
     for game in games:
-        result = game_metrics.evaluate(engine, tok, game, positions.get(game.name), cfg.eval_games, sampling,
+        game_sampling = sampling if has_enumerable_actions(game) else \
+            SamplingParams(**{**vars(sampling), "max_new_tokens": cfg.text_max_new_tokens})
+        result = game_metrics.evaluate(engine, tok, game, positions.get(game.name), cfg.eval_games, game_sampling,
                                        seed=step, max_new_tokens=cfg.max_new_tokens)
         out.update({f"{game.name}/{k}": v for k, v in result.items()})
     return out

@@ -283,3 +283,25 @@ def test_a_forfeit_costs_the_largest_stake_so_no_legal_line_is_worse():
     eng = ScriptedEngine(tok, lambda p: "fold!")
     (f,) = collect_episodes([Episode(make("kuhn_poker"), (LLMPlayer(eng, tok), random_bot()), seed=3)], SamplingParams())
     assert f.returns == [-2.0, 2.0] and f.trajectories[0].reward == -2.0
+
+
+def test_games_with_their_own_sampling_share_one_engine_call_per_ply():
+    """Episodes that bring equal sampling settings are batched together (one call), apart
+    from the episodes that use the call's default; the override's budget is honoured."""
+    tok = tiny_tokenizer()
+    seen = []
+    eng = ScriptedEngine(tok, lambda p: format_answer(_legal_moves(p)[0]))
+    orig = eng.generate
+
+    def generate(prompts, sampling):
+        seen.append((len(prompts), sampling.max_new_tokens))
+        return orig(prompts, sampling)
+
+    eng.generate = generate
+    me = LLMPlayer(eng, tok)
+    long = [SamplingParams(max_new_tokens=40) for _ in range(3)]  # equal values, distinct objects
+    eps = [Episode(make("nim", start=1), (me, me), seed=i, sampling=long[i]) for i in range(3)]
+    eps += [Episode(make("nim", start=1), (me, me), seed=10 + i) for i in range(2)]
+    done = collect_episodes(eps, SamplingParams(max_new_tokens=6, seed=1))
+    assert len(done) == 5
+    assert sorted(seen) == [(2, 6), (3, 40)]

@@ -36,6 +36,7 @@ class Episode:
     state: Any = None  # start state (None: the game's root); chance is resolved here
     start: str = "initial"
     seed: int = 0
+    sampling: SamplingParams | None = None  # this game's own sampling (e.g. longer free-text answers)
 
 
 @dataclass
@@ -113,18 +114,21 @@ def play_episodes(episodes: Iterable[Episode], sampling: SamplingParams, concurr
         waiting = [g for g in live if not _ended(g)]
         if not waiting:
             continue
-        by_engine: dict[int, list[_Live]] = {}
+        # one engine call per (engine, sampling) pair: games that bring their own sampling
+        # (free-text answers) are batched among themselves
+        by_engine: dict[tuple[int, int], list[_Live]] = {}
         for g in waiting:
             player = g.ep.players[g.ep.game.current_player(g.state)]
-            by_engine.setdefault(id(player.engine), []).append(g)
+            by_engine.setdefault((id(player.engine), _sampling_key(g.ep.sampling)), []).append(g)
         for group in by_engine.values():
             first = group[0].ep.players[group[0].ep.game.current_player(group[0].state)]
             prompts = []
             for g in group:
                 p = g.ep.game.current_player(g.state)
                 prompts.append(encode_prompt(first.tokenizer, g.ep.game.observation_text(g.state, p)))
-            sp = sampling if sampling.seed is None else \
-                SamplingParams(**{**vars(sampling), "seed": sampling.seed * 100003 + step})
+            sp = group[0].ep.sampling or sampling
+            if sampling.seed is not None:
+                sp = SamplingParams(**{**vars(sp), "seed": sampling.seed * 100003 + step})
             outs = first.engine.generate(prompts, sp)
             stats.engine_calls += 1
             for g, out in zip(group, outs):
@@ -132,6 +136,10 @@ def play_episodes(episodes: Iterable[Episode], sampling: SamplingParams, concurr
                 stats.generated_tokens += len(out.token_ids)
                 _apply_answer(g, out, retries, stats)
         step += 1
+
+
+def _sampling_key(sp: SamplingParams | None) -> tuple | None:
+    return None if sp is None else (sp.max_new_tokens, sp.temperature, sp.top_p, tuple(sp.stop), sp.seed)
 
 
 def _ended(g: _Live) -> bool:
