@@ -53,6 +53,7 @@ from lmselfplay.games import make
 from lmselfplay.games.base import OPTIMAL_MOVES
 from lmselfplay.utils.checkpoint import atomic_dir, latest_checkpoint, prune_checkpoints
 from lmselfplay.utils.config import ConfigError, parse_config, to_dict
+from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.metrics_logger import MetricsLogger
 
 
@@ -275,7 +276,4 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except ConfigError as e:
-        sys.exit(f"error: {e}")
+    sys.exit(run_main(main))

@@ -44,7 +44,8 @@ from lmselfplay.rl.advantages import RoleBaselines
 from lmselfplay.rl.league import League, LeagueConfig
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, is_partitioned, make_accelerator
 from lmselfplay.utils.checkpoint import latest_checkpoint, save_json
-from lmselfplay.utils.config import parse_config, parse_weights
+from lmselfplay.utils.config import ConfigError, parse_config, parse_weights
+from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.metrics_logger import MetricsLogger
 
 
@@ -71,6 +72,14 @@ class SelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig):
     checkpoint_every: int = 10
     output_dir: str = "runs/selfplay_games"
     resume: bool = field(default=False, metadata={"help": "continue from the latest checkpoint in output_dir"})
+
+
+def make_games(names: str):
+    """The games of this run, by registry name (a ConfigError names an unknown one)."""
+    try:
+        return [make(name.strip()) for name in names.split(",") if name.strip()]
+    except (KeyError, ValueError) as e:
+        raise ConfigError(f"games: {e.args[0] if e.args else e}") from None
 
 
 def episode_games(games, weights: str, n: int):
@@ -177,7 +186,7 @@ def main(argv=None):
     cfg = parse_config(SelfPlayConfig, argv)
     acc = make_accelerator(cfg.gradient_accumulation_steps)
     out_dir = Path(cfg.output_dir)
-    games = [make(name.strip()) for name in cfg.games.split(",") if name.strip()]
+    games = make_games(cfg.games)
     plan = episode_games(games, cfg.game_weights, cfg.episodes_per_step)  # the same every step
     positions = eval_positions(cfg, games)  # computed once, reused by every evaluation
     model, tok = load_policy(cfg, device=str(acc.device))
@@ -272,4 +281,4 @@ def _plot(logger, games):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main))

@@ -67,9 +67,10 @@ from lmselfplay.lm.engines.base import SamplingParams
 from lmselfplay.lm.engines.hf import HFEngine
 from lmselfplay.lm.policy import PolicyConfig, load_policy, load_tokenizer, resolve_model_path
 from lmselfplay.lm.prompt import encode_completion, encode_prompt, format_prompt
-from lmselfplay.spin.data import SpinDataError, answers_match, load_supervised
+from lmselfplay.spin.data import answers_match, load_supervised
 from lmselfplay.utils.checkpoint import atomic_dir, latest_checkpoint, save_json
 from lmselfplay.utils.config import ConfigError, parse_config, to_dict
+from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.metrics_logger import MetricsLogger
 
 IDS = ("prompt_ids", "chosen_ids", "rejected_ids")
@@ -417,7 +418,4 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except (ConfigError, SpinDataError) as e:
-        sys.exit(f"error: {e}")
+    sys.exit(run_main(main))

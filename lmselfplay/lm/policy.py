@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from lmselfplay.lm.engines.hf import unwrap
+from lmselfplay.utils.errors import UserError
 
 
 @dataclass
@@ -46,12 +47,20 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
 
 
 def resolve_model_path(model_name_or_path: str | None) -> str:
-    """``None`` -> the embedded tiny model (built offline on first use)."""
+    """``None`` -> the embedded tiny model (built offline on first use); an existing local
+    folder; or a hub name (``org/name``). Something that can only be a local path but does
+    not exist is a :class:`UserError` that says so (not a hub error about repo ids)."""
     if model_name_or_path in (None, "", "tiny", "embedded"):
         from lmselfplay.models.tiny import ensure_tiny_model
 
         return str(ensure_tiny_model())
-    return str(model_name_or_path)
+    name = str(model_name_or_path)
+    if Path(name).expanduser().exists():
+        return str(Path(name).expanduser())
+    if name.startswith(("/", ".", "~")) or "\\" in name or name.count("/") > 1 or name.endswith("/"):
+        raise UserError(f"model_name_or_path {name!r}: no such local folder (give a model folder "
+                        f"saved with save_pretrained, or a hub name like org/name)")
+    return name
 
 
 def load_tokenizer(model_name_or_path: str | None = None) -> Any:
@@ -73,7 +82,7 @@ def load_policy(cfg: PolicyConfig | None = None, **overrides: Any) -> tuple[Any,
         setattr(cfg, k, v)
     path = resolve_model_path(cfg.model_name_or_path)
     if not Path(path).exists() and os.environ.get("HF_HUB_OFFLINE") == "1":
-        raise FileNotFoundError(f"model {path!r} is not a local path and HF_HUB_OFFLINE=1")
+        raise UserError(f"model_name_or_path {path!r} is not a local folder and HF_HUB_OFFLINE=1")
     device = resolve_device(cfg.device)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(cfg.dtype, device))
     model.to(device)

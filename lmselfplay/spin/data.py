@@ -26,12 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from lmselfplay.models import corpus as st
+from lmselfplay.utils.errors import UserError
 
 FINAL_RE = re.compile(r"####\s*([^\n]*)")
 LOCAL_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 
 
-class SpinDataError(ValueError):
+class SpinDataError(UserError, ValueError):
     """A supervised data set that cannot be used; the message says where and why."""
 
 

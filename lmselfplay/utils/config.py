@@ -9,7 +9,10 @@ are given as YAML lists or space-separated on the command line.
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
+import types
+import typing
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -17,10 +20,12 @@ from typing import Any, TypeVar
 import yaml
 from transformers import HfArgumentParser
 
+from lmselfplay.utils.errors import UserError
+
 T = TypeVar("T")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A config file or flag that cannot be used; the message says which and why."""
 
 
@@ -45,6 +50,25 @@ def check_keys(cls: type, data: dict[str, Any], where: str) -> None:
                           f"(known keys of {cls.__name__}: {', '.join(sorted(known))})")
 
 
+def check_value(cls: type, key: str, value: Any, where: str) -> Any:
+    """A YAML value of the field's type (an int is a valid float), else ConfigError naming
+    the key, the value and the type. Fields of other types are checked by the recipe."""
+    expected = typing.get_type_hints(cls).get(key)
+    optional = typing.get_origin(expected) in (typing.Union, types.UnionType) and type(None) in typing.get_args(expected)
+    if optional:
+        if value is None:
+            return value
+        expected = next(a for a in typing.get_args(expected) if a is not type(None))
+    ok = {int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+          float: lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+          bool: lambda v: isinstance(v, bool), str: lambda v: isinstance(v, str)}.get(expected)
+    if ok is not None and not ok(value):
+        raise ConfigError(f"{key}: {value!r} is not a valid {expected.__name__} (in {where})")
+    if typing.get_origin(expected) is list and not isinstance(value, list):
+        raise ConfigError(f"{key}: {value!r} is not a list (in {where})")
+    return float(value) if expected is float else value
+
+
 def parse_config(cls: type[T], argv: Sequence[str] | None = None) -> T:
     """Build ``cls`` from ``--config FILE`` (optional) and ``--key value`` overrides."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -55,17 +79,34 @@ def parse_config(cls: type[T], argv: Sequence[str] | None = None) -> T:
             raise ConfigError("--config needs a file name")
         data = load_yaml(argv[i + 1])
         check_keys(cls, data, argv[i + 1])
+        data = {k: check_value(cls, k, v, argv[i + 1]) for k, v in data.items()}
         del argv[i : i + 2]
     parser = HfArgumentParser(cls)
     parser.set_defaults(**data)
-    try:
-        (cfg, rest) = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
-    except SystemExit as e:  # argparse already printed the reason
-        raise ConfigError(f"bad command-line arguments: {' '.join(argv)}") from e
+    parser.error = _raise_config_error(cls, parser.prog)  # argparse would print and exit
+    (cfg, rest) = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
     if rest:
         raise ConfigError(f"unknown command-line argument(s): {' '.join(rest)} "
                           f"(see --help for the keys of {cls.__name__})")
     return cfg
+
+
+def _raise_config_error(cls: type, prog: str):
+    """argparse's error hook: name the field, the value and the type it expects."""
+    types = {f.name: getattr(f.type, "__name__", str(f.type)) for f in dataclasses.fields(cls)}
+
+    def error(message: str) -> None:
+        m = re.match(r"argument --(\w+)(?:/[^:]*)?: invalid (\w+) value: '(.*)'", message)
+        if m:
+            field_, kind, value = m.groups()
+            raise ConfigError(f"--{field_} {value!r} is not a valid {kind}; {field_} expects "
+                              f"{types.get(field_, kind)} (command line)")
+        m = re.match(r"argument --(\w+)(?:/[^:]*)?: (.*)", message)
+        if m:
+            raise ConfigError(f"--{m.group(1)}: {m.group(2)} (command line)")
+        raise ConfigError(f"{message} (command line; {prog} --help lists the keys)")
+
+    return error
 
 
 def parse_weights(spec: str, defaults: dict[str, float], what: str,

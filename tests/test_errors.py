@@ -1,0 +1,97 @@
+"""Errors a person reads in one line: invalid values name the field, the value and the
+type; unknown names list what is valid; a missing model folder says so (not a hub error);
+--help works; the config loader never raises anything but ConfigError on any input."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lmselfplay.utils.config import ConfigError, parse_config
+from lmselfplay.utils.errors import run_main
+from lmselfplay.utils.recipe_loader import load_recipe
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _one_line_error(capsys, argv, recipe="selfplay_games"):
+    code = run_main(load_recipe(recipe).main, argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith("error: ") and "Traceback" not in err[0], err
+    return err[0]
+
+
+def test_a_bad_value_names_the_field_value_and_type(capsys):
+    line = _one_line_error(capsys, ["--max_steps", "abc"])
+    assert "max_steps" in line and "'abc'" in line and "int" in line
+
+
+def test_an_unknown_game_lists_the_known_ones(capsys):
+    line = _one_line_error(capsys, ["--games", "chess"])
+    assert "'chess'" in line and "tictactoe" in line and "kuhn_poker" in line
+
+
+def test_a_missing_model_folder_says_so_without_a_hub_message(capsys):
+    line = _one_line_error(capsys, ["--model_name_or_path", "/nonexistent/model"])
+    assert "/nonexistent/model" in line and "no such local folder" in line
+    assert "Repo id" not in line and "huggingface" not in line.lower()
+
+
+def test_a_bad_yaml_value_and_a_missing_config_file(capsys, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("beta: lots\n")
+    line = _one_line_error(capsys, ["--config", str(bad)])
+    assert "beta" in line and "'lots'" in line and "float" in line
+    line = _one_line_error(capsys, ["--config", str(tmp_path / "nope.yaml")])
+    assert "nope.yaml" in line
+
+
+def test_debug_shows_the_traceback(capsys):
+    code = run_main(load_recipe("selfplay_games").main, ["--games", "chess", "--debug"])
+    assert code == 2 and "Traceback" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("recipe", ["selfplay_games", "spin", "alphazero"])
+def test_every_recipe_help_exits_zero(recipe):
+    out = subprocess.run([sys.executable, str(ROOT / "recipes" / f"{recipe}.py"), "--help"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "usage:" in out.stdout and "error" not in out.stderr.lower()
+
+
+@dataclass
+class _Cfg:
+    n: int = 1
+    lr: float = 0.1
+    flag: bool = False
+    name: str = "x"
+    path: str | None = None
+    values: list[float] = field(default_factory=lambda: [0.5])
+
+
+yaml_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
+                                                                                          max_size=3), max_leaves=6)
+
+
+@settings(max_examples=150, deadline=None)
+@given(doc=st.one_of(yaml_values, st.dictionaries(st.sampled_from(["n", "lr", "flag", "name", "path", "values", "zz"]),
+                                                  yaml_values, max_size=4)),
+       argv=st.lists(st.sampled_from(["--n", "--lr", "--flag", "--name", "--values", "--zz", "3", "x", "-1",
+                                      "1e-3", "true", "--"]), max_size=5))
+def test_config_loader_fuzz_raises_only_config_errors(tmp_path_factory, doc, argv):
+    path = tmp_path_factory.mktemp("cfg") / "c.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    try:
+        cfg = parse_config(_Cfg, ["--config", str(path), *argv])
+    except ConfigError:
+        return
+    assert isinstance(cfg.n, int) and isinstance(cfg.lr, float) and isinstance(cfg.flag, bool)
