@@ -19,6 +19,7 @@ from .base import (
     random_legal_reset,
     resolve_chance,
 )
+from .go import Go
 from .kuhn_poker import KuhnPoker
 from .nim import Nim
 from .tictactoe import TicTacToe
@@ -28,6 +29,8 @@ REGISTRY: dict[str, Callable[..., Any]] = {
     "nim_misere": lambda **kw: Nim(misere=True, **kw),
     "tictactoe": TicTacToe,
     "kuhn_poker": KuhnPoker,
+    "go": Go,
+    "go9": lambda **kw: Go(size=9, **kw),
 }
 
 
@@ -45,5 +48,5 @@ def make(name: str, **params: Any) -> Any:
         raise ValueError(f"bad parameters for game {name!r}: {e}") from None
 
 
-__all__ = ["CHANCE", "TERMINAL", "Game", "Invalid", "KuhnPoker", "Nim", "REGISTRY", "TicTacToe",
+__all__ = ["CHANCE", "TERMINAL", "Game", "Go", "Invalid", "KuhnPoker", "Nim", "REGISTRY", "TicTacToe",
            "forfeit_returns", "make", "random_legal_reset", "register", "resolve_chance"]
