@@ -5,7 +5,7 @@ import random
 
 import numpy as np
 import pytest
-from go_positions import play, setup_actions
+from go_positions import KO, MULTI, SEKI, TRIPLE_KO_CYCLE, play, setup_actions, triple_ko
 
 from lmselfplay.games import Invalid, make
 from lmselfplay.games.go import Go
@@ -20,13 +20,6 @@ def names(game, state):
     return {game.action_text(a) for a in game.legal_actions(state)}
 
 
-KO = [". X O . .",
-      "X O . O .",
-      ". X O . .",
-      ". . . . .",
-      ". . . . ."]
-
-
 def test_simple_ko_cannot_be_retaken_at_once():
     g = Go(5)
     s = g.from_rows(KO)
@@ -39,26 +32,6 @@ def test_simple_ko_cannot_be_retaken_at_once():
     assert "B4" in names(g, s)
     s = g.apply(s, g.point("B4"))  # White retakes: C4 is captured
     assert s.captures == (1, 1) and s.board[g.point("C4")] == 0
-
-
-def ko_shape(holder: str) -> list[str]:
-    """A ko in a 3x4 box; ``holder`` has the stone in the middle of it."""
-    return [".XO.", "XO.O", ".XO."] if holder == "O" else [".XO.", "X.XO", ".XO."]
-
-
-def triple_ko(holders: str) -> list[str]:
-    """Three kos on 9x9 (top-left, left middle, top-right), held by ``holders[i]``."""
-    grid = [["."] * 9 for _ in range(9)]
-    for (top, left), h in zip([(0, 0), (4, 0), (0, 5)], holders, strict=True):
-        for i, row in enumerate(ko_shape(h)):
-            for j, ch in enumerate(row):
-                grid[top + i][left + j] = ch
-    return [" ".join(r) for r in grid]
-
-
-# The capture points: Black takes a ko held by White at the box's (1, 2), White takes one
-# held by Black at (1, 1).  K1 = C8/B8, K2 = C4/B4, K3 = H8/G8.
-TRIPLE_KO_CYCLE = ["C8", "B4", "H8", "B8", "C4", "G8"]
 
 
 def test_triple_ko_cycle_is_stopped_by_positional_superko():
@@ -89,13 +62,6 @@ def test_single_stone_suicide_is_illegal():
     assert "A5" not in names(g, s)
     bad = answer(g, s, "A5")
     assert isinstance(bad, Invalid) and "suicide" in bad.reason
-
-
-MULTI = ["X O . X O",
-         ". X X O .",
-         ". . . . .",
-         ". . . . .",
-         ". . . . ."]
 
 
 def test_multi_stone_move_without_liberties_is_legal_when_it_captures():
@@ -132,17 +98,6 @@ def test_snapback():
     s = g.apply(s, g.point("A1"))
     assert s.captures == (3, 1)
     assert [s.board[g.point(p)] for p in ("A2", "B2", "B1")] == [0, 0, 0]
-
-
-# Inner X group (rows 5-4) and inner O group (row 3) share A4 and G4 and have no eyes;
-# each is wrapped by the other colour's wall with two eyes (A7/G7, A1/G1).
-SEKI = [". O O O O O .",
-        "O O O O O O O",
-        "X X X X X X X",
-        ". X X X X X .",
-        "O O O O O O O",
-        "X X X X X X X",
-        ". X X X X X ."]
 
 
 def test_seki_shared_liberties_count_for_nobody():
