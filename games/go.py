@@ -9,7 +9,8 @@ Rules (the ones this module implements, checked against OpenSpiel and GnuGo in t
   A placement that captures is never suicide.
 * **Positional superko**: a placement may not recreate any board position (stones only,
   whoever is to move) that occurred before in the game. Passing is always legal.
-* The game ends after two consecutive passes or after ``2 * N * N`` plies (OpenSpiel's cap).
+* The game ends after two consecutive passes or after ``max_plies`` plies (default
+  ``2 * N * N``, OpenSpiel's cap).
 * **Area scoring** (Chinese / Tromp-Taylor): a player's points are their stones plus the
   empty regions that touch only their colour; stones are counted as they stand (no dead
   stone removal: play continues until the players pass). White adds komi. The winner gets
@@ -43,7 +44,7 @@ _COORD = re.compile(r"^([a-hj-t])([0-9]{1,2})$")
 
 
 _FIELDS = ("board", "to_play", "passes", "ply", "history", "zhash", "chain", "groups", "last",
-           "captures", "recent")
+           "captures", "recent", "path")
 
 
 class GoState(tuple):
@@ -55,15 +56,17 @@ class GoState(tuple):
     Fields: board (bytes), to_play (0 black, 1 white), passes (consecutive passes just
     played), ply, history (Zobrist keys of every board so far, this one included), zhash,
     chain, groups, last (last action, -1 before the first), captures (stones captured by
-    black, by white), recent (earlier boards, newest first, for the network input)."""
+    black, by white), recent (earlier boards, newest first, for the network input), path
+    (how the game got here, for engines that replay it: ``(parent path, action)`` after a
+    move, the start board at the root; see :meth:`Go.move_history`)."""
 
     __slots__ = ()
 
     def __new__(cls, board: bytes, to_play: int, passes: int, ply: int, history: frozenset,
                 zhash: int, chain: list, groups: dict, last: int = -1,
-                captures: tuple = (0, 0), recent: tuple = ()) -> GoState:
+                captures: tuple = (0, 0), recent: tuple = (), path: object = None) -> GoState:
         return tuple.__new__(cls, (board, to_play, passes, ply, history, zhash, chain, groups,
-                                   last, captures, recent))
+                                   last, captures, recent, board if path is None else path))
 
     def __getnewargs__(self) -> tuple:  # pickling calls __new__ with the fields
         return tuple(self)
@@ -96,7 +99,7 @@ class Go:
     max_utility = 1.0
     exact_metric = "win_rates"
 
-    def __init__(self, size: int = 9, komi: float = 7.5):
+    def __init__(self, size: int = 9, komi: float = 7.5, max_plies: int | None = None):
         if not 5 <= int(size) <= 19:
             raise ValueError(f"go board size must be 5..19, got {size}")
         self.size = n = int(size)
@@ -105,7 +108,7 @@ class Go:
         self.n_points = n * n
         self.pass_action = n * n
         self.n_actions = n * n + 1
-        self.max_plies = 2 * n * n
+        self.max_plies = 2 * n * n if max_plies is None else int(max_plies)
         self.nbrs = [tuple(r2 * n + c2 for r2, c2 in ((r - 1, c), (r + 1, c), (r, c - 1), (r, c + 1))
                            if 0 <= r2 < n and 0 <= c2 < n)
                      for r in range(n) for c in range(n)]
@@ -202,20 +205,20 @@ class Go:
         return None
 
     def apply(self, s: GoState, a: int) -> GoState:
-        board, to_play, passes, ply, history, zhash, chain, groups, _, caps, recent = s
+        board, to_play, passes, ply, history, zhash, chain, groups, _, caps, recent, path = s
         if passes >= 2 or ply >= self.max_plies or not 0 <= a <= self.pass_action or (
                 a < self.pass_action and board[a]):
             raise ValueError(f"illegal go action {a}: {self.illegal_reason(s, a)}")
         recent = (board, *recent)[: HISTORY_PLANES - 1]
         if a == self.pass_action:
             return _new_state(GoState, (board, 1 - to_play, passes + 1, ply + 1, history, zhash,
-                                        chain, groups, a, caps, recent))
+                                        chain, groups, a, caps, recent, (path, a)))
         return self._place(s, a, recent)
 
     def _place(self, s: GoState, p: int, recent: tuple) -> GoState:
         """Put the mover's stone on the empty point p: captures, merges, new Zobrist key.
         Raises on suicide and superko (the caller's state is untouched)."""
-        board, to_play, _, ply, history, h, chain, groups, _, caps, _ = s
+        board, to_play, _, ply, history, h, chain, groups, _, caps, _, path = s
         c = to_play + 1
         board, chain, groups = bytearray(board), chain[:], groups.copy()
         nbrs = self.nbrs
@@ -289,7 +292,7 @@ class Go:
             k = len(captured)
             caps = (caps[0] + k, caps[1]) if c == 1 else (caps[0], caps[1] + k)
         return _new_state(GoState, (bytes(board), 1 - to_play, 0, ply + 1, history | {h},
-                                    h, chain, groups, p, caps, recent))
+                                    h, chain, groups, p, caps, recent, (path, p)))
 
     def area_score(self, s: GoState) -> float:
         """Black's area minus White's, minus komi (positive: Black wins)."""
@@ -426,6 +429,14 @@ class Go:
                 groups[p] = (tuple(stones), frozenset(libs), gz)
                 h ^= gz
         return GoState(bytes(board), to_play, 0, 0, frozenset([h]), h, chain, groups)
+
+    def move_history(self, s: GoState) -> tuple[bytes, list[int]]:
+        """(start board, actions played since), e.g. to replay a game into a GTP engine."""
+        node, actions = s.path, []
+        while isinstance(node, tuple):
+            node, a = node
+            actions.append(a)
+        return node, actions[::-1]
 
     def point(self, name: str) -> int:
         """Action id of a point name ("D4") or "pass"."""
