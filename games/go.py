@@ -141,33 +141,28 @@ class Go:
         nbrs = self.nbrs
         c = to_play + 1
         zc = self.zobrist[c]
+        # Enemy groups in atari: playing on their liberty captures them (never suicide).
+        capture_at: dict[int, int] = {}
+        for g, (_, lib, gz) in groups.items():
+            if len(lib) == 1 and board[g] != c:
+                for q in lib:
+                    capture_at[q] = capture_at.get(q, 0) ^ gz
         out = []
         for q in range(self.n_points):
             if board[q]:
                 continue
-            ok, key = False, h ^ zc[q]
-            seen = None
-            for n in nbrs[q]:
+            gz = capture_at.get(q)
+            if gz is not None:
+                if h ^ zc[q] ^ gz not in hist:
+                    out.append(q)
+                continue
+            if h ^ zc[q] in hist:
+                continue
+            for n in nbrs[q]:  # not suicide: an empty neighbour or a friend with 2+ liberties
                 v = board[n]
-                if v == 0:
-                    ok = True
-                elif v == c:
-                    if len(groups[chain[n]][1]) > 1:
-                        ok = True
-                else:
-                    g = chain[n]
-                    st, lib, gz = groups[g]
-                    if len(lib) == 1:  # its last liberty is q: captured
-                        if seen is None:
-                            seen = {g}
-                        elif g in seen:
-                            continue
-                        else:
-                            seen.add(g)
-                        key ^= gz
-                        ok = True
-            if ok and key not in hist:
-                out.append(q)
+                if v == 0 or (v == c and len(groups[chain[n]][1]) > 1):
+                    out.append(q)
+                    break
         out.append(self.pass_action)
         return out
 

@@ -259,3 +259,14 @@ def test_registry():
     assert make("go9").exact_metric == "win_rates"
     with pytest.raises(ValueError):
         make("go", size=4)
+
+
+def test_move_history_replays_the_game():
+    g = Go(9)
+    actions = random_game(g, 7)[:25]
+    root, moves = g.move_history(play(g, actions))
+    assert root == bytes(81) and moves == actions
+    five = Go(5)
+    start = five.from_rows(KO)
+    root, moves = five.move_history(five.apply(start, five.point("C4")))
+    assert root == start.board and moves == [five.point("C4")]

@@ -128,9 +128,8 @@ def test_gnugo_beats_random_with_legal_moves():
     assert gone(pid)
 
 
-def settled_random_game(game, seed):
-    """Random play that never fills its own single-point eyes, until both sides pass: every
-    group left on the board is alive, so area scoring needs no dead-stone judgement."""
+def random_game_to_the_end(game, seed):
+    """Random play that never fills its own single-point eyes, until both sides pass."""
     rng = random.Random(seed)
     s = game.new_initial_state()
     while not game.is_terminal(s):
@@ -141,21 +140,33 @@ def settled_random_game(game, seed):
     return s
 
 
+def settled(state):
+    """No group in atari. GnuGo's final_score removes the stones it judges dead, area
+    scoring counts stones as they stand; on such positions both must agree. (Random games
+    can end with a group in atari, e.g. when superko forbids the capture: there GnuGo
+    scores the group dead and the two differ, by design.)"""
+    return all(len(lib) >= 2 for _, lib, _ in state.groups.values())
+
+
 def gnugo_scores_agree(n_games, seed):
     g = Go(9, max_plies=1000)  # the game ends by two passes, never by the cap
+    compared = 0
     with gnugo_player(level=1) as gnugo:
         for i in range(n_games):
-            s = settled_random_game(g, seed + i)
+            s = random_game_to_the_end(g, seed + i)
             assert s.passes == 2
-            assert gnugo.final_score(g, s) == g.area_score(s), f"game {seed + i}"
+            if settled(s):
+                compared += 1
+                assert gnugo.final_score(g, s) == g.area_score(s), f"game {seed + i}"
+    assert compared >= n_games // 3
 
 
 @needs_gnugo
 def test_gnugo_area_score_matches_ours():
-    gnugo_scores_agree(4, seed=0)
+    gnugo_scores_agree(6, seed=0)
 
 
 @needs_gnugo
 @pytest.mark.slow
-def test_gnugo_area_score_matches_ours_on_100_games():
-    gnugo_scores_agree(100, seed=1000)
+def test_gnugo_area_score_matches_ours_on_200_games():
+    gnugo_scores_agree(200, seed=1000)
