@@ -43,12 +43,14 @@ def find_gnugo() -> str | None:
 
 
 def gnugo_command(level: int = 1, size: int = 9, komi: float = 7.5) -> list[str]:
-    """GnuGo in GTP mode with this project's rules: area scoring, positional superko."""
+    """GnuGo in GTP mode with this project's rules: area scoring, positional superko. Our
+    score counts stones as they stand (no dead-stone removal), so GnuGo must capture every
+    dead stone before it passes (``--capture-all-dead``)."""
     path = find_gnugo()
     if path is None:
         raise GTPError("gnugo is not installed (apt-get install gnugo)")
     return [path, "--mode", "gtp", "--level", str(int(level)), "--chinese-rules",
-            "--positional-superko", "--never-resign", "--komi", str(komi),
+            "--positional-superko", "--capture-all-dead", "--never-resign", "--komi", str(komi),
             "--boardsize", str(int(size))]
 
 
