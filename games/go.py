@@ -380,7 +380,8 @@ class Go:
         a = self.by_name.get(key)
         if a is None:
             m = _COORD.match(key)
-            if m is None:
+            if m is None or (COLUMNS.index(m[1].upper()) < self.size
+                             and 1 <= int(m[2]) <= self.size):  # e.g. "D04"
                 return Invalid(f"{shown!r} is not a point like D4 or pass")
             return Invalid(f"{shown!r} is off the {self.size}x{self.size} board")
         reason = self.illegal_reason(s, a)

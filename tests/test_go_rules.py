@@ -229,6 +229,7 @@ def test_invalid_answers_have_reasons():
     g = make("go9")
     s = play(g, [g.point("D4")])
     cases = {"Z99": "not a point", "d 4": "not a point", "passs": "not a point",
+             "D04": "not a point", "I5": "not a point", "D4.": "not a point",
              "K1": "off the 9x9", "A10": "off the 9x9", "D4": "occupied"}
     for text, why in cases.items():
         r = answer(g, s, text)

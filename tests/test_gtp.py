@@ -170,3 +170,20 @@ def test_gnugo_area_score_matches_ours():
 @pytest.mark.slow
 def test_gnugo_area_score_matches_ours_on_200_games():
     gnugo_scores_agree(200, seed=1000)
+
+
+def test_no_engine_process_is_left_behind():
+    """Runs last in this file: no child of this process is a GTP engine any more."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        pytest.skip("needs /proc")
+    me, left = os.getpid(), []
+    for d in proc.iterdir():
+        try:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == me and ("fake_gtp" in cmd or "gnugo" in cmd):
+            left.append(cmd)
+    assert not left
