@@ -448,10 +448,10 @@ class Go:
         n = self.size
         me = s.to_play + 1
         planes = np.zeros((2 * HISTORY_PLANES + 2, n, n), dtype=np.float32)
-        for t, b in enumerate((s.board, *s.recent)):
-            arr = np.frombuffer(b, dtype=np.uint8).reshape(n, n)
-            planes[2 * t] = arr == me
-            planes[2 * t + 1] = arr == 3 - me
+        boards = (s.board, *s.recent)
+        arr = np.frombuffer(b"".join(boards), dtype=np.uint8).reshape(len(boards), n, n)
+        planes[0: 2 * len(boards): 2] = arr == me
+        planes[1: 2 * len(boards): 2] = arr == 3 - me
         planes[-2] = float(s.to_play == 0)
         planes[-1] = 1.0
         return planes

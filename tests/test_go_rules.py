@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from go_positions import KO, MULTI, SEKI, TRIPLE_KO_CYCLE, play, setup_actions, triple_ko
 
-from lmselfplay.games import Invalid, make
+from lmselfplay.games import Game, Invalid, make
 from lmselfplay.games.go import Go
 from lmselfplay.games.text import format_answer
 
@@ -257,7 +257,7 @@ def test_observation_text():
 
 def test_registry():
     assert make("go9").size == 9 and make("go", size=13).n_actions == 170
-    assert make("go9").exact_metric == "win_rates"
+    assert make("go9").exact_metric == "win_rates" and isinstance(make("go9"), Game)
     with pytest.raises(ValueError):
         make("go", size=4)
 
