@@ -128,6 +128,20 @@ def test_gnugo_beats_random_with_legal_moves():
     assert gone(pid)
 
 
+@needs_gnugo
+def test_gnugo_is_a_bot_seat_in_rollouts():
+    from lmselfplay.engines.base import SamplingParams
+    from lmselfplay.rollout import BotPlayer, Episode, play, random_bot
+
+    g = Go(9)
+    with gnugo_player(level=1) as gnugo:
+        seat = BotPlayer(gnugo, gnugo.name)
+        episodes = [Episode(g, (seat, random_bot()), seed=1), Episode(g, (random_bot(), seat), seed=2)]
+        done = list(play(episodes, SamplingParams(), max_turns=g.max_plies))
+    assert [f.returns for f in sorted(done, key=lambda f: f.episode.seed)] == [[1.0, -1.0],
+                                                                               [-1.0, 1.0]]
+
+
 def random_game_to_the_end(game, seed):
     """Random play that never fills its own single-point eyes, until both sides pass."""
     rng = random.Random(seed)
