@@ -20,6 +20,7 @@ from lmselfplay.games.base import (
     random_legal_reset,
     resolve_chance,
 )
+from lmselfplay.games.go import Go
 from lmselfplay.games.kuhn_poker import KuhnPoker
 from lmselfplay.games.nim import Nim
 from lmselfplay.games.taboo import Taboo
@@ -31,6 +32,8 @@ REGISTRY: dict[str, Callable[..., Any]] = {
     "tictactoe": TicTacToe,
     "kuhn_poker": KuhnPoker,
     "taboo": Taboo,
+    "go": Go,
+    "go9": lambda **kw: Go(size=9, **kw),
 }
 
 
@@ -48,5 +51,5 @@ def make(name: str, **params: Any) -> Any:
         raise ValueError(f"bad parameters for game {name!r}: {e}") from None
 
 
-__all__ = ["CHANCE", "TERMINAL", "Game", "Invalid", "KuhnPoker", "Nim", "REGISTRY", "TicTacToe",
+__all__ = ["CHANCE", "TERMINAL", "Game", "Go", "Invalid", "KuhnPoker", "Nim", "REGISTRY", "TicTacToe",
            "forfeit_returns", "make", "random_legal_reset", "register", "resolve_chance"]

@@ -47,7 +47,7 @@ from lmselfplay.alphazero.evaluate import (
     strength,
     winrate_row,
 )
-from lmselfplay.alphazero.network import PolicyValueNet, alphazero_loss
+from lmselfplay.alphazero.network import ConvPolicyValueNet, PolicyValueNet, alphazero_loss
 from lmselfplay.alphazero.selfplay import Samples, SelfPlaySettings, alpha_for, play_games
 from lmselfplay.games import make
 from lmselfplay.games.base import OPTIMAL_MOVES
@@ -76,8 +76,14 @@ class AlphaZeroConfig:
     batch_size: int = 128
     learning_rate: float = 1e-3
     c_reg: float = 1e-4
+    network: str = field(default="mlp", metadata={
+        "help": "mlp (any encode) or conv (board planes [C, N, N]; hidden = channels)"})
     hidden: int = 128
     blocks: int = 2
+    table_entries: int = field(default=1_000_000, metadata={
+        "help": "states memoised by the search's rule table before it starts afresh"})
+    augment: bool = field(default=True, metadata={
+        "help": "train on a random board symmetry per minibatch (games with symmetry_actions)"})
     reset_fraction: float = 0.25
     reset_max_plies: int = 4
     bank_size: int = 12
@@ -111,6 +117,8 @@ class AlphaZeroConfig:
         for name in ("dirichlet_eps", "reset_fraction", "bank_fraction", "gate_threshold"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ConfigError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.network not in ("mlp", "conv"):
+            raise ConfigError(f"network must be mlp or conv, got {self.network!r}")
         if any(b < 0 for b in self.eval_budgets):
             raise ConfigError(f"eval_budgets must be >= 0, got {self.eval_budgets}")
 
@@ -119,8 +127,13 @@ def build(cfg: AlphaZeroConfig) -> tuple[Any, Any, PolicyValueNet]:
     game = make(cfg.game, **json.loads(cfg.game_args))
     if not hasattr(game, "encode"):
         raise ConfigError(f"game {cfg.game!r} has no encode(state): AlphaZero needs one")
-    face = CachedGame(SearchGame(game))
+    face = CachedGame(SearchGame(game), max_entries=cfg.table_entries)
     x = face.encode(face.position(game.new_initial_state()))
+    if cfg.network == "conv":
+        if np.ndim(x) != 3:
+            raise ConfigError(f"network conv needs board planes [C, N, N], {cfg.game} encodes "
+                              f"{np.shape(x)}")
+        return game, face, ConvPolicyValueNet(np.shape(x), face.n_actions, cfg.hidden, cfg.blocks)
     net = PolicyValueNet(int(np.prod(x.shape)), face.n_actions, cfg.hidden, cfg.blocks)
     return game, face, net
 
@@ -135,15 +148,27 @@ def snapshot(net: PolicyValueNet) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in net.state_dict().items()}
 
 
+def symmetry(game: Any, batch: tuple[np.ndarray, ...], k: int) -> tuple[np.ndarray, ...]:
+    """Board symmetry k of (planes, legal, pi, z): planes turn, action columns permute."""
+    x, legal, pi, z = batch
+    perm = game.symmetry_actions(k)
+    moved_legal, moved_pi = np.empty_like(legal), np.empty_like(pi)
+    moved_legal[:, perm], moved_pi[:, perm] = legal, pi
+    return game.transform_planes(x, k), moved_legal, moved_pi, z
+
+
 def train(net: PolicyValueNet, opt: torch.optim.Optimizer, data: Samples, cfg: AlphaZeroConfig,
-          np_rng: np.random.Generator) -> dict[str, float]:
+          np_rng: np.random.Generator, game: Any = None) -> dict[str, float]:
     net.train()
-    x, legal = torch.from_numpy(data.x), torch.from_numpy(data.legal)
-    pi, z = torch.from_numpy(data.pi), torch.from_numpy(data.z)
+    augment = cfg.augment and hasattr(game, "symmetry_actions")
     totals: dict[str, float] = {}
     for _ in tqdm(range(cfg.train_steps), desc="train", leave=False, disable=not cfg.progress):
-        idx = torch.from_numpy(np_rng.integers(0, len(data), size=cfg.batch_size))
-        loss, parts = alphazero_loss(net, x[idx], legal[idx], pi[idx], z[idx], cfg.c_reg)
+        idx = np_rng.integers(0, len(data), size=cfg.batch_size)
+        batch = (data.x[idx], data.legal[idx], data.pi[idx], data.z[idx])
+        if augment:
+            batch = symmetry(game, batch, int(np_rng.integers(8)))
+        x, legal, pi, z = (torch.from_numpy(np.ascontiguousarray(b)) for b in batch)
+        loss, parts = alphazero_loss(net, x, legal, pi, z, cfg.c_reg)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -205,6 +230,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         saved = st["config"]
         changed = [f"{k}={saved.get(k)!r}" for k in ("game", "game_args", "hidden", "blocks")
                    if saved.get(k) != getattr(cfg, k)]
+        if saved.get("network", "mlp") != cfg.network:
+            changed.append(f"network={saved.get('network', 'mlp')!r}")
         if changed:
             raise ConfigError(f"--resume: {last} was trained with {', '.join(changed)}; "
                               "use the same values or another output_dir")
@@ -231,7 +258,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         samples, metrics = play_games(face, player, cfg.games_per_iteration, settings, rng,
                                       opponents, cfg.bank_fraction)
         replay = (replay + [samples])[-cfg.replay_window:]
-        metrics.update(train(net, opt, Samples.concat(replay), cfg, np_rng))
+        metrics.update(train(net, opt, Samples.concat(replay), cfg, np_rng, game))
         if cfg.gate:
             r = match(face, net_agent(face, net, cfg.n_sims, cfg.c_puct),
                       net_agent(face, frozen(net, best), cfg.n_sims, cfg.c_puct),

@@ -44,6 +44,46 @@ class PolicyValueNet(nn.Module):
         return torch.log_softmax(logits, dim=-1), self.value(h).squeeze(-1)
 
 
+class ConvPolicyValueNet(nn.Module):
+    """A small AlphaGo Zero tower for board planes ``[planes, N, N]`` (e.g. Go's encode):
+    3x3 conv stem, ``blocks`` residual blocks (conv-BN-ReLU-conv-BN + skip, ReLU), a policy
+    head (1x1 conv to 2 planes, linear to ``n_actions``: points and pass) and a value head
+    (1x1 conv to 1 plane, linear, ReLU, linear, tanh). Same interface as PolicyValueNet."""
+
+    def __init__(self, input_shape: tuple[int, int, int], n_actions: int, channels: int = 32,
+                 blocks: int = 3):
+        super().__init__()
+        self.input_shape = tuple(int(d) for d in input_shape)
+        self.n_actions, self.channels, self.blocks = int(n_actions), int(channels), int(blocks)
+        c_in, h, w = self.input_shape
+
+        def conv_bn(c_from: int, c_to: int, k: int) -> list[nn.Module]:
+            return [nn.Conv2d(c_from, c_to, k, padding=k // 2, bias=False), nn.BatchNorm2d(c_to)]
+
+        self.stem = nn.Sequential(*conv_bn(c_in, channels, 3), nn.ReLU())
+        self.res = nn.ModuleList(
+            nn.Sequential(*conv_bn(channels, channels, 3), nn.ReLU(), *conv_bn(channels, channels, 3))
+            for _ in range(self.blocks))
+        self.policy_conv = nn.Sequential(*conv_bn(channels, 2, 1), nn.ReLU())
+        self.policy = nn.Linear(2 * h * w, self.n_actions)
+        self.value_conv = nn.Sequential(*conv_bn(channels, 1, 1), nn.ReLU())
+        self.value = nn.Sequential(nn.Linear(h * w, channels), nn.ReLU(), nn.Linear(channels, 1),
+                                   nn.Tanh())
+
+    def spec(self) -> dict[str, Any]:
+        """Constructor arguments, stored in checkpoints."""
+        return {"input_shape": list(self.input_shape), "n_actions": self.n_actions,
+                "channels": self.channels, "blocks": self.blocks}
+
+    def forward(self, x: torch.Tensor, legal: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Return (log-probabilities with illegal moves at -inf, value in [-1, 1])."""
+        h = self.stem(x.reshape(-1, *self.input_shape))
+        for block in self.res:
+            h = torch.relu(h + block(h))
+        logits = self.policy(self.policy_conv(h).flatten(1)).masked_fill(~legal, float("-inf"))
+        return torch.log_softmax(logits, dim=-1), self.value(self.value_conv(h).flatten(1)).squeeze(-1)
+
+
 def alphazero_loss(net: PolicyValueNet, x: torch.Tensor, legal: torch.Tensor, pi: torch.Tensor,
                    z: torch.Tensor, c_reg: float = 1e-4,
                    weight: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
