@@ -20,6 +20,8 @@ One prompt format for every speech (:func:`speech_prompt`), one for every judgme
 (:func:`judge_prompt`), both turned into tokens by THE formatter
 (:func:`lmselfplay.lm.prompt.encode_prompt`). Speakers are named by the answer they
 defend (never by a letter), so a speech reads the same when the judge's labels swap.
+Both prompts end with what the reader must act on (its side; the two labelled options),
+so even the last-resort cut of rule 5 keeps it.
 
 Rules for hostile speeches (model output), applied by :func:`sanitize_speech`, each
 counted in ``Speech.flags``, none of them raising:
@@ -205,14 +207,14 @@ def speech_prompt(tr: Transcript, speaker: int, round_: int, shown: list[Speech]
     """THE speech prompt: every debater and consultant reads this format."""
     mine = tr.options[tr.sides[speaker]]
     other = tr.options[1 - tr.sides[speaker]]
-    lines = [ROLE_TEXT[tr.protocol], f"Question: {tr.task.question}", "Context:", context or "(none)",
-             f"You argue that the answer is: {mine}", f"The other answer is: {other}"]
+    lines = [ROLE_TEXT[tr.protocol], f"Question: {tr.task.question}", "Context:", context or "(none)"]
     if omitted or shown:
         lines.append("Speeches so far:")
     if omitted:
         lines.append(f"({omitted} earlier speeches omitted)")
     lines += [f"For {tr.options[tr.sides[s.speaker]]}: {s.text}" for s in shown]
-    lines.append(f"Round {round_ + 1}: your speech. Cite the context as <quote>exact words</quote>.")
+    lines += [f"You argue that the answer is: {mine}", f"The other answer is: {other}",
+              f"Round {round_ + 1}: your speech. Cite the context as <quote>exact words</quote>."]
     return "\n".join(lines)
 
 
@@ -237,7 +239,6 @@ def judge_prompt(tr: Transcript, swapped: bool, hidden_context: bool, omitted: i
     lines = ["You are the judge. Exactly one answer is correct.", f"Question: {tr.task.question}"]
     if not hidden_context:
         lines += ["Context:", tr.task.context if context is None else context]
-    lines += [f"{LABELS[0]}: {options[0]}", f"{LABELS[1]}: {options[1]}"]
     speeches = tr.speeches
     if tr.protocol == "double_consultancy":  # side by side: one consultancy after the other
         speeches = sorted(speeches, key=lambda s: (tr.sides[s.speaker] ^ int(swapped), s.round))
@@ -247,7 +248,7 @@ def judge_prompt(tr: Transcript, swapped: bool, hidden_context: bool, omitted: i
     if omitted:
         lines.append(f"({omitted} earlier speeches omitted)")
     lines += [f"{name(s)}: {s.text}" for s in speeches[omitted:]]
-    lines.append("Which answer is correct? Reply A or B.")
+    lines += [f"{LABELS[0]}: {options[0]}", f"{LABELS[1]}: {options[1]}", "Which answer is correct? Reply A or B."]
     return "\n".join(lines)
 
 
