@@ -9,7 +9,8 @@ Per protocol (:func:`protocol_metrics`):
 * ``position_bias`` — the mean of (P(A | forward) + P(A | swapped)) / 2 - 1/2;
 * speech statistics: mean tokens and characters per speech, ``verified_quote_share``
   (verified quotes / all quotes; NaN without quotes), quotes per speech, and the share of
-  speeches each hostile-speech rule fired on (``flag/<name>``);
+  speeches each hostile-speech rule fired on (``flag/<name>``), the share of transcripts
+  whose speech prompts had to be cut (``prompt_cut_share``);
 * ``accuracy_when_true_side`` / ``accuracy_when_false_side`` (consultancy): the judge's
   accuracy when the consultant defended the correct / the wrong answer.
 """
@@ -37,6 +38,7 @@ def protocol_metrics(transcripts, judgments) -> dict[str, float]:
     out["accuracy_one_order"] = float(np.mean([j.correct_one_order for j in judgments])) if judgments else math.nan
     out["p_correct"] = float(np.mean([j.p_correct for j in judgments])) if judgments else math.nan
     out["position_bias"] = float(np.mean([j.position_bias for j in judgments])) if judgments else math.nan
+    out["prompt_cut_share"] = float(np.mean([tr.prompt_cuts > 0 for tr in transcripts])) if transcripts else 0.0
     speeches = [s for tr in transcripts for s in tr.speeches]
     if speeches:
         quotes = sum(s.flags["quotes"] for s in speeches)

@@ -178,6 +178,7 @@ def main(argv=None):
         table[f"step {step}"] = per
         if acc.is_main_process:
             logger.log(step, {**{f"{p}/{k}": v for p, mm in per.items() for k, v in mm.items()},
+                              "judge/invalid": judge.invalid, "judge/prompt_cuts": judge.prompt_cuts,
                               "wall_s": time.time() - t0})
             _plot(logger, per)
 

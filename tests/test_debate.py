@@ -160,6 +160,13 @@ def test_llm_judge_reads_the_prompt_and_cancels_bias_through_label_scores():
     assert judge.invalid == 0
 
 
+def test_llm_judge_non_finite_scores_count_as_undecided():
+    tok = tiny_tokenizer()
+    judge = LLMJudge(ScriptedEngine(tok, lambda p: "", score_fn=lambda p, c: float("nan")), tok)
+    js = judge_transcripts(judge, new_transcripts(_tasks(4), "none", seed=0))
+    assert [j.p_correct for j in js] == [0.5] * 4 and judge.invalid == 8
+
+
 def test_llm_judge_probability_matches_a_direct_forward():
     tok, model = tiny_tokenizer(), tiny_model(seed=1)
     judge = LLMJudge(HFEngine(model, tok), tok, max_prompt_tokens=200)
@@ -321,3 +328,26 @@ def test_recipe_one_step_end_to_end(tmp_path):
     a = AutoModelForCausalLM.from_pretrained(model_dir).state_dict()
     b = AutoModelForCausalLM.from_pretrained(out / "final_model").state_dict()
     assert any(not torch.equal(a[k], b[k]) for k in a)  # the debaters trained
+
+
+def test_recipe_resumes_exactly(tmp_path):
+    model_dir = save_tiny(tmp_path / "model", seed=4)
+    recipe = load_recipe("debate")
+
+    def run(out, steps, *extra):
+        recipe.main(["--model_name_or_path", str(model_dir), "--output_dir", str(out), "--steps", str(steps),
+                     "--eval_tasks", "2", "--eval_protocols", "debate", "--train_tasks", "8",
+                     "--debates_per_step", "2", "--max_new_tokens", "4", "--max_prompt_tokens", "240",
+                     "--num_rounds", "1", "--learning_rate", "1e-2", "--checkpoint_every", "1", *extra])
+
+    run(tmp_path / "full", 2)
+    run(tmp_path / "cut", 1)  # a run killed after step 1, then resumed
+    run(tmp_path / "cut", 2, "--resume", "true")
+    from transformers import AutoModelForCausalLM
+
+    a = AutoModelForCausalLM.from_pretrained(tmp_path / "full" / "final_model").state_dict()
+    b = AutoModelForCausalLM.from_pretrained(tmp_path / "cut" / "final_model").state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    full = json.loads((tmp_path / "full" / "accuracy_table.json").read_text())
+    cut = json.loads((tmp_path / "cut" / "accuracy_table.json").read_text())
+    assert full == cut
