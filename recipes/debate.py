@@ -51,7 +51,7 @@ from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, is_partitioned, 
 from lmselfplay.utils.checkpoint import atomic_write_text, latest_checkpoint, save_json
 from lmselfplay.utils.config import parse_config
 from lmselfplay.utils.metrics_logger import MetricsLogger
-from lmselfplay.verifiers.judge import LLMJudge, judge_transcripts, side_rewards
+from lmselfplay.verifiers.judge import judge_transcripts, load_llm_judge, side_rewards
 
 
 @dataclass
@@ -95,15 +95,6 @@ def task_sets(cfg):
     if not pool or not eval_set:
         raise ValueError(f"no tasks: {len(pool)} train, {len(eval_set)} eval from families {cfg.task_families!r}")
     return pool, eval_set
-
-
-def load_judge(cfg, device):
-    """The frozen judge: its own model (by path) or a fresh copy of the initial policy."""
-    path = cfg.judge_model_name_or_path or cfg.model_name_or_path
-    model, tok = load_policy(PolicyConfig(model_name_or_path=path, device=cfg.judge_device if
-                                          cfg.judge_model_name_or_path else str(device), dtype=cfg.judge_dtype))
-    model.requires_grad_(False).eval()
-    return LLMJudge(HFEngine(model, tok), tok, cfg.hidden_context, cfg.max_prompt_tokens)
 
 
 def debate_samples(transcripts: list[Transcript], judgments, baselines: RoleBaselines, version: int):
@@ -150,7 +141,10 @@ def main(argv=None):
     ref = None  # the trainer copies the initial policy, except under ZeRO-3 init (sharded at load)
     if cfg.beta > 0 and not cfg.use_lora and is_partitioned(model):
         ref = load_policy(cfg, device=str(acc.device), use_lora=False)[0]
-    judge = load_judge(cfg, acc.device)
+    # the frozen judge: its own model by path, or a fresh copy of the initial policy
+    judge_device = cfg.judge_device if cfg.judge_device != "auto" else str(acc.device)
+    judge = load_llm_judge(cfg.judge_model_name_or_path or cfg.model_name_or_path, judge_device, cfg.judge_dtype,
+                           hidden_context=cfg.hidden_context, max_prompt_tokens=cfg.max_prompt_tokens)
     trainer = PolicyTrainer(model, tok, cfg, accelerator=acc, ref_model=ref)
     engine = HFEngine(trainer.unwrapped, tok)
     baselines = RoleBaselines(cfg.baseline_decay)

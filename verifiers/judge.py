@@ -53,6 +53,7 @@ class Judgment:
     p_first: float  # P(options[0]), both orders averaged
     p_correct: float  # P(the correct option), both orders averaged
     position_bias: float  # (p_forward + p_swapped) / 2 - 1/2
+    correct_index: int  # which of the transcript's options (0 = A as given) is correct
 
     @property
     def correct(self) -> float:
@@ -64,8 +65,6 @@ class Judgment:
         """The same from the forward order alone (what a judge without swapping decides)."""
         p = self.p_forward if self.correct_index == 0 else 1.0 - self.p_forward
         return 1.0 if p > 0.5 else 0.5 if p == 0.5 else 0.0
-
-    correct_index: int = 0
 
 
 def judge_transcripts(judge: Judge, transcripts: list[Transcript]) -> list[Judgment]:
@@ -167,7 +166,9 @@ class JudgeReferee:
 
 def load_llm_judge(model_name_or_path: str | None, device: str = "auto", dtype: str = "auto",
                    **kwargs: Any) -> LLMJudge:
-    """A frozen judge from any causal LM (a hub name or local path; None: the embedded model)."""
+    """A frozen judge from any causal LM (a hub name or local path; None: the embedded
+    model); ``kwargs`` go to :class:`LLMJudge`. Loading the policy's own path again gives
+    a frozen copy of the initial policy."""
     from lmselfplay.lm.engines import HFEngine
     from lmselfplay.lm.policy import PolicyConfig, load_policy
 

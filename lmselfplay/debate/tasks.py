@@ -170,8 +170,9 @@ def reasoning_gym_tasks(names: str, n: int, seed: int) -> list[DebateTask]:
         ds = reasoning_gym.create_dataset(name, size=max(2 * k, 4), seed=seed)
         items = list(ds)
         rng = random.Random(f"rg/{name}/{seed}")
+        found = 0
         for idx, item in enumerate(items):
-            if sum(t.family == f"rg/{name}" for t in out) >= k:
+            if found == k:
                 break
             wrong = _rg_distractor(ds.score_answer, item, items, rng)
             if wrong is None:
@@ -179,6 +180,7 @@ def reasoning_gym_tasks(names: str, n: int, seed: int) -> list[DebateTask]:
             ctx = str(item.get("metadata", {}).get("answer_cot") or "")
             out.append(DebateTask(f"rg/{name}/{seed}/{idx}", f"rg/{name}", str(item["question"]).strip(), ctx,
                                   str(item["answer"]), wrong))
+            found += 1
     return out
 
 
