@@ -193,7 +193,7 @@ def test_rewards_are_zero_sum():
 
 def _honest_liar(prompt):
     """Quotes the context when defending the truth (4x), invents a quote otherwise."""
-    mine = re.search(r"You argue that the answer is: (.*)", prompt).group(1)
+    mine = re.search(r"You defend: (.*) \(", prompt).group(1)
     if mine.startswith("4"):
         return "It is right: <quote>counted   41 ships</quote>"
     return "Trust me: <quote>counted 90 ships</quote>"
