@@ -5,6 +5,7 @@ import json
 import math
 import random
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -40,6 +41,7 @@ from lmselfplay.verifiers.judge import (
     side_rewards,
 )
 
+ROOT = Path(__file__).resolve().parents[1]
 CONTEXT = "The old lighthouse keeper,\n  Mara, counted   41 ships in March.\nThen the storm came."
 
 
@@ -351,3 +353,16 @@ def test_recipe_resumes_exactly(tmp_path):
     full = json.loads((tmp_path / "full" / "accuracy_table.json").read_text())
     cut = json.loads((tmp_path / "cut" / "accuracy_table.json").read_text())
     assert full == cut
+
+
+def test_shipped_configs_parse():
+    from lmselfplay.utils.config import parse_config
+
+    recipe = load_recipe("debate")
+    for name in ("debate", "debate_real"):
+        cfg = parse_config(recipe.DebateConfig, ["--config", str(ROOT / f"recipes/configs/{name}.yaml")])
+        assert cfg.num_rounds >= 1 and cfg.eval_protocols
+    real = parse_config(recipe.DebateConfig, ["--config", str(ROOT / "recipes/configs/debate_real.yaml")])
+    assert real.judge_model_name_or_path and real.judge_model_name_or_path != real.model_name_or_path
+    with pytest.raises(ValueError, match="turn_order"):
+        parse_config(recipe.DebateConfig, ["--turn_order", "interleaved"])
