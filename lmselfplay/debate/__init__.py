@@ -1,0 +1,1 @@
+"""Debate and consultancy: tasks with a known answer, the protocols, their measurement."""

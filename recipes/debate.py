@@ -1,0 +1,231 @@
+"""Debate with a frozen judge as the referee; judge accuracy (debate vs consultancy vs
+double consultancy) as the measure.
+
+    python recipes/debate.py [--config recipes/configs/debate.yaml] [--key value ...]
+    accelerate launch [--config_file recipes/accelerate/ddp.yaml] recipes/debate.py \
+        --config recipes/configs/debate_real.yaml
+
+Two copies of the policy argue for two answers to a question whose truth is known; a
+judge that does not see the context (``hidden_context``) decides. The debaters are
+trained to win; the measure is how often the judge is right (Irving et al. 2018; Khan et
+al. 2024; Arnesen, Rein, Michael 2024). The algorithm, in order:
+
+    0. tasks      : a train pool and a disjoint eval set of two-option questions
+                    (lmselfplay.debate.tasks); judge = a frozen LM (by path, default a
+                    frozen copy of the initial policy)
+    for step = 1..max_steps:
+        1. debates    : debates_per_step train tasks; sides assigned at random (balanced);
+                        num_rounds rounds, simultaneous or sequential; quotes verified
+        2. judge      : P(each option) from the judge's label scores, both option orders
+                        averaged (position bias cancels)
+        3. rewards    : debater defending option o gets 2 P(o) - 1 (zero-sum)
+        4. advantages : EMA baselines per (true/false side, round)
+        5. update     : PPO-clipped policy gradient on every speech's tokens + KL to the
+                        initial policy (lmselfplay.rl.trainer.PolicyTrainer); judge frozen
+        6. every eval_every steps (and before / after training): judge accuracy with 95%
+           CIs on the eval set under debate, consultancy, double consultancy and the judge
+           alone; position bias, speech length, verified-quote share: JSONL + PNG + table
+        7. every checkpoint_every steps: atomic checkpoint (--resume continues from it)
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from lmselfplay.debate.protocols import PROTOCOLS, ProtocolConfig, Transcript, run_protocol
+from lmselfplay.debate.tasks import make_tasks
+from lmselfplay.eval.debate_metrics import format_table, protocol_metrics
+from lmselfplay.lm.engines import HFEngine, SamplingParams
+from lmselfplay.lm.policy import PolicyConfig, load_policy
+from lmselfplay.lm.trajectory import Sample
+from lmselfplay.rl.advantages import RoleBaselines
+from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, is_partitioned, make_accelerator
+from lmselfplay.utils.checkpoint import atomic_write_text, latest_checkpoint, save_json
+from lmselfplay.utils.config import parse_config
+from lmselfplay.utils.errors import run_main
+from lmselfplay.utils.metrics_logger import MetricsLogger
+from lmselfplay.verifiers.judge import judge_transcripts, load_llm_judge, side_rewards
+
+
+@dataclass
+class DebateConfig(TrainerConfig, ProtocolConfig, PolicyConfig):
+    judge_model_name_or_path: str = field(default="", metadata={
+        "help": "the judge (hub name or path); empty: a frozen copy of the initial policy"})
+    judge_device: str = "auto"
+    judge_dtype: str = "auto"
+    task_families: str = field(default="arithmetic,programs", metadata={
+        "help": "comma-separated: arithmetic, programs, reasoning_gym, dataset"})
+    reasoning_gym_datasets: str = field(default="chain_sum,leg_counting", metadata={
+        "help": "reasoning-gym dataset names (family reasoning_gym)"})
+    dataset_path: str = field(default="", metadata={
+        "help": "local json/jsonl/csv/parquet with question, context, correct, incorrect (family dataset)"})
+    train_tasks: int = 512
+    eval_tasks: int = 64
+    eval_protocols: str = ",".join(PROTOCOLS)
+    max_steps: int = field(default=30, metadata={"help": "training steps (each one trainer.step())"})
+    debates_per_step: int = 16
+    top_p: float = 1.0
+    baseline_decay: float = 0.9
+    eval_every: int = field(default=0, metadata={"help": "0: evaluate only before and after training"})
+    checkpoint_every: int = 10
+    output_dir: str = "runs/debate"
+    resume: bool = field(default=False, metadata={"help": "continue from the latest checkpoint in output_dir"})
+
+    def __post_init__(self):
+        ProtocolConfig.__post_init__(self)
+        bad = [p for p in self.eval_protocols.split(",") if p.strip() and p.strip() not in PROTOCOLS]
+        if bad:
+            raise ValueError(f"unknown eval_protocols {bad}; known: {PROTOCOLS}")
+
+
+def task_sets(cfg):
+    """Step 0: the eval set and a train pool without any of its questions."""
+    kw = dict(reasoning_gym_names=cfg.reasoning_gym_datasets, dataset_path=cfg.dataset_path)
+    eval_set = make_tasks(cfg.task_families, cfg.eval_tasks, cfg.seed + 10_000, **kw)
+    seen = {(t.question, t.context) for t in eval_set}
+    pool = [t for t in make_tasks(cfg.task_families, cfg.train_tasks, cfg.seed, **kw)
+            if (t.question, t.context) not in seen]
+    if not pool or not eval_set:
+        raise ValueError(f"no tasks: {len(pool)} train, {len(eval_set)} eval from families {cfg.task_families!r}")
+    return pool, eval_set
+
+
+def debate_samples(transcripts: list[Transcript], judgments, baselines: RoleBaselines, version: int):
+    """Steps 3-4: one Sample per speech; reward 2 P(own option) - 1; advantage against the
+    baseline of (true / false side, round)."""
+    rows = []  # (speech, role, reward)
+    for tr, j in zip(transcripts, judgments):
+        rewards = side_rewards(tr, j)
+        for s in tr.speeches:
+            side = "true" if tr.side_is_correct(s.speaker) else "false"
+            rows.append((s, f"debate/{side}/round{s.round}", rewards[s.speaker], tr.task.family))
+    adv = baselines.advantages([r[1] for r in rows], [r[2] for r in rows])
+    return [Sample(s.prompt_ids, s.completion_ids, s.logprobs, float(a), float(r), role, fam, version)
+            for (s, role, r, fam), a in zip(rows, adv)]
+
+
+def evaluate(cfg, eval_set, engine, tok, judge, step, out_dir, write: bool):
+    """Step 6: every protocol on the eval set, the same sampling seed at every checkpoint."""
+    sampling = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
+                              seed=cfg.seed + 777)
+    per, dumps = {}, []
+    for proto in [p.strip() for p in cfg.eval_protocols.split(",") if p.strip()]:
+        trs = run_protocol(eval_set, proto, engine, tok, cfg, sampling, seed=cfg.seed)
+        js = judge_transcripts(judge, trs)
+        per[proto] = protocol_metrics(trs, js)
+        dumps += [json.dumps({"protocol": proto, "task": tr.task.id, "options": tr.options,
+                              "correct": tr.task.correct, "p_correct": j.p_correct, "p_forward": j.p_forward,
+                              "p_swapped": j.p_swapped, "speeches": [
+                                  {"speaker": s.speaker, "round": s.round, "side": tr.options[tr.sides[s.speaker]],
+                                   "text": s.text, "flags": s.flags} for s in tr.speeches]})
+                  for tr, j in zip(trs, js)]
+    if write:
+        atomic_write_text(out_dir / f"eval_transcripts_step{step}.jsonl", "\n".join(dumps) + "\n")
+    return per
+
+
+def main(argv=None):
+    cfg = parse_config(DebateConfig, argv)
+    acc = make_accelerator(cfg.gradient_accumulation_steps)
+    out_dir = Path(cfg.output_dir)
+    pool, eval_set = task_sets(cfg)  # 0
+    model, tok = load_policy(cfg, device=str(acc.device))
+    ref = None  # the trainer copies the initial policy, except under ZeRO-3 init (sharded at load)
+    if cfg.beta > 0 and not cfg.use_lora and is_partitioned(model):
+        ref = load_policy(cfg, device=str(acc.device), use_lora=False)[0]
+    # the frozen judge: its own model by path, or a fresh copy of the initial policy
+    judge_device = cfg.judge_device if cfg.judge_device != "auto" else str(acc.device)
+    judge = load_llm_judge(cfg.judge_model_name_or_path or cfg.model_name_or_path, judge_device, cfg.judge_dtype,
+                           hidden_context=cfg.hidden_context, max_prompt_tokens=cfg.max_prompt_tokens)
+    trainer = PolicyTrainer(model, tok, cfg, accelerator=acc, ref_model=ref)
+    engine = HFEngine(trainer.unwrapped, tok)
+    baselines = RoleBaselines(cfg.baseline_decay)
+    table: dict[str, dict] = {}
+    start_step = 0
+    ckpt = latest_checkpoint(out_dir) if cfg.resume else None
+    if ckpt is not None:
+        extra = trainer.load_checkpoint(ckpt)
+        baselines.load_state_dict(extra["baselines"])
+        table = extra["table"]
+        start_step = engine.version = trainer.step_count
+        acc.print(f"resumed from {ckpt} at step {start_step}")
+    elif cfg.resume:
+        acc.print(f"--resume: no checkpoint in {out_dir}, starting fresh")
+    logger = MetricsLogger(out_dir, resume_step=start_step if ckpt else None) if acc.is_main_process else None
+    if acc.is_main_process:
+        save_json(out_dir / "config.json", asdict(cfg))
+    sampling = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p)
+    t0 = time.time()
+
+    def run_eval(step):
+        with trainer.serving(engine):  # every rank evaluates in step (ZeRO-3); rank 0 reports
+            per = evaluate(cfg, eval_set, engine, tok, judge, step, out_dir, acc.is_main_process)
+        table[f"step {step}"] = per
+        if acc.is_main_process:
+            logger.log(step, {**{f"{p}/{k}": v for p, mm in per.items() for k, v in mm.items()},
+                              "judge/invalid": judge.invalid, "judge/prompt_cuts": judge.prompt_cuts,
+                              "wall_s": time.time() - t0})
+            _plot(logger, per)
+
+    bar = tqdm(range(start_step, cfg.max_steps), initial=start_step, total=cfg.max_steps, desc="debate",
+               disable=not acc.is_main_process)
+    for step in bar:
+        if step == 0 or (cfg.eval_every and step % cfg.eval_every == 0 and f"step {step}" not in table):
+            run_eval(step)  # 6 (before training, and every eval_every)
+        # 1: debates on this step's tasks (seeded by seed, step, rank: resumable)
+        rng = random.Random(f"{cfg.seed}/{step}/{acc.process_index}")
+        tasks = [rng.choice(pool) for _ in range(cfg.debates_per_step)]
+        sampling.seed = rng.randrange(2**31)
+        with trainer.serving(engine):
+            trs = run_protocol(tasks, "debate", engine, tok, cfg, sampling, seed=rng.randrange(2**31))
+        # 2: the frozen judge, both orders
+        js = judge_transcripts(judge, trs)
+        # 3-4: zero-sum rewards, baselines per (side, round)
+        samples = debate_samples(trs, js, baselines, trainer.step_count)
+        # 5: update; the engine serves the same (updated) weights next step
+        metrics = trainer.step(samples)
+        speeches = [s for tr in trs for s in tr.speeches]
+        row = {**{f"train/{k}": v for k, v in metrics.items()},
+               "train/judge_accuracy": float(np.mean([j.correct for j in js])),
+               "train/true_side_reward": float(np.mean([2 * j.p_correct - 1 for j in js])),
+               "train/speech_tokens": float(np.mean([len(s.completion_ids) for s in speeches])),
+               **{f"baseline/{k}": v for k, v in baselines.values.items()}, "wall_s": time.time() - t0}
+        if acc.is_main_process:
+            logger.log(step + 1, row)
+            bar.set_postfix(loss=f"{metrics.get('loss', 0):.3f}", true_r=f"{row['train/true_side_reward']:+.2f}")
+        # 7: checkpoint
+        if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
+            trainer.save_checkpoint(out_dir, {"baselines": baselines.state_dict(), "table": table})
+    if f"step {cfg.max_steps}" not in table:
+        run_eval(cfg.max_steps)  # 6 (after training)
+    state = acc.get_state_dict(trainer.model)  # every rank: gathers ZeRO-3 shards
+    if acc.is_main_process:
+        trainer.unwrapped.save_pretrained(out_dir / "final_model", state_dict=state)
+        tok.save_pretrained(out_dir / "final_model")
+        text = format_table(table)
+        atomic_write_text(out_dir / "accuracy_table.txt", text + "\n")
+        save_json(out_dir / "accuracy_table.json", table)
+        print(f"\njudge accuracy on {len(eval_set)} eval questions (hidden_context={cfg.hidden_context}):\n{text}")
+        print(f"\ncurves: {out_dir / 'curves.png'}\nmetrics: {logger.path}\nmodel: {out_dir / 'final_model'}")
+        logger.close()
+    acc.wait_for_everyone()
+    acc.end_training()
+
+
+def _plot(logger, per):
+    keys = [f"{p}/accuracy" for p in per] + [f"{p}/position_bias" for p in per if p != "none"][:1]
+    keys += [f"{p}/verified_quote_share" for p in per if p != "none"][:1]
+    keys += ["train/true_side_reward", "train/speech_tokens", "train/kl"]
+    return logger.plot(keys, "curves.png", title="debate: judge accuracy")
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))
