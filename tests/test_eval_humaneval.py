@@ -4,9 +4,9 @@ hostile or malformed completions are counted failures."""
 import json
 
 import pytest
-
 from fake_engine import ScriptedEngine
 from lm_fixtures import tiny_tokenizer
+
 from lmselfplay.cli import main as cli_main
 from lmselfplay.eval.humaneval import (
     check_completions,

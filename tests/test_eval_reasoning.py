@@ -5,9 +5,9 @@ import json
 import math
 
 import pytest
-
 from fake_engine import ScriptedEngine
 from lm_fixtures import tiny_tokenizer
+
 from lmselfplay.cli import main as cli_main
 from lmselfplay.eval.reasoning import (
     build_problems,
