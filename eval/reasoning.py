@@ -20,6 +20,8 @@ problem. Greedy decoding gives pass@1; ``samples`` > 0 adds sampled pass@k.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,13 +113,20 @@ def load_suite(name_or_path: str | Path) -> Suite:
     return suite
 
 
-def build_problems(suite: Suite) -> list[Problem]:
+@functools.lru_cache(maxsize=64)
+def _dataset(name: str, size: int, seed: int, config_json: str) -> Any:
+    """Datasets are pure functions of their settings: built once per process (some, like
+    gsm_symbolic, take seconds), so a callback every K steps does not rebuild them."""
     import reasoning_gym
 
+    return reasoning_gym.create_dataset(name, size=size, seed=seed, **json.loads(config_json))
+
+
+def build_problems(suite: Suite) -> list[Problem]:
     problems = []
     for t in suite.tasks:
         try:
-            ds = reasoning_gym.create_dataset(t.name, size=t.size, seed=t.seed, **t.config)
+            ds = _dataset(t.name, t.size, t.seed, json.dumps(t.config, sort_keys=True))
         except Exception as e:  # unknown task or bad difficulty settings
             raise ValueError(f"suite {suite.name}: reasoning-gym task {t.name!r}: {e}") from None
         for i in range(t.size):
@@ -224,8 +233,6 @@ def eval_callback(step: int, engine: Any, tokenizer: Any, suite: Suite | str,
     if hasattr(metrics, "log"):
         metrics.log(step, row)
     else:
-        import json
-
         path = Path(metrics)
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a") as f:  # one whole line per write: a reader never sees half a row
