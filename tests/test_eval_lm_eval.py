@@ -97,3 +97,20 @@ def test_generate_until_cuts_at_stop(lm):
                               _req("generate_until", ("Nim:", {"until": "o", "max_gen_toks": 6}))])
     assert len(outs) == 2 and "\n" not in outs[0] and "o" not in outs[1]
     assert cut_at_stop("abc\ndef", ["\n", "b"]) == "a"
+
+
+@pytest.mark.slow  # lm-eval's CLI indexes its 1,000+ bundled task configs first
+def test_lm_eval_cli_with_model_lmselfplay(tmp_path, monkeypatch, capsys):
+    from lm_fixtures import save_tiny
+
+    from lmselfplay.cli import main as cli_main
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr("sys.argv", ["lmselfplay"])  # lm-eval's CLI reads sys.argv
+    model_dir = save_tiny(tmp_path / "model")
+    out = tmp_path / "out"
+    assert cli_main(["lm-eval", "--model", "lmselfplay", "--model_args", f"pretrained={model_dir}",
+                     "--batch_size", "8", "--device", "cpu", "--tasks", "lmselfplay_tiny_mc",
+                     "--include_path", "tests/data/lmeval", "--output_path", str(out)]) == 0
+    assert "lmselfplay_tiny_mc" in capsys.readouterr().out
+    assert list(out.rglob("results_*.json"))
