@@ -124,3 +124,18 @@ def test_arena_cli_with_bots(tmp_path, capsys):
     assert "exact" in capsys.readouterr().out
     assert cli_main(["arena", "nim", "--bots", "random", "--out", str(tmp_path)]) == 2  # one player
     assert cli_main(["arena", "nim", "--bots", "random,oracle", "--out", str(tmp_path)]) == 2
+
+
+def test_two_models_share_the_batched_rollout_and_swap_seats():
+    # Nim from 15 stones, both sides always take 1: the first seat takes the last stone.
+    # Over both seatings each model wins exactly half; "junk" always answers illegally.
+    game = make("nim")
+    tok = tiny_tokenizer()
+    engines = {n: ScriptedEngine(tok, lambda prompt: "<move>1</move>") for n in ("a", "b")}
+    engines["junk"] = ScriptedEngine(tok, lambda prompt: "<move>0</move>")
+    players = {n: LLMPlayer(e, tok, learner=False, name=n) for n, e in engines.items()}
+    res = round_robin(game, players, games=20, seed=1, progress=False)
+    assert res.wins[0, 1] == res.wins[1, 0] == 10
+    assert res.wins[0, 2] == res.wins[1, 2] == 20 and res.wins[2].sum() == 0
+    # all games were live together: each engine answered in one call per ply, not per game
+    assert len(engines["a"].calls) <= 16 and max(len(c) for c in engines["a"].calls) >= 20
