@@ -34,6 +34,10 @@ from lmselfplay.verifiers.answers import get_rule, with_instruction
 from .report import summarize
 
 SUITES_DIR = Path(__file__).resolve().parent / "suites"
+# Longer extracted answers score 0 without reaching the task's scorer: some scorers are
+# superlinear in the answer (propositional_logic parses 100k parentheses in ~11 s), and
+# no reasoning-gym answer needs this much (a 30x30 ARC grid is ~1,800 characters).
+MAX_ANSWER_CHARS = 4096
 
 
 @dataclass
@@ -61,7 +65,10 @@ class Problem:
     dataset: Any = field(repr=False)
 
     def score(self, answer: str | None) -> float:
-        """The task's own scorer; a scorer that fails on odd input scores 0."""
+        """The task's own scorer; a scorer that fails on odd input scores 0, and so does an
+        answer over ``MAX_ANSWER_CHARS``."""
+        if answer is not None and len(answer) > MAX_ANSWER_CHARS:
+            return 0.0
         try:
             s = float(self.dataset.score_answer(answer, self.entry))
         except Exception:

@@ -10,6 +10,8 @@ from lm_fixtures import tiny_tokenizer
 
 from lmselfplay.cli import main as cli_main
 from lmselfplay.eval.reasoning import (
+    MAX_ANSWER_CHARS,
+    Problem,
     build_problems,
     eval_callback,
     evaluate_suite,
@@ -93,6 +95,23 @@ def test_other_answer_formats_use_their_rule(tmp_path):
     answer2, _ = scripted(build_problems(suite), lambda a: f"<answer>{a}</answer>")
     res2 = evaluate_suite(ScriptedEngine(tok, answer2), tok, suite)
     assert res2["greedy"]["overall"]["pass@1"] == 0.0
+
+
+def test_scorer_failures_and_huge_answers_score_zero():
+    calls = []
+
+    class Dataset:
+        def score_answer(self, answer, entry):
+            calls.append(answer)
+            if answer == "boom":
+                raise RuntimeError("scorer bug")
+            return 7.0 if answer == "seven" else 1.0
+
+    p = Problem("t/0", "t", "q", {"answer": "a"}, Dataset())
+    assert p.score("ok") == 1.0
+    assert p.score("boom") == 0.0 and p.score("seven") == 0.0  # out of [0, 1]: not trusted
+    assert p.score("(" * (MAX_ANSWER_CHARS + 1)) == 0.0
+    assert calls == ["ok", "boom", "seven"]  # the huge answer never reached the scorer
 
 
 def test_sampled_pass_at_k(suite_path):
