@@ -240,9 +240,18 @@ def round_robin(game: Any, players: dict[str, Any], games: int = 100, sampling: 
     return Results(names, wins, draws)
 
 
+def model_dir(path: str) -> str:
+    """A model directory: ``path`` itself, or a training checkpoint's ``path/model``."""
+    p = Path(path)
+    if not (p / "config.json").exists() and (p / "model" / "config.json").exists():
+        return str(p / "model")
+    return str(path)
+
+
 def load_players(game: Any, models: Sequence[str], bots: Sequence[str],
                  device: str = "auto") -> dict[str, Any]:
-    """Name -> player: each model dir as an ``LLMPlayer`` over its own engine, then bots."""
+    """Name -> player: each model (a model dir or a ``checkpoint-N`` dir of a run) as an
+    ``LLMPlayer`` over its own engine, then the bots."""
     from lmselfplay.engines.hf import HFEngine
     from lmselfplay.policy import load_policy
     from lmselfplay.rollout import LLMPlayer
@@ -254,7 +263,7 @@ def load_players(game: Any, models: Sequence[str], bots: Sequence[str],
             name = f"{Path(m).parent.name}/{name}"
         if name in players:
             raise ValueError(f"model {m!r} given twice")
-        model, tok = load_policy(model_name_or_path=m, device=device)
+        model, tok = load_policy(model_name_or_path=model_dir(m), device=device)
         players[name] = LLMPlayer(HFEngine(model, tok), tok, learner=False, name=name)
     for b in bots:
         if b in players:

@@ -34,7 +34,10 @@ def _engine(args: argparse.Namespace) -> tuple[Any, Any]:
     from lmselfplay.engines.hf import HFEngine
     from lmselfplay.policy import load_policy
 
-    model, tok = load_policy(model_name_or_path=args.model, device=args.device)
+    from .arena import model_dir
+
+    path = None if args.model is None else model_dir(args.model)
+    model, tok = load_policy(model_name_or_path=path, device=args.device)
     return HFEngine(model, tok, max_batch_size=args.batch_size), tok
 
 
@@ -106,7 +109,7 @@ def _cmd_arena(args: argparse.Namespace) -> int:
 
 
 def _model_args(p: argparse.ArgumentParser, default_tokens: int | None) -> None:
-    p.add_argument("--model", default=None, help="model dir or hub name; default: the embedded model")
+    p.add_argument("--model", default=None, help="model dir, run checkpoint dir or hub name; default: embedded")
     p.add_argument("--completions", default=None, help="score this JSONL instead of running a model")
     p.add_argument("--samples", type=int, default=0, help="sampled completions per problem (pass@k)")
     p.add_argument("--k", type=_ks, default=[1, 5], help="pass@k values, e.g. 1,5,10")

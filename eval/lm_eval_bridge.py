@@ -52,7 +52,10 @@ class LMSelfPlay(LM):
             from lmselfplay.engines.hf import HFEngine
             from lmselfplay.policy import load_policy
 
-            model, tokenizer = load_policy(model_name_or_path=pretrained, device=device, dtype=dtype)
+            from .arena import model_dir  # a run's checkpoint-N dir works too
+
+            path = None if pretrained is None else model_dir(pretrained)
+            model, tokenizer = load_policy(model_name_or_path=path, device=device, dtype=dtype)
             bs = 64 if str(batch_size).startswith("auto") else int(batch_size)
             engine = HFEngine(model, tokenizer, max_batch_size=bs)
         elif tokenizer is None:

@@ -139,3 +139,16 @@ def test_two_models_share_the_batched_rollout_and_swap_seats():
     assert res.wins[0, 2] == res.wins[1, 2] == 20 and res.wins[2].sum() == 0
     # all games were live together: each engine answered in one call per ply, not per game
     assert len(engines["a"].calls) <= 16 and max(len(c) for c in engines["a"].calls) >= 20
+
+
+def test_checkpoint_dirs_of_a_run_load_as_models(tmp_path, capsys):
+    from lm_fixtures import save_tiny
+
+    for step in (1, 2):  # the trainer's layout: checkpoint-N/model/{config.json, ...}
+        save_tiny(tmp_path / "run" / f"checkpoint-{step}" / "model", seed=step)
+    ckpts = [str(tmp_path / "run" / f"checkpoint-{s}") for s in (1, 2)]
+    assert cli_main(["arena", "nim", "--models", *ckpts, "--bots", "random", "--games", "6",
+                     "--bootstrap", "10", "--device", "cpu", "--out", str(tmp_path / "out")]) == 0
+    data = json.loads((tmp_path / "out" / "arena_nim.json").read_text())
+    assert set(data["ratings"]) == {"checkpoint-1", "checkpoint-2", "random"}
+    assert all(r["games"] == 12 for r in data["ratings"].values())
