@@ -224,13 +224,14 @@ def score_completions_file(suite: Suite | str, path: str | Path,
             "problems": records}
 
 
-def eval_callback(step: int, engine: Any, tokenizer: Any, suite: Suite | str,
+def eval_callback(step: int, engine: Any, tokenizer: Any, suite: Suite | str | None,
                   eval_every: int, metrics: Any, **kwargs: Any) -> dict[str, float] | None:
-    """For recipes: every ``eval_every`` steps (and never when it is <= 0), evaluate the
+    """For recipes (config ``eval_suite``, ``eval_every``; an empty suite or ``eval_every``
+    <= 0 turns it off): every ``eval_every`` steps evaluate the
     current engine greedily on ``suite`` and append one row to the run's metrics —
     ``metrics`` is a :class:`lmselfplay.metrics.MetricsLogger` or a path to a JSONL file.
     Row keys: ``eval/<suite>/<task>/pass@1`` per task and ``eval/<suite>/pass@1`` overall."""
-    if eval_every <= 0 or step % eval_every != 0:
+    if not suite or eval_every <= 0 or step % eval_every != 0:
         return None
     suite = load_suite(suite) if isinstance(suite, (str, Path)) else suite
     res = evaluate_suite(engine, tokenizer, suite, **kwargs)["greedy"]

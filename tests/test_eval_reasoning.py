@@ -165,6 +165,7 @@ def test_callback_appends_rows(suite_path, tmp_path):
     path = tmp_path / "other" / "metrics.jsonl"
     assert eval_callback(4, eng, tok, suite, eval_every=2, metrics=path) is not None
     assert eval_callback(4, eng, tok, suite, eval_every=0, metrics=path) is None
+    assert eval_callback(4, eng, tok, "", eval_every=2, metrics=path) is None
     assert [r["step"] for r in read_jsonl(path)] == [4]
 
 
