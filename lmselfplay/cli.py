@@ -72,6 +72,7 @@ PASSTHROUGH = {
     "eval-game": ("lmselfplay.eval.game_metrics", "main", "exact game metrics of a model"),
     "gametheory-plots": ("lmselfplay.solvers.plots", "main",
                          "PNG of exploitability vs T for best response, fictitious play, regret matching"),
+    "lm-eval": ("lmselfplay.eval.lm_eval_bridge", "main", "lm-evaluation-harness with --model lmselfplay"),
 }
 
 
@@ -88,6 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--games", type=int, default=100)
     demo.add_argument("--seed", type=int, default=0)
     demo.set_defaults(func=_cmd_demo)
+    from lmselfplay.eval.cli import add_commands  # eval reasoning|humaneval, arena
+    add_commands(sub)
     for name, (module, func, help_) in PASSTHROUGH.items():
         sp = sub.add_parser(name, help=help_, add_help=False)
         sp.add_argument("rest", nargs=argparse.REMAINDER)

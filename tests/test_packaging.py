@@ -18,7 +18,7 @@ def test_wheel_and_fresh_venv_install(tmp_path):
     (whl,) = tmp_path.glob("lmselfplay-*.whl")
     names = zipfile.ZipFile(whl).namelist()
     for must in ("lmselfplay/games/nim.py", "lmselfplay/games/data/taboo_words_train.txt",
-                 "lmselfplay/verifiers/executor.py", "lmselfplay/eval/game_metrics.py",
+                 "lmselfplay/verifiers/executor.py", "lmselfplay/eval/game_metrics.py", "lmselfplay/eval/suites/default.yaml",
                  "lmselfplay/lm/engines/hf.py", "lmselfplay/alphazero/mcts.py"):
         assert must in names, must
     tops = {n.split("/")[0] for n in names if not n.startswith("lmselfplay-")}

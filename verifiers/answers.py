@@ -1,0 +1,144 @@
+"""THE answer-extraction rules: one per task family, each paired with the instruction
+that asks for it, so a prompt and its extraction can never disagree.
+
+| rule      | the prompt asks for                    | extracted                                      |
+|-----------|----------------------------------------|------------------------------------------------|
+| `boxed`   | ``\\boxed{ANSWER}``                    | content of the last balanced ``\\boxed{...}``  |
+| `hash`    | a last line ``#### ANSWER`` (GSM8K)    | text after the last ``####`` up to end of line |
+| `answer`  | ``<answer>ANSWER</answer>``            | content of the last closed ``<answer>`` tag    |
+| `code`    | Python code, optionally fenced         | the last ```` ``` ```` block, else all text    |
+| `raw`     | nothing                                | the whole text, stripped                       |
+
+Rules shared by all: an extractor never raises; anything that is not a ``str`` gives
+``None``; only the last ``MAX_SCAN_CHARS`` characters are looked at (the answer is at the
+end, and a 10 MB output then costs the same as a 100 kB one); a missing or unclosed answer
+gives ``None`` (a cut-off answer is no answer). Extraction is not equivalence: whether
+``"1/2"`` equals ``"0.5"`` is decided by the benchmark's scorer (or math-verify), not here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+MAX_SCAN_CHARS = 100_000
+
+_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{|[{}]")
+_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?:\D|$))")
+
+
+def _tail(text: object) -> str | None:
+    if not isinstance(text, str):
+        return None
+    return text[-MAX_SCAN_CHARS:]
+
+
+def extract_boxed(text: object) -> str | None:
+    """Content of the last ``\\boxed{...}`` (or ``\\fbox{...}``) whose braces balance.
+
+    "Last" = the outermost box that closes last, so ``\\boxed{\\frac{1}{2}}`` gives
+    ``\\frac{1}{2}`` and a box nested inside another box is part of the outer answer.
+    One linear pass over the braces; a stray ``}`` is ignored.
+    """
+    s = _tail(text)
+    if s is None:
+        return None
+    stack: list[tuple[int, bool]] = []  # (content start, opened by a box?)
+    boxes_open = 0
+    best: tuple[int, int] | None = None
+    for m in _BOXED.finditer(s):
+        tok = m.group()
+        if tok == "}":
+            if not stack:
+                continue
+            start, is_box = stack.pop()
+            if is_box:
+                boxes_open -= 1
+                if boxes_open == 0:
+                    best = (start, m.start())
+        else:
+            is_box = tok != "{"
+            stack.append((m.end(), is_box))
+            boxes_open += is_box
+    return None if best is None else s[best[0]:best[1]].strip()
+
+
+def extract_hash(text: object) -> str | None:
+    """Text after the last ``####`` up to the end of its line, stripped; thousands
+    separators inside numbers (``1,234``) and a final period are dropped, as in GSM8K."""
+    s = _tail(text)
+    if s is None:
+        return None
+    i = s.rfind("####")
+    if i < 0:
+        return None
+    line = s[i + 4:].split("\n", 1)[0].strip().rstrip(".").strip()
+    return _THOUSANDS.sub("", line) or None
+
+
+def extract_tag(text: object, tag: str = "answer") -> str | None:
+    """Content of the last ``<tag>...</tag>`` pair, stripped (``None`` if never closed)."""
+    s = _tail(text)
+    if s is None:
+        return None
+    close = s.rfind(f"</{tag}>")
+    if close < 0:
+        return None
+    open_ = s.rfind(f"<{tag}>", 0, close)
+    if open_ < 0:
+        return None
+    return s[open_ + len(tag) + 2:close].strip()
+
+
+def extract_code(text: object) -> str | None:
+    """The last fenced code block (any language tag) or, without a fence, the whole text.
+    Never stripped of indentation: a function body stays a function body."""
+    s = _tail(text)
+    if s is None:
+        return None
+    blocks = _FENCE.findall(s)
+    if blocks:
+        return blocks[-1][1]
+    return s
+
+
+def extract_raw(text: object) -> str | None:
+    s = _tail(text)
+    return None if s is None else s.strip()
+
+
+@dataclass(frozen=True)
+class AnswerRule:
+    name: str
+    instruction: str  # appended to the question: what the prompt asks for
+    extract: Callable[[object], str | None]
+    stop: tuple[str, ...] = ()  # generation may stop here (the answer is complete)
+
+
+RULES: dict[str, AnswerRule] = {
+    "boxed": AnswerRule("boxed", "Put your final answer within \\boxed{}.", extract_boxed),
+    "hash": AnswerRule("hash", "End with a line of the form '#### <answer>'.", extract_hash),
+    "answer": AnswerRule("answer", "Give your final answer between <answer> and </answer>.",
+                         extract_tag, stop=("</answer>",)),
+    "code": AnswerRule("code", "Write the Python code.", extract_code),
+    "raw": AnswerRule("raw", "", extract_raw),
+}
+
+
+def get_rule(name: str) -> AnswerRule:
+    if name not in RULES:
+        raise ValueError(f"unknown answer format {name!r}; known: {', '.join(RULES)}")
+    return RULES[name]
+
+
+def extract_answer(text: object, rule: str) -> str | None:
+    """``RULES[rule].extract(text)``; never raises for any ``text``."""
+    return get_rule(rule).extract(text)
+
+
+def with_instruction(question: str, rule: str) -> str:
+    """The question followed by the rule's instruction (the prompt side of the rule)."""
+    ins = get_rule(rule).instruction
+    return f"{question.rstrip()}\n{ins}" if ins else question
