@@ -76,6 +76,7 @@ PASSTHROUGH = {
     "eval-game": ("lmselfplay.eval.game_metrics", "main", "exact game metrics of a model"),
     "gametheory-plots": ("lmselfplay.solvers.plots", "main",
                          "PNG of exploitability vs T for best response, fictitious play, regret matching"),
+    "referee-study": ("lmselfplay.eval.referee_study", "main", "R-Zero grounded by rules/executor vs vote (vs judge)"),
 }
 
 

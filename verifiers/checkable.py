@@ -153,6 +153,7 @@ def program_task(task_id: str, code: str, arg: str,
                  to_prompt: Callable[[str, str], str]) -> tuple[Task | None, str | None]:
     """(Task, None) for a program defining ``f``; the question prints ``repr(f(arg))``.
     Whether it runs is the executor's to say (a program that fails is uncheckable there)."""
+    code = re.sub(r"^```[a-z]*\s*$", "", code, flags=re.M)  # markdown fences around the code
     problem = question_problem(code, max_chars=4 * MAX_QUESTION_CHARS)
     if problem and problem != "injection":  # "answer 7" in code is just a string literal
         return None, problem
