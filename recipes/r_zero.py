@@ -409,6 +409,8 @@ def pool_measures(records: list[dict[str, Any]]) -> dict[str, float]:
 def solver_step(run: Run, kept: list[dict[str, Any]], it: int, step: int) -> dict[str, float]:
     """Step 3: one solver update on a batch of kept questions against their labels."""
     cfg = run.cfg
+    if not kept:  # this rank kept nothing but the others did: a zero-loss step keeps them in line
+        return {f"solver/{k}": v for k, v in run.update(run.solver, []).items()}
     rng = random.Random(hash((cfg.seed, run.acc.process_index, it, 2, step)))
     batch = [kept[i % len(kept)] for i in rng.sample(range(max(len(kept), cfg.solver_batch)), cfg.solver_batch)]
     g = cfg.solver_group_size
@@ -435,20 +437,25 @@ def evaluate(run: Run, it: int) -> dict[str, float]:
 
 # --- data and checkpoints ----------------------------------------------------------------------
 
-def save_pool(out: Path, it: int, records: list[dict[str, Any]]) -> Path:
+def pool_dir(out: Path, it: int, rank: int) -> Path:
+    """``data/iteration-K`` (every rank writes and answers its own questions: rank r > 0
+    keeps its pool in ``data/iteration-K-rank-r``)."""
+    return out / "data" / (f"iteration-{it}" if rank == 0 else f"iteration-{it}-rank-{rank}")
+
+
+def save_pool(path: Path, records: list[dict[str, Any]]) -> Path:
     """The iteration's questions, answers, labels and agreement as a `datasets` folder (atomic)."""
     import datasets
 
-    final = out / "data" / f"iteration-{it}"
-    with atomic_dir(final) as tmp:
+    with atomic_dir(path) as tmp:
         datasets.Dataset.from_list(records).save_to_disk(str(tmp / "pool"))
-    return final
+    return path
 
 
-def load_kept(out: Path, it: int) -> list[dict[str, Any]]:
+def load_kept(path: Path) -> list[dict[str, Any]]:
     import datasets
 
-    return [r for r in datasets.load_from_disk(str(out / "data" / f"iteration-{it}" / "pool")) if r["kept"]]
+    return [r for r in datasets.load_from_disk(str(path / "pool")) if r["kept"]]
 
 
 def save_phase(run: Run, it: int, phase: int) -> None:
@@ -520,18 +527,18 @@ def train(cfg: RZeroConfig) -> Path:
             # 2: filter; 4: the pool saved with `datasets`, its measures logged
             if first <= 1:
                 records, measures = build_pool(run, it)
-                if acc.is_main_process:
-                    save_pool(out, it, records)
+                save_pool(pool_dir(out, it, acc.process_index), records)
                 log(run.global_step, {"iteration": it, **measures, **{f"bad/{k}": v for k, v in run.bad.items()},
                                       "checker_timeouts": run.matcher.math.timeouts, "wall_s": time.time() - t0})
                 save_phase(run, it, 1)
                 bar.update(1)
             # 3: solver phase on the kept questions and their labels
-            kept = load_kept(out, it)
+            kept = load_kept(pool_dir(out, it, acc.process_index))
             study = Counter()
-            for step in range(cfg.solver_steps if kept else 0):
+            # every rank makes the same number of updates (collectives); alone, none without data
+            for step in range(cfg.solver_steps if kept or acc.num_processes > 1 else 0):
                 row = solver_step(run, kept, it, step)
-                study.update({k: row[k] for k in ("study/n_rewards", "study/rewards_right")})
+                study.update({k: row.get(k, 0) for k in ("study/n_rewards", "study/rewards_right")})
                 log(run.global_step, {"iteration": it, **row})
             # 4: measures of the iteration, held-out accuracy, checkpoint
             log(run.global_step, {"iteration": it, **evaluate(run, it), "study/reward_accuracy_iteration":
