@@ -500,9 +500,18 @@ def resume(run: Run) -> tuple[int, int]:
 # --- the loop ------------------------------------------------------------------------------------
 
 def train(cfg: RZeroConfig) -> Path:
-    """Run R-Zero with ``cfg``; returns the metrics JSONL path."""
+    """Run R-Zero with ``cfg``; returns the metrics JSONL path. The checker and sandbox
+    processes end with it, also on error."""
     run = Run(cfg)
-    acc, out = run.acc, run.out
+    try:
+        return loop(run)
+    finally:
+        run.close()
+
+
+def loop(run: Run) -> Path:
+    """Steps 1-4 for every iteration, from where a resumed run stopped."""
+    cfg, acc, out = run.cfg, run.acc, run.out
     start_it, start_phase = resume(run) if cfg.resume else (1, 0)
     resumed = cfg.resume and (start_it, start_phase) != (1, 0)
     logger = MetricsLogger(out, resume_step=run.global_step if resumed else None) if acc.is_main_process else None
@@ -510,12 +519,11 @@ def train(cfg: RZeroConfig) -> Path:
     if acc.is_main_process:
         save_json(out / "config.json", asdict(cfg))
     t0 = time.time()
-    if not resumed:
-        log(0, {"iteration": 0, **evaluate(run, 0), "wall_s": 0.0})
-    total = cfg.iterations * len(PHASES)
-    bar = tqdm(total=total, initial=(start_it - 1) * len(PHASES) + start_phase, desc=f"r-zero ({cfg.referee})",
-               disable=not acc.is_main_process)
+    bar = tqdm(total=cfg.iterations * len(PHASES), initial=(start_it - 1) * len(PHASES) + start_phase,
+               desc=f"r-zero ({cfg.referee})", disable=not acc.is_main_process)
     try:
+        if not resumed:
+            log(0, {"iteration": 0, **evaluate(run, 0), "wall_s": 0.0})
         for it in range(start_it, cfg.iterations + 1):
             first = start_phase if it == start_it else 0
             # 1: challenger phase
@@ -552,7 +560,6 @@ def train(cfg: RZeroConfig) -> Path:
         save_final(run)
     finally:
         bar.close()
-        run.close()
         if logger:
             logger.close()
     acc.wait_for_everyone()
