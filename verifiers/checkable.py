@@ -6,7 +6,7 @@ Two forms (chosen by the recipe's config):
 * ``arithmetic``: a word problem in one of the shapes the project's generator writes
   (:func:`lmselfplay.models.corpus.arithmetic_problem`), read back into an arithmetic
   expression (:func:`word_problem_expression`) that :func:`safe_eval` computes; or a bare
-  expression such as ``3 + 4 * 2``. Names and items must be used consistently.
+  expression such as ``3 + 4 * 2``.
 * ``program``: "what does this program print": a function ``f`` the challenger wrote and an
   input from the seed task; the executor sandbox runs it (never this process).
 
@@ -94,24 +94,26 @@ def format_value(value: Fraction) -> str:
 
 # --- word problems in the generator's shapes ----------------------------------------------
 
-_N, _NAME, _ITEM = r"(\d{1,6})", r"([A-Z][a-z]{1,12})", r"([a-z]{2,15})"
+# Only the numbers are captured: names and items need not be consistent ("8 stickers ... How
+# many coins"), since the shape alone fixes the arithmetic, which is what is checked.
+_N, _NAME, _ITEM = r"(\d{1,6})", r"[A-Z][a-z]{1,12}", r"[a-z]{2,15}"
 WORD_PROBLEMS: list[tuple[re.Pattern, str]] = [(re.compile(p), e) for p, e in [
-    (rf"{_NAME} has {_N} {_ITEM} and gets {_N} more\. How many \3 does \1 have now\?", "{1} + {3}"),
-    (rf"{_NAME} has {_N} {_ITEM} and gives {_N} to {_NAME}\. How many \3 are left\?", "{1} - {3}"),
-    (rf"{_NAME} buys {_N} bags with {_N} {_ITEM} in each bag\. How many \4 is that in total\?", "{1} * {2}"),
-    (rf"{_NAME} shares {_N} {_ITEM} equally among {_N} friends\. How many \3 does each friend get\?",
-     "{1} / {3}"),
-    (rf"{_NAME} has {_N} {_ITEM}\. {_NAME} gives \1 {_N} more, then \1 uses {_N}\. "
-     rf"How many \3 does \1 have\?", "{1} + {4} - {5}"),
-    (rf"{_NAME} has {_N} boxes of {_N} {_ITEM} and {_N} loose \4\. How many \4 does \1 have in all\?",
-     "{1} * {2} + {4}"),
+    (rf"{_NAME} has {_N} {_ITEM} and gets {_N} more\. How many {_ITEM} does {_NAME} have now\?", "{0} + {1}"),
+    (rf"{_NAME} has {_N} {_ITEM} and gives {_N} to {_NAME}\. How many {_ITEM} are left\?", "{0} - {1}"),
+    (rf"{_NAME} buys {_N} bags with {_N} {_ITEM} in each bag\. How many {_ITEM} is that in total\?", "{0} * {1}"),
+    (rf"{_NAME} shares {_N} {_ITEM} equally among {_N} friends\. How many {_ITEM} does each friend get\?",
+     "{0} / {1}"),
+    (rf"{_NAME} has {_N} {_ITEM}\. {_NAME} gives {_NAME} {_N} more, then {_NAME} uses {_N}\. "
+     rf"How many {_ITEM} does {_NAME} have\?", "{0} + {1} - {2}"),
+    (rf"{_NAME} has {_N} boxes of {_N} {_ITEM} and {_N} loose {_ITEM}\. How many {_ITEM} does {_NAME} have in all\?",
+     "{0} * {1} + {2}"),
 ]]
 _EXPRESSION = re.compile(r"[\d\s()+\-*/%]{1,200}")
 
 
 def word_problem_expression(text: str) -> str | None:
     """The arithmetic expression a word problem (or bare expression) asks for, or None.
-    ``{k}`` in a template is the k-th group of its pattern, counted from 0."""
+    ``{k}`` in a template is the k-th number of its pattern, counted from 0."""
     t = " ".join(text.split())
     for pattern, template in WORD_PROBLEMS:
         m = pattern.fullmatch(t)
