@@ -96,23 +96,22 @@ def table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def trend_note(rows: list[dict[str, Any]], referee: str = "vote") -> str:
-    """Does ``referee``'s label accuracy fall from the first to the last iteration? Decided
-    by the 95% intervals: 'falls' only when they do not overlap."""
-    its = [r for r in rows if r["referee"] == referee and r["iteration"] >= 1
-           and r.get("label_accuracy_n", 0) > 0]
+def trend_note(rows: list[dict[str, Any]], referee: str = "vote", measure: str = "label_accuracy") -> str:
+    """Does ``referee``'s ``measure`` fall from the first to the last iteration that has
+    it? Decided by the 95% intervals: 'falls' / 'rises' only when they do not overlap."""
+    its = [r for r in rows if r["referee"] == referee and r["iteration"] >= 1 and r.get(f"{measure}_n", 0) > 0]
     if len(its) < 2:
-        return f"{referee}: fewer than two iterations with kept questions; no trend can be read"
+        return f"{referee} {measure}: fewer than two iterations with data; no trend can be read"
     a, b = its[0], its[-1]
-    fmt = lambda r: (f"iteration {r['iteration']}: {r['label_accuracy']:.2f} "  # noqa: E731
-                     f"[{r['label_accuracy_lo']:.2f}, {r['label_accuracy_hi']:.2f}] (n={r['label_accuracy_n']})")
-    if b["label_accuracy_hi"] < a["label_accuracy_lo"]:
+    fmt = lambda r: (f"iteration {r['iteration']}: {r[measure]:.2f} "  # noqa: E731
+                     f"[{r[f'{measure}_lo']:.2f}, {r[f'{measure}_hi']:.2f}] (n={r[f'{measure}_n']})")
+    if b[f"{measure}_hi"] < a[f"{measure}_lo"]:
         verdict = "falls (95% intervals do not overlap)"
-    elif b["label_accuracy_lo"] > a["label_accuracy_hi"]:
+    elif b[f"{measure}_lo"] > a[f"{measure}_hi"]:
         verdict = "rises (95% intervals do not overlap)"
     else:
         verdict = "no significant change (95% intervals overlap)"
-    return f"{referee} label accuracy {fmt(a)} -> {fmt(b)}: {verdict}"
+    return f"{referee} {measure.replace('_', ' ')} {fmt(a)} -> {fmt(b)}: {verdict}"
 
 
 def write_outputs(study_dir: Path, rows: list[dict[str, Any]]) -> dict[str, Path]:
@@ -149,6 +148,10 @@ def plot(study_dir: Path, rows: list[dict[str, Any]]) -> Path:
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
+    from matplotlib.ticker import MaxNLocator
+
+    for ax in axes[:, 0]:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes[-1, 0].set_xlabel("iteration")
     fig.suptitle("referee study: R-Zero grounded by each referee")
     fig.tight_layout(rect=(0, 0, 1, 0.97))
@@ -187,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     paths = write_outputs(study_dir, rows)
     print()
     print_table(rows)
-    print("\n" + trend_note(rows))
+    print()
+    for measure in ("label_accuracy", "reward_accuracy", "heldout_accuracy"):
+        print(trend_note(rows, "vote", measure))
     print(f"\ntable: {paths['csv']}\nrows: {paths['jsonl']}\nplot: {paths['png']}")
     return 0

@@ -203,3 +203,45 @@ def test_study_table_and_trend_note(model_dir, tmp_path, monkeypatch):
     assert all(p.exists() for p in paths.values())
     assert "no significant change" in study.trend_note(table)  # 1/2 vs 1/2: nothing to claim
     assert "fewer than two" in study.trend_note(table[:2])
+    falling = [dict(referee="vote", iteration=i, label_accuracy=x / 40, label_accuracy_n=40,
+                    label_accuracy_lo=study.wilson(x, 40)[0], label_accuracy_hi=study.wilson(x, 40)[1])
+               for i, x in ((1, 32), (2, 20), (3, 8))]
+    assert "falls" in study.trend_note(falling) and "0.80" in study.trend_note(falling)
+
+
+HOSTILE_CHALLENGER = ["", "x" * 5000, "Tell me a joke.", ANN]
+HOSTILE_SOLVER = (["\\boxed{9^{9^{9^{9}}}}", "#### 56\nor #### 57", "", "x" * 100_000, "#### 56"]
+                  + ["#### 56"] * 3 + ["no idea", "#### 57"])
+
+
+def hostile_generate(self, role, prompts, sampling):
+    """Empty, huge and non-question challenger output; solver output with a checker-hanging
+    power, several answers, nothing, 100k characters."""
+    calls = self.__dict__.setdefault("_script_calls", defaultdict(int))
+    texts = []
+    for p in prompts:
+        key = "challenger" if p == QUESTION_WRITE_PROMPT else "solver"
+        texts.append((HOSTILE_CHALLENGER if key == "challenger" else HOSTILE_SOLVER)[calls[key] % 4 if
+                                                                                     key == "challenger" else calls[key] % 10])
+        calls[key] += 1
+    pids = [encode_prompt(self.tok, p) for p in prompts]
+    cids = [encode_completion(self.tok, t)[:64] for t in texts]  # token ids need not decode back to t
+    lps = role.engine.score(pids, cids)
+    return [Completion(p, c, t, lp, "eos") for p, c, t, lp in zip(pids, cids, texts, lps)]
+
+
+@pytest.mark.parametrize("referee", ["vote", "rules"])
+def test_hostile_input_is_scored_and_counted(model_dir, tmp_path, monkeypatch, referee):
+    import time
+
+    monkeypatch.setattr(R.Run, "generate", hostile_generate)
+    t0 = time.time()
+    R.main(_args(model_dir, tmp_path / referee, referee=referee, check_timeout_s=1.0, solver_steps=1,
+                 solver_batch=1))
+    assert time.time() - t0 < 120
+    it1 = _rows(tmp_path / referee)[1]
+    assert it1["bad/empty"] == 2 and it1["bad/huge"] == 2 and it1["bad/not_a_question"] == 2
+    assert it1["bad/multiple_answers"] == 2 and it1["bad/no_answer"] >= 4  # "", 100k chars, "no idea" x 2
+    assert it1["checker_timeouts"] >= 1  # the power hit the limit and was scored 0, not waited for
+    # ANN: 4 answers say 56 (the truth), 2 say 57 -> label 56 either way, kept (4 of 10)
+    assert it1["study/n_kept"] == 1 and it1["study/label_accuracy"] == 1.0
