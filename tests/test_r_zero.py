@@ -186,6 +186,7 @@ def test_config_errors_are_named():
     assert R.RZeroConfig(referee="grounded").referee == "rules"
 
 
+@pytest.mark.slow
 def test_study_table_and_trend_note(model_dir, tmp_path, monkeypatch):
     from lmselfplay.eval import referee_study as study
 
@@ -203,6 +204,11 @@ def test_study_table_and_trend_note(model_dir, tmp_path, monkeypatch):
     assert all(p.exists() for p in paths.values())
     assert "no significant change" in study.trend_note(table)  # 1/2 vs 1/2: nothing to claim
     assert "fewer than two" in study.trend_note(table[:2])
+
+
+def test_trend_note_reads_the_intervals():
+    from lmselfplay.eval import referee_study as study
+
     falling = [dict(referee="vote", iteration=i, label_accuracy=x / 40, label_accuracy_n=40,
                     label_accuracy_lo=study.wilson(x, 40)[0], label_accuracy_hi=study.wilson(x, 40)[1])
                for i, x in ((1, 32), (2, 20), (3, 8))]
@@ -230,7 +236,7 @@ def hostile_generate(self, role, prompts, sampling):
     return [Completion(p, c, t, lp, "eos") for p, c, t, lp in zip(pids, cids, texts, lps)]
 
 
-@pytest.mark.parametrize("referee", ["vote", "rules"])
+@pytest.mark.parametrize("referee", ["vote", pytest.param("rules", marks=pytest.mark.slow)])
 def test_hostile_input_is_scored_and_counted(model_dir, tmp_path, monkeypatch, referee):
     import time
 

@@ -85,6 +85,10 @@ def test_hanging_check_returns_within_its_limit(eq):
     assert time.time() - t0 < 1.5 + 2.0  # the limit, plus killing and a margin for a busy machine
     assert eq.timeouts == before + 1
     assert eq.equal("x + 1", "1 + x")  # a fresh worker serves the next check
+    t0 = time.time()
+    assert not eq.equal("1/2", HANG) and time.time() - t0 < 0.5  # not tried twice
+    assert eq.timeouts == before + 1
+    assert eq.classes(["7", HANG, "7.0"]) == [0, -1, 0]  # in a vote, a hanging answer is a non-answer
 
 
 def test_hanging_check_in_a_thread_returns_within_its_limit(eq):

@@ -18,7 +18,9 @@ The rules, in order:
 4. Time limit: math-verify's own limit is ``signal.alarm``, which works only in a main
    thread and cannot stop C code (``9^{9^{9^9}}`` computes a huge power). So the worker
    is a separate process; a request not answered within ``timeout_s`` kills it (a new one
-   starts for the next request) and counts as "not equal" / "non-answer" and as a timeout.
+   starts for the next request) and counts as "not equal" / "non-answer" and as a timeout;
+   the same request is not tried again. In a vote, an answer whose check hangs is a
+   non-answer.
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ class MathEquivalence:
         self.timeout_s = float(timeout_s)
         self.max_chars = max_chars
         self.timeouts = 0  # requests that hit the limit (their worker was killed)
+        self._timed_out: set[str] = set()
         self._proc: subprocess.Popen | None = None
         self._lock = threading.Lock()
 
@@ -118,20 +121,29 @@ class MathEquivalence:
     def _assign(self, s: str, reps: list[str]) -> int:
         if plain_number(s) is None and not self._ask({"op": "parse", "a": s}):
             return -1
+        before = self.timeouts
         for k, r in enumerate(reps):
             if self.equal(r, s):
                 return k
+            if self.timeouts > before:  # s makes the checker hang: it cannot be verified
+                return -1
         reps.append(s)
         return len(reps) - 1
 
     # --- the worker ---------------------------------------------------------------------
     def _ask(self, request: dict) -> bool:
-        """One request to the worker; False on timeout (the worker is killed) or error."""
+        """One request to the worker; False on timeout (the worker is killed) or error. A
+        request that timed out once answers False at once when asked again."""
+        key = json.dumps(request, sort_keys=True)
         with self._lock:
+            if key in self._timed_out:
+                return False
             if self._proc is None or self._proc.poll() is not None:
                 self._start()
-            line, timed_out = self._exchange(json.dumps(request) + "\n", self.timeout_s)
+            line, timed_out = self._exchange(key + "\n", self.timeout_s)
             self.timeouts += timed_out
+            if timed_out and len(self._timed_out) < 100_000:
+                self._timed_out.add(key)
             try:
                 return bool(json.loads(line)) if line is not None else False
             except ValueError:
