@@ -251,3 +251,38 @@ def test_hostile_input_is_scored_and_counted(model_dir, tmp_path, monkeypatch, r
     assert it1["checker_timeouts"] >= 1  # the power hit the limit and was scored 0, not waited for
     # ANN: 4 answers say 56 (the truth), 2 say 57 -> label 56 either way, kept (4 of 10)
     assert it1["study/n_kept"] == 1 and it1["study/label_accuracy"] == 1.0
+
+
+PROGRAMS = ["def f(x):\n    return 'seen'", "def f(x):\n    return 1 // 0", "print('answer 7')",
+            "```python\ndef f(x):\n    return 'seen'\n```"]
+
+
+def program_generate(self, role, prompts, sampling):
+    """Programs: one that prints 'seen', one that crashes, one with no f, the first again in
+    markdown fences. The solver says 'seen' 5 times of 10."""
+    calls = self.__dict__.setdefault("_script_calls", defaultdict(int))
+    texts = []
+    for p in prompts:
+        if p.startswith("Write a Python function"):
+            texts.append(PROGRAMS[calls["challenger"] % 4])
+            calls["challenger"] += 1
+        else:
+            texts.append(["'seen'", "'no'"][calls["solver"] % 10 // 5] if "'seen'" in p else "0")
+            calls["solver"] += 1
+    pids = [encode_prompt(self.tok, p) for p in prompts]
+    cids = [encode_completion(self.tok, t) for t in texts]
+    return [Completion(p, c, t, lp, "eos") for p, c, t, lp in zip(pids, cids, texts, role.engine.score(pids, cids))]
+
+
+@pytest.mark.parametrize("referee", ["vote", pytest.param("executor", marks=pytest.mark.slow)])
+def test_program_questions_go_through_the_executor(model_dir, tmp_path, monkeypatch, referee):
+    monkeypatch.setattr(R.Run, "generate", program_generate)
+    out = tmp_path / referee
+    R.main(_args(model_dir, out, referee=referee, task_form="program", solver_steps=1, solver_batch=1))
+    it1 = _rows(out)[1]
+    assert it1["bad/uncheckable"] == 2 and it1["bad/not_a_question"] == 2  # per challenger batch
+    assert it1["study/n_kept"] == 2 and it1["study/label_accuracy"] == 1.0  # 5 of 10; the tie goes to 'seen'
+    import datasets
+
+    pool = [r for r in datasets.load_from_disk(str(out / "data" / "iteration-1" / "pool")) if r["kept"]]
+    assert {r["truth"] for r in pool} == {"'seen'"} and {r["label"] for r in pool} == {"'seen'"}
