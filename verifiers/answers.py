@@ -6,6 +6,7 @@ that asks for it, so a prompt and its extraction can never disagree.
 | `boxed`   | ``\\boxed{ANSWER}``                    | content of the last balanced ``\\boxed{...}``  |
 | `hash`    | a last line ``#### ANSWER`` (GSM8K)    | text after the last ``####`` up to end of line |
 | `answer`  | ``<answer>ANSWER</answer>``            | content of the last closed ``<answer>`` tag    |
+| `final`   | ``#### ANSWER`` (``\\boxed{}`` accepted)  | whichever of the two marks comes last          |
 | `code`    | Python code, optionally fenced         | the last ```` ``` ```` block, else all text    |
 | `raw`     | nothing                                | the whole text, stripped                       |
 
@@ -92,6 +93,25 @@ def extract_tag(text: object, tag: str = "answer") -> str | None:
     return s[open_ + len(tag) + 2:close].strip()
 
 
+def extract_final(text: object) -> str | None:
+    """Either mark, whichever comes last: ``#### N`` or ``\\boxed{N}`` (R-Zero's solver and
+    checkable questions accept both)."""
+    s = _tail(text)
+    if s is None:
+        return None
+    box = max(s.rfind("\\boxed"), s.rfind("\\fbox"))
+    return extract_hash(s) if s.rfind("####") > box else extract_boxed(s)
+
+
+def count_final_marks(text: object) -> int:
+    """How many ``#### N`` / ``\\boxed{`` answer marks a text holds (several = several answers)."""
+    s = _tail(text)
+    if s is None:
+        return 0
+    hashes = sum(1 for line in re.findall(r"####([^\n#]*)", s) if line.strip())
+    return hashes + len(re.findall(r"\\(?:boxed|fbox)\s*\{", s))
+
+
 def extract_code(text: object) -> str | None:
     """The last fenced code block (any language tag) or, without a fence, the whole text.
     Never stripped of indentation: a function body stays a function body."""
@@ -122,6 +142,7 @@ RULES: dict[str, AnswerRule] = {
     "hash": AnswerRule("hash", "End with a line of the form '#### <answer>'.", extract_hash),
     "answer": AnswerRule("answer", "Give your final answer between <answer> and </answer>.",
                          extract_tag, stop=("</answer>",)),
+    "final": AnswerRule("final", "End with a line of the form '#### <answer>'.", extract_final),
     "code": AnswerRule("code", "Write the Python code.", extract_code),
     "raw": AnswerRule("raw", "", extract_raw),
 }

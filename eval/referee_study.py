@@ -1,0 +1,197 @@
+"""The referee study: the same R-Zero loop, seed and budget, grounded by different referees.
+
+    lmselfplay referee-study --config recipes/configs/r_zero.yaml [--referees grounded,vote]
+                             [--study_dir runs/referee_study] [--any r_zero key ...]
+
+Each referee gets its own run (``study_dir/<referee>``: the recipe's metrics, curves, data
+and checkpoints; ``--resume true`` continues them). The truth is computed for every
+question in every run; only the referee under study decides labels and rewards. Per
+iteration and referee:
+
+* label accuracy: the referee's label vs the truth on the kept questions (those the solver
+  trains on) and on every labelled question of the pool;
+* reward accuracy: the share of the solver-phase rewards that were right (reward 1 exactly
+  when the answer is true);
+* difficulty: the true solve rate of the pool's questions; pass rate: the share passing
+  the filter band; diversity: 1 - mean pairwise BLEU of the pool's questions;
+* the solver's greedy accuracy on the fixed held-out ground-truth set.
+
+Output in ``study_dir``: ``study.jsonl``, ``study.csv``, ``study.png`` (a panel per measure,
+a curve per referee, 95% Wilson intervals as bars) and the table on stdout, closed by a note
+on whether the vote's label accuracy falls across iterations (by its 95% intervals).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from lmselfplay.eval.stats import wilson
+from lmselfplay.utils.checkpoint import atomic_write_text
+from lmselfplay.utils.config import parse_config
+from lmselfplay.utils.metrics_logger import read_jsonl
+
+# measure -> (numerator key, count key) for a 95% interval, or None (a mean, no interval)
+MEASURES: dict[str, tuple[str, str] | None] = {
+    "label_accuracy": ("study/label_correct_kept", "study/n_kept"),
+    "label_accuracy_all": None,
+    "reward_accuracy": ("rewards_right", "n_rewards"),
+    "difficulty": None,
+    "pass_rate": None,
+    "diversity": None,
+    "heldout_accuracy": ("eval/heldout_right", "eval/heldout_n"),
+}
+
+
+def study_config_class(recipe: Any) -> type:
+    fields = [("referees", str, dataclasses.field(default="auto", metadata={
+                  "help": "comma-separated referees; auto = grounded,vote (+ judge when registered)"})),
+              ("study_dir", str, dataclasses.field(default="runs/referee_study"))]
+    return dataclasses.make_dataclass("RefereeStudyConfig", fields, bases=(recipe.RZeroConfig,))
+
+
+def referee_names(spec: str) -> list[str]:
+    from lmselfplay.verifiers.referees import REFEREES
+
+    if spec.strip() == "auto":
+        return ["grounded", "vote"] + (["judge"] if "judge" in REFEREES else [])
+    return [s.strip() for s in spec.split(",") if s.strip()]
+
+
+def iteration_rows(metrics_path: Path, referee: str) -> list[dict[str, Any]]:
+    """One row per iteration: the run's rows merged by iteration; solver-step reward counts summed."""
+    by_it: dict[int, dict[str, Any]] = {}
+    for r in read_jsonl(metrics_path):
+        if "iteration" not in r:
+            continue
+        row = by_it.setdefault(int(r["iteration"]), {"referee": referee, "iteration": int(r["iteration"]),
+                                                     "n_rewards": 0, "rewards_right": 0})
+        row["n_rewards"] += r.get("study/n_rewards", 0)
+        row["rewards_right"] += r.get("study/rewards_right", 0)
+        row.update({k: v for k, v in r.items() if k not in ("study/n_rewards", "study/rewards_right")})
+    return [by_it[k] for k in sorted(by_it)]
+
+
+def table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The study table: every measure per (referee, iteration), with 95% intervals."""
+    out = []
+    for r in rows:
+        t: dict[str, Any] = {"referee": r["referee"], "iteration": r["iteration"]}
+        for m, counts in MEASURES.items():
+            key = m if m in ("reward_accuracy",) else (f"eval/{m}" if m == "heldout_accuracy" else f"study/{m}")
+            if counts is None:
+                t[m] = r.get(key, float("nan"))
+                continue
+            k, n = r.get(counts[0], 0), r.get(counts[1], 0)
+            t[m] = k / n if n else float("nan")
+            t[f"{m}_lo"], t[f"{m}_hi"] = wilson(k, int(n)) if n else (float("nan"), float("nan"))
+            t[f"{m}_n"] = int(n)
+        t["n_kept"] = r.get("study/n_kept", 0)
+        out.append(t)
+    return out
+
+
+def trend_note(rows: list[dict[str, Any]], referee: str = "vote", measure: str = "label_accuracy") -> str:
+    """Does ``referee``'s ``measure`` fall from the first to the last iteration that has
+    it? Decided by the 95% intervals: 'falls' / 'rises' only when they do not overlap."""
+    its = [r for r in rows if r["referee"] == referee and r["iteration"] >= 1 and r.get(f"{measure}_n", 0) > 0]
+    if len(its) < 2:
+        return f"{referee} {measure}: fewer than two iterations with data; no trend can be read"
+    a, b = its[0], its[-1]
+    fmt = lambda r: (f"iteration {r['iteration']}: {r[measure]:.2f} "  # noqa: E731
+                     f"[{r[f'{measure}_lo']:.2f}, {r[f'{measure}_hi']:.2f}] (n={r[f'{measure}_n']})")
+    if b[f"{measure}_hi"] < a[f"{measure}_lo"]:
+        verdict = "falls (95% intervals do not overlap)"
+    elif b[f"{measure}_lo"] > a[f"{measure}_hi"]:
+        verdict = "rises (95% intervals do not overlap)"
+    else:
+        verdict = "no significant change (95% intervals overlap)"
+    return f"{referee} {measure.replace('_', ' ')} {fmt(a)} -> {fmt(b)}: {verdict}"
+
+
+def write_outputs(study_dir: Path, rows: list[dict[str, Any]]) -> dict[str, Path]:
+    atomic_write_text(study_dir / "study.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    cols = list(dict.fromkeys(k for r in rows for k in r))
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=cols)
+    w.writeheader()
+    w.writerows(rows)
+    atomic_write_text(study_dir / "study.csv", buf.getvalue())
+    return {"jsonl": study_dir / "study.jsonl", "csv": study_dir / "study.csv", "png": plot(study_dir, rows)}
+
+
+def plot(study_dir: Path, rows: list[dict[str, Any]]) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    measures = list(MEASURES)
+    fig, axes = plt.subplots(len(measures), 1, figsize=(6, 2.2 * len(measures)), squeeze=False)
+    for ax, m in zip(axes[:, 0], measures):
+        for ref in dict.fromkeys(r["referee"] for r in rows):
+            pts = [r for r in rows if r["referee"] == ref and isinstance(r.get(m), float) and not math.isnan(r[m])]
+            if not pts:
+                continue
+            x, y = [r["iteration"] for r in pts], [r[m] for r in pts]
+            if f"{m}_lo" in pts[0]:
+                err = [[v - r[f"{m}_lo"] for v, r in zip(y, pts)], [r[f"{m}_hi"] - v for v, r in zip(y, pts)]]
+                ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label=ref)
+            else:
+                ax.plot(x, y, marker="o", label=ref)
+        ax.set_ylabel(m, fontsize=8)
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    from matplotlib.ticker import MaxNLocator
+
+    for ax in axes[:, 0]:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[-1, 0].set_xlabel("iteration")
+    fig.suptitle("referee study: R-Zero grounded by each referee")
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    out = study_dir / "study.png"
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    head = ["referee", "it", "label_acc [95% CI]", "label_all", "reward_acc", "difficulty", "pass", "diversity",
+            "heldout", "kept"]
+    print(" | ".join(head))
+    for r in rows:
+        ci = (f"{r['label_accuracy']:.2f} [{r['label_accuracy_lo']:.2f},{r['label_accuracy_hi']:.2f}]"
+              if r.get("label_accuracy_n") else "-")
+        print(" | ".join([r["referee"], str(r["iteration"]), ci] + [f"{r[m]:.2f}" for m in (
+            "label_accuracy_all", "reward_accuracy", "difficulty", "pass_rate", "diversity", "heldout_accuracy")]
+            + [str(r["n_kept"])]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    from lmselfplay.utils.recipe_loader import load_recipe
+
+    recipe = load_recipe("r_zero")
+    cfg = parse_config(study_config_class(recipe), argv)
+    study_dir = Path(cfg.study_dir)
+    base = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(recipe.RZeroConfig)}
+    rows = []
+    for name in referee_names(cfg.referees):
+        resolved = recipe.RZeroConfig(**{**base, "referee": name}).referee  # grounded -> rules / executor
+        run_cfg = recipe.RZeroConfig(**{**base, "referee": resolved, "output_dir": str(study_dir / resolved)})
+        print(f"\n=== referee {resolved} ===")
+        rows += iteration_rows(recipe.train(run_cfg), run_cfg.referee)
+    rows = table(rows)
+    paths = write_outputs(study_dir, rows)
+    print()
+    print_table(rows)
+    print()
+    for measure in ("label_accuracy", "reward_accuracy", "heldout_accuracy"):
+        print(trend_note(rows, "vote", measure))
+    print(f"\ntable: {paths['csv']}\nrows: {paths['jsonl']}\nplot: {paths['png']}")
+    return 0

@@ -1,0 +1,587 @@
+"""R-Zero: a challenger writes questions, a solver learns from its own majority vote.
+
+    python recipes/r_zero.py [--config recipes/configs/r_zero.yaml] [--key value ...]
+    python recipes/r_zero.py --config ... --resume true      # continue a killed run
+    lmselfplay referee-study --config recipes/configs/r_zero.yaml   # vote vs rules, same loop
+
+Huang et al. 2025 ("R-Zero: Self-Evolving Reasoning LLM from Zero Data"), per iteration
+k = 1..iterations, in its order:
+
+    1. challenger : challenger_steps times: the challenger writes num_questions questions
+                    in a checkable form (task_form); the solver answers each m = num_answers
+                    times; the referee gives p per question (vote: the agreement p-hat with
+                    the majority; rules/executor: the true solve rate). Reward
+                    1 - 2|p - 1/2| minus the repetition penalty lambda * |C|/N (C: the
+                    question's cluster of near-duplicates by BLEU), clipped at 0; a
+                    malformed question gets malformed_reward (below every other reward).
+                    GRPO group advantages over questions from the same prompt; update.
+    2. filter     : the challenger writes pool_size questions; the solver answers each m
+                    times; the referee labels them; keep those whose referee votes are
+                    filter_low..filter_high of m (and that are not held-out questions).
+    3. solver     : solver_steps times: solver_batch kept questions, solver_group_size
+                    answers each, reward 1 when an answer matches the referee's label (the
+                    pseudo-label under the vote); GRPO group advantages; update.
+    4. record     : the pool (questions, answers, labels, agreement, truth, kept) saved
+                    with `datasets`; measures against the truth (label accuracy, reward
+                    accuracy, difficulty, pass rate, diversity) and the solver's accuracy
+                    on a fixed held-out set -> JSONL + TensorBoard + PNG. An atomic
+                    checkpoint after every phase; --resume continues at the phase it was in.
+
+The truth (rules / executor) is computed for every question so that the loop can be
+measured; a vote-grounded loop never reads it. Challenger and solver are one policy in two
+roles (default) or two copies of the base model (two_copies).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import random
+import shutil
+import sys
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from lmselfplay.lm.engines import HFEngine, SamplingParams
+from lmselfplay.lm.policy import PolicyConfig, load_policy
+from lmselfplay.lm.prompt import encode_prompt
+from lmselfplay.lm.trajectory import Sample
+from lmselfplay.models import corpus
+from lmselfplay.rl.advantages import group_advantages
+from lmselfplay.rl.rewards import proposer_rewards
+from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, make_accelerator
+from lmselfplay.utils.checkpoint import MARKER, atomic_dir, checkpoint_dirs, save_json
+from lmselfplay.utils.config import ConfigError, parse_config
+from lmselfplay.utils.errors import run_main
+from lmselfplay.utils.metrics_logger import MetricsLogger
+from lmselfplay.verifiers.checkable import Task, arithmetic_task, program_task
+from lmselfplay.verifiers.referees import AnswerMatcher, ExecutorReferee, RulesReferee, make_referee
+
+PHASES = ("challenger", "filter", "solver")
+STUDY_KEYS = ["study/label_accuracy", "study/reward_accuracy", "study/difficulty", "study/pass_rate",
+              "study/diversity", "eval/heldout_accuracy"]
+
+
+@dataclass
+class RZeroConfig(TrainerConfig, PolicyConfig):
+    task_form: str = field(default="arithmetic", metadata={"help": "arithmetic | program"})
+    referee: str = field(default="vote", metadata={
+        "help": "vote | grounded (= rules for arithmetic, executor for programs) | rules | executor | judge"})
+    two_copies: bool = field(default=False, metadata={"help": "challenger and solver as two models"})
+    challenger_prompt: str = field(default="", metadata={
+        "help": "what the challenger is asked (arithmetic); empty: the corpus's word-problem request"})
+    iterations: int = 3
+    challenger_steps: int = 2
+    num_questions: int = field(default=32, metadata={"help": "N: questions per challenger step"})
+    challenger_group_size: int = field(default=8, metadata={"help": "questions per prompt (GRPO group)"})
+    num_answers: int = field(default=10, metadata={"help": "m: solver answers per question"})
+    pool_size: int = field(default=64, metadata={"help": "questions written for the filter"})
+    filter_low: int = field(default=3, metadata={"help": "keep questions with >= this many votes of m"})
+    filter_high: int = field(default=7, metadata={"help": "... and <= this many"})
+    solver_steps: int = 4
+    solver_batch: int = field(default=16, metadata={"help": "kept questions per solver step"})
+    solver_group_size: int = field(default=8, metadata={"help": "answers per question (GRPO group)"})
+    repetition_weight: float = field(default=1.0, metadata={"help": "lambda of the repetition penalty"})
+    repetition_threshold: float = field(default=0.5, metadata={"help": "BLEU above which two questions cluster"})
+    malformed_reward: float = -1.0
+    top_p: float = 1.0
+    challenger_max_new_tokens: int = 64
+    solver_max_new_tokens: int = 40
+    check_timeout_s: float = field(default=2.0, metadata={"help": "time limit of every answer check"})
+    heldout_size: int = field(default=100, metadata={"help": "fixed ground-truth questions for eval"})
+    output_dir: str = "runs/r_zero"
+    resume: bool = field(default=False, metadata={"help": "continue from the latest phase checkpoint"})
+
+    def __post_init__(self):
+        if self.task_form not in ("arithmetic", "program"):
+            raise ConfigError(f"task_form must be arithmetic or program, got {self.task_form!r}")
+        grounded = {"arithmetic": "rules", "program": "executor"}[self.task_form]
+        if self.referee == "grounded":
+            self.referee = grounded
+        if self.referee in ("rules", "executor") and self.referee != grounded:
+            raise ConfigError(f"referee {self.referee!r} cannot check {self.task_form} questions; use {grounded!r}")
+        if not 0 <= self.filter_low <= self.filter_high <= self.num_answers:
+            raise ConfigError("need 0 <= filter_low <= filter_high <= num_answers")
+        if self.num_questions % self.challenger_group_size or self.pool_size % self.challenger_group_size:
+            raise ConfigError("num_questions and pool_size must be multiples of challenger_group_size")
+
+
+# --- repetition: BLEU clusters ------------------------------------------------------------
+
+def bleu(hyp: list[str], ref: list[str], max_n: int = 4) -> float:
+    """Sentence BLEU of ``hyp`` against one reference: clipped n-gram precisions (n <= 4,
+    add-one smoothing for n > 1) geometric mean, times the brevity penalty."""
+    if not hyp or not ref:
+        return 0.0
+    logs = []
+    for n in range(1, max_n + 1):
+        h = Counter(tuple(hyp[i : i + n]) for i in range(len(hyp) - n + 1))
+        r = Counter(tuple(ref[i : i + n]) for i in range(len(ref) - n + 1))
+        match, total = sum(min(c, r[g]) for g, c in h.items()), max(sum(h.values()), 0)
+        if n > 1:
+            match, total = match + 1, total + 1
+        if match == 0 or total == 0:
+            return 0.0
+        logs.append(math.log(match / total))
+    bp = 1.0 if len(hyp) >= len(ref) else math.exp(1 - len(ref) / len(hyp))
+    return bp * math.exp(sum(logs) / max_n)
+
+
+def similarity(a: str, b: str) -> float:
+    """Symmetric BLEU of two texts (mean of both directions, whitespace tokens)."""
+    ta, tb = a.split(), b.split()
+    return 0.5 * (bleu(ta, tb) + bleu(tb, ta))
+
+
+def repetition_clusters(texts: list[str], threshold: float) -> list[int]:
+    """Cluster id per text: single-linkage over pairs with similarity >= threshold."""
+    parent = list(range(len(texts)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i in range(len(texts)):
+        for j in range(i + 1, len(texts)):
+            if root(i) != root(j) and similarity(texts[i], texts[j]) >= threshold:
+                parent[root(j)] = root(i)
+    return [root(i) for i in range(len(texts))]
+
+
+def repetition_penalty(texts: list[str], threshold: float, weight: float) -> np.ndarray:
+    """R-Zero's r_rep: weight * |cluster of i| / N over the batch's texts."""
+    if not texts:
+        return np.zeros(0)
+    ids = repetition_clusters(texts, threshold)
+    size = Counter(ids)
+    return np.array([weight * size[c] / len(texts) for c in ids])
+
+
+def challenger_rewards(outcomes: np.ndarray, well_formed: np.ndarray, penalty: np.ndarray,
+                       malformed_reward: float) -> np.ndarray:
+    """Per question: max(0, 1 - 2|p - 1/2| - penalty) when well-formed, with p the share of
+    its m answers the referee rewarded (``outcomes`` (n, m) of 0/1); malformed_reward otherwise."""
+    u = proposer_rewards(outcomes).uncertainty
+    return np.where(well_formed, np.maximum(0.0, u - penalty), malformed_reward)
+
+
+def in_band(votes: np.ndarray, low: int, high: int) -> np.ndarray:
+    """Step 2's filter: low <= votes <= high (votes out of m for the referee's label)."""
+    v = np.asarray(votes)
+    return (v >= low) & (v <= high)
+
+
+def diversity(texts: list[str]) -> float:
+    """1 - mean pairwise similarity (self-BLEU) of the questions; 1 for fewer than two."""
+    pairs = [(i, j) for i in range(len(texts)) for j in range(i + 1, len(texts))]
+    if not pairs:
+        return 1.0
+    return 1.0 - float(np.mean([similarity(texts[i], texts[j]) for i, j in pairs]))
+
+
+# --- the run: models, referees, data --------------------------------------------------------
+
+@dataclass
+class Role:
+    trainer: PolicyTrainer
+    engine: HFEngine
+
+
+class Run:
+    """Everything one R-Zero run holds: roles, referees, held-out set, counters."""
+
+    def __init__(self, cfg: RZeroConfig):
+        self.cfg = cfg
+        self.acc = make_accelerator(cfg.gradient_accumulation_steps)
+        self.out = Path(cfg.output_dir)
+        per_iter = cfg.challenger_steps + cfg.solver_steps
+        if cfg.two_copies:
+            self.challenger = self._role(dataclasses.replace(cfg, max_steps=cfg.iterations * cfg.challenger_steps))
+            self.solver = self._role(dataclasses.replace(cfg, max_steps=cfg.iterations * cfg.solver_steps))
+        else:
+            self.challenger = self.solver = self._role(dataclasses.replace(cfg, max_steps=cfg.iterations * per_iter))
+        self.tok = self.solver.trainer.tokenizer
+        self.matcher = AnswerMatcher(timeout_s=cfg.check_timeout_s)
+        truth_cls = RulesReferee if cfg.task_form == "arithmetic" else ExecutorReferee
+        self.truth = truth_cls(matcher=self.matcher)  # the study's ground truth
+        self.referee = self.truth if cfg.referee == self.truth.provenance else \
+            make_referee(cfg.referee, matcher=self.matcher)
+        self.heldout = heldout_tasks(cfg)
+        self.heldout_questions = {t.question for t in self.heldout}
+        self.bad: Counter = Counter()  # bad input, by kind, over the whole run
+        self.global_step = 0
+
+    def _role(self, cfg: RZeroConfig) -> Role:
+        model, tok = load_policy(cfg, device=str(self.acc.device))
+        trainer = PolicyTrainer(model, tok, cfg, accelerator=self.acc)
+        return Role(trainer, HFEngine(trainer.unwrapped, tok))
+
+    def roles(self) -> list[tuple[str, Role]]:
+        return [("policy", self.solver)] if self.challenger is self.solver else \
+            [("challenger", self.challenger), ("solver", self.solver)]
+
+    def sampling(self, max_new_tokens: int, *key: Any, greedy: bool = False) -> SamplingParams:
+        seed = hash((self.cfg.seed, self.acc.process_index) + key) % (2**31)
+        return SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0 if greedy else self.cfg.temperature,
+                              top_p=self.cfg.top_p, seed=seed)
+
+    def generate(self, role: Role, prompts: list[str], sampling: SamplingParams):
+        with role.trainer.serving(role.engine):
+            return role.engine.generate([encode_prompt(self.tok, p) for p in prompts], sampling)
+
+    def update(self, role: Role, samples: list[Sample]) -> dict[str, float]:
+        metrics = role.trainer.step(samples)
+        self.global_step += 1
+        return metrics
+
+    def close(self) -> None:
+        self.matcher.close()
+        for r in (self.truth, self.referee):
+            if hasattr(r, "close"):
+                r.close()
+
+
+def heldout_tasks(cfg: RZeroConfig) -> list[Task]:
+    """The fixed held-out set: generated ground-truth questions (seeded apart from training)."""
+    rng = random.Random(f"heldout/{cfg.seed}")
+    out = []
+    for i in range(cfg.heldout_size):
+        if cfg.task_form == "arithmetic":
+            p = corpus.arithmetic_problem(rng)
+            out.append(Task(f"heldout-{i}", "arithmetic", corpus.arithmetic_prompt(p), p["prompt"], answer=p["final"]))
+        else:
+            t = corpus.python_program(rng)
+            out.append(Task(f"heldout-{i}", "program", corpus.program_output_prompt(t), t["code"], answer=t["output"]))
+    return out
+
+
+def challenger_prompts(cfg: RZeroConfig, rng: random.Random, n: int) -> list[tuple[str, str]]:
+    """(prompt, context) per question, challenger_group_size questions per prompt. Programs:
+    the prompt asks for an f matching a seed input/output pair; the seed input is the
+    input of the question (context)."""
+    out = []
+    for _ in range(n // cfg.challenger_group_size):
+        if cfg.task_form == "arithmetic":
+            item = (cfg.challenger_prompt or corpus.QUESTION_WRITE_PROMPT, "")
+        else:
+            seed = corpus.python_program(rng)
+            item = (corpus.program_write_prompt(seed), seed["input"])
+        out += [item] * cfg.challenger_group_size
+    return out
+
+
+def to_task(cfg: RZeroConfig, task_id: str, text: str, context: str) -> tuple[Task | None, str | None]:
+    if cfg.task_form == "arithmetic":
+        return arithmetic_task(task_id, text, lambda q: corpus.arithmetic_prompt({"prompt": q}))
+    return program_task(task_id, text, context,
+                        lambda code, arg: corpus.program_output_prompt({"code": code, "input": arg}))
+
+
+def write_and_answer(run: Run, n: int, key: tuple) -> dict[str, Any]:
+    """The challenger writes ``n`` questions; the ones in a checkable form (and, for
+    programs, that the executor can run) are answered m times by the solver; the referee
+    and the truth score every answer. Returns per-question columns (malformed: empty)."""
+    cfg = run.cfg
+    rng = random.Random(hash((cfg.seed, run.acc.process_index) + key))
+    prompts = challenger_prompts(cfg, rng, n)
+    written = run.generate(run.challenger, [p for p, _ in prompts], run.sampling(cfg.challenger_max_new_tokens, *key, 0))
+    tasks, reasons = [], []
+    for i, (c, (_, ctx)) in enumerate(zip(written, prompts)):
+        task, reason = to_task(cfg, "-".join(map(str, (*key, i))), c.text, ctx)
+        if task is not None and task.question in run.heldout_questions:
+            task, reason = None, "heldout"  # never train on the held-out set
+        tasks.append(task)
+        reasons.append(reason)
+    truth = run.truth.truths([t for t in tasks if t is not None])
+    for i, t in enumerate(tasks):
+        if t is not None and truth[t.id] is None:  # e.g. a program that crashes: not a question
+            tasks[i], reasons[i] = None, "uncheckable"
+    run.bad.update(r for r in reasons if r)
+    ok = [t for t in tasks if t is not None]
+    flat = [t for t in ok for _ in range(cfg.num_answers)]
+    answers = run.generate(run.solver, [t.prompt for t in flat], run.sampling(cfg.solver_max_new_tokens, *key, 1))
+    texts = [a.text for a in answers]
+    verdicts = run.referee.score(flat, texts)
+    truths = run.truth.score(flat, texts) if run.referee is not run.truth else verdicts
+    for v in verdicts:
+        run.bad["no_answer"] += v.detail.get("no_answer", False)
+        run.bad["multiple_answers"] += v.detail.get("multiple_answers", False)
+    return {"written": written, "tasks": tasks, "reasons": reasons,
+            **per_question(cfg.num_answers, tasks, texts, verdicts, truths)}
+
+
+def per_question(m: int, tasks: list[Task | None], texts: list[str], verdicts, truths) -> dict[str, list]:
+    """Columns per question from the flat (m per well-formed question) answers: the
+    referee's 0/1 rewards, votes (their sum), label; the truth and the true solve rate."""
+    cols: dict[str, list] = {c: [] for c in ("texts", "finals", "rewards", "votes", "label", "truth", "solve_rate")}
+    k = 0
+    for t in tasks:
+        if t is None:
+            for c, v in zip(cols, ([], [], [], -1, None, None, float("nan"))):
+                cols[c].append(v)
+            continue
+        vs, ts = verdicts[k : k + m], truths[k : k + m]
+        cols["texts"].append(texts[k : k + m])
+        k += m
+        cols["finals"].append([v.detail.get("final") for v in vs])
+        cols["rewards"].append([int(v.reward) for v in vs])
+        cols["votes"].append(sum(int(v.reward) for v in vs))
+        cols["label"].append(vs[0].label)
+        cols["truth"].append(ts[0].label)
+        cols["solve_rate"].append(float(np.mean([v.reward for v in ts])))
+    return cols
+
+
+def samples_of(completions, advantages, rewards, role: str, version: int) -> list[Sample]:
+    return [Sample(c.prompt_ids, c.token_ids, c.logprobs, float(a), float(r), role, "r_zero", version)
+            for c, a, r in zip(completions, advantages, rewards) if c.token_ids]
+
+
+# --- the three phases -----------------------------------------------------------------------
+
+def challenger_step(run: Run, it: int, step: int) -> dict[str, float]:
+    """Step 1: one challenger update."""
+    cfg = run.cfg
+    batch = write_and_answer(run, cfg.num_questions, (it, 0, step))
+    well = np.array([t is not None for t in batch["tasks"]])
+    pen = np.zeros(len(well))
+    pen[well] = repetition_penalty([t.question for t in batch["tasks"] if t is not None],
+                                   cfg.repetition_threshold, cfg.repetition_weight)
+    outcomes = np.array([r if r else [0] * cfg.num_answers for r in batch["rewards"]], dtype=int)
+    rewards = challenger_rewards(outcomes, well, pen, cfg.malformed_reward)
+    adv = group_advantages(rewards.reshape(-1, cfg.challenger_group_size)).reshape(-1)
+    metrics = run.update(run.challenger, samples_of(batch["written"], adv, rewards, "challenger",
+                                                    run.challenger.engine.version))
+    return {**{f"challenger/{k}": v for k, v in metrics.items()}, "challenger/reward": float(rewards.mean()),
+            "challenger/well_formed": float(well.mean()),
+            "challenger/repetition_penalty": float(pen[well].mean()) if well.any() else 0.0,
+            "challenger/referee_p": float(outcomes[well].mean()) if well.any() else float("nan")}
+
+
+def build_pool(run: Run, it: int) -> tuple[list[dict[str, Any]], dict[str, float]]:
+    """Step 2: write the pool, label it, filter it; the records and the study measures."""
+    cfg = run.cfg
+    b = write_and_answer(run, cfg.pool_size, (it, 1, 0))
+    records = []
+    for i, t in enumerate(b["tasks"]):
+        label, truth = b["label"][i], b["truth"][i]
+        records.append({
+            "id": t.id if t else f"{it}-1-0-{i}", "iteration": it, "kind": cfg.task_form,
+            "question": t.question if t else b["written"][i].text, "prompt": t.prompt if t else "",
+            "expression": (t.expression or "") if t else "", "code": (t.code or "") if t else "",
+            "well_formed": t is not None, "reason": b["reasons"][i] or "", "answers": b["texts"][i],
+            "finals": [f or "" for f in b["finals"][i]], "label": label or "", "truth": truth or "",
+            "votes": b["votes"][i], "agreement": b["votes"][i] / cfg.num_answers if t else 0.0,
+            "true_solve_rate": b["solve_rate"][i],
+            "kept": bool(t is not None and label is not None
+                         and in_band(b["votes"][i], cfg.filter_low, cfg.filter_high)),
+            "label_correct": bool(t is not None and run.matcher.matches(cfg.task_form, label, truth))})
+    return records, pool_measures(records)
+
+
+def pool_measures(records: list[dict[str, Any]]) -> dict[str, float]:
+    """Step 4, from the pool: label accuracy on the kept questions (the ones the loop
+    trains on) and on all checkable ones, difficulty (true solve rate), pass rate,
+    diversity, malformed share."""
+    well = [r for r in records if r["well_formed"] and r["truth"]]
+    kept = [r for r in well if r["kept"]]
+    mean = lambda xs: float(np.mean(xs)) if xs else float("nan")  # noqa: E731
+    return {"study/label_accuracy": mean([r["label_correct"] for r in kept]), "study/n_kept": len(kept),
+            "study/label_accuracy_all": mean([r["label_correct"] for r in well if r["label"]]),
+            "study/n_labelled": sum(bool(r["label"]) for r in well),
+            "study/label_correct_kept": sum(r["label_correct"] for r in kept),
+            "study/difficulty": mean([r["true_solve_rate"] for r in well]),
+            "study/pass_rate": len(kept) / len(well) if well else float("nan"),
+            "study/diversity": diversity([r["question"] for r in well]),
+            "study/malformed": 1 - len(well) / len(records) if records else float("nan")}
+
+
+def solver_step(run: Run, kept: list[dict[str, Any]], it: int, step: int) -> dict[str, float]:
+    """Step 3: one solver update on a batch of kept questions against their labels."""
+    cfg = run.cfg
+    if not kept:  # this rank kept nothing but the others did: a zero-loss step keeps them in line
+        return {f"solver/{k}": v for k, v in run.update(run.solver, []).items()}
+    rng = random.Random(hash((cfg.seed, run.acc.process_index, it, 2, step)))
+    batch = [kept[i % len(kept)] for i in rng.sample(range(max(len(kept), cfg.solver_batch)), cfg.solver_batch)]
+    g = cfg.solver_group_size
+    flat = [r for r in batch for _ in range(g)]
+    comps = run.generate(run.solver, [r["prompt"] for r in flat], run.sampling(cfg.solver_max_new_tokens, it, 2, step))
+    finals = [run.matcher.final(cfg.task_form, c.text)[0] for c in comps]
+    rewards = np.array([float(run.matcher.matches(cfg.task_form, f, r["label"])) for f, r in zip(finals, flat)])
+    right = np.array([float(run.matcher.matches(cfg.task_form, f, r["truth"])) for f, r in zip(finals, flat)])
+    adv = group_advantages(rewards.reshape(-1, g)).reshape(-1)
+    metrics = run.update(run.solver, samples_of(comps, adv, rewards, "solver", run.solver.engine.version))
+    return {**{f"solver/{k}": v for k, v in metrics.items()}, "solver/reward": float(rewards.mean()),
+            "solver/true_accuracy": float(right.mean()), "study/reward_accuracy": float((rewards == right).mean()),
+            "study/n_rewards": len(rewards), "study/rewards_right": int((rewards == right).sum())}
+
+
+def evaluate(run: Run, it: int) -> dict[str, float]:
+    """Step 4: the solver's greedy accuracy on the fixed held-out set."""
+    comps = run.generate(run.solver, [t.prompt for t in run.heldout],
+                         run.sampling(run.cfg.solver_max_new_tokens, it, 3, greedy=True))
+    v = run.truth.score(run.heldout, [c.text for c in comps])
+    right = sum(x.reward for x in v)
+    return {"eval/heldout_accuracy": right / max(len(v), 1), "eval/heldout_right": right, "eval/heldout_n": len(v)}
+
+
+# --- data and checkpoints ----------------------------------------------------------------------
+
+def pool_dir(out: Path, it: int, rank: int) -> Path:
+    """``data/iteration-K`` (every rank writes and answers its own questions: rank r > 0
+    keeps its pool in ``data/iteration-K-rank-r``)."""
+    return out / "data" / (f"iteration-{it}" if rank == 0 else f"iteration-{it}-rank-{rank}")
+
+
+def save_pool(path: Path, records: list[dict[str, Any]]) -> Path:
+    """The iteration's questions, answers, labels and agreement as a `datasets` folder (atomic)."""
+    import datasets
+
+    with atomic_dir(path) as tmp:
+        datasets.Dataset.from_list(records).save_to_disk(str(tmp / "pool"))
+    return path
+
+
+def load_kept(path: Path) -> list[dict[str, Any]]:
+    import datasets
+
+    return [r for r in datasets.load_from_disk(str(path / "pool")) if r["kept"]]
+
+
+def save_phase(run: Run, it: int, phase: int) -> None:
+    """An atomic checkpoint after phase ``phase`` of iteration ``it``: every role's trainer
+    state + the progress; the dir name orders them (phase-IIII-P)."""
+    acc, out = run.acc, run.out
+    final, tmp = out / f"phase-{it:04d}-{phase}", out / f".phase-{it:04d}-{phase}.tmp"
+    if acc.is_main_process:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    acc.wait_for_everyone()
+    for name, role in run.roles():
+        role.trainer.save_checkpoint(tmp / name, keep=1)
+    if acc.is_main_process:
+        save_json(tmp / "progress.json", {"iteration": it, "phase": phase, "global_step": run.global_step,
+                                          "bad": dict(run.bad), "engine_versions": {
+                                              n: r.engine.version for n, r in run.roles()}})
+        (tmp / MARKER).write_text("ok\n")
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        for old in sorted(p for p in out.glob("phase-*") if (p / MARKER).exists())[:-2]:
+            shutil.rmtree(old, ignore_errors=True)
+    acc.wait_for_everyone()
+
+
+def resume(run: Run) -> tuple[int, int]:
+    """(iteration, next phase) from the latest complete phase checkpoint; (1, 0) if none."""
+    done = sorted(p for p in run.out.glob("phase-*") if (p / MARKER).exists())
+    if not done:
+        run.acc.print(f"--resume: no phase checkpoint in {run.out}, starting fresh")
+        return 1, 0
+    progress = json.loads((done[-1] / "progress.json").read_text())
+    for name, role in run.roles():
+        role.trainer.load_checkpoint(checkpoint_dirs(done[-1] / name)[-1])
+        role.engine.version = progress["engine_versions"][name]
+    run.global_step, run.bad = progress["global_step"], Counter(progress["bad"])
+    it, phase = progress["iteration"], progress["phase"] + 1
+    run.acc.print(f"resumed from {done[-1]}: iteration {it}, phase {PHASES[phase] if phase < 3 else 'next'}")
+    return (it + 1, 0) if phase == len(PHASES) else (it, phase)
+
+
+# --- the loop ------------------------------------------------------------------------------------
+
+def train(cfg: RZeroConfig) -> Path:
+    """Run R-Zero with ``cfg``; returns the metrics JSONL path. The checker and sandbox
+    processes end with it, also on error."""
+    run = Run(cfg)
+    try:
+        return loop(run)
+    finally:
+        run.close()
+
+
+def loop(run: Run) -> Path:
+    """Steps 1-4 for every iteration, from where a resumed run stopped."""
+    cfg, acc, out = run.cfg, run.acc, run.out
+    start_it, start_phase = resume(run) if cfg.resume else (1, 0)
+    resumed = cfg.resume and (start_it, start_phase) != (1, 0)
+    logger = MetricsLogger(out, resume_step=run.global_step if resumed else None) if acc.is_main_process else None
+    log = (lambda step, row: logger.log(step, row)) if logger else (lambda step, row: None)
+    if acc.is_main_process:
+        save_json(out / "config.json", asdict(cfg))
+    t0 = time.time()
+    bar = tqdm(total=cfg.iterations * len(PHASES), initial=(start_it - 1) * len(PHASES) + start_phase,
+               desc=f"r-zero ({cfg.referee})", disable=not acc.is_main_process)
+    try:
+        if not resumed:
+            log(0, {"iteration": 0, **evaluate(run, 0), "wall_s": 0.0})
+        for it in range(start_it, cfg.iterations + 1):
+            first = start_phase if it == start_it else 0
+            # 1: challenger phase
+            if first <= 0:
+                for step in range(cfg.challenger_steps):
+                    log(run.global_step + 1, {"iteration": it, **challenger_step(run, it, step)})
+                save_phase(run, it, 0)
+                bar.update(1)
+            # 2: filter; 4: the pool saved with `datasets`, its measures logged
+            if first <= 1:
+                records, measures = build_pool(run, it)
+                save_pool(pool_dir(out, it, acc.process_index), records)
+                log(run.global_step, {"iteration": it, **measures, **{f"bad/{k}": v for k, v in run.bad.items()},
+                                      "checker_timeouts": run.matcher.math.timeouts, "wall_s": time.time() - t0})
+                save_phase(run, it, 1)
+                bar.update(1)
+            # 3: solver phase on the kept questions and their labels
+            kept = load_kept(pool_dir(out, it, acc.process_index))
+            study = Counter()
+            # every rank makes the same number of updates (collectives); alone, none without data
+            for step in range(cfg.solver_steps if kept or acc.num_processes > 1 else 0):
+                row = solver_step(run, kept, it, step)
+                study.update({k: row.get(k, 0) for k in ("study/n_rewards", "study/rewards_right")})
+                log(run.global_step, {"iteration": it, **row})
+            # 4: measures of the iteration, held-out accuracy, checkpoint
+            log(run.global_step, {"iteration": it, **evaluate(run, it), "study/reward_accuracy_iteration":
+                                  study["study/rewards_right"] / study["study/n_rewards"]
+                                  if study["study/n_rewards"] else float("nan"), "wall_s": time.time() - t0})
+            save_phase(run, it, 2)
+            bar.update(1)
+            if logger:
+                logger.plot(STUDY_KEYS + ["challenger/reward", "solver/reward", "solver/true_accuracy"],
+                            "curves.png", title=f"R-Zero ({cfg.task_form}, referee {cfg.referee})")
+        save_final(run)
+    finally:
+        bar.close()
+        if logger:
+            logger.close()
+    acc.wait_for_everyone()
+    return out / "metrics.jsonl"
+
+
+def save_final(run: Run) -> None:
+    """The trained model(s) as plain HF folders: final_model (the solver / the one policy)
+    and, with two copies, final_challenger."""
+    for name, role in run.roles():
+        state = run.acc.get_state_dict(role.trainer.model)  # every rank: gathers ZeRO-3 shards
+        if run.acc.is_main_process:
+            with atomic_dir(run.out / ("final_challenger" if name == "challenger" else "final_model")) as tmp:
+                role.trainer.unwrapped.save_pretrained(tmp, state_dict=state)
+                run.tok.save_pretrained(tmp)
+
+
+def main(argv=None):
+    cfg = parse_config(RZeroConfig, argv)
+    path = train(cfg)
+    print(f"metrics: {path}\ncurves: {Path(cfg.output_dir) / 'curves.png'}\ndata: {Path(cfg.output_dir) / 'data'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))
