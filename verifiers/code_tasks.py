@@ -37,6 +37,7 @@ import math
 import random
 import re
 import threading
+import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -153,7 +154,9 @@ def _safe_parse(code: str) -> ast.Module | str:
     if len(code) > MAX_PROGRAM_CHARS:
         return f"program longer than {MAX_PROGRAM_CHARS} characters"
     try:
-        return ast.parse(code)
+        with warnings.catch_warnings():  # model text: invalid escapes are its problem, not a warning
+            warnings.simplefilter("ignore")
+            return ast.parse(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as e:
         return f"program does not parse: {type(e).__name__}"
 
@@ -246,7 +249,9 @@ def parse_answer(task_type: str, text: str) -> tuple[Any, str | None]:
         args, err = check_input(body)
         return (None, err) if err else (args, None)
     try:
-        return ast.literal_eval(body), None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return ast.literal_eval(body), None
     except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError, OverflowError):
         return None, "answer is not a Python literal"
 
@@ -386,14 +391,14 @@ def seed_tasks(task_type: str, rng: random.Random, n_generated: int, n_inputs: i
     generated programs (:func:`~lmselfplay.models.corpus.python_program`). Induction seeds
     get ``n_inputs`` inputs each (the program's own plus inputs of other programs of the
     same kind: an int program gets ints)."""
-    out = [CodeTask(task_type, IDENTITY, _inputs_like(rng, "1", n_inputs), source="seed")]
+    out = [CodeTask(task_type, IDENTITY, inputs_like(rng, "1", n_inputs), source="seed")]
     for _ in range(n_generated):
         p = python_program(rng)
-        out.append(CodeTask(task_type, p["code"], _inputs_like(rng, p["input"], n_inputs), source="seed"))
+        out.append(CodeTask(task_type, p["code"], inputs_like(rng, p["input"], n_inputs), source="seed"))
     return out
 
 
-def _inputs_like(rng: random.Random, first: str, n: int) -> list[str]:
+def inputs_like(rng: random.Random, first: str, n: int) -> list[str]:
     """``first`` plus ``n - 1`` fresh generated inputs of the same Python type."""
     kind = type(ast.literal_eval(first))
     out = [first]
