@@ -99,6 +99,7 @@ def test_parsers_never_raise_on_garbage():
 def test_parse_answer_per_type():
     assert parse_answer("deduction", "[1, 'a']") == ([1, "a"], None)
     assert parse_answer("deduction", "```output\n{'k': 2}\n```") == ({"k": 2}, None)
+    assert parse_answer("deduction", "The value is <answer>'a b'</answer>.") == ("a b", None)
     assert parse_answer("abduction", "[3, 1], 2") == (([3, 1], 2), None)
     assert parse_answer("induction", "def f(x):\n    return x")[0] == "def f(x):\n    return x\n"
     for tt, bad in (("deduction", "f(1)"), ("deduction", ""), ("abduction", "__import__('os')"),

@@ -181,7 +181,9 @@ def check_input(text: str) -> tuple[tuple, str | None]:
     if len(text) > MAX_ANSWER_CHARS:
         return (), "input too long"
     try:
-        return parse_literal_args(text), None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return parse_literal_args(text), None
     except (ValueError, RecursionError, MemoryError, OverflowError):
         return (), f"input is not a literal argument list: {text[:60]!r}"
 
@@ -227,13 +229,22 @@ def _split_bare(text: str) -> tuple[str, list[str], list[str]]:
     return "\n".join(code), _tagged_lines(text, "input"), _tagged_lines(text, "message")
 
 
+ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.S)
+
+
 def _strip_fence(text: str) -> str:
+    """The answer inside ``<answer>...</answer>`` (AZR's tags), else the first fence,
+    else the whole text."""
+    m = ANSWER_TAG.search(text)
+    if m:
+        return m.group(1)
     m = FENCE.search(text)
     return m.group(2) if m else text
 
 
 def parse_answer(task_type: str, text: str) -> tuple[Any, str | None]:
-    """The solver's answer: (value, None) or (None, format error). Deduction: a literal
+    """The solver's answer: (value, None) or (None, format error), read from
+    ``<answer>`` tags or a fence when present. Deduction: a literal
     (parsed here, literals only); abduction: a literal argument list; induction: a program."""
     if not isinstance(text, str):
         return None, "not text"
