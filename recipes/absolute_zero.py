@@ -15,6 +15,8 @@ The algorithm, in order (every rank runs its own proposals; gradients are averag
     for step = 1..steps:
         1. propose    : per task type, proposals_per_type programs + input(s), each prompt
                         showing `references` tasks sampled from that type's buffer
+                        (proposal_style io: the program for one reference's I/O pair, the
+                        task taking that reference's inputs - what the embedded model can do)
         2. validate   : one executor batch (two hash seeds): parses, runs inside the limits,
                         deterministic, JSON output. Invalid: invalid_penalty (format error:
                         format_penalty); valid: into the buffer (deduplicated by normalized AST)
@@ -50,7 +52,7 @@ from lmselfplay.rl.advantages import task_type_advantages
 from lmselfplay.rl.rewards import proposer_rewards
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, is_partitioned, make_accelerator
 from lmselfplay.utils.checkpoint import latest_checkpoint, save_json
-from lmselfplay.utils.config import parse_config
+from lmselfplay.utils.config import ConfigError, parse_config
 from lmselfplay.utils.metrics_logger import MetricsLogger
 from lmselfplay.verifiers.code_tasks import (
     TASK_TYPES,
@@ -73,6 +75,9 @@ class AbsoluteZeroConfig(TrainerConfig, PolicyConfig):
     steps: int = 40
     proposals_per_type: int = field(default=8, metadata={"help": "proposals per task type per step"})
     references: int = field(default=3, metadata={"help": "K buffer tasks shown in each proposal prompt"})
+    proposal_style: str = field(default="paper", metadata={
+        "help": "paper: the proposer writes program + inputs after K references; io: it writes the program "
+                "for one reference's I/O pair and the task takes that reference's inputs (embedded model)"})
     num_generations: int = field(default=4, metadata={"help": "G solver attempts per task"})
     solve_tasks_per_type: int = field(default=8, metadata={"help": "tasks solved per type (topped up from the buffer)"})
     induction_inputs: int = field(default=4, metadata={"help": "inputs per induction task: half shown, half held out"})
@@ -180,6 +185,9 @@ def make_sample(comp, advantage: float, reward: float, role: str, task_type: str
 
 def main(argv=None):
     cfg = parse_config(AbsoluteZeroConfig, argv)
+    if cfg.proposal_style not in ("paper", "io") or cfg.references < 1:
+        raise ConfigError(f"proposal_style must be paper or io (got {cfg.proposal_style!r}) "
+                          f"and references >= 1 (got {cfg.references})")
     cfg.max_steps = cfg.steps
     acc = make_accelerator(cfg.gradient_accumulation_steps)
     out_dir = Path(cfg.output_dir)
@@ -262,7 +270,8 @@ def train_step(cfg, acc, trainer, engine, tok, referee, buffers, step: int, out_
 
     # 1: propose, per type, conditioned on K reference tasks of that type's buffer
     types = [tt for tt in TASK_TYPES for _ in range(cfg.proposals_per_type)]
-    prompts = [propose_prompt(tt, buffers[tt].sample(rng, cfg.references), n_inputs(cfg, tt)) for tt in types]
+    refs = [buffers[tt].sample(rng, cfg.references) for tt in types]
+    prompts = [propose_prompt(tt, r, n_inputs(cfg, tt), cfg.proposal_style) for tt, r in zip(types, refs)]
     t = time.perf_counter()
     with trainer.generation_model() as m:
         engine.model = m
@@ -270,7 +279,9 @@ def train_step(cfg, acc, trainer, engine, tok, referee, buffers, step: int, out_
     t_gen += time.perf_counter() - t
 
     # 2: validate in the executor (one batch); valid tasks enter the buffer (dedup)
-    parsed = [parse_proposal(c.text, n_inputs(cfg, tt), tt == "induction") for tt, c in zip(types, props)]
+    io = cfg.proposal_style == "io"
+    parsed = [parse_proposal(c.text, n_inputs(cfg, tt), tt == "induction" and not io, r[0].inputs if io else None)
+              for tt, c, r in zip(types, props, refs)]
     t = time.perf_counter()
     checks = referee.validate(list(zip(types, parsed)))
     t_exec += time.perf_counter() - t

@@ -31,6 +31,7 @@ from lmselfplay.verifiers.code_tasks import (
     normalized_program,
     parse_answer,
     parse_proposal,
+    propose_prompt,
     seed_tasks,
     solve_prompt,
     task_key,
@@ -82,6 +83,18 @@ def test_parse_proposal_formats_and_reasons():
         assert p.error is not None and reason in p.error, (text, p.error)
     assert parse_proposal("def f(x):\n    return x\ninput: 1\ninput: 2", 2, need_message=True).error == "no message"
     assert parse_proposal(None, 1).error == "not text"
+
+
+def test_io_proposal_style_takes_the_reference_inputs():
+    from lmselfplay.models.corpus import program_write_prompt
+
+    ref = CodeTask("induction", "def f(x):\n    return x\n", ["3", "4", "5", "6"], [3, 4, 5, 6])
+    assert propose_prompt("induction", [ref], 4, "io") == program_write_prompt({"input": "3", "output": "3"})
+    p = parse_proposal("def f(x):\n    return x * 2", 4, given_inputs=ref.inputs)
+    assert p.error is None and p.inputs == ref.inputs
+    assert parse_proposal("[1, 2]", 4, given_inputs=ref.inputs).error == "no program"
+    with pytest.raises(ValueError, match="proposal style"):
+        propose_prompt("deduction", [ref], 1, "poem")
 
 
 def test_parsers_never_raise_on_garbage():
@@ -405,6 +418,16 @@ def test_resume_is_exact_with_buffers(model_dir, tmp_path, monkeypatch):
     assert any(not torch.equal(init[k], a[k]) for k in a)
     rows = [json.loads(x) for x in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "train/loss" in r] == [1, 2, 3]
+
+
+def test_bad_config_is_rejected(model_dir, tmp_path):
+    from lmselfplay.utils.config import ConfigError
+
+    recipe = load_recipe("absolute_zero")
+    with pytest.raises(ConfigError, match="proposal_style"):
+        recipe.main(_args(model_dir, tmp_path, 1, proposal_style="poem"))
+    with pytest.raises(ConfigError, match="num_generatons"):
+        recipe.main(_args(model_dir, tmp_path, 1) + ["--num_generatons", "2"])
 
 
 def test_heldout_set_is_fixed_and_never_in_the_buffers(referee):

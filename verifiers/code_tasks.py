@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from lmselfplay.models.corpus import program_output_prompt, python_program
+from lmselfplay.models.corpus import program_output_prompt, program_write_prompt, python_program
 from lmselfplay.verifiers.executor import (
     STATUSES,
     ExecResult,
@@ -83,8 +83,20 @@ def reference_text(task: CodeTask) -> str:
     return "\n".join(lines)
 
 
-def propose_prompt(task_type: str, references: Sequence[CodeTask], n_inputs: int = 1) -> str:
-    """Step 1's prompt: header, K reference tasks of the type, the answer format."""
+def propose_prompt(task_type: str, references: Sequence[CodeTask], n_inputs: int = 1,
+                   style: str = "paper") -> str:
+    """Step 1's prompt. ``paper``: header, K reference tasks of the type (program + inputs),
+    the answer format; the proposer writes program and inputs. ``io``: the first reference's
+    first input/output pair in the embedded model's pre-training format
+    (:func:`~lmselfplay.models.corpus.program_write_prompt`); the proposer writes only the
+    program and the task takes the reference's inputs (:func:`parse_proposal` ``given_inputs``)."""
+    if style == "io":
+        if not references:
+            raise ValueError("the io proposal style needs a reference task")
+        r = references[0]
+        return program_write_prompt({"input": r.inputs[0], "output": repr(r.outputs[0])})
+    if style != "paper":
+        raise ValueError(f"unknown proposal style {style!r}: use paper or io")
     head = PROPOSE_HEADER[task_type].format(n=n_inputs)
     refs = "\n".join(f"Example {k + 1}:\n{reference_text(t)}" for k, t in enumerate(references))
     fmt = PROPOSE_FORMAT.format(message=", then 'message: TEXT'" if task_type == "induction" else "")
@@ -188,8 +200,10 @@ def check_input(text: str) -> tuple[tuple, str | None]:
         return (), f"input is not a literal argument list: {text[:60]!r}"
 
 
-def parse_proposal(text: str, n_inputs: int, need_message: bool = False) -> Proposal:
-    """The program, inputs and message of a proposer's output (see the module rules)."""
+def parse_proposal(text: str, n_inputs: int, need_message: bool = False,
+                   given_inputs: Sequence[str] | None = None) -> Proposal:
+    """The program, inputs and message of a proposer's output (see the module rules).
+    With ``given_inputs`` (the ``io`` proposal style) the inputs are those, not the text's."""
     if not isinstance(text, str):
         return Proposal(error="not text")
     fences = FENCE.findall(text)
@@ -202,6 +216,8 @@ def parse_proposal(text: str, n_inputs: int, need_message: bool = False) -> Prop
     else:
         body, inputs, messages = _split_bare(text)
         programs = [body] if re.search(r"^\s*(def|async def)\s", body, re.M) else []
+    if given_inputs is not None:
+        inputs = list(given_inputs)
     if not programs:
         return Proposal(error="no program")
     if len(programs) > 1:
