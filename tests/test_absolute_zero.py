@@ -405,19 +405,19 @@ def test_resume_is_exact_with_buffers(model_dir, tmp_path, monkeypatch):
     recipe = load_recipe("absolute_zero")
     monkeypatch.setattr(recipe, "HFEngine", lambda model, tok: _proposing_engine(tok))
     kw = dict(eval_every=0, save_datasets="false")
-    recipe.main(_args(model_dir, tmp_path / "full", 3, **kw))
-    recipe.main(_args(model_dir, tmp_path / "cut", 2, **kw))
-    recipe.main(_args(model_dir, tmp_path / "cut", 3, **kw) + ["--resume", "true"])
+    recipe.main(_args(model_dir, tmp_path / "full", 2, **kw))
+    recipe.main(_args(model_dir, tmp_path / "cut", 1, **kw))  # "killed" after step 1
+    recipe.main(_args(model_dir, tmp_path / "cut", 2, **kw) + ["--resume", "true"])
     a, b = _weights(tmp_path / "full" / "final_model"), _weights(tmp_path / "cut" / "final_model")
     assert all(torch.equal(a[k], b[k]) for k in a)
-    full = torch.load(tmp_path / "full" / "checkpoint-3" / "lmselfplay_state.pt", weights_only=False)["extra"]
-    cut = torch.load(tmp_path / "cut" / "checkpoint-3" / "lmselfplay_state.pt", weights_only=False)["extra"]
+    full = torch.load(tmp_path / "full" / "checkpoint-2" / "lmselfplay_state.pt", weights_only=False)["extra"]
+    cut = torch.load(tmp_path / "cut" / "checkpoint-2" / "lmselfplay_state.pt", weights_only=False)["extra"]
     assert full["buffers"] == cut["buffers"]
     assert all(len(full["buffers"][tt]) > 5 for tt in TASK_TYPES)  # proposals entered the buffers
     init = _weights(model_dir)
     assert any(not torch.equal(init[k], a[k]) for k in a)
     rows = [json.loads(x) for x in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows if "train/loss" in r] == [1, 2, 3]
+    assert [r["step"] for r in rows if "train/loss" in r] == [1, 2]
 
 
 def test_bad_config_is_rejected(model_dir, tmp_path):
@@ -432,10 +432,10 @@ def test_bad_config_is_rejected(model_dir, tmp_path):
 
 def test_heldout_set_is_fixed_and_never_in_the_buffers(referee):
     recipe = load_recipe("absolute_zero")
-    cfg = recipe.AbsoluteZeroConfig(eval_tasks_per_type=30, seed_programs=40)
+    cfg = recipe.AbsoluteZeroConfig(eval_tasks_per_type=20, seed_programs=20)
     held = recipe.heldout_tasks(cfg, referee)
     again = recipe.heldout_tasks(cfg, referee)
-    assert all(len(held[tt]) == 30 for tt in TASK_TYPES)
+    assert all(len(held[tt]) == 20 for tt in TASK_TYPES)
     assert [t.to_dict() for tt in TASK_TYPES for t in held[tt]] == [t.to_dict() for tt in TASK_TYPES for t in again[tt]]
     forbidden = {task_key(t) for ts in held.values() for t in ts}
     buffers = recipe.seed_buffers(cfg, referee, forbidden)
