@@ -37,6 +37,7 @@ from __future__ import annotations
 import random
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -58,6 +59,7 @@ from lmselfplay.verifiers.code_tasks import (
     TASK_TYPES,
     CodeReferee,
     CodeTask,
+    Proposal,
     TaskBuffer,
     diversity,
     parse_proposal,
@@ -110,8 +112,6 @@ def executor_config(cfg) -> ExecutorConfig:
 
 def validated(referee, cfg, tasks: list[CodeTask]) -> list[CodeTask]:
     """Run unvalidated tasks (seeds, held-out) through step 2's validation; keep the valid."""
-    from lmselfplay.verifiers.code_tasks import Proposal
-
     props = [(t.task_type, Proposal(t.program, t.inputs, t.message)) for t in tasks]
     out = []
     for t, v in zip(tasks, referee.validate(props)):
@@ -260,52 +260,66 @@ def log_eval(cfg, acc, trainer, engine, tok, referee, heldout, logger, step, t0)
     return result
 
 
+class PhaseClock:
+    """Seconds per phase of a step: ``with clock("executor"): ...``."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {"generation": 0.0, "executor": 0.0, "train": 0.0}
+
+    @contextmanager
+    def __call__(self, phase: str):
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] += time.perf_counter() - t
+
+    def shares(self) -> dict[str, float]:
+        total = sum(self.seconds.values()) or 1.0
+        return {f"time/{k}_share": v / total for k, v in self.seconds.items()} | {"time/step_s": total}
+
+
+def policy_generate(trainer, engine, tok, prompts, cfg, max_new_tokens: int, seed: int):
+    with trainer.generation_model() as m:  # full weights on every rank (ZeRO-3 gathers)
+        engine.model = m
+        return generate(engine, tok, prompts, cfg, max_new_tokens, seed)
+
+
 def train_step(cfg, acc, trainer, engine, tok, referee, buffers, step: int, out_dir: Path) -> dict[str, float]:
     """Steps 1-6 of the algorithm box; returns the step's metrics."""
     rng = random.Random(f"{cfg.seed}/{step}/{acc.process_index}")
     seed = rng.randrange(2**31)
     version = trainer.step_count
-    t_gen = t_exec = 0.0
+    clock = PhaseClock()
     exec_before = (referee.seconds, referee.programs_run)
 
     # 1: propose, per type, conditioned on K reference tasks of that type's buffer
     types = [tt for tt in TASK_TYPES for _ in range(cfg.proposals_per_type)]
     refs = [buffers[tt].sample(rng, cfg.references) for tt in types]
     prompts = [propose_prompt(tt, r, n_inputs(cfg, tt), cfg.proposal_style) for tt, r in zip(types, refs)]
-    t = time.perf_counter()
-    with trainer.generation_model() as m:
-        engine.model = m
-        props = generate(engine, tok, prompts, cfg, cfg.propose_max_new_tokens, seed)
-    t_gen += time.perf_counter() - t
+    with clock("generation"):
+        props = policy_generate(trainer, engine, tok, prompts, cfg, cfg.propose_max_new_tokens, seed)
 
     # 2: validate in the executor (one batch); valid tasks enter the buffer (dedup)
     io = cfg.proposal_style == "io"
     parsed = [parse_proposal(c.text, n_inputs(cfg, tt), tt == "induction" and not io, r[0].inputs if io else None)
               for tt, c, r in zip(types, props, refs)]
-    t = time.perf_counter()
-    checks = referee.validate(list(zip(types, parsed)))
-    t_exec += time.perf_counter() - t
+    with clock("executor"):
+        checks = referee.validate(list(zip(types, parsed)))
     new_tasks = [v.task for v in checks if v.valid and not buffers[v.task.task_type].is_forbidden(v.task)]
     added = [buffers[t.task_type].add(t) for t in new_tasks]
 
     # 3: solve, G attempts per task, checked by the executor (one batch)
-    tasks = solve_set(cfg, buffers, new_tasks, rng)
-    attempts = [t for t in tasks for _ in range(cfg.num_generations)]
-    t = time.perf_counter()
-    with trainer.generation_model() as m:
-        engine.model = m
-        answers = generate(engine, tok, [solve_prompt(x) for x in attempts], cfg, cfg.solve_max_new_tokens, seed + 1)
-    t_gen += time.perf_counter() - t
-    t = time.perf_counter()
-    verdicts = referee.check([(x, c.text) for x, c in zip(attempts, answers)])
-    t_exec += time.perf_counter() - t
+    attempts = [t for t in solve_set(cfg, buffers, new_tasks, rng) for _ in range(cfg.num_generations)]
+    with clock("generation"):
+        answers = policy_generate(trainer, engine, tok, [solve_prompt(x) for x in attempts], cfg,
+                                  cfg.solve_max_new_tokens, seed + 1)
+    with clock("executor"):
+        verdicts = referee.check([(x, c.text) for x, c in zip(attempts, answers)])
 
     # 4: rewards: solver 1/0 (format error: penalty); proposer learnability over G attempts
     solve_r = [cfg.format_penalty if status == "format" else r for r, status in verdicts]
-    outcome = {}  # id(task) -> its G outcomes (1 right, 0 wrong or unparsable)
-    for x, (r, _) in zip(attempts, verdicts):
-        outcome.setdefault(id(x), []).append(int(r > 0))
-    learn = dict(zip(outcome, proposer_rewards(list(outcome.values())).absolute_zero)) if outcome else {}
+    learn = learnability(attempts, verdicts)
     prop_r = [proposer_reward(cfg, p, v, learn) for p, v in zip(parsed, checks)]
 
     # 5: advantages: TRR++, one bucket per (task type, role)
@@ -317,24 +331,29 @@ def train_step(cfg, acc, trainer, engine, tok, referee, buffers, step: int, out_
                for c, a, r, tt in zip(props, adv[: len(props)], prop_r, types)]
     samples += [make_sample(c, a, r, "solve", x.task_type, version)
                 for c, a, r, x in zip(answers, adv[len(props):], solve_r, attempts)]
-    samples = [s for s in samples if s.completion_ids]
-    t = time.perf_counter()
-    metrics = trainer.step(samples)
-    engine.update_weights(trainer.unwrapped, version=trainer.step_count)
-    t_train = time.perf_counter() - t
+    with clock("train"):
+        metrics = trainer.step([s for s in samples if s.completion_ids])
+        engine.update_weights(trainer.unwrapped, version=trainer.step_count)
 
     if cfg.save_datasets and acc.is_main_process:
         save_step_data(out_dir, step, version, types, props, parsed, checks, prop_r, attempts, answers, verdicts,
                        solve_r)
     exec_s, programs = referee.seconds - exec_before[0], referee.programs_run - exec_before[1]
-    total = t_gen + t_exec + t_train
     row = {f"train/{k}": v for k, v in metrics.items()}
     row.update(step_metrics(types, parsed, checks, prop_r, attempts, verdicts, buffers, added))
-    row.update({"time/generation_share": t_gen / total, "time/executor_share": t_exec / total,
-                "time/train_share": t_train / total, "time/step_s": total,
-                "executor/programs_per_s": programs / exec_s if exec_s > 0 else 0.0,
-                "executor/programs": programs})
+    row.update(clock.shares())
+    row.update({"executor/programs_per_s": programs / exec_s if exec_s > 0 else 0.0, "executor/programs": programs})
     return row
+
+
+def learnability(attempts, verdicts) -> dict[int, float]:
+    """id(task) -> AZR's learnability over its G attempts (right = 1; wrong or unparsable = 0)."""
+    outcome: dict[int, list[int]] = {}
+    for x, (r, _) in zip(attempts, verdicts):
+        outcome.setdefault(id(x), []).append(int(r > 0))
+    if not outcome:
+        return {}
+    return dict(zip(outcome, proposer_rewards(list(outcome.values())).absolute_zero.tolist()))
 
 
 def proposer_reward(cfg, parsed, check, learn: dict[int, float]) -> float:

@@ -37,9 +37,10 @@ import math
 import random
 import re
 import threading
+import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from lmselfplay.models.corpus import program_output_prompt, program_write_prompt, python_program
@@ -474,8 +475,6 @@ class CodeReferee:
 
     def _run(self, tasks: list[Task], both: bool) -> list[list[ExecResult]]:
         """``tasks`` on executor 0 (and 1 when ``both``), one ``run_batch`` each, timed."""
-        import time
-
         t0 = time.perf_counter()
         out: list[list[ExecResult]] = [[], []]
 
@@ -541,8 +540,6 @@ class CodeReferee:
 
 
 def _with_seed(cfg: ExecutorConfig, seed: int) -> ExecutorConfig:
-    from dataclasses import replace
-
     return replace(cfg, hash_seed=seed)
 
 
