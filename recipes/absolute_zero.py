@@ -42,6 +42,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+from accelerate.utils import gather_object
 from tqdm.auto import tqdm
 
 from lmselfplay.eval.stats import wilson
@@ -213,7 +214,7 @@ def run(cfg, acc, trainer, engine, tok, referee, out_dir: Path):
     if ckpt is not None:
         extra = trainer.load_checkpoint(ckpt)
         for tt in TASK_TYPES:
-            buffers[tt].load_state_dict(extra["buffers"][tt])
+            buffers[tt].load_state_dict(extra["buffers"][acc.process_index][tt])
         start_step = trainer.step_count
         engine.version = start_step
         acc.print(f"resumed from {ckpt} at step {start_step}")
@@ -234,7 +235,9 @@ def run(cfg, acc, trainer, engine, tok, referee, out_dir: Path):
             logger.log(step + 1, {**row, "wall_s": time.time() - t0})
             bar.set_postfix(valid=f"{row['propose/valid_rate']:.2f}", solve=f"{row['solve/solve_rate']:.2f}")
         if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
-            trainer.save_checkpoint(out_dir, {"buffers": {tt: b.state_dict() for tt, b in buffers.items()}})
+            # every rank proposes its own tasks: one buffer set per rank
+            mine = {tt: b.state_dict() for tt, b in buffers.items()}
+            trainer.save_checkpoint(out_dir, {"buffers": gather_object([mine])})
     final = log_eval(cfg, acc, trainer, engine, tok, referee, heldout, logger, cfg.steps, t0)
     state = acc.get_state_dict(trainer.model)  # every rank: gathers ZeRO-3 shards
     if acc.is_main_process:

@@ -413,7 +413,8 @@ def test_resume_is_exact_with_buffers(model_dir, tmp_path, monkeypatch):
     full = torch.load(tmp_path / "full" / "checkpoint-2" / "lmselfplay_state.pt", weights_only=False)["extra"]
     cut = torch.load(tmp_path / "cut" / "checkpoint-2" / "lmselfplay_state.pt", weights_only=False)["extra"]
     assert full["buffers"] == cut["buffers"]
-    assert all(len(full["buffers"][tt]) > 5 for tt in TASK_TYPES)  # proposals entered the buffers
+    assert len(full["buffers"]) == 1  # one buffer set per rank
+    assert all(len(full["buffers"][0][tt]) > 5 for tt in TASK_TYPES)  # proposals entered the buffers
     init = _weights(model_dir)
     assert any(not torch.equal(init[k], a[k]) for k in a)
     rows = [json.loads(x) for x in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()]
@@ -440,3 +441,25 @@ def test_heldout_set_is_fixed_and_never_in_the_buffers(referee):
     forbidden = {task_key(t) for ts in held.values() for t in ts}
     buffers = recipe.seed_buffers(cfg, referee, forbidden)
     assert not any(task_key(t) in forbidden for b in buffers.values() for t in b.tasks)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_recipe_under_accelerate_launch(model_dir, tmp_path):
+    """Two DDP ranks: each proposes, validates and solves its own tasks with its own
+    sandboxes; the checkpoint keeps one buffer set per rank."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+           str(root / "recipes" / "accelerate" / "ddp_cpu.yaml"), str(root / "recipes" / "absolute_zero.py"),
+           *_args(model_dir, tmp_path / "run", 2, eval_every=0, checkpoint_every=2)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    res = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=500)
+    assert res.returncode == 0, res.stderr[-3000:]
+    extra = torch.load(tmp_path / "run" / "checkpoint-2" / "lmselfplay_state.pt", weights_only=False)["extra"]
+    assert len(extra["buffers"]) == 2 and all(set(b) == set(TASK_TYPES) for b in extra["buffers"])
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "train/loss" in r] == [1, 2]
+    assert (tmp_path / "run" / "final_model").is_dir()
