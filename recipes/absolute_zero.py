@@ -85,6 +85,8 @@ class AbsoluteZeroConfig(TrainerConfig, PolicyConfig):
     solve_tasks_per_type: int = field(default=8, metadata={"help": "tasks solved per type (topped up from the buffer)"})
     induction_inputs: int = field(default=4, metadata={"help": "inputs per induction task: half shown, half held out"})
     seed_programs: int = field(default=16, metadata={"help": "generated programs seeding each buffer"})
+    answer_tags: bool = field(default=False, metadata={
+        "help": "ask the solver for <answer>...</answer> (real models); the embedded model answers bare"})
     propose_max_new_tokens: int = 96
     solve_max_new_tokens: int = 64
     top_p: float = 1.0
@@ -158,7 +160,7 @@ def generate(engine, tok, prompts: list[str], cfg, max_new_tokens: int, seed: in
 def evaluate(cfg, engine, tok, referee, heldout) -> dict[str, float]:
     """Step 7: greedy accuracy per type on the held-out tasks, with 95% Wilson CIs."""
     items = [t for tt in TASK_TYPES for t in heldout[tt]]
-    comps = generate(engine, tok, [solve_prompt(t) for t in items], cfg, cfg.solve_max_new_tokens, cfg.seed, True)
+    comps = generate(engine, tok, [solve_prompt(t, cfg.answer_tags) for t in items], cfg, cfg.solve_max_new_tokens, cfg.seed, True)
     verdicts = referee.check([(t, c.text) for t, c in zip(items, comps)])
     out = {}
     for tt in TASK_TYPES:
@@ -315,7 +317,7 @@ def train_step(cfg, acc, trainer, engine, tok, referee, buffers, step: int, out_
     # 3: solve, G attempts per task, checked by the executor (one batch)
     attempts = [t for t in solve_set(cfg, buffers, new_tasks, rng) for _ in range(cfg.num_generations)]
     with clock("generation"):
-        answers = policy_generate(trainer, engine, tok, [solve_prompt(x) for x in attempts], cfg,
+        answers = policy_generate(trainer, engine, tok, [solve_prompt(x, cfg.answer_tags) for x in attempts], cfg,
                                   cfg.solve_max_new_tokens, seed + 1)
     with clock("executor"):
         verdicts = referee.check([(x, c.text) for x, c in zip(attempts, answers)])

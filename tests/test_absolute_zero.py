@@ -113,6 +113,9 @@ def test_parse_answer_per_type():
     assert parse_answer("deduction", "[1, 'a']") == ([1, "a"], None)
     assert parse_answer("deduction", "```output\n{'k': 2}\n```") == ({"k": 2}, None)
     assert parse_answer("deduction", "The value is <answer>'a b'</answer>.") == ("a b", None)
+    task = CodeTask("abduction", "def f(x):\n    return x\n", ["1"], [1])
+    assert solve_prompt(task, answer_tags=True).startswith(solve_prompt(task) + "\n")
+    assert "<answer>" in solve_prompt(task, answer_tags=True) and "<answer>" not in solve_prompt(task)
     assert parse_answer("abduction", "[3, 1], 2") == (([3, 1], 2), None)
     assert parse_answer("induction", "def f(x):\n    return x")[0] == "def f(x):\n    return x\n"
     for tt, bad in (("deduction", "f(1)"), ("deduction", ""), ("abduction", "__import__('os')"),
@@ -429,6 +432,15 @@ def test_bad_config_is_rejected(model_dir, tmp_path):
         recipe.main(_args(model_dir, tmp_path, 1, proposal_style="poem"))
     with pytest.raises(ConfigError, match="num_generatons"):
         recipe.main(_args(model_dir, tmp_path, 1) + ["--num_generatons", "2"])
+
+
+def test_shipped_configs_parse():
+    recipe = load_recipe("absolute_zero")
+    root = Path(__file__).resolve().parents[1] / "recipes" / "configs"
+    tiny = recipe.parse_config(recipe.AbsoluteZeroConfig, ["--config", str(root / "absolute_zero.yaml")])
+    assert tiny.model_name_or_path is None and tiny.proposal_style == "io" and tiny.eval_tasks_per_type == 200
+    real = recipe.parse_config(recipe.AbsoluteZeroConfig, ["--config", str(root / "absolute_zero_qwen_coder.yaml")])
+    assert real.model_name_or_path.startswith("Qwen/") and real.proposal_style == "paper" and real.answer_tags
 
 
 def test_heldout_set_is_fixed_and_never_in_the_buffers(referee):

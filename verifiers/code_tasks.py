@@ -74,6 +74,11 @@ PROPOSE_HEADER = {
 PROPOSE_FORMAT = "Answer with the program, then one line 'input: ARGS' per input{message}."
 ABDUCTION_PROMPT = "Give an input x with repr(f(x)) == {output}.\n{program}"
 INDUCTION_PROMPT = "Write a Python function f with {pairs}.\n{message}"
+ANSWER_TAGS = {
+    "deduction": "Put only the output, as a Python literal, inside <answer></answer>.",
+    "abduction": "Put only the input (the arguments of f, as Python literals) inside <answer></answer>.",
+    "induction": "Put only the program defining f inside <answer></answer>.",
+}
 
 
 def reference_text(task: CodeTask) -> str:
@@ -104,16 +109,19 @@ def propose_prompt(task_type: str, references: Sequence[CodeTask], n_inputs: int
     return f"{head}\n{refs}\n{fmt}" if refs else f"{head}\n{fmt}"
 
 
-def solve_prompt(task: CodeTask) -> str:
+def solve_prompt(task: CodeTask, answer_tags: bool = False) -> str:
     """Step 3's prompt. Deduction is the embedded model's pre-training format
-    (:func:`~lmselfplay.models.corpus.program_output_prompt`), so it starts in-distribution."""
+    (:func:`~lmselfplay.models.corpus.program_output_prompt`), so it starts in-distribution.
+    ``answer_tags`` (real models, which explain before answering) asks for the answer
+    inside ``<answer></answer>``, where :func:`parse_answer` looks first."""
     if task.task_type == "deduction":
-        return program_output_prompt({"code": task.program, "input": task.inputs[0]})
-    if task.task_type == "abduction":
-        return ABDUCTION_PROMPT.format(output=repr(task.outputs[0]), program=task.program.rstrip("\n"))
-    shown = task.shown_pairs()
-    pairs = ", ".join(f"f({i}) == {o!r}" for i, o in shown)
-    return INDUCTION_PROMPT.format(pairs=pairs, message=task.message).rstrip("\n")
+        text = program_output_prompt({"code": task.program, "input": task.inputs[0]})
+    elif task.task_type == "abduction":
+        text = ABDUCTION_PROMPT.format(output=repr(task.outputs[0]), program=task.program.rstrip("\n"))
+    else:
+        pairs = ", ".join(f"f({i}) == {o!r}" for i, o in task.shown_pairs())
+        text = INDUCTION_PROMPT.format(pairs=pairs, message=task.message).rstrip("\n")
+    return f"{text}\n{ANSWER_TAGS[task.task_type]}" if answer_tags else text
 
 
 # --- the task --------------------------------------------------------------------------
