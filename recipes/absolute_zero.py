@@ -160,7 +160,8 @@ def generate(engine, tok, prompts: list[str], cfg, max_new_tokens: int, seed: in
 def evaluate(cfg, engine, tok, referee, heldout) -> dict[str, float]:
     """Step 7: greedy accuracy per type on the held-out tasks, with 95% Wilson CIs."""
     items = [t for tt in TASK_TYPES for t in heldout[tt]]
-    comps = generate(engine, tok, [solve_prompt(t, cfg.answer_tags) for t in items], cfg, cfg.solve_max_new_tokens, cfg.seed, True)
+    prompts = [solve_prompt(t, cfg.answer_tags) for t in items]
+    comps = generate(engine, tok, prompts, cfg, cfg.solve_max_new_tokens, cfg.seed, greedy=True)
     verdicts = referee.check([(t, c.text) for t, c in zip(items, comps)])
     out = {}
     for tt in TASK_TYPES:
@@ -249,10 +250,26 @@ def run(cfg, acc, trainer, engine, tok, referee, out_dir: Path):
         for tt in TASK_TYPES:
             print(f"  {tt:<10} {final[f'heldout/{tt}/accuracy']:.3f} "
                   f"[{final[f'heldout/{tt}/ci_low']:.3f}, {final[f'heldout/{tt}/ci_high']:.3f}]")
+        print_run_summary(logger.rows())
         print(f"\ncurves: {out_dir / 'curves.png'}\nmetrics: {logger.path}\nmodel: {out_dir / 'final_model'}")
         logger.close()
     acc.wait_for_everyone()
     acc.end_training()
+
+
+def print_run_summary(rows) -> None:
+    """The closing note: first/last valid-proposal and solve rates, time shares over the run."""
+    train = [r for r in rows if "propose/valid_rate" in r]
+    if not train:
+        return
+    total = sum(r["time/step_s"] for r in train)
+    print(f"\nvalid-proposal rate: first step {train[0]['propose/valid_rate']:.2f}, "
+          f"last step {train[-1]['propose/valid_rate']:.2f}; solve rate {train[0]['solve/solve_rate']:.2f} -> "
+          f"{train[-1]['solve/solve_rate']:.2f}")
+    shares = {k: sum(r[f"time/{k}_share"] * r["time/step_s"] for r in train) / total
+              for k in ("executor", "generation", "train")}
+    print("share of step time: " + ", ".join(f"{k} {v:.1%}" for k, v in shares.items())
+          + f"; executor {sum(r['executor/programs'] for r in train)} programs")
 
 
 def log_eval(cfg, acc, trainer, engine, tok, referee, heldout, logger, step, t0) -> dict[str, float]:
