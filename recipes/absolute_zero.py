@@ -126,8 +126,9 @@ def validated(referee, cfg, tasks: list[CodeTask]) -> list[CodeTask]:
 
 def heldout_tasks(cfg, referee) -> dict[str, list[CodeTask]]:
     """The FIXED evaluation set: eval_tasks_per_type generated tasks per type, from a seed
-    stream of their own; buffers never admit them (see :func:`seed_buffers`)."""
-    rng = random.Random(f"heldout/{cfg.seed}")
+    stream of their own (the same for every run and --seed, so runs compare); buffers never
+    admit them (see :func:`seed_buffers`)."""
+    rng = random.Random("heldout/0")
     out = {}
     for tt in TASK_TYPES:
         cands = seed_tasks(tt, rng, cfg.eval_tasks_per_type * 2, n_inputs(cfg, tt))[1:]  # no identity
