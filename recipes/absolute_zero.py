@@ -1,0 +1,437 @@
+"""Absolute Zero (Zhao et al. 2025): one policy proposes and solves code tasks; the
+sandboxed Python executor is the referee. No external data.
+
+    python recipes/absolute_zero.py --config recipes/configs/absolute_zero.yaml [--key value ...]
+    accelerate launch --config_file recipes/accelerate/zero2.yaml recipes/absolute_zero.py \\
+        --config recipes/configs/absolute_zero_qwen_coder.yaml
+
+A task is (program, input, output) with one part hidden: deduction (predict the output),
+abduction (find an input giving the output), induction (write the program from I/O pairs);
+see :mod:`lmselfplay.verifiers.code_tasks`. Buffers (one per type) start from the identity
+program and the project's generated programs.
+
+The algorithm, in order (every rank runs its own proposals; gradients are averaged):
+
+    for step = 1..max_steps:
+        1. propose    : per task type, proposals_per_type programs + input(s), each prompt
+                        showing `references` tasks sampled from that type's buffer
+                        (proposal_style io: the program for one reference's I/O pair, the
+                        task taking that reference's inputs - what the embedded model can do)
+        2. validate   : one executor batch (two hash seeds): parses, runs inside the limits,
+                        deterministic, JSON output. Invalid: invalid_penalty (format error:
+                        format_penalty); valid: into the buffer (deduplicated by normalized AST)
+        3. solve      : num_generations attempts per task (the step's valid tasks, topped up
+                        from the buffer to solve_tasks_per_type), checked in one executor batch
+        4. rewards    : solver 1 / 0 (format error: format_penalty); proposer learnability
+                        0 if r_solve = 0 else 1 - r_solve over its task's attempts
+        5. advantages : TRR++ - normalized within each (task type, role) bucket: six baselines
+        6. update     : PPO clip + KL to the initial policy, proposer and solver samples in one
+                        trainer step
+        7. every eval_every steps: held-out accuracy per type on fixed generated tasks never
+           trained on (95% Wilson CIs); JSONL + PNG + TensorBoard; every checkpoint_every
+           steps an atomic checkpoint with the buffers (--resume continues exactly)
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+from accelerate.utils import gather_object
+from tqdm.auto import tqdm
+
+from lmselfplay.eval.stats import wilson
+from lmselfplay.lm.engines import HFEngine, SamplingParams
+from lmselfplay.lm.policy import PolicyConfig, load_policy
+from lmselfplay.lm.prompt import encode_prompt
+from lmselfplay.lm.trajectory import Sample
+from lmselfplay.rl.advantages import task_type_advantages
+from lmselfplay.rl.rewards import proposer_rewards
+from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, is_partitioned, make_accelerator
+from lmselfplay.utils.checkpoint import latest_checkpoint, save_json
+from lmselfplay.utils.config import ConfigError, parse_config
+from lmselfplay.utils.errors import run_main
+from lmselfplay.utils.metrics_logger import MetricsLogger
+from lmselfplay.verifiers.code_tasks import (
+    TASK_TYPES,
+    CodeReferee,
+    CodeTask,
+    Proposal,
+    TaskBuffer,
+    diversity,
+    parse_proposal,
+    propose_prompt,
+    seed_tasks,
+    solve_prompt,
+    status_counts,
+    task_key,
+)
+from lmselfplay.verifiers.executor import ExecutorConfig
+
+
+@dataclass
+class AbsoluteZeroConfig(TrainerConfig, PolicyConfig):
+    max_steps: int = field(default=40, metadata={"help": "proposer-solver steps (each one trainer.step())"})
+    proposals_per_type: int = field(default=8, metadata={"help": "proposals per task type per step"})
+    references: int = field(default=3, metadata={"help": "K buffer tasks shown in each proposal prompt"})
+    proposal_style: str = field(default="paper", metadata={
+        "help": "paper: the proposer writes program + inputs after K references; io: it writes the program "
+                "for one reference's I/O pair and the task takes that reference's inputs (embedded model)"})
+    num_generations: int = field(default=4, metadata={"help": "G solver attempts per task"})
+    solve_tasks_per_type: int = field(default=8, metadata={"help": "tasks solved per type (topped up from the buffer)"})
+    induction_inputs: int = field(default=4, metadata={"help": "inputs per induction task: half shown, half held out"})
+    seed_programs: int = field(default=16, metadata={"help": "generated programs seeding each buffer"})
+    answer_tags: bool = field(default=False, metadata={
+        "help": "ask the solver for <answer>...</answer> (real models); the embedded model answers bare"})
+    propose_max_new_tokens: int = 96
+    solve_max_new_tokens: int = 64
+    top_p: float = 1.0
+    format_penalty: float = field(default=-1.0, metadata={"help": "reward of an unparsable proposal or answer"})
+    invalid_penalty: float = field(default=-0.5, metadata={"help": "reward of a parsed proposal that fails validation"})
+    timeout_s: float = field(default=1.0, metadata={"help": "executor wall-clock limit per program"})
+    memory_mb: int = 512
+    max_output_bytes: int = 16 * 1024
+    executor_workers: int = 2
+    eval_every: int = 10
+    eval_tasks_per_type: int = field(default=200, metadata={"help": "fixed held-out generated tasks per type"})
+    checkpoint_every: int = 10
+    save_datasets: bool = field(default=True, metadata={"help": "save each step's proposals and answers (datasets)"})
+    output_dir: str = "runs/absolute_zero"
+    resume: bool = field(default=False, metadata={"help": "continue from the latest checkpoint in output_dir"})
+
+
+def n_inputs(cfg, task_type: str) -> int:
+    return cfg.induction_inputs if task_type == "induction" else 1
+
+
+def executor_config(cfg) -> ExecutorConfig:
+    return ExecutorConfig(timeout_s=cfg.timeout_s, cpu_s=max(1.0, cfg.timeout_s), memory_mb=cfg.memory_mb,
+                          max_output_bytes=cfg.max_output_bytes, max_workers=cfg.executor_workers)
+
+
+def validated(referee, cfg, tasks: list[CodeTask]) -> list[CodeTask]:
+    """Run unvalidated tasks (seeds, held-out) through step 2's validation; keep the valid."""
+    props = [(t.task_type, Proposal(t.program, t.inputs, t.message)) for t in tasks]
+    out = []
+    for t, v in zip(tasks, referee.validate(props)):
+        if v.valid:
+            v.task.source = t.source
+            out.append(v.task)
+    return out
+
+
+def heldout_tasks(cfg, referee) -> dict[str, list[CodeTask]]:
+    """The FIXED evaluation set: eval_tasks_per_type generated tasks per type, from a seed
+    stream of their own (the same for every run and --seed, so runs compare); buffers never
+    admit them (see :func:`seed_buffers`)."""
+    rng = random.Random("heldout/0")
+    out = {}
+    for tt in TASK_TYPES:
+        cands = seed_tasks(tt, rng, cfg.eval_tasks_per_type * 2, n_inputs(cfg, tt))[1:]  # no identity
+        tasks, keys = [], set()
+        for t in validated(referee, cfg, cands):
+            if task_key(t) not in keys and len(tasks) < cfg.eval_tasks_per_type:
+                keys.add(task_key(t))
+                tasks.append(t)
+        out[tt] = tasks
+    return out
+
+
+def seed_buffers(cfg, referee, forbidden: set[str]) -> dict[str, TaskBuffer]:
+    """Identity + seed_programs generated programs per type, validated like proposals."""
+    rng = random.Random(f"seed/{cfg.seed}")
+    buffers = {tt: TaskBuffer(tt, forbidden) for tt in TASK_TYPES}
+    for tt in TASK_TYPES:
+        for t in validated(referee, cfg, seed_tasks(tt, rng, cfg.seed_programs, n_inputs(cfg, tt))):
+            buffers[tt].add(t)
+    return buffers
+
+
+def generate(engine, tok, prompts: list[str], cfg, max_new_tokens: int, seed: int, greedy: bool = False):
+    """One engine call for all prompts (through THE formatter)."""
+    sp = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0 if greedy else cfg.temperature,
+                        top_p=cfg.top_p, seed=seed)
+    return engine.generate([encode_prompt(tok, p) for p in prompts], sp)
+
+
+def evaluate(cfg, engine, tok, referee, heldout) -> dict[str, float]:
+    """Step 7: greedy accuracy per type on the held-out tasks, with 95% Wilson CIs."""
+    items = [t for tt in TASK_TYPES for t in heldout[tt]]
+    prompts = [solve_prompt(t, cfg.answer_tags) for t in items]
+    comps = generate(engine, tok, prompts, cfg, cfg.solve_max_new_tokens, cfg.seed, greedy=True)
+    verdicts = referee.check([(t, c.text) for t, c in zip(items, comps)])
+    out = {}
+    for tt in TASK_TYPES:
+        right = [r > 0 for t, (r, _) in zip(items, verdicts) if t.task_type == tt]
+        acc = float(np.mean(right)) if right else float("nan")
+        lo, hi = wilson(sum(right), len(right))
+        out.update({f"heldout/{tt}/accuracy": acc, f"heldout/{tt}/ci_low": lo, f"heldout/{tt}/ci_high": hi})
+    return out
+
+
+def solve_set(cfg, buffers, new_tasks, rng) -> list[CodeTask]:
+    """Step 3's tasks: the step's new valid tasks per type, topped up from the buffer."""
+    out = []
+    for tt in TASK_TYPES:
+        mine = [t for t in new_tasks if t.task_type == tt][: cfg.solve_tasks_per_type]
+        extra = cfg.solve_tasks_per_type - len(mine)
+        out += mine + (buffers[tt].sample(rng, extra, exclude=mine) if extra > 0 else [])
+    return out
+
+
+def make_sample(comp, advantage: float, reward: float, role: str, task_type: str, version: int) -> Sample:
+    return Sample(list(comp.prompt_ids), list(comp.token_ids), list(comp.logprobs), advantage, reward,
+                  role, task_type, version)
+
+
+def main(argv=None):
+    cfg = parse_config(AbsoluteZeroConfig, argv)
+    if cfg.proposal_style not in ("paper", "io") or cfg.references < 1:
+        raise ConfigError(f"proposal_style must be paper or io (got {cfg.proposal_style!r}) "
+                          f"and references >= 1 (got {cfg.references})")
+    acc = make_accelerator(cfg.gradient_accumulation_steps)
+    out_dir = Path(cfg.output_dir)
+    model, tok = load_policy(cfg, device=str(acc.device))
+    ref = None  # the trainer copies the initial policy, except under ZeRO-3 init (sharded at load)
+    if cfg.beta > 0 and not cfg.use_lora and is_partitioned(model):
+        ref = load_policy(cfg, device=str(acc.device), use_lora=False)[0]
+    trainer = PolicyTrainer(model, tok, cfg, accelerator=acc, ref_model=ref)
+    engine = HFEngine(trainer.unwrapped, tok)
+    referee = CodeReferee(executor_config(cfg))
+    try:
+        run(cfg, acc, trainer, engine, tok, referee, out_dir)
+    finally:  # the sandboxes never outlive the run, also on error
+        referee.close()
+
+
+def run(cfg, acc, trainer, engine, tok, referee, out_dir: Path):
+    heldout = heldout_tasks(cfg, referee)
+    forbidden = {task_key(t) for ts in heldout.values() for t in ts}
+    buffers = seed_buffers(cfg, referee, forbidden)
+    start_step = 0
+    ckpt = latest_checkpoint(out_dir) if cfg.resume else None
+    if ckpt is not None:
+        extra = trainer.load_checkpoint(ckpt)
+        for tt in TASK_TYPES:
+            buffers[tt].load_state_dict(extra["buffers"][acc.process_index][tt])
+        start_step = trainer.step_count
+        engine.version = start_step
+        acc.print(f"resumed from {ckpt} at step {start_step}")
+    elif cfg.resume:
+        acc.print(f"--resume: no checkpoint in {out_dir}, starting fresh")
+    logger = MetricsLogger(out_dir, resume_step=start_step if ckpt else None) if acc.is_main_process else None
+    if acc.is_main_process:
+        save_json(out_dir / "config.json", asdict(cfg))
+    t0 = time.time()
+    bar = tqdm(range(start_step, cfg.max_steps), initial=start_step, total=cfg.max_steps, desc="absolute zero",
+               disable=not acc.is_main_process)
+    for step in bar:
+        resumed_here = ckpt is not None and step == start_step  # evaluated before the kill
+        if cfg.eval_every and step % cfg.eval_every == 0 and not resumed_here:
+            log_eval(cfg, acc, trainer, engine, tok, referee, heldout, logger, step, t0)
+        row = train_step(cfg, acc, trainer, engine, tok, referee, buffers, step, out_dir)
+        if acc.is_main_process:
+            logger.log(step + 1, {**row, "wall_s": time.time() - t0})
+            bar.set_postfix(valid=f"{row['propose/valid_rate']:.2f}", solve=f"{row['solve/solve_rate']:.2f}")
+        if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
+            # every rank proposes its own tasks: one buffer set per rank
+            mine = {tt: b.state_dict() for tt, b in buffers.items()}
+            trainer.save_checkpoint(out_dir, {"buffers": gather_object([mine])})
+    final = log_eval(cfg, acc, trainer, engine, tok, referee, heldout, logger, cfg.max_steps, t0)
+    state = acc.get_state_dict(trainer.model)  # every rank: gathers ZeRO-3 shards
+    if acc.is_main_process:
+        trainer.unwrapped.save_pretrained(out_dir / "final_model", state_dict=state)
+        tok.save_pretrained(out_dir / "final_model")
+        print("\nheld-out accuracy (greedy, 95% CI):")
+        for tt in TASK_TYPES:
+            print(f"  {tt:<10} {final[f'heldout/{tt}/accuracy']:.3f} "
+                  f"[{final[f'heldout/{tt}/ci_low']:.3f}, {final[f'heldout/{tt}/ci_high']:.3f}]")
+        print_run_summary(logger.rows())
+        print(f"\ncurves: {out_dir / 'curves.png'}\nmetrics: {logger.path}\nmodel: {out_dir / 'final_model'}")
+        logger.close()
+    acc.wait_for_everyone()
+    acc.end_training()
+
+
+def print_run_summary(rows) -> None:
+    """The closing note: first/last valid-proposal and solve rates, time shares over the run."""
+    train = [r for r in rows if "propose/valid_rate" in r]
+    if not train:
+        return
+    total = sum(r["time/step_s"] for r in train)
+    print(f"\nvalid-proposal rate: first step {train[0]['propose/valid_rate']:.2f}, "
+          f"last step {train[-1]['propose/valid_rate']:.2f}; solve rate {train[0]['solve/solve_rate']:.2f} -> "
+          f"{train[-1]['solve/solve_rate']:.2f}")
+    shares = {k: sum(r[f"time/{k}_share"] * r["time/step_s"] for r in train) / total
+              for k in ("executor", "generation", "train")}
+    print("share of step time: " + ", ".join(f"{k} {v:.1%}" for k, v in shares.items())
+          + f"; executor {sum(r['executor/programs'] for r in train)} programs")
+
+
+def log_eval(cfg, acc, trainer, engine, tok, referee, heldout, logger, step, t0) -> dict[str, float]:
+    with trainer.serving(engine):  # every rank evaluates in step (ZeRO-3)
+        result = evaluate(cfg, engine, tok, referee, heldout)
+    if acc.is_main_process:
+        logger.log(step, {**result, "wall_s": time.time() - t0})
+        _plot(logger)
+    return result
+
+
+class PhaseClock:
+    """Seconds per phase of a step: ``with clock("executor"): ...``."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {"generation": 0.0, "executor": 0.0, "train": 0.0}
+
+    @contextmanager
+    def __call__(self, phase: str):
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] += time.perf_counter() - t
+
+    def shares(self) -> dict[str, float]:
+        total = sum(self.seconds.values()) or 1.0
+        return {f"time/{k}_share": v / total for k, v in self.seconds.items()} | {"time/step_s": total}
+
+
+def policy_generate(trainer, engine, tok, prompts, cfg, max_new_tokens: int, seed: int):
+    with trainer.serving(engine):  # full weights on every rank (ZeRO-3 gathers)
+        return generate(engine, tok, prompts, cfg, max_new_tokens, seed)
+
+
+def train_step(cfg, acc, trainer, engine, tok, referee, buffers, step: int, out_dir: Path) -> dict[str, float]:
+    """Steps 1-6 of the algorithm box; returns the step's metrics."""
+    rng = random.Random(f"{cfg.seed}/{step}/{acc.process_index}")
+    seed = rng.randrange(2**31)
+    version = trainer.step_count
+    clock = PhaseClock()
+    exec_before = (referee.seconds, referee.programs_run)
+
+    # 1: propose, per type, conditioned on K reference tasks of that type's buffer
+    types = [tt for tt in TASK_TYPES for _ in range(cfg.proposals_per_type)]
+    refs = [buffers[tt].sample(rng, cfg.references) for tt in types]
+    prompts = [propose_prompt(tt, r, n_inputs(cfg, tt), cfg.proposal_style) for tt, r in zip(types, refs)]
+    with clock("generation"):
+        props = policy_generate(trainer, engine, tok, prompts, cfg, cfg.propose_max_new_tokens, seed)
+
+    # 2: validate in the executor (one batch); valid tasks enter the buffer (dedup)
+    io = cfg.proposal_style == "io"
+    parsed = [parse_proposal(c.text, n_inputs(cfg, tt), tt == "induction" and not io, r[0].inputs if io else None)
+              for tt, c, r in zip(types, props, refs)]
+    with clock("executor"):
+        checks = referee.validate(list(zip(types, parsed)))
+    new_tasks = [v.task for v in checks if v.valid and not buffers[v.task.task_type].is_forbidden(v.task)]
+    added = [buffers[t.task_type].add(t) for t in new_tasks]
+
+    # 3: solve, G attempts per task, checked by the executor (one batch)
+    attempts = [t for t in solve_set(cfg, buffers, new_tasks, rng) for _ in range(cfg.num_generations)]
+    with clock("generation"):
+        answers = policy_generate(trainer, engine, tok, [solve_prompt(x, cfg.answer_tags) for x in attempts], cfg,
+                                  cfg.solve_max_new_tokens, seed + 1)
+    with clock("executor"):
+        verdicts = referee.check([(x, c.text) for x, c in zip(attempts, answers)])
+
+    # 4: rewards: solver 1/0 (format error: penalty); proposer learnability over G attempts
+    solve_r = [cfg.format_penalty if status == "format" else r for r, status in verdicts]
+    learn = learnability(attempts, verdicts)
+    prop_r = [proposer_reward(cfg, p, v, learn) for p, v in zip(parsed, checks)]
+
+    # 5: advantages: TRR++, one bucket per (task type, role)
+    keys = [f"{tt}/propose" for tt in types] + [f"{x.task_type}/solve" for x in attempts]
+    adv = task_type_advantages(keys, prop_r + solve_r)
+
+    # 6: update both roles in one trainer step
+    samples = [make_sample(c, a, r, "propose", tt, version)
+               for c, a, r, tt in zip(props, adv[: len(props)], prop_r, types)]
+    samples += [make_sample(c, a, r, "solve", x.task_type, version)
+                for c, a, r, x in zip(answers, adv[len(props):], solve_r, attempts)]
+    with clock("train"):
+        metrics = trainer.step([s for s in samples if s.completion_ids])
+
+    if cfg.save_datasets and acc.is_main_process:
+        save_step_data(out_dir, step, version, types, props, parsed, checks, prop_r, attempts, answers, verdicts,
+                       solve_r)
+    exec_s, programs = referee.seconds - exec_before[0], referee.programs_run - exec_before[1]
+    row = {f"train/{k}": v for k, v in metrics.items()}
+    row.update(step_metrics(types, parsed, checks, prop_r, attempts, verdicts, buffers, added))
+    row.update(clock.shares())
+    row.update({"executor/programs_per_s": programs / exec_s if exec_s > 0 else 0.0, "executor/programs": programs})
+    return row
+
+
+def learnability(attempts, verdicts) -> dict[int, float]:
+    """id(task) -> AZR's learnability over its G attempts (right = 1; wrong or unparsable = 0)."""
+    outcome: dict[int, list[int]] = {}
+    for x, (r, _) in zip(attempts, verdicts):
+        outcome.setdefault(id(x), []).append(int(r > 0))
+    if not outcome:
+        return {}
+    return dict(zip(outcome, proposer_rewards(list(outcome.values())).absolute_zero.tolist()))
+
+
+def proposer_reward(cfg, parsed, check, learn: dict[int, float]) -> float:
+    """Format error: format_penalty; fails validation: invalid_penalty; else learnability
+    (0 for a valid task that was not solved this step: a held-out collision)."""
+    if parsed.error:
+        return cfg.format_penalty
+    if not check.valid:
+        return cfg.invalid_penalty
+    return float(learn.get(id(check.task), 0.0))
+
+
+def step_metrics(types, parsed, checks, prop_r, attempts, verdicts, buffers, added) -> dict[str, float]:
+    row: dict[str, float] = {}
+    for tt in TASK_TYPES:
+        mine = [v.valid for t, v in zip(types, checks) if t == tt]
+        row[f"propose/{tt}/valid_rate"] = float(np.mean(mine)) if mine else 0.0
+        got = [r > 0 for x, (r, _) in zip(attempts, verdicts) if x.task_type == tt]
+        row[f"solve/{tt}/solve_rate"] = float(np.mean(got)) if got else 0.0
+        row[f"buffer/{tt}/size"] = len(buffers[tt])
+    row["propose/valid_rate"] = float(np.mean([v.valid for v in checks])) if checks else 0.0
+    row["solve/solve_rate"] = float(np.mean([r > 0 for r, _ in verdicts])) if verdicts else 0.0
+    row["propose/reward_mean"] = float(np.mean(prop_r)) if prop_r else 0.0
+    row["propose/new_in_buffer"] = int(sum(added))
+    row.update({f"validate/{k}": v for k, v in status_counts([v.status for v in checks]).items()})
+    row.update({f"answers/{k}": v for k, v in status_counts([s for _, s in verdicts]).items()})
+    div = diversity([p.program for p in parsed if p.program])
+    row.update({f"diversity/{k}": v for k, v in div.items()})
+    return row
+
+
+def save_step_data(out_dir, step, version, types, props, parsed, checks, prop_r, attempts, answers, verdicts,
+                   solve_r) -> None:
+    """Every data set of the step, tagged with the policy version that produced it."""
+    import json
+
+    from datasets import Dataset
+    from datasets.utils.logging import disable_progress_bar
+
+    disable_progress_bar()  # two tiny saves per step: the step bar is the progress
+    d = Path(out_dir) / "data" / f"step-{step + 1:05d}"
+    Dataset.from_list([
+        {"policy_version": version, "task_type": tt, "text": c.text, "parse_error": p.error or "",
+         "valid": v.valid, "status": v.status, "reason": v.reason, "reward": r,
+         "outputs": json.dumps(v.task.outputs) if v.task else ""}
+        for tt, c, p, v, r in zip(types, props, parsed, checks, prop_r)]).save_to_disk(str(d / "proposals"))
+    Dataset.from_list([
+        {"policy_version": version, "task_type": x.task_type, "program": x.program, "inputs": json.dumps(x.inputs),
+         "outputs": json.dumps(x.outputs), "source": x.source, "answer": c.text, "status": s, "reward": r}
+        for x, c, (_, s), r in zip(attempts, answers, verdicts, solve_r)]).save_to_disk(str(d / "answers"))
+
+
+def _plot(logger):
+    keys = [f"heldout/{tt}/accuracy" for tt in TASK_TYPES]
+    keys += ["propose/valid_rate", "solve/solve_rate", "propose/reward_mean", "diversity/distinct_ast",
+             "time/executor_share"]
+    return logger.plot(keys, "curves.png", title="absolute zero")
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))
