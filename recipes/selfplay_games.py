@@ -33,6 +33,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from lmselfplay.eval import game_metrics
+from lmselfplay.eval.reasoning import eval_callback
 from lmselfplay.games import make
 from lmselfplay.games.base import OPTIMAL_MOVES, has_enumerable_actions, random_legal_reset
 from lmselfplay.games.bots import league_bot
@@ -66,7 +67,9 @@ class SelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig):
     reset_fraction: float = field(default=0.0, metadata={"help": "games started from random legal positions"})
     reset_max_plies: int = 6
     baseline_decay: float = 0.9
-    eval_every: int = 10
+    eval_every: int = field(default=10, metadata={"help": "steps between evaluations (0: only at the end)"})
+    eval_suite: str = field(default="", metadata={
+        "help": "a reasoning benchmark suite (e.g. 'tiny', 'default' or a YAML path) also run every eval_every steps"})
     eval_games: int = 100
     eval_positions: int = field(default=400, metadata={"help": "positions sampled for optimal-move rates (0: all)"})
     checkpoint_every: int = 10
@@ -221,6 +224,8 @@ def main(argv=None):
             # every rank evaluates in step (under ZeRO-3 any forward may need all ranks); rank 0 logs
             with trainer.serving(engine):
                 result = evaluate(cfg, games, positions, engine, tok, step)
+                if acc.is_main_process:  # whole weights are served: no collective inside
+                    eval_callback(step, engine, tok, cfg.eval_suite, cfg.eval_every, logger)
             if acc.is_main_process:
                 logger.log(step, {**result, "wall_s": time.time() - t0})
                 _plot(logger, games)

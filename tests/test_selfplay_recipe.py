@@ -105,6 +105,8 @@ def test_recipe_under_accelerate_launch(model_dir, tmp_path, config):
     assert (run / "checkpoint-2").is_dir() and (run / "final_model").is_dir()
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "train/loss" in r] == [1]
+    bench = [r for r in rows if "eval/tiny/pass@1" in r]  # the reasoning-suite callback
+    assert [r["step"] for r in bench] == [0] and 0.0 <= bench[0]["eval/tiny/pass@1"] <= 1.0
     a, init = _weights(run / "final_model"), _weights(model_dir)
     assert any(not torch.equal(init[k], a[k]) for k in a)
     league_state = torch.load(run / "checkpoint-2" / "lmselfplay_state.pt", weights_only=False)["extra"]["league"]
@@ -133,15 +135,18 @@ def test_game_weights_split_each_step():
 
 def test_recipe_plays_a_free_text_game_by_name(model_dir, tmp_path):
     """Taboo (moves are utterances) runs through the same recipe: the league's bot slot is
-    its scripted opponent, no random resets, its own answer budget, role-split win rates."""
+    its scripted opponent, no random resets, its own answer budget, role-split win rates;
+    a reasoning suite rides along as the eval callback."""
     recipe = _recipe()
     out = tmp_path / "taboo"
     recipe.main(_args(model_dir, out, 1, games="nim,taboo", eval_games=2, episodes_per_step=4, bot_fraction=0.5,
                       mirror_fraction=0.5, recent_fraction=0.0, hall_of_fame_fraction=0.0,
-                      text_max_new_tokens=8, checkpoint_every=0))
+                      text_max_new_tokens=8, checkpoint_every=0, eval_every=1, eval_suite="tiny"))
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     final = rows[-1]
     assert {"taboo/win_vs_scripted_as_attacker", "taboo/win_vs_scripted_as_defender",
             "nim/optimal_move_prob", "nim/win_vs_random"} <= set(final)
     assert "taboo/win_vs_random" not in final  # utterances cannot be drawn at random
     assert [r["step"] for r in rows if "train/loss" in r] == [1]
+    bench = [r for r in rows if "eval/tiny/pass@1" in r]  # the reasoning-suite callback
+    assert [r["step"] for r in bench] == [0] and 0.0 <= bench[0]["eval/tiny/pass@1"] <= 1.0
