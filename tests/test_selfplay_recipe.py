@@ -150,3 +150,12 @@ def test_recipe_plays_a_free_text_game_by_name(model_dir, tmp_path):
     assert [r["step"] for r in rows if "train/loss" in r] == [1]
     bench = [r for r in rows if "eval/tiny/pass@1" in r]  # the reasoning-suite callback
     assert [r["step"] for r in bench] == [0] and 0.0 <= bench[0]["eval/tiny/pass@1"] <= 1.0
+
+
+def test_recipe_plays_go_by_name(model_dir, tmp_path):
+    """Go 9x9 needs no edits in the recipe: win rates only (no exact metric exists)."""
+    out = tmp_path / "go"
+    _recipe().main(_args(model_dir, out, 1, games="go9", eval_games=2, episodes_per_step=2, max_turns=6,
+                         checkpoint_every=0, league_add_every=0))
+    final = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()][-1]
+    assert "go9/win_vs_random" in final and not any("optimal" in k or "exploitability" in k for k in final)
