@@ -61,47 +61,48 @@ from lmselfplay.utils.metrics_logger import MetricsLogger
 class AlphaZeroConfig:
     game: str = field(default="nim", metadata={"help": "registered game name"})
     game_args: str = field(default="{}", metadata={"help": "JSON dict of game parameters"})
-    output_dir: str = "runs/alphazero"
-    seed: int = 0
-    iterations: int = 10
-    games_per_iteration: int = 128
-    n_sims: int = 32
-    c_puct: float = 1.5
-    dirichlet_eps: float = 0.25
+    output_dir: str = field(default="runs/alphazero", metadata={"help": "run folder: metrics, curves, checkpoints"})
+    seed: int = field(default=0, metadata={"help": "seed of self-play, search noise and training"})
+    iterations: int = field(default=10, metadata={"help": "rounds of self-play + training"})
+    games_per_iteration: int = field(default=128, metadata={"help": "self-play games per round (played as one batch)"})
+    n_sims: int = field(default=32, metadata={"help": "PUCT simulations per move"})
+    c_puct: float = field(default=1.5, metadata={"help": "PUCT exploration constant"})
+    dirichlet_eps: float = field(default=0.25, metadata={"help": "weight of the Dirichlet noise on the root prior"})
     dirichlet_alpha: float = field(default=0.0, metadata={"help": "0 = 10 / mean legal moves"})
-    temperature_moves: int = 4
+    temperature_moves: int = field(default=4, metadata={"help": "moves sampled from the visit counts before play turns greedy"})
     tree_reuse: bool = field(default=False, metadata={"help": "keep subtrees between moves"})
     replay_window: int = field(default=4, metadata={"help": "iterations of self-play kept"})
-    train_steps: int = 200
-    batch_size: int = 128
-    learning_rate: float = 1e-3
-    c_reg: float = 1e-4
+    train_steps: int = field(default=200, metadata={"help": "optimizer steps per round"})
+    batch_size: int = field(default=128, metadata={"help": "positions per optimizer step"})
+    learning_rate: float = field(default=1e-3, metadata={"help": "Adam learning rate"})
+    c_reg: float = field(default=1e-4, metadata={"help": "L2 weight regularisation (the paper's c)"})
     network: str = field(default="mlp", metadata={
         "help": "mlp (any encode) or conv (board planes [C, N, N]; hidden = channels)"})
-    hidden: int = 128
-    blocks: int = 2
+    hidden: int = field(default=128, metadata={"help": "hidden width (mlp) or channels (conv)"})
+    blocks: int = field(default=2, metadata={"help": "residual blocks"})
     table_entries: int = field(default=1_000_000, metadata={
         "help": "states memoised by the search's rule table before it starts afresh"})
     augment: bool = field(default=True, metadata={
         "help": "train on a random board symmetry per minibatch (games with symmetry_actions)"})
-    reset_fraction: float = 0.25
-    reset_max_plies: int = 4
-    bank_size: int = 12
-    bank_every: int = 2
-    bank_fraction: float = 0.2
-    gate: bool = False
-    gate_threshold: float = 0.55
-    gate_games: int = 40
-    eval_every: int = 1
-    eval_games: int = 40
-    eval_budgets: list[int] = field(default_factory=lambda: [0, 16, 32, 64])
-    winrate_games: int = 20
-    save_every: int = 1
-    keep_checkpoints: int = 2
-    resume: bool = False
-    tensorboard: bool = True
-    torch_threads: int = 1
-    progress: bool = True
+    reset_fraction: float = field(default=0.25, metadata={"help": "games started from a random legal position"})
+    reset_max_plies: int = field(default=4, metadata={"help": "random moves at most before a reset game starts"})
+    bank_size: int = field(default=12, metadata={"help": "frozen past networks kept as opponents"})
+    bank_every: int = field(default=2, metadata={"help": "rounds between additions to the bank"})
+    bank_fraction: float = field(default=0.2, metadata={"help": "self-play games against a bank member"})
+    gate: bool = field(default=False, metadata={"help": "keep a new network only if it beats the best one"})
+    gate_threshold: float = field(default=0.55, metadata={"help": "score the new network needs to pass the gate"})
+    gate_games: int = field(default=40, metadata={"help": "games of the gate match"})
+    eval_every: int = field(default=1, metadata={"help": "rounds between evaluations"})
+    eval_games: int = field(default=40, metadata={"help": "games per evaluation opponent and budget"})
+    eval_budgets: list[int] = field(default_factory=lambda: [0, 16, 32, 64], metadata={
+        "help": "search budgets evaluated (0 = the raw network)"})
+    winrate_games: int = field(default=20, metadata={"help": "games against each earlier checkpoint (win-rate matrix)"})
+    save_every: int = field(default=1, metadata={"help": "rounds between checkpoints"})
+    keep_checkpoints: int = field(default=2, metadata={"help": "checkpoints kept on disk"})
+    resume: bool = field(default=False, metadata={"help": "continue from the latest checkpoint in output_dir"})
+    tensorboard: bool = field(default=True, metadata={"help": "also log to TensorBoard"})
+    torch_threads: int = field(default=1, metadata={"help": "torch CPU threads"})
+    progress: bool = field(default=True, metadata={"help": "show progress bars"})
 
     def __post_init__(self) -> None:
         try:

@@ -24,11 +24,11 @@ class PolicyConfig:
         default=None, metadata={"help": "HF hub name or local path; default: the embedded tiny model"})
     dtype: str = field(default="auto", metadata={"help": "auto | float32 | bfloat16 | float16"})
     device: str = field(default="auto", metadata={"help": "auto | cpu | cuda | cuda:N"})
-    use_lora: bool = False
-    lora_r: int = 16
-    lora_alpha: int = 32
-    lora_dropout: float = 0.0
-    lora_target_modules: str = "all-linear"
+    use_lora: bool = field(default=False, metadata={"help": "train LoRA adapters (PEFT) instead of all weights"})
+    lora_r: int = field(default=16, metadata={"help": "LoRA rank"})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA scaling alpha"})
+    lora_dropout: float = field(default=0.0, metadata={"help": "LoRA dropout"})
+    lora_target_modules: str = field(default="all-linear", metadata={"help": "modules that get adapters (PEFT's names; all-linear = every linear layer)"})
 
 
 def resolve_device(device: str = "auto") -> torch.device:
