@@ -33,6 +33,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from lmselfplay.lm.engines.staleness import mean_abs_logprob_diff
 from lmselfplay.lm.trajectory import Sample, merge_identical
 from lmselfplay.utils.checkpoint import MARKER, prune_checkpoints
 
@@ -227,13 +228,13 @@ class PolicyTrainer:
         rng = random.Random(cfg.seed * 1_000_003 + self.step_count * 7919 + acc.process_index)
         total_tokens = sum(len(s.completion_ids) * s.weight for s in samples)
         stats: dict[str, list[float]] = {k: [] for k in ("loss", "pg_loss", "kl", "entropy", "clip_frac",
-                                                         "ratio", "grad_norm")}
+                                                         "ratio", "grad_norm", "logprob_diff")}
         ref = self._ref_logprobs(samples) if cfg.beta > 0 and samples else None
         self.model.train()
-        for _ in range(cfg.num_iterations):
+        for it in range(cfg.num_iterations):
             for mb in self._micro_batches(samples, rng):
                 with acc.accumulate(self.model):
-                    loss, parts = self._micro_loss(mb, total_tokens, ref)
+                    loss, parts = self._micro_loss(mb, total_tokens, ref, first_pass=it == 0)
                     acc.backward(loss)
                     if acc.sync_gradients and cfg.max_grad_norm > 0:
                         gn = acc.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
@@ -251,7 +252,8 @@ class PolicyTrainer:
                    lr=float(self.scheduler.get_last_lr()[0]))
         return out
 
-    def _micro_loss(self, mb: list[Sample], total_tokens: float, ref: dict[int, list[float]] | None):
+    def _micro_loss(self, mb: list[Sample], total_tokens: float, ref: dict[int, list[float]] | None,
+                    first_pass: bool = False):
         cfg, acc = self.cfg, self.accelerator
         if not mb:  # keep collectives aligned across ranks: a forward with zero loss
             ids = torch.full((1, 2), self.pad_id, dtype=torch.long, device=acc.device)
@@ -288,6 +290,8 @@ class PolicyTrainer:
                      "ratio": float((ratio * w).sum() / wsum)}
             if ent is not None:
                 parts["entropy"] = float((ent * w).sum() / wsum)
+            if first_pass:  # the weights the engine should have sampled with (staleness detector)
+                parts["logprob_diff"] = mean_abs_logprob_diff(lp, b["old"], w)
         return loss, parts
 
     # --- checkpoints ----------------------------------------------------------------
