@@ -36,7 +36,13 @@ from lmselfplay.eval import game_metrics
 from lmselfplay.games import make
 from lmselfplay.games.base import random_legal_reset
 from lmselfplay.games.text import MOVE_STOP
-from lmselfplay.lm.engines import HFEngine, SamplingParams
+from lmselfplay.lm.engines import (
+    EngineConfig,
+    SamplingParams,
+    StalenessDetector,
+    make_engine,
+    serving,
+)
 from lmselfplay.lm.policy import PolicyConfig, load_policy
 from lmselfplay.lm.rollout import Episode, LLMPlayer, RolloutStats, play, random_bot
 from lmselfplay.rl.advantages import RoleBaselines
@@ -48,7 +54,7 @@ from lmselfplay.utils.metrics_logger import MetricsLogger
 
 
 @dataclass
-class SelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig):
+class SelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig, EngineConfig):
     games: str = field(default="nim,tictactoe,kuhn_poker", metadata={"help": "comma-separated registry names"})
     game_weights: str = field(default="", metadata={
         "help": "share of each step's episodes per game, e.g. 'kuhn_poker=4' (unlisted games weigh 1)"})
@@ -175,7 +181,8 @@ def main(argv=None):
     if cfg.beta > 0 and not cfg.use_lora and is_partitioned(model):
         ref = load_policy(cfg, device=str(acc.device), use_lora=False)[0]
     trainer = PolicyTrainer(model, tok, cfg, accelerator=acc, ref_model=ref)
-    engine = HFEngine(trainer.unwrapped, tok)
+    engine = make_engine(cfg, trainer.unwrapped, tok)  # cfg.engine: hf | vllm | vllm-server
+    detector = StalenessDetector.from_config(cfg)
     baselines, league = RoleBaselines(cfg.baseline_decay), League(cfg)
     start_step = 0
     ckpt = latest_checkpoint(out_dir) if cfg.resume else None
@@ -201,8 +208,7 @@ def main(argv=None):
         resumed_here = ckpt is not None and step == start_step  # evaluated before the kill
         if cfg.eval_every and step % cfg.eval_every == 0 and not resumed_here:
             # every rank evaluates in step (under ZeRO-3 any forward may need all ranks); rank 0 logs
-            with trainer.generation_model() as m:
-                engine.model = m
+            with serving(engine, trainer):
                 result = evaluate(cfg, games, positions, engine, tok, step)
             if acc.is_main_process:
                 logger.log(step, {**result, "wall_s": time.time() - t0})
@@ -211,8 +217,7 @@ def main(argv=None):
         episodes = make_episodes(cfg, plan, league, me, trainer.unwrapped, tok, step, acc.process_index)
         stats = RolloutStats()
         sampling.seed = hash((cfg.seed, step, acc.process_index)) % (2**31)
-        with trainer.generation_model() as m:
-            engine.model = m
+        with serving(engine, trainer):
             finished = list(play(episodes, sampling, concurrency=cfg.concurrency, retries=cfg.retries,
                                  max_turns=cfg.max_turns, stats=stats))
         trajs = [t for f in finished for t in f.trajectories]
@@ -222,6 +227,8 @@ def main(argv=None):
         # 6: update; the engine serves the same (updated) weights next step
         metrics = trainer.step(samples)
         engine.update_weights(trainer.unwrapped, version=trainer.step_count)
+        # staleness: trainer vs engine log-probs of the sampled tokens (warning / strict_sync error)
+        sync = detector.check(metrics.get("logprob_diff", float("nan")), step + 1)
         # 7: league
         if league.due(step + 1):
             with trainer.generation_model() as m:  # full weights on every rank (ZeRO-3 gathers)
@@ -233,7 +240,7 @@ def main(argv=None):
                "rollout/mean_return": float(np.mean([t.reward for t in trajs])) if trajs else 0.0,
                "rollout/selfplay_first_seat_win_rate":
                    float(np.mean([f.returns[0] > 0 for f in mirror])) if mirror else float("nan"),
-               "rollout/tokens": stats.generated_tokens, "league/size": len(league.ring),
+               "rollout/tokens": stats.generated_tokens, "league/size": len(league.ring), **sync,
                **{f"baseline/{k}": v for k, v in baselines.values.items()}, "wall_s": time.time() - t0}
         if acc.is_main_process:
             logger.log(step + 1, row)
@@ -241,8 +248,7 @@ def main(argv=None):
         # 9: checkpoint
         if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
             trainer.save_checkpoint(out_dir, {"baselines": baselines.state_dict(), "league": league.state_dict()})
-    with trainer.generation_model() as m:  # every rank evaluates in step (ZeRO-3), rank 0 reports
-        engine.model = m
+    with serving(engine, trainer):  # every rank evaluates in step (ZeRO-3), rank 0 reports
         final = evaluate(cfg, games, positions, engine, tok, cfg.steps)
     state = acc.get_state_dict(trainer.model)  # every rank: gathers ZeRO-3 shards
     if acc.is_main_process:

@@ -60,6 +60,13 @@ class Unit:
     params: list[torch.nn.Parameter]
     build: Callable[[], torch.Tensor]
     nbytes: int = 0
+    shape: tuple[int, ...] = ()  # full (unsharded) shape, known without gathering
+    dtype: torch.dtype = torch.float32
+
+
+def full_shape(p: torch.Tensor) -> tuple[int, ...]:
+    """Shape of the full tensor (a ZeRO-3 shard keeps it in ``ds_shape``)."""
+    return tuple(getattr(p, "ds_shape", p.shape))
 
 
 def full_nbytes(p: torch.Tensor) -> int:
@@ -96,7 +103,8 @@ def weight_units(model: Any) -> list[Unit]:
         params = [base_w] + [p for n, p in layer.named_parameters() if vllm_name(n) is None]
         taken.update(id(p) for p in params)
         units.append(Unit(vllm_name(f"{mod_name}.base_layer.weight"), params,
-                          lambda layer=layer: _merged_weight(layer), sum(full_nbytes(p) for p in params)))
+                          lambda layer=layer: _merged_weight(layer), sum(full_nbytes(p) for p in params),
+                          full_shape(base_w), base_w.dtype))
     lora_weight_ids = {id(m.base_layer.weight): i for i, m in enumerate(lora_layers.values())}
     ordered: list[Unit] = []
     for name, p in model.named_parameters():
@@ -109,7 +117,7 @@ def weight_units(model: Any) -> list[Unit]:
         taken.add(id(p))
         if target is None:  # e.g. PEFT's original_module: superseded by modules_to_save
             continue
-        ordered.append(Unit(target, [p], lambda p=p: p.data, full_nbytes(p)))
+        ordered.append(Unit(target, [p], lambda p=p: p.data, full_nbytes(p), full_shape(p), p.dtype))
     return ordered
 
 
@@ -137,6 +145,14 @@ def zero3_gather(params: list[torch.nn.Parameter]):
     return deepspeed.zero.GatheredParameters(params, modifier_rank=None)
 
 
+def weight_metadata(model: Any) -> list[tuple[str, str, list[int]]]:
+    """``(engine_name, dtype, full_shape)`` of every engine tensor, in push order, without
+    gathering anything (a server must know what it will receive before the first byte)."""
+    from lmselfplay.lm.engines.hf import unwrap
+
+    return [(u.name, str(u.dtype).removeprefix("torch."), list(u.shape)) for u in weight_units(unwrap(model))]
+
+
 def iter_weight_buckets(model: Any, max_bytes: int = 256 << 20,
                         gather: Callable[[list[torch.nn.Parameter]], Any] | None = None
                         ) -> Iterator[list[tuple[str, torch.Tensor]]]:
@@ -157,7 +173,7 @@ def iter_weight_buckets(model: Any, max_bytes: int = 256 << 20,
 def iter_state_buckets(state: dict[str, torch.Tensor], max_bytes: int = 256 << 20
                        ) -> Iterator[list[tuple[str, torch.Tensor]]]:
     """The same buckets for a plain state dict (a league snapshot: full CPU tensors)."""
-    units = [Unit(vllm_name(k), [], lambda v=v: v, v.numel() * v.element_size())
+    units = [Unit(vllm_name(k), [], lambda v=v: v, v.numel() * v.element_size(), tuple(v.shape), v.dtype)
              for k, v in state.items() if vllm_name(k) is not None]
     for bucket in bucket_units(units, max_bytes):
         yield [(u.name, u.build()) for u in bucket]
