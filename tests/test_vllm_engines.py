@@ -472,4 +472,11 @@ def test_real_vllm_engine_matches_hf_and_follows_the_trainer():
         assert engine.version == step + 1 and engine.last_sync.tensors == len(list(trainer.unwrapped.parameters()))
     stale_free = engine.score(prompts[:2], [[5, 6], [7, 8]])
     assert stale_free == [pytest.approx(r, abs=1e-4) for r in hf.score(prompts[:2], [[5, 6], [7, 8]])]
+    samples = [Sample(o.prompt_ids, o.token_ids, o.logprobs, advantage=(-1.0) ** i)
+               for i, o in enumerate(engine.generate(prompts, SamplingParams(8, 1.0, seed=9)))]
+    trainer.step(samples)  # no push after this step: the next rollout is stale and the detector says so
+    samples = [Sample(o.prompt_ids, o.token_ids, o.logprobs, advantage=1.0)
+               for o in engine.generate(prompts, SamplingParams(8, 1.0, seed=10))]
+    with pytest.raises(StaleWeightsError):
+        detector.check(trainer.step(samples)["logprob_diff"])
     engine.close()
