@@ -9,6 +9,8 @@ import copy
 import json
 import math
 import socket
+import subprocess
+import sys
 import threading
 import warnings
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -159,6 +161,27 @@ def test_state_dict_buckets_use_engine_names():
     state = {n: t.clone() for n, t in peft.state_dict().items()}
     names = [n for b in iter_state_buckets(state, 1 << 12) for n, _ in b]
     assert "model.layers.0.self_attn.q_proj.weight" in names and not any("lora" in n for n in names)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_zero3_buckets_are_gathered_one_at_a_time_on_every_rank(tmp_path):
+    pytest.importorskip("deepspeed")
+    from mp_helpers import CONFIGS, ROOT, _env
+
+    script = ROOT / "tests" / "mp_scripts" / "weight_sync_zero3.py"
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CONFIGS / "zero3_cpu.yaml"),
+           str(script), "--out", str(tmp_path), "--max_bytes", "20000"]
+    r = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-4000:]
+    ranks = [json.loads((tmp_path / f"rank{k}.json").read_text()) for k in range(2)]
+    plain = [n for n, _ in tiny_model().named_parameters()]
+    for rk in ranks:
+        assert rk["world"] == 2 and rk["names"] == plain  # every tensor once, in order, plain names
+        assert rk["max_abs_err"] == 0.0  # the full weights, gathered from the shards
+        assert rk["gathered"] == rk["bucket_numel"]  # only the bucket's parameters are materialized
+        assert max(rk["gathered"]) < rk["full_numel"] / 3 and len(rk["gathered"]) > 3
+        assert rk["released_after"] and rk["meta_shapes"] == rk["full_shapes"]
 
 
 # --- the staleness detector ---------------------------------------------------------------
