@@ -464,14 +464,20 @@ def test_snapshot_factory_serves_a_merged_lora_snapshot():
 # --- the real engine (vLLM installed; CPU build works) ------------------------------------
 
 @pytest.mark.slow
-def test_real_vllm_engine_matches_hf_and_follows_the_trainer():
+@pytest.mark.parametrize("tied", [False, True])
+def test_real_vllm_engine_matches_hf_and_follows_the_trainer(tied):
     pytest.importorskip("vllm")
     from lmselfplay.lm.engines.vllm import VLLMEngine
 
     tok = tiny_tokenizer()
     # head_dim 64: vLLM's CPU attention kernels do not take the fixture's default head_dim 8
+    model = tiny_model(seed=0, width=256)
+    if tied:  # the LM head shares the embedding (vLLM loads only embed_tokens)
+        model.config.tie_word_embeddings = True
+        model = type(model)(model.config)
+    assert (model.lm_head.weight is model.model.embed_tokens.weight) == tied
     cfg = TrainerConfig(learning_rate=3e-2, beta=0.0, num_iterations=1, max_grad_norm=0.0, merge_identical=False)
-    trainer = PolicyTrainer(tiny_model(seed=0, width=256), tok, cfg)
+    trainer = PolicyTrainer(model, tok, cfg)
     engine = VLLMEngine(trainer.unwrapped, tok, max_model_len=256, enforce_eager=True)
     hf = HFEngine(trainer.unwrapped, tok)
     prompts = [tok(f"Nim: {k} stones left. Your move")["input_ids"] for k in range(8)]

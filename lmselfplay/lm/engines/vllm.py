@@ -133,6 +133,20 @@ def _worker_can_reload(worker: Any) -> bool:
     return callable(getattr(worker, "reload_weights", None))
 
 
+def _refresh_tied_head(model: Any) -> None:
+    """Runs on a vLLM worker's model. A tied LM head shares the embedding's weight but is its
+    own layer: an in-place reload loads nothing into it, so any copy its post-load processing
+    made is not refreshed (vLLM's CPU build keeps a packed GEMM copy: the head would keep
+    the old weights; found by the staleness detector). Re-run it there; GPU builds keep no copy."""
+    from vllm.platforms import current_platform
+
+    head = getattr(model, "lm_head", None)
+    method = getattr(head, "quant_method", None)
+    tied = getattr(getattr(model, "config", None), "tie_word_embeddings", False)
+    if current_platform.is_cpu() and tied and method is not None:
+        method.process_weights_after_loading(head)
+
+
 class VLLMEngine:
     """Colocated vLLM serving ``model``'s current weights (see the module docstring)."""
 
@@ -251,6 +265,7 @@ class VLLMEngine:
                                                               "is_checkpoint_format": True})
         else:  # older vLLM (TRL's colocate path): unprocessed bf16/fp16 layers load directly
             self.llm.apply_model(lambda m: m.load_weights(weights=stream()) and None)
+        self.llm.apply_model(_refresh_tied_head)
         self.llm.reset_prefix_cache()
         stats.seconds = time.perf_counter() - t0
         self.last_sync = stats
