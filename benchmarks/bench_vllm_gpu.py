@@ -179,7 +179,7 @@ def main(argv=None) -> int:
     ap.add_argument("--sync_prompts", type=int, default=64)
     ap.add_argument("--learning_rate", type=float, default=1e-4,
                     help="large enough that one Adam step moves bf16 weights (ulp ~1e-4 at 0.02)")
-    ap.add_argument("--stale_steps", type=int, default=2, help="negative control: steps without a push")
+    ap.add_argument("--stale_steps", type=int, default=4, help="negative control: steps without a push")
     ap.add_argument("--threshold", type=float, default=0.1, help="staleness_threshold")
     ap.add_argument("--gpu_memory_utilization", type=float, default=0.35)
     ap.add_argument("--out", default=str(RESULTS))
@@ -237,7 +237,8 @@ def main(argv=None) -> int:
     print(f"detector with a push every step: max {series['max_synced']:.4f}, mean "
           f"{statistics.fmean(series['logprob_diff']):.4f} (threshold {args.threshold}); "
           f"{args.stale_steps} skipped pushes: {series['stale_logprob_diff']:.4f} "
-          f"({'tripped' if series['stale_over_threshold'] else 'NOT tripped'})")
+          f"({'tripped' if series['stale_over_threshold'] else 'NOT tripped'}; "
+          f"{series['stale_logprob_diff'] / max(statistics.fmean(series['logprob_diff']), 1e-12):.1f}x the synced mean)")
 
     result = {
         "device": torch.cuda.get_device_name(0) if device == "cuda" else platform.processor() or "cpu",

@@ -173,8 +173,8 @@ class VLLMEngine:
             # in-process executor, so weights are loaded without serialization: TRL's
             # external_launcher on CUDA; vLLM's CPU build has no launcher, run it uniprocess
             distributed_executor_backend = "external_launcher" if torch.cuda.is_available() else None
-            if distributed_executor_backend is None:
-                os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        # the engine core in this process: the weight stream is a generator, not picklable
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         if distributed_executor_backend == "external_launcher":
             _ensure_launcher_env()
         if dtype is None:
