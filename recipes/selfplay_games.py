@@ -263,6 +263,8 @@ def main(argv=None):
         print(f"\ncurves: {png}\nmetrics: {logger.path}\nmodel: {out_dir / 'final_model'}")
         logger.close()
     acc.wait_for_everyone()
+    if hasattr(engine, "close"):  # vLLM engines: shut down before the process group goes
+        engine.close()
     acc.end_training()
 
 

@@ -175,6 +175,12 @@ class VLLMEngine:
             distributed_executor_backend = "external_launcher" if torch.cuda.is_available() else None
         # the engine core in this process: the weight stream is a generator, not picklable
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        if not torch.cuda.is_available():
+            # vLLM's CPU build rewinds a seeded request's generator when a chunked prefill
+            # discards its token, which CPU generators cannot do: prefill whole prompts
+            longest = max_model_len or getattr(getattr(model, "config", None), "max_position_embeddings", 8192)
+            llm_kwargs.setdefault("enable_chunked_prefill", False)
+            llm_kwargs.setdefault("max_num_batched_tokens", max(8192, int(longest)))
         if distributed_executor_backend == "external_launcher":
             _ensure_launcher_env()
         if dtype is None:
@@ -285,11 +291,14 @@ class VLLMEngine:
             self._asleep = False
 
     def close(self) -> None:
-        """Free the engine's GPU memory and its config folder."""
+        """Shut vLLM down (its process groups, its GPU memory) and remove its config folder.
+        Call it before the trainer's process group is destroyed (``accelerator.end_training``):
+        vLLM's own shutdown tears down the groups it created."""
+        import gc
         import shutil
 
-        llm, self.llm = getattr(self, "llm", None), None
-        del llm
+        self.llm = None  # the last reference: vLLM's finalizer shuts the engine core down
+        gc.collect()
         shutil.rmtree(getattr(self, "_folder", ""), ignore_errors=True)
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
