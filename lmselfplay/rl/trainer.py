@@ -221,7 +221,9 @@ class PolicyTrainer:
 
     # --- the step -------------------------------------------------------------------
     def step(self, samples: list[Sample]) -> dict[str, float]:
-        """One optimizer step per pass (``num_iterations`` passes) on this rank's samples."""
+        """One optimizer step per pass (``num_iterations`` passes) on this rank's samples.
+        Metrics include ``logprob_diff``: mean |current - behaviour| log-prob of the sampled
+        tokens in the first pass, before any update (the staleness detector's measure)."""
         cfg, acc = self.cfg, self.accelerator
         if cfg.merge_identical:
             samples = merge_identical(samples)

@@ -186,13 +186,18 @@ class VLLMEngine:
         if dtype is None:
             dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
             dtype = "float32" if dtype not in ("float16", "bfloat16", "float32") else dtype
-        self.llm = vllm.LLM(model=self._folder, tokenizer=self._folder, load_format="dummy", dtype=dtype,
-                            gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=enable_sleep_mode,
-                            logprobs_mode=logprobs_mode, max_model_len=max_model_len, seed=seed,
-                            enforce_eager=enforce_eager, enable_prefix_caching=True,
-                            distributed_executor_backend=distributed_executor_backend, **llm_kwargs)
-        self._has_reload = all(self.llm.collective_rpc(_worker_can_reload))
-        self.update_weights(model, version=version)
+        self.llm = None
+        try:
+            self.llm = vllm.LLM(model=self._folder, tokenizer=self._folder, load_format="dummy", dtype=dtype,
+                                gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=enable_sleep_mode,
+                                logprobs_mode=logprobs_mode, max_model_len=max_model_len, seed=seed,
+                                enforce_eager=enforce_eager, enable_prefix_caching=True,
+                                distributed_executor_backend=distributed_executor_backend, **llm_kwargs)
+            self._has_reload = all(self.llm.collective_rpc(_worker_can_reload))
+            self.update_weights(model, version=version)
+        except BaseException:
+            self.close()
+            raise
 
     # --- generation -----------------------------------------------------------------
     def generate(self, prompts_token_ids: list[list[int]], sampling: SamplingParams) -> list[Completion]:
