@@ -509,3 +509,49 @@ def test_real_vllm_engine_matches_hf_and_follows_the_trainer(tied):
     with pytest.raises(StaleWeightsError):
         detector.check(trainer.step(samples)["logprob_diff"])
     engine.close()
+
+
+@pytest.mark.slow
+def test_real_vllm_server_generates_and_scores_like_hf(tmp_path):
+    """``vllm serve`` (its CPU build here) started as a subprocess: the client's requests and
+    parsing match the real API, log-probs equal teacher forcing, seeds are per prompt."""
+    pytest.importorskip("vllm")
+    import os
+    import signal
+
+    tok, model = tiny_tokenizer(), tiny_model(seed=0, width=256)
+    model.save_pretrained(tmp_path / "model")
+    tok.save_pretrained(tmp_path / "model")
+    port = _free_port()
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tmp_path / "model"),
+           "--host", "127.0.0.1", "--port", str(port), "--logprobs-mode", "raw_logprobs", "--max-model-len", "256",
+           "--enforce-eager", "--dtype", "float32", "--gpu-memory-utilization", "0.15"]
+    if not torch.cuda.is_available():  # see VLLMEngine: seeded requests need whole-prompt prefill on CPU
+        cmd += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", "8192"]
+    log = open(tmp_path / "serve.log", "w")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                            env={**os.environ, "VLLM_SERVER_DEV_MODE": "1"})
+    try:
+        eng = VLLMServerEngine(tok, base_url=f"http://127.0.0.1:{port}", timeout=120, wait_for_server=300)
+        assert eng.logprobs_mode == "raw_logprobs"
+        hf = HFEngine(model, tok)
+        prompts = [tok(f"Nim: {k} stones left")["input_ids"] for k in range(6)] * 2
+        sp = SamplingParams(max_new_tokens=8, temperature=1.0, seed=3)
+        outs = eng.generate(prompts, sp)
+        assert [o.token_ids for o in eng.generate(prompts, sp)] == [o.token_ids for o in outs]
+        assert any(a.token_ids != b.token_ids for a, b in zip(outs[:6], outs[6:]))  # per-prompt seeds
+        ref = hf.score([o.prompt_ids for o in outs], [o.token_ids for o in outs])
+        for o, r in zip(outs, ref):
+            assert o.logprobs == pytest.approx(r, abs=1e-4)
+        scored = eng.score([o.prompt_ids for o in outs], [o.token_ids for o in outs])
+        assert all(s == pytest.approx(r, abs=1e-4) for s, r in zip(scored, ref))
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # the server and the engine process it started
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
