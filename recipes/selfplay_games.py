@@ -38,7 +38,13 @@ from lmselfplay.games import make
 from lmselfplay.games.base import OPTIMAL_MOVES, has_enumerable_actions, random_legal_reset
 from lmselfplay.games.bots import league_bot
 from lmselfplay.games.text import MOVE_STOP
-from lmselfplay.lm.engines import HFEngine, SamplingParams
+from lmselfplay.lm.engines import (
+    EngineConfig,
+    HFEngine,
+    SamplingParams,
+    StalenessDetector,
+    make_engine,
+)
 from lmselfplay.lm.policy import PolicyConfig, frozen_policy, load_policy, policy_weights
 from lmselfplay.lm.rollout import Episode, LLMPlayer, RolloutStats, play_episodes
 from lmselfplay.rl.advantages import RoleBaselines
@@ -51,7 +57,7 @@ from lmselfplay.utils.metrics_logger import MetricsLogger
 
 
 @dataclass
-class SelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig):
+class SelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig, EngineConfig):
     games: str = field(default="nim,tictactoe,kuhn_poker", metadata={"help": "comma-separated registry names"})
     game_weights: str = field(default="", metadata={
         "help": "share of each step's episodes per game, e.g. 'kuhn_poker=4' (unlisted games weigh 1)"})
@@ -197,7 +203,8 @@ def main(argv=None):
     if cfg.beta > 0 and not cfg.use_lora and is_partitioned(model):
         ref = load_policy(cfg, device=str(acc.device), use_lora=False)[0]
     trainer = PolicyTrainer(model, tok, cfg, accelerator=acc, ref_model=ref)
-    engine = HFEngine(trainer.unwrapped, tok)
+    engine = make_engine(cfg, trainer.unwrapped, tok)  # cfg.engine: hf | vllm | vllm-server
+    detector = StalenessDetector.from_config(cfg)
     baselines, league = RoleBaselines(cfg.baseline_decay), League(cfg, snapshot_engines(trainer, tok))
     start_step = 0
     ckpt = latest_checkpoint(out_dir) if cfg.resume else None
@@ -242,6 +249,8 @@ def main(argv=None):
         samples = [s for t, a in zip(trajs, adv) for s in t.samples(float(a))]
         # 6: update; the engine serves the same (updated) weights next step
         metrics = trainer.step(samples)
+        # staleness: trainer vs engine log-probs of the sampled tokens (warning / strict_sync error)
+        sync = detector.check(metrics.get("logprob_diff", float("nan")), step + 1)
         # 7: league
         if league.due(step + 1):
             with trainer.generation_model() as m:  # full weights on every rank (ZeRO-3 gathers)
@@ -253,7 +262,7 @@ def main(argv=None):
                "rollout/mean_return": float(np.mean([t.reward for t in trajs])) if trajs else 0.0,
                "rollout/selfplay_first_seat_win_rate":
                    float(np.mean([f.returns[0] > 0 for f in mirror])) if mirror else float("nan"),
-               "rollout/tokens": stats.generated_tokens, "league/size": len(league.ring),
+               "rollout/tokens": stats.generated_tokens, "league/size": len(league.ring), **sync,
                **{f"baseline/{k}": v for k, v in baselines.values.items()}, "wall_s": time.time() - t0}
         if acc.is_main_process:
             logger.log(step + 1, row)
@@ -276,6 +285,8 @@ def main(argv=None):
         print(f"\ncurves: {png}\nmetrics: {logger.path}\nmodel: {out_dir / 'final_model'}")
         logger.close()
     acc.wait_for_everyone()
+    if hasattr(engine, "close"):  # vLLM engines: shut down before the process group goes
+        engine.close()
     acc.end_training()
 
 

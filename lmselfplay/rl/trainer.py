@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from lmselfplay.lm.batching import pad_batch, token_logprobs
+from lmselfplay.lm.engines.staleness import mean_abs_logprob_diff
 from lmselfplay.lm.trajectory import Sample, merge_identical
 from lmselfplay.utils.checkpoint import MARKER, prune_checkpoints
 
@@ -178,11 +179,18 @@ class PolicyTrainer:
 
     @contextmanager
     def serving(self, engine: Any) -> Iterator[Any]:
-        """Inside the block ``engine`` serves the learner's current weights (gathered under
-        ZeRO-3, every rank together): the one way recipes hand the learner to an engine."""
-        with self.generation_model() as m:
-            engine.update_weights(m, version=self.step_count)
-            yield engine
+        """Inside the block ``engine`` serves the learner's current weights: the one way
+        recipes hand the learner to an engine. An engine that shares the learner's module
+        (HF: ``shares_module``) serves the gathered module (ZeRO-3: every rank together);
+        one with its own copy (vLLM) gets a bucketed push when it is behind the trainer."""
+        if getattr(engine, "shares_module", False):
+            with self.generation_model() as m:
+                engine.update_weights(m, version=self.step_count)
+                yield engine
+            return
+        if engine.version != self.step_count:  # every rank calls this: ZeRO-3 gathers per bucket
+            engine.update_weights(self.model, version=self.step_count)
+        yield engine
 
     @torch.no_grad()
     def _ref_logprobs(self, samples: list[Sample], chunk: int = 64) -> dict[int, list[float]]:
@@ -210,20 +218,22 @@ class PolicyTrainer:
 
     # --- the step -------------------------------------------------------------------
     def step(self, samples: list[Sample]) -> dict[str, float]:
-        """One optimizer step per pass (``num_iterations`` passes) on this rank's samples."""
+        """One optimizer step per pass (``num_iterations`` passes) on this rank's samples.
+        Metrics include ``logprob_diff``: mean |current - behaviour| log-prob of the sampled
+        tokens in the first pass, before any update (the staleness detector's measure)."""
         cfg, acc = self.cfg, self.accelerator
         if cfg.merge_identical:
             samples = merge_identical(samples)
         rng = random.Random(cfg.seed * 1_000_003 + self.step_count * 7919 + acc.process_index)
         total_tokens = sum(len(s.completion_ids) * s.weight for s in samples)
         stats: dict[str, list[float]] = {k: [] for k in ("loss", "pg_loss", "kl", "entropy", "clip_frac",
-                                                         "ratio", "grad_norm")}
+                                                         "ratio", "grad_norm", "logprob_diff")}
         ref = self._ref_logprobs(samples) if cfg.beta > 0 and samples else None
         self.model.train()
-        for _ in range(cfg.num_iterations):
+        for it in range(cfg.num_iterations):
             for mb in self._micro_batches(samples, rng):
                 with acc.accumulate(self.model):
-                    loss, parts = self._micro_loss(mb, total_tokens, ref)
+                    loss, parts = self._micro_loss(mb, total_tokens, ref, first_pass=it == 0)
                     acc.backward(loss)
                     if acc.sync_gradients and cfg.max_grad_norm > 0:
                         gn = acc.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
@@ -241,7 +251,8 @@ class PolicyTrainer:
                    lr=float(self.scheduler.get_last_lr()[0]))
         return out
 
-    def _micro_loss(self, mb: list[Sample], total_tokens: float, ref: dict[int, list[float]] | None):
+    def _micro_loss(self, mb: list[Sample], total_tokens: float, ref: dict[int, list[float]] | None,
+                    first_pass: bool = False):
         cfg, acc = self.cfg, self.accelerator
         if not mb:  # keep collectives aligned across ranks: a forward with zero loss
             ids = torch.full((1, 2), self.pad_id, dtype=torch.long, device=acc.device)
@@ -278,6 +289,8 @@ class PolicyTrainer:
                      "ratio": float((ratio * w).sum() / wsum)}
             if ent is not None:
                 parts["entropy"] = float((ent * w).sum() / wsum)
+            if first_pass:  # the weights the engine should have sampled with (staleness detector)
+                parts["logprob_diff"] = mean_abs_logprob_diff(lp, b["old"], w)
         return loss, parts
 
     # --- checkpoints ----------------------------------------------------------------

@@ -24,6 +24,8 @@ def unwrap(model: Any) -> Any:
 
 
 class HFEngine:
+    shares_module = True  # serves the module it is given (the learner's, or a frozen copy)
+
     def __init__(self, model: Any, tokenizer: Any, max_batch_size: int = 256, version: int = 0):
         self.model = unwrap(model)
         self.tokenizer = tokenizer

@@ -1,0 +1,309 @@
+"""The colocated vLLM engine: a ``vllm.LLM`` inside the training process, fed the trainer's
+weights after every step. Install with ``pip install lmselfplay[vllm]`` (GPU; vLLM is imported
+only when an engine is built).
+
+Log-probabilities (the :mod:`~lmselfplay.lm.engines.base` invariant, ``generate(...).logprobs ==
+score(prompt, completion)``): the protocol wants ``log_softmax(logits / T)`` *before* top-p.
+vLLM returns one of (engine-wide ``logprobs_mode``, vLLM >= 0.10.2):
+
+* ``raw_logprobs``: ``log_softmax(logits)`` before temperature — the protocol's value at T = 1
+  (any top-p) and for greedy decoding;
+* ``processed_logprobs``: after temperature *and* top-k/top-p (renormalized over the nucleus)
+  — the protocol's value at any T when top_p = 1, and for greedy decoding.
+
+No mode gives T != 1 together with top_p < 1; such a call is refused (ValueError) rather than
+returning log-probs the trainer's importance ratios would misread. :func:`logprobs_mode_for`
+picks the mode from the sampling temperature. ``score`` uses ``prompt_logprobs``, which vLLM
+computes before any sampling processor, i.e. at T = 1 only; ``score(temperature != 1)`` is
+refused. Tolerance: vLLM and the trainer run different kernels; in float32 they agree to
+~1e-5 per token, in bfloat16 to ~1e-2 (what the staleness detector's threshold allows for).
+
+Completions are cut exactly like the HF engine's: at the first EOS (kept), else at the
+shortest prefix whose text contains a stop string (kept). Seeds: one seed per call becomes
+per-prompt seeds ``seed + i`` (identical prompts still get independent samples).
+
+Weights: the engine starts from the model's config with dummy weights (``load_format="dummy"``,
+no checkpoint on disk) and :meth:`VLLMEngine.update_weights` pushes the trainer's tensors bucket
+by bucket (:mod:`~lmselfplay.lm.engines.weight_sync`: ZeRO-3 gathered per bucket, LoRA
+merged), then resets the prefix cache (cached KV of the old weights would otherwise be reused).
+Sleep mode (optional) frees the GPU memory of the KV cache and weights between rollouts.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from typing import Any
+
+import torch
+
+from lmselfplay.lm.engines.base import Completion, SamplingParams
+from lmselfplay.lm.engines.weight_sync import SyncStats, iter_state_buckets, iter_weight_buckets
+
+INSTALL_HINT = "pip install lmselfplay[vllm]"
+
+
+def require_vllm() -> Any:
+    """The ``vllm`` module, or an ImportError naming the extra to install."""
+    try:
+        import vllm
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError(f"the vLLM engine needs vLLM, which is not installed: `{INSTALL_HINT}` "
+                          f"(a CUDA machine; see the README section 'vLLM rollouts'). ({e})") from e
+    return vllm
+
+
+def logprobs_mode_for(temperature: float) -> str:
+    """The vLLM ``logprobs_mode`` whose values equal the protocol's at this temperature."""
+    return "raw_logprobs" if temperature in (0.0, 1.0) else "processed_logprobs"
+
+
+def check_logprobs_mode(mode: str, sp: SamplingParams) -> None:
+    """Refuse a sampling whose vLLM log-probs would not be ``log_softmax(logits / T)`` pre-top-p."""
+    greedy = sp.temperature <= 0
+    ok = greedy or (mode == "raw_logprobs" and sp.temperature == 1.0) or \
+        (mode == "processed_logprobs" and sp.top_p >= 1.0)
+    if not ok:
+        raise ValueError(
+            f"vLLM logprobs_mode={mode!r} cannot give the pre-top-p log-probs at temperature={sp.temperature}, "
+            f"top_p={sp.top_p}: use top_p=1 with processed_logprobs, or temperature=1 with raw_logprobs")
+
+
+def stop_cut(tokenizer: Any, toks: list[int], stops: list[str]) -> int | None:
+    """Length of the shortest prefix whose text contains a stop string, if any (the HF
+    engine's rule, so both engines return the same tokens for the same sample)."""
+    if not stops or not any(s in tokenizer.decode(toks, skip_special_tokens=True) for s in stops):
+        return None
+    for k in range(1, len(toks) + 1):
+        if any(s in tokenizer.decode(toks[:k], skip_special_tokens=True) for s in stops):
+            return k
+    return None
+
+
+def to_completion(tokenizer: Any, prompt: list[int], toks: list[int], lps: list[float], eos_id: int | None,
+                  stops: list[str]) -> Completion:
+    """A Completion cut at the first EOS (kept) or stop string (kept); else "length"."""
+    n, reason = len(toks), "length"
+    if eos_id is not None and eos_id in toks:
+        n, reason = toks.index(eos_id) + 1, "eos"
+    cut = stop_cut(tokenizer, toks[:n], stops)
+    if cut is not None:
+        n, reason = cut, "stop"
+    toks = list(toks[:n])
+    return Completion(list(prompt), toks, tokenizer.decode(toks, skip_special_tokens=True),
+                      [float(x) for x in lps[:n]], reason)
+
+
+def request_seeds(seed: int | None, n: int) -> list[int | None]:
+    """Per-prompt seeds from one call seed (None -> unseeded)."""
+    return [None] * n if seed is None else [(seed + i) % (2**31) for i in range(n)]
+
+
+def export_config(model: Any, tokenizer: Any) -> str:
+    """A folder with the model's config and tokenizer (no weights) for ``load_format="dummy"``."""
+    from lmselfplay.lm.engines.hf import unwrap
+
+    folder = tempfile.mkdtemp(prefix="lmselfplay-vllm-")
+    m = unwrap(model)
+    config = getattr(m, "config", None)
+    if config is None:
+        raise TypeError(f"the vLLM engine needs a transformers model with a .config, got {type(m).__name__}")
+    base = getattr(m, "get_base_model", None)  # PEFT: the base model's config
+    (base().config if base else config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def _ensure_launcher_env() -> None:
+    """``external_launcher`` runs vLLM inside this process; it reads torch.distributed's
+    variables (set by accelerate/torchrun; defaults for a single process)."""
+    for k, v in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1")):
+        os.environ.setdefault(k, v)
+    if "MASTER_PORT" not in os.environ:
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            os.environ["MASTER_PORT"] = str(s.getsockname()[1])
+
+
+def _worker_can_reload(worker: Any) -> bool:
+    """Runs on a vLLM worker: does it reload weights in place from an iterator?"""
+    return callable(getattr(worker, "reload_weights", None))
+
+
+def _refresh_tied_head(model: Any) -> None:
+    """Runs on a vLLM worker's model. A tied LM head shares the embedding's weight but is its
+    own layer: an in-place reload loads nothing into it, so any copy its post-load processing
+    made is not refreshed (vLLM's CPU build keeps a packed GEMM copy: the head would keep
+    the old weights; found by the staleness detector). Re-run it there; GPU builds keep no copy."""
+    from vllm.platforms import current_platform
+
+    head = getattr(model, "lm_head", None)
+    method = getattr(head, "quant_method", None)
+    tied = getattr(getattr(model, "config", None), "tie_word_embeddings", False)
+    if current_platform.is_cpu() and tied and method is not None:
+        method.process_weights_after_loading(head)
+
+
+class VLLMEngine:
+    """Colocated vLLM serving ``model``'s current weights (see the module docstring)."""
+
+    def __init__(self, model: Any, tokenizer: Any, gpu_memory_utilization: float = 0.3,
+                 enable_sleep_mode: bool = False, logprobs_mode: str = "raw_logprobs",
+                 bucket_bytes: int = 256 << 20, max_model_len: int | None = None, dtype: str | None = None,
+                 seed: int = 0, enforce_eager: bool = False, version: int = 0,
+                 distributed_executor_backend: str | None = "auto", **llm_kwargs: Any):
+        vllm = require_vllm()
+        if not 0 < gpu_memory_utilization <= 1:
+            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+        self.tokenizer = tokenizer
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        self.eos_id = tokenizer.eos_token_id
+        self.logprobs_mode = logprobs_mode
+        self.bucket_bytes = bucket_bytes
+        self.enable_sleep_mode = enable_sleep_mode
+        self.version = version
+        self.last_sync = SyncStats()
+        self._asleep = self._weights_awake = False
+        self._folder = export_config(model, tokenizer)
+        if distributed_executor_backend == "auto":
+            # in-process executor, so weights are loaded without serialization: TRL's
+            # external_launcher on CUDA; vLLM's CPU build has no launcher, run it uniprocess
+            distributed_executor_backend = "external_launcher" if torch.cuda.is_available() else None
+        # the engine core in this process: the weight stream is a generator, not picklable
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        if not torch.cuda.is_available():
+            # vLLM's CPU build rewinds a seeded request's generator when a chunked prefill
+            # discards its token, which CPU generators cannot do: prefill whole prompts
+            longest = max_model_len or getattr(getattr(model, "config", None), "max_position_embeddings", 8192)
+            llm_kwargs.setdefault("enable_chunked_prefill", False)
+            llm_kwargs.setdefault("max_num_batched_tokens", max(8192, int(longest)))
+        if distributed_executor_backend == "external_launcher":
+            _ensure_launcher_env()
+        if dtype is None:
+            dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+            dtype = "float32" if dtype not in ("float16", "bfloat16", "float32") else dtype
+        self.llm = None
+        try:
+            self.llm = vllm.LLM(model=self._folder, tokenizer=self._folder, load_format="dummy", dtype=dtype,
+                                gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=enable_sleep_mode,
+                                logprobs_mode=logprobs_mode, max_model_len=max_model_len, seed=seed,
+                                enforce_eager=enforce_eager, enable_prefix_caching=True,
+                                distributed_executor_backend=distributed_executor_backend, **llm_kwargs)
+            self._has_reload = all(self.llm.collective_rpc(_worker_can_reload))
+            self.update_weights(model, version=version)
+        except BaseException:
+            self.close()
+            raise
+
+    # --- generation -----------------------------------------------------------------
+    def generate(self, prompts_token_ids: list[list[int]], sampling: SamplingParams) -> list[Completion]:
+        if not prompts_token_ids:
+            return []
+        check_logprobs_mode(self.logprobs_mode, sampling)
+        vllm = require_vllm()
+        greedy = sampling.temperature <= 0
+        params = [vllm.SamplingParams(
+            n=1, max_tokens=sampling.max_new_tokens, temperature=0.0 if greedy else sampling.temperature,
+            top_p=1.0 if greedy else sampling.top_p, seed=s, logprobs=0, stop=list(sampling.stop) or None,
+            include_stop_str_in_output=True, stop_token_ids=[self.eos_id] if self.eos_id is not None else None,
+            skip_special_tokens=True)
+            for s in request_seeds(sampling.seed, len(prompts_token_ids))]
+        self._wake()
+        try:
+            outs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts_token_ids], params,
+                                     use_tqdm=False)
+        finally:
+            self._sleep()
+        completions = []
+        for p, o in zip(prompts_token_ids, outs):
+            seq = o.outputs[0]
+            toks = list(seq.token_ids)
+            lps = [seq.logprobs[k][t].logprob for k, t in enumerate(toks)] if seq.logprobs is not None else []
+            completions.append(to_completion(self.tokenizer, p, toks, lps, self.eos_id, sampling.stop))
+        return completions
+
+    # --- teacher forcing ------------------------------------------------------------
+    def score(self, prompt_ids: list[list[int]], completion_ids: list[list[int]],
+              temperature: float = 1.0, batch_size: int | None = None) -> list[list[float]]:
+        """Per-token log-probs of each completion given its prompt (``prompt_logprobs``)."""
+        if temperature != 1.0:
+            raise ValueError("vLLM computes prompt log-probs before temperature: score() supports temperature=1 "
+                             f"only, got {temperature}; score with the HF engine instead")
+        if not prompt_ids:
+            return []
+        if any(len(p) == 0 for p in prompt_ids):
+            raise ValueError("score() needs a non-empty prompt (the first token has no log-prob)")
+        vllm = require_vllm()
+        sp = vllm.SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
+        self._wake()
+        try:
+            outs = self.llm.generate([{"prompt_token_ids": list(p) + list(c)} for p, c in zip(prompt_ids, completion_ids)],
+                                     sp, use_tqdm=False)
+        finally:
+            self._sleep()
+        res = []
+        for p, c, o in zip(prompt_ids, completion_ids, outs):
+            pl = o.prompt_logprobs
+            res.append([pl[len(p) + k][t].logprob for k, t in enumerate(c)])
+        return res
+
+    # --- weights --------------------------------------------------------------------
+    def update_weights(self, model: Any, version: int | None = None) -> None:
+        """Push ``model``'s weights (a module, possibly ZeRO-3 / PEFT wrapped, or a state dict),
+        bucket by bucket, then reset the prefix cache. Every rank must call it under ZeRO-3."""
+        t0 = time.perf_counter()
+        stats = SyncStats()
+        if self.enable_sleep_mode and self._asleep and not self._weights_awake:
+            self.llm.wake_up(tags=["weights"])  # TRL's order: weights now, the KV cache at generate
+            self._weights_awake = True
+        buckets = iter_state_buckets(model, self.bucket_bytes) if isinstance(model, dict) else \
+            iter_weight_buckets(model, self.bucket_bytes)
+
+        def stream():  # one bucket materialized at a time, consumed by vLLM as it goes
+            for bucket in buckets:
+                stats.add(bucket)
+                yield from bucket
+
+        if self._has_reload:
+            # vLLM's in-place reload restores each layer's checkpoint layout, loads, and re-runs
+            # its post-load processing (kernel repacking on CPU, quantization): a plain
+            # model.load_weights would write into the processed layout
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": stream(),
+                                                              "is_checkpoint_format": True})
+        else:  # older vLLM (TRL's colocate path): unprocessed bf16/fp16 layers load directly
+            self.llm.apply_model(lambda m: m.load_weights(weights=stream()) and None)
+        self.llm.apply_model(_refresh_tied_head)
+        self.llm.reset_prefix_cache()
+        stats.seconds = time.perf_counter() - t0
+        self.last_sync = stats
+        self.version = self.version + 1 if version is None else version
+
+    # --- sleep mode -----------------------------------------------------------------
+    def _sleep(self) -> None:
+        """Level 1: weights offloaded to CPU (kept), KV cache freed — the trainer gets the memory."""
+        if self.enable_sleep_mode:
+            self.llm.sleep(level=1)
+            self._asleep, self._weights_awake = True, False
+
+    def _wake(self) -> None:
+        if self.enable_sleep_mode and self._asleep:
+            tags = ["kv_cache"] if self._weights_awake else None
+            self.llm.wake_up(tags=tags)
+            self._asleep = False
+
+    def close(self) -> None:
+        """Shut vLLM down (its process groups, its GPU memory) and remove its config folder.
+        Call it before the trainer's process group is destroyed (``accelerator.end_training``):
+        vLLM's own shutdown tears down the groups it created."""
+        import gc
+        import shutil
+
+        self.llm = None  # the last reference: vLLM's finalizer shuts the engine core down
+        gc.collect()
+        shutil.rmtree(getattr(self, "_folder", ""), ignore_errors=True)
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
