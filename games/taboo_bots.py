@@ -22,7 +22,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from lmselfplay.games.taboo import ATTACKER, Taboo, TabooState, said
+from lmselfplay.games.taboo_referee import ATTACKER, said
 from lmselfplay.games.text import format_answer
 
 Bot = Callable[[Any, Any, random.Random], str]
@@ -53,7 +53,7 @@ def _clue_index() -> dict[str, tuple[str, ...]]:
     return {c: tuple(ws) for c, ws in index.items()}
 
 
-def attacker_bot(game: Taboo, state: TabooState, rng: random.Random) -> str:
+def attacker_bot(game: Any, state: Any, rng: random.Random) -> str:
     target = state.target or ""
     k = len(state.utterances) // 2
     clues = associations().get(target)
@@ -64,7 +64,7 @@ def attacker_bot(game: Taboo, state: TabooState, rng: random.Random) -> str:
     return spelled[k % len(spelled)]
 
 
-def candidates(state: TabooState) -> dict[str, int]:
+def candidates(state: Any) -> dict[str, int]:
     """Table words scored by the number of their clues the attacker has said."""
     heard = set()
     for u in state.utterances[ATTACKER::2]:
@@ -78,7 +78,7 @@ def candidates(state: TabooState) -> dict[str, int]:
 
 
 def make_defender_bot(careless: float = 0.1, eager: float = 0.2) -> Bot:
-    def defender_bot(game: Taboo, state: TabooState, rng: random.Random) -> str:
+    def defender_bot(game: Any, state: Any, rng: random.Random) -> str:
         scores = candidates(state)
         last_turn = len(state.utterances) // 2 + 1 >= game.max_turns
         if scores:
@@ -98,15 +98,15 @@ def make_defender_bot(careless: float = 0.1, eager: float = 0.2) -> Bot:
 defender_bot = make_defender_bot()
 
 
-def scripted_bot(game: Taboo, state: TabooState, rng: random.Random) -> str:
+def scripted_bot(game: Any, state: Any, rng: random.Random) -> str:
     """The attacker bot or the defender bot, whichever role is to move."""
     bot = attacker_bot if game.current_player(state) == ATTACKER else defender_bot
     return bot(game, state, rng)
 
 
-def play_bot_game(game: Taboo, target: str, rng: random.Random,
+def play_bot_game(game: Any, target: str, rng: random.Random,
                   attacker: Bot = attacker_bot,
-                  defender: Bot = defender_bot) -> tuple[list[tuple[TabooState, str]], TabooState]:
+                  defender: Bot = defender_bot) -> tuple[list[tuple[Any, str]], Any]:
     """One game from ``target``: every (state before the move, utterance), and the end."""
     state = game.state_for(target)
     moves = []
@@ -118,13 +118,13 @@ def play_bot_game(game: Taboo, target: str, rng: random.Random,
     return moves, state
 
 
-def bot_transcripts(n_games: int, seed: int = 0, max_turns: int = 5, careless: float = 0.1,
+def bot_transcripts(game: Any, n_games: int, seed: int = 0, careless: float = 0.1,
                     eager: float = 0.2) -> list[tuple[str, str]]:
     """(prompt, answer) pairs of ``n_games`` bot-vs-bot games in the text protocol: the
-    mover's ``observation_text`` and ``<move>utterance</move>``. Targets are the table's
-    words (all in the train split), drawn with ``seed``."""
+    mover's ``observation_text`` and ``<move>utterance</move>``. Targets are drawn from the
+    game's words with ``seed`` (give it the association table's words,
+    ``Taboo(words=sorted(associations()))``, so the bots have clues)."""
     rng = random.Random(seed)
-    game = Taboo(max_turns=max_turns, words=sorted(associations()))
     defender = make_defender_bot(careless, eager)
     pairs = []
     for _ in range(n_games):

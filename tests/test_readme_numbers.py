@@ -45,7 +45,10 @@ def measured_values(folder: Path) -> list[float]:
                 walk(v)
 
     for path in sorted(folder.glob("*.json")):
-        walk(json.loads(path.read_text())["results"])
+        walk(json.loads(path.read_text()))
+    for path in sorted(folder.glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            walk(json.loads(line))
     return values
 
 

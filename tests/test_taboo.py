@@ -354,8 +354,9 @@ def test_scripted_bot_plays_either_role():
 
 
 def test_transcripts_are_legal_protocol_pairs():
-    pairs = bot_transcripts(20, seed=0)
-    assert len(pairs) >= 40 and pairs == bot_transcripts(20, seed=0)
+    table = Taboo(words=sorted(associations()))
+    pairs = bot_transcripts(table, 20, seed=0)
+    assert len(pairs) >= 40 and pairs == bot_transcripts(table, 20, seed=0)
     g = Taboo(words=sorted(associations()))
     for prompt, answer in pairs:
         assert prompt.startswith("Game: taboo.") and prompt.endswith("Answer with <move>MOVE</move>.")
