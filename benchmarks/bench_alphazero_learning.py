@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from lmselfplay.utils.checkpoint import latest_checkpoint
 from lmselfplay.utils.recipe_loader import load_recipe
 from lmselfplay.utils.results import save_results
 
@@ -35,7 +36,7 @@ def run(recipe, config: str, out: Path, extra: list[str]):
     wall = time.perf_counter() - t
     cfg = recipe.parse_config(recipe.AlphaZeroConfig, argv)
     game, face, net = recipe.build(cfg)
-    state = torch.load(recipe.latest_checkpoint(out) / "state.pt", weights_only=False)
+    state = torch.load(latest_checkpoint(out) / "state.pt", weights_only=False)
     net.load_state_dict(state["net"])
     return cfg, face, net.eval(), wall
 

@@ -53,10 +53,11 @@ from lmselfplay.lm.trajectory import Sample
 from lmselfplay.rl.advantages import task_type_advantages
 from lmselfplay.rl.rewards import proposer_rewards
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, is_partitioned, make_accelerator
-from lmselfplay.utils.checkpoint import latest_checkpoint, save_json
+from lmselfplay.utils.checkpoint import resume_checkpoint, save_json
 from lmselfplay.utils.config import ConfigError, parse_config
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.metrics_logger import MetricsLogger
+from lmselfplay.utils.run import RunConfig, lock_output_dir
 from lmselfplay.verifiers.code_tasks import (
     TASK_TYPES,
     CodeReferee,
@@ -75,7 +76,7 @@ from lmselfplay.verifiers.executor import ExecutorConfig
 
 
 @dataclass
-class AbsoluteZeroConfig(TrainerConfig, PolicyConfig):
+class AbsoluteZeroConfig(TrainerConfig, PolicyConfig, RunConfig):
     max_steps: int = field(default=40, metadata={"help": "proposer-solver steps (each one trainer.step())"})
     proposals_per_type: int = field(default=8, metadata={"help": "proposals per task type per step"})
     references: int = field(default=3, metadata={"help": "K buffer tasks shown in each proposal prompt"})
@@ -194,8 +195,9 @@ def main(argv=None):
     if cfg.proposal_style not in ("paper", "io") or cfg.references < 1:
         raise ConfigError(f"proposal_style must be paper or io (got {cfg.proposal_style!r}) "
                           f"and references >= 1 (got {cfg.references})")
-    acc = make_accelerator(cfg.gradient_accumulation_steps)
+    acc = make_accelerator(cfg.gradient_accumulation_steps, timeout_s=cfg.collective_timeout_s)
     out_dir = Path(cfg.output_dir)
+    lock_output_dir(out_dir)
     model, tok = load_policy(cfg, device=str(acc.device))
     ref = None  # the trainer copies the initial policy, except under ZeRO-3 init (sharded at load)
     if cfg.beta > 0 and not cfg.use_lora and is_partitioned(model):
@@ -214,7 +216,7 @@ def run(cfg, acc, trainer, engine, tok, referee, out_dir: Path):
     forbidden = {task_key(t) for ts in heldout.values() for t in ts}
     buffers = seed_buffers(cfg, referee, forbidden)
     start_step = 0
-    ckpt = latest_checkpoint(out_dir) if cfg.resume else None
+    ckpt = resume_checkpoint(cfg)
     if ckpt is not None:
         extra = trainer.load_checkpoint(ckpt)
         for tt in TASK_TYPES:

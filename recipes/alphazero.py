@@ -51,14 +51,15 @@ from lmselfplay.alphazero.network import ConvPolicyValueNet, PolicyValueNet, alp
 from lmselfplay.alphazero.selfplay import Samples, SelfPlaySettings, alpha_for, play_games
 from lmselfplay.games import make
 from lmselfplay.games.base import OPTIMAL_MOVES
-from lmselfplay.utils.checkpoint import atomic_dir, latest_checkpoint, prune_checkpoints
+from lmselfplay.utils.checkpoint import atomic_dir, prune_checkpoints, resume_checkpoint
 from lmselfplay.utils.config import ConfigError, parse_config, to_dict
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.metrics_logger import MetricsLogger
+from lmselfplay.utils.run import RunConfig, lock_output_dir
 
 
 @dataclass
-class AlphaZeroConfig:
+class AlphaZeroConfig(RunConfig):
     game: str = field(default="nim", metadata={"help": "registered game name"})
     game_args: str = field(default="{}", metadata={"help": "JSON dict of game parameters"})
     output_dir: str = field(default="runs/alphazero", metadata={"help": "run folder: metrics, curves, checkpoints"})
@@ -211,6 +212,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     cfg = parse_config(AlphaZeroConfig, argv)
     torch.set_num_threads(cfg.torch_threads)
     out = Path(cfg.output_dir)
+    lock_output_dir(out)
     torch.manual_seed(cfg.seed)
     game, face, net = build(cfg)
     exact = game.exact_metric == OPTIMAL_MOVES  # the solver labels every move: exact opponent and rates
@@ -225,7 +227,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     history: list[dict[str, torch.Tensor]] = []  # every evaluated checkpoint
     matrix: list[list[float]] = []
     best = snapshot(net)  # the self-play network when gating
-    start, last = 1, latest_checkpoint(out) if cfg.resume else None
+    start, last = 1, resume_checkpoint(cfg)
     if last is not None:
         st = torch.load(last / "state.pt", weights_only=False)
         saved = st["config"]

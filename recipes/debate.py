@@ -48,15 +48,20 @@ from lmselfplay.lm.policy import PolicyConfig, load_policy
 from lmselfplay.lm.trajectory import Sample
 from lmselfplay.rl.advantages import RoleBaselines
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, is_partitioned, make_accelerator
-from lmselfplay.utils.checkpoint import atomic_write_text, latest_checkpoint, save_json
+from lmselfplay.utils.checkpoint import (
+    atomic_write_text,
+    resume_checkpoint,
+    save_json,
+)
 from lmselfplay.utils.config import parse_config
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.metrics_logger import MetricsLogger
+from lmselfplay.utils.run import RunConfig, lock_output_dir
 from lmselfplay.verifiers.judge import judge_transcripts, load_llm_judge, side_rewards
 
 
 @dataclass
-class DebateConfig(TrainerConfig, ProtocolConfig, PolicyConfig):
+class DebateConfig(TrainerConfig, ProtocolConfig, PolicyConfig, RunConfig):
     judge_model_name_or_path: str = field(default="", metadata={
         "help": "the judge (hub name or path); empty: a frozen copy of the initial policy"})
     judge_device: str = "auto"
@@ -134,8 +139,9 @@ def evaluate(cfg, eval_set, engine, tok, judge, step, out_dir, write: bool):
 
 def main(argv=None):
     cfg = parse_config(DebateConfig, argv)
-    acc = make_accelerator(cfg.gradient_accumulation_steps)
+    acc = make_accelerator(cfg.gradient_accumulation_steps, timeout_s=cfg.collective_timeout_s)
     out_dir = Path(cfg.output_dir)
+    lock_output_dir(out_dir)
     pool, eval_set = task_sets(cfg)  # 0
     model, tok = load_policy(cfg, device=str(acc.device))
     ref = None  # the trainer copies the initial policy, except under ZeRO-3 init (sharded at load)
@@ -150,7 +156,7 @@ def main(argv=None):
     baselines = RoleBaselines(cfg.baseline_decay)
     table: dict[str, dict] = {}
     start_step = 0
-    ckpt = latest_checkpoint(out_dir) if cfg.resume else None
+    ckpt = resume_checkpoint(cfg)
     if ckpt is not None:
         extra = trainer.load_checkpoint(ckpt)
         baselines.load_state_dict(extra["baselines"])

@@ -61,6 +61,7 @@ from lmselfplay.utils.checkpoint import MARKER, atomic_dir, checkpoint_dirs, sav
 from lmselfplay.utils.config import ConfigError, parse_config
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.metrics_logger import MetricsLogger
+from lmselfplay.utils.run import RunConfig, lock_output_dir
 from lmselfplay.verifiers.checkable import Task, arithmetic_task, program_task
 from lmselfplay.verifiers.referees import AnswerMatcher, ExecutorReferee, RulesReferee, make_referee
 
@@ -70,7 +71,7 @@ STUDY_KEYS = ["study/label_accuracy", "study/reward_accuracy", "study/difficulty
 
 
 @dataclass
-class RZeroConfig(TrainerConfig, PolicyConfig):
+class RZeroConfig(TrainerConfig, PolicyConfig, RunConfig):
     task_form: str = field(default="arithmetic", metadata={"help": "arithmetic | program"})
     referee: str = field(default="vote", metadata={
         "help": "vote | grounded (= rules for arithmetic, executor for programs) | rules | executor | judge"})
@@ -201,8 +202,9 @@ class Run:
 
     def __init__(self, cfg: RZeroConfig):
         self.cfg = cfg
-        self.acc = make_accelerator(cfg.gradient_accumulation_steps)
+        self.acc = make_accelerator(cfg.gradient_accumulation_steps, timeout_s=cfg.collective_timeout_s)
         self.out = Path(cfg.output_dir)
+        lock_output_dir(self.out)
         per_iter = cfg.challenger_steps + cfg.solver_steps
         if cfg.two_copies:
             self.challenger = self._role(dataclasses.replace(cfg, max_steps=cfg.iterations * cfg.challenger_steps))

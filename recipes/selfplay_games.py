@@ -50,14 +50,15 @@ from lmselfplay.lm.rollout import Episode, LLMPlayer, RolloutStats, play_episode
 from lmselfplay.rl.advantages import RoleBaselines
 from lmselfplay.rl.league import League, LeagueConfig
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, is_partitioned, make_accelerator
-from lmselfplay.utils.checkpoint import latest_checkpoint, save_json
+from lmselfplay.utils.checkpoint import resume_checkpoint, save_json
 from lmselfplay.utils.config import ConfigError, parse_config, parse_weights
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.metrics_logger import MetricsLogger
+from lmselfplay.utils.run import RunConfig, lock_output_dir
 
 
 @dataclass
-class SelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig, EngineConfig):
+class SelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig, EngineConfig, RunConfig):
     games: str = field(default="nim,tictactoe,kuhn_poker", metadata={"help": "comma-separated registry names"})
     game_weights: str = field(default="", metadata={
         "help": "share of each step's episodes per game, e.g. 'kuhn_poker=4' (unlisted games weigh 1)"})
@@ -193,8 +194,9 @@ def snapshot_engines(trainer, tok):
 
 def main(argv=None):
     cfg = parse_config(SelfPlayConfig, argv)
-    acc = make_accelerator(cfg.gradient_accumulation_steps)
+    acc = make_accelerator(cfg.gradient_accumulation_steps, timeout_s=cfg.collective_timeout_s)
     out_dir = Path(cfg.output_dir)
+    lock_output_dir(out_dir)
     games = make_games(cfg.games)
     plan = episode_games(games, cfg.game_weights, cfg.episodes_per_step)  # the same every step
     positions = eval_positions(cfg, games)  # computed once, reused by every evaluation
@@ -207,7 +209,7 @@ def main(argv=None):
     detector = StalenessDetector.from_config(cfg)
     baselines, league = RoleBaselines(cfg.baseline_decay), League(cfg, snapshot_engines(trainer, tok))
     start_step = 0
-    ckpt = latest_checkpoint(out_dir) if cfg.resume else None
+    ckpt = resume_checkpoint(cfg)
     if ckpt is not None:
         extra = trainer.load_checkpoint(ckpt)
         baselines.load_state_dict(extra["baselines"])

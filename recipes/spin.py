@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import datetime
 import json
 import math
 import os
@@ -68,10 +69,11 @@ from lmselfplay.lm.engines.hf import HFEngine
 from lmselfplay.lm.policy import PolicyConfig, load_policy, load_tokenizer, resolve_model_path
 from lmselfplay.lm.prompt import encode_completion, encode_prompt, format_prompt
 from lmselfplay.spin.data import answers_match, load_supervised
-from lmselfplay.utils.checkpoint import atomic_dir, latest_checkpoint, save_json
+from lmselfplay.utils.checkpoint import atomic_dir, resume_checkpoint, save_json
 from lmselfplay.utils.config import ConfigError, parse_config, to_dict
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.metrics_logger import MetricsLogger
+from lmselfplay.utils.run import RunConfig, lock_output_dir
 
 IDS = ("prompt_ids", "chosen_ids", "rejected_ids")
 PLOT_KEYS = ["eval/accuracy", "eval/margin", "eval/answer_loglik", "eval/answer_loglik_per_token",
@@ -79,7 +81,7 @@ PLOT_KEYS = ["eval/accuracy", "eval/margin", "eval/answer_loglik", "eval/answer_
 
 
 @dataclass
-class SpinConfig(PolicyConfig):
+class SpinConfig(PolicyConfig, RunConfig):
     # data
     dataset: str | None = field(default=None, metadata={
         "help": "datasets name, .jsonl/.json/.parquet/.csv file or save_to_disk folder with "
@@ -281,9 +283,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     cfg = parse_config(SpinConfig, argv)
     # cpu=True is what makes accelerate see a multi-process CPU launch (gloo) as distributed.
     state = PartialState(cpu=not torch.cuda.is_available()
-                         or os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes"))
+                         or os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes"),
+                         timeout=datetime.timedelta(seconds=cfg.collective_timeout_s))
     on_cpu = state.device.type == "cpu"
     out = Path(cfg.output_dir)
+    lock_output_dir(out)
     for t in range(cfg.spin_iterations):
         beta_at(cfg, t)  # fail on a bad schedule before any work
     if (out / "data").exists() and not cfg.resume:
@@ -306,7 +310,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     # theta_0: the given model, or the output of the optional SFT phase (checkpoint-0).
     base = resolve_model_path(cfg.model_name_or_path)  # None -> the embedded model's folder
-    last = latest_checkpoint(out)
+    last = resume_checkpoint(cfg)
     start = int(last.name.split("-")[1]) if last is not None else 0
     tokenizer = load_tokenizer(str(last) if last is not None else base)
     p_train, y_train, cut_train = tokenize_pairs(tokenizer, train_rows, cfg.max_completion_length)

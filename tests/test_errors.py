@@ -95,3 +95,22 @@ def test_config_loader_fuzz_raises_only_config_errors(tmp_path_factory, doc, arg
     except ConfigError:
         return
     assert isinstance(cfg.n, int) and isinstance(cfg.lr, float) and isinstance(cfg.flag, bool)
+
+
+def test_a_dead_or_hung_peer_is_one_line_and_other_runtime_errors_keep_their_traceback(capsys):
+    from lmselfplay.utils.errors import run_main
+
+    def hung(argv):  # what gloo raises when a peer does not answer within the timeout
+        raise RuntimeError("[third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] "
+                           "Timed out waiting 3000ms for recv operation to complete")
+
+    assert run_main(hung, []) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: a collective operation failed")
+    assert "Timed out waiting 3000ms" in err and "--resume" in err
+
+    def bug(argv):
+        raise RuntimeError("shape mismatch")
+
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        run_main(bug, [])

@@ -7,6 +7,12 @@ config hash) or builds it (a few minutes on 2 cores) and writes it atomically, s
 build never leaves half a model. The result is a normal Hugging Face folder:
 ``AutoModelForCausalLM.from_pretrained(path)`` / ``AutoTokenizer.from_pretrained(path)``.
 
+The default config's build also ships inside the package (``lmselfplay/models/embedded/``, a
+few MB, written by ``scripts/ship_embedded_model.py``): when its key equals the requested
+config's, ``ensure_tiny_model()`` copies it into the cache (atomically, checksums verified)
+instead of building, so a first run starts at once. Any other key (a changed corpus or
+config) is built as before; the shipped copy is only ever used for its own key.
+
 The corpus (see :mod:`lmselfplay.models.corpus`):
 
 * turns of uniformly RANDOM legal play of every game, in the exact text protocol — a
@@ -51,7 +57,7 @@ from lmselfplay.games.text import format_answer
 from lmselfplay.lm.batching import pad_batch
 from lmselfplay.lm.prompt import encode_completion, encode_prompt, format_prompt
 from lmselfplay.models import corpus as st
-from lmselfplay.utils.checkpoint import atomic_dir
+from lmselfplay.utils.checkpoint import MARKER, atomic_dir, verify_checkpoint
 
 # Bump when the corpus, tokenizer or training code changes what a config builds.
 BUILD_VERSION = 2  # 2: reading tasks
@@ -59,6 +65,7 @@ SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>")
 MOVE_TOKENS = ("<move>", "</move>")
 INFO_FILE = "tiny_build.json"
 NON_SEMANTIC = ("num_threads",)  # fields that do not enter the cache key
+EMBEDDED_DIR = Path(__file__).resolve().parent / "embedded"  # the shipped default build
 
 
 @dataclass
@@ -407,11 +414,31 @@ def ensure_tiny_model(force: bool = False, cfg: TinyConfig | None = None, progre
             return path
         for stale in path.parent.glob(f".{path.name}.tmp-*"):  # left by a killed build
             shutil.rmtree(stale, ignore_errors=True)
+        shipped = None if force else shipped_build(cfg)
+        if shipped is not None:
+            with atomic_dir(path) as tmp:
+                for f in shipped.iterdir():
+                    if f.is_file() and f.name != MARKER:
+                        shutil.copy2(f, tmp / f.name)
+            return path
         if progress:
             print(f"building the embedded tiny model into {path} (once; a few minutes on CPU)")
         with atomic_dir(path) as tmp:
             build_tiny_model(cfg, tmp, progress=progress)
     return path
+
+
+def shipped_build(cfg: TinyConfig, folder: Path | None = None) -> Path | None:
+    """The build shipped in the package when it was built from ``cfg``'s key and its files
+    match their recorded checksums; else None (then the model is built)."""
+    folder = EMBEDDED_DIR if folder is None else folder
+    try:
+        key = json.loads((folder / INFO_FILE).read_text())["key"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if key != cfg.key() or not (folder / MARKER).is_file() or verify_checkpoint(folder) is not None:
+        return None
+    return folder
 
 
 def bootstrap_main(argv: list[str] | None = None) -> Path:

@@ -2,7 +2,8 @@
 
 * a ring of ``capacity`` frozen snapshots (default 12), one added every ``add_every``
   learner steps; every ``promote_every``-th snapshot is also promoted to a hall of fame
-  that never rotates out;
+  of ``league_hall_capacity`` snapshots (its oldest member leaves when it is full, so a long
+  run's bank, engines and payoff table stay bounded);
 * an opponent mix per episode: mirror self-play (the learner in both seats), a recent
   frozen snapshot, a hall-of-fame snapshot, or a fixed bot (random); the loss is only on
   the learner's seats (frozen seats record no trajectory);
@@ -41,6 +42,8 @@ class LeagueConfig:
     recent_fraction: float = field(default=0.25, metadata={"help": "games against the frozen ring"})
     hall_of_fame_fraction: float = field(default=0.05, metadata={"help": "games against promoted snapshots"})
     bot_fraction: float = field(default=0.1, metadata={"help": "games against a uniformly random player"})
+    league_hall_capacity: int = field(default=16, metadata={
+        "help": "promoted snapshots kept (the oldest leaves when full: memory stays bounded)"})
     meta_solver: str = field(default="uniform", metadata={"help": "last | uniform | nash over the ring"})
     league_eval_games: int = field(default=16, metadata={
         "help": "nash meta-solver: games a new snapshot plays against each ring member to fill the payoff table"})
@@ -82,13 +85,22 @@ class League:
         """Freeze ``weights`` (CPU copies the caller no longer changes) as snapshot ``step``."""
         snap = Snapshot(step, weights, f"step{step}")
         self.ring.append(snap)
-        if len(self.ring) > self.cfg.league_capacity:
-            gone = self.ring.pop(0)
-            self._engines.pop(gone.name, None)
+        gone = [self.ring.pop(0)] if len(self.ring) > self.cfg.league_capacity else []
         self.added += 1
         if self.cfg.league_promote_every > 0 and self.added % self.cfg.league_promote_every == 0:
             self.hall.append(snap)
+            if len(self.hall) > max(self.cfg.league_hall_capacity, 0):
+                gone.append(self.hall.pop(0))
+        self._forget([g for g in gone if g not in self.ring and g not in self.hall])
         return snap
+
+    def _forget(self, gone: list[Snapshot]) -> None:
+        """Drop every trace (engine, payoff entries) of snapshots no longer in the bank."""
+        names = {g.name for g in gone}
+        for name in names:
+            self._engines.pop(name, None)
+        if names:
+            self.payoff = {k: v for k, v in self.payoff.items() if not names & set(k)}
 
     def record(self, a: str, b: str, score_a: float) -> None:
         """A result between two snapshots (a's score in [-1, 1]); kept antisymmetric."""

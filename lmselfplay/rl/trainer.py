@@ -20,6 +20,7 @@ DeepSpeed ZeRO-2/3). On CPU the process group uses gloo.
 from __future__ import annotations
 
 import copy
+import datetime
 import math
 import os
 import random
@@ -35,7 +36,7 @@ import torch
 from lmselfplay.lm.batching import pad_batch, token_logprobs
 from lmselfplay.lm.engines.staleness import mean_abs_logprob_diff
 from lmselfplay.lm.trajectory import Sample, merge_identical
-from lmselfplay.utils.checkpoint import MARKER, prune_checkpoints
+from lmselfplay.utils.checkpoint import CheckpointWriteError, commit_dir, prune_checkpoints
 
 
 @dataclass
@@ -64,9 +65,12 @@ def is_partitioned(model: Any) -> bool:
     return any(hasattr(p, "ds_id") for p in model.parameters())
 
 
-def make_accelerator(gradient_accumulation_steps: int = 1, log_with: Any = None, project_dir: str | None = None):
+def make_accelerator(gradient_accumulation_steps: int = 1, log_with: Any = None, project_dir: str | None = None,
+                     timeout_s: float | None = None):
     """An Accelerator; on CPU with several processes the process group is gloo (NCCL
-    needs GPUs). A single process gets no process group at all.
+    needs GPUs). A single process gets no process group at all. ``timeout_s`` (the recipes'
+    ``collective_timeout_s``) bounds how long a rank waits in a collective for a peer that
+    died: it then fails with an error instead of hanging.
 
     Under ``accelerate launch`` (torchrun) on a machine without CUDA, accelerate finds no
     device and sets ``distributed_type`` NO unless ``cpu=True``: the ranks would then
@@ -76,11 +80,12 @@ def make_accelerator(gradient_accumulation_steps: int = 1, log_with: Any = None,
     from accelerate import Accelerator
     from accelerate.utils import InitProcessGroupKwargs
 
-    handlers = []
+    pg: dict[str, Any] = {"timeout": datetime.timedelta(seconds=timeout_s)} if timeout_s else {}
     cpu = False
     if not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        handlers.append(InitProcessGroupKwargs(backend="gloo"))
+        pg["backend"] = "gloo"
         cpu = os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() != "true"
+    handlers = [InitProcessGroupKwargs(**pg)] if pg else []
     return Accelerator(gradient_accumulation_steps=gradient_accumulation_steps, kwargs_handlers=handlers,
                        log_with=log_with, project_dir=project_dir, cpu=cpu)
 
@@ -303,22 +308,25 @@ class PolicyTrainer:
         out = Path(output_dir)
         final = out / f"checkpoint-{self.step_count}"
         tmp = out / f".checkpoint-{self.step_count}.tmp"
-        if acc.is_main_process:
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(parents=True)
-        acc.wait_for_everyone()
-        acc.save_state(str(tmp))
-        state = acc.get_state_dict(self.model)  # every rank: ZeRO-3 gathers shards
-        if acc.is_main_process:
-            torch.save({"extra": extra or {}, "step_count": self.step_count,
-                        "trainer_config": asdict(self.cfg)}, tmp / "lmselfplay_state.pt")
-            self.unwrapped.save_pretrained(str(tmp / "model"), state_dict=state, safe_serialization=True)
-            self.tokenizer.save_pretrained(str(tmp / "model"))
-            (tmp / MARKER).write_text("ok\n")
-            if final.exists():
-                shutil.rmtree(final)
-            os.replace(tmp, final)
-            prune_checkpoints(out, keep)
+        try:
+            if acc.is_main_process:
+                shutil.rmtree(tmp, ignore_errors=True)
+                tmp.mkdir(parents=True)
+            acc.wait_for_everyone()
+            acc.save_state(str(tmp))
+            state = acc.get_state_dict(self.model)  # every rank: ZeRO-3 gathers shards
+            acc.wait_for_everyone()  # every rank's files are in tmp before the marker
+            if acc.is_main_process:
+                torch.save({"extra": extra or {}, "step_count": self.step_count,
+                            "trainer_config": asdict(self.cfg)}, tmp / "lmselfplay_state.pt")
+                self.unwrapped.save_pretrained(str(tmp / "model"), state_dict=state, safe_serialization=True)
+                self.tokenizer.save_pretrained(str(tmp / "model"))
+                commit_dir(tmp, final)
+                prune_checkpoints(out, keep)
+        except OSError as e:  # disk full, permission: the previous checkpoint stays as it was
+            if acc.is_main_process:
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise CheckpointWriteError.of(final, e) from e
         acc.wait_for_everyone()
         return final
 

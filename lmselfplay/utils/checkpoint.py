@@ -1,43 +1,145 @@
-"""Atomic, resumable checkpoints: write into a temporary sibling dir, then rename.
+"""Atomic, self-verifying, resumable checkpoints.
 
-A run killed at any moment leaves either the previous complete checkpoint or the new
-complete one, never a half-written directory. ``latest_checkpoint`` finds the newest
-complete one (``checkpoint-<step>`` dirs holding a ``COMPLETE`` marker).
+Rules:
+
+* A checkpoint is written into a temporary sibling dir, then renamed: a run killed at any
+  moment leaves either the previous complete checkpoint or the new complete one.
+* Its completion marker ``COMPLETE`` (written last, by :func:`commit_dir`, the one writer
+  every checkpoint goes through) records the sha256 and size of every file in it. An old
+  marker holding ``ok`` is read as complete but unverified.
+* ``latest_checkpoint`` (what every recipe's ``--resume`` uses) verifies the newest
+  complete ``checkpoint-<step>``; when a file is missing, truncated or changed it says which
+  and falls back to the newest intact one, or stops with a :class:`UserError` when none
+  is intact or when ``fallback`` is off (the recipes' ``resume_fallback: false``).
+* A write that fails (disk full, permission) raises :class:`CheckpointWriteError` (a
+  one-line UserError naming the path and the OS error), removes its temp dir and leaves
+  the previous checkpoint as it was.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
 import shutil
+import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+from lmselfplay.utils.errors import UserError
 
 MARKER = "COMPLETE"
 
 
+class CheckpointWriteError(UserError, OSError):
+    """Writing a checkpoint failed; the previous one is intact."""
+
+    @classmethod
+    def of(cls, final: Path, e: OSError) -> CheckpointWriteError:
+        where = f" ({e.filename})" if getattr(e, "filename", None) else ""
+        return cls(f"could not write checkpoint {final}: {e.strerror or e}{where}; "
+                   f"the previous checkpoint is intact (free space or fix permissions, then --resume)")
+
+
+class CheckpointDamaged(UserError):
+    """No intact checkpoint to resume from (or fallback is off and the newest is damaged)."""
+
+
+# --- the marker -------------------------------------------------------------------------
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def file_digests(directory: str | Path) -> dict[str, list]:
+    """{relative path: [size, sha256]} of every file under ``directory`` but the marker."""
+    d = Path(directory)
+    out = {}
+    for p in sorted(d.rglob("*")):
+        if p.is_file() and p.relative_to(d).as_posix() != MARKER:
+            out[p.relative_to(d).as_posix()] = [p.stat().st_size, sha256_file(p)]
+    return out
+
+
+def write_marker(directory: str | Path) -> None:
+    """Write ``COMPLETE`` with the digests of every file (fsynced: it must be the last word)."""
+    text = json.dumps({"format": 1, "files": file_digests(directory)}, indent=0, sort_keys=True)
+    with open(Path(directory) / MARKER, "w") as f:
+        f.write(text + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def verify_checkpoint(directory: str | Path) -> str | None:
+    """None when ``directory`` is intact (or has an old, unverified ``ok`` marker), else
+    what is wrong, naming the file."""
+    d = Path(directory)
+    try:
+        text = (d / MARKER).read_text()
+    except OSError as e:
+        return f"{d / MARKER}: unreadable marker ({e.strerror or e})"
+    if text.strip() == "ok":
+        return None
+    try:
+        files = json.loads(text)["files"]
+    except (ValueError, KeyError, TypeError):
+        return f"{d / MARKER}: damaged marker"
+    for rel, (size, digest) in files.items():
+        p = d / rel
+        if not p.is_file():
+            return f"{p}: missing"
+        if p.stat().st_size != size:
+            return f"{p}: {p.stat().st_size} bytes, expected {size} (truncated or changed)"
+        if sha256_file(p) != digest:
+            return f"{p}: checksum mismatch (corrupted)"
+    return None
+
+
+# --- writing ----------------------------------------------------------------------------
+
+def commit_dir(tmp: str | Path, final: str | Path) -> None:
+    """Mark ``tmp`` complete (digests of its files) and rename it to ``final``; an existing
+    ``final`` is moved aside first and removed only once the new one is in place."""
+    tmp, final = Path(tmp), Path(final)
+    write_marker(tmp)
+    old = None
+    if final.exists():
+        old = final.with_name(f".{final.name}.old-{os.getpid()}")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(final, old)
+    os.replace(tmp, final)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
 @contextlib.contextmanager
 def atomic_dir(final: str | Path) -> Iterator[Path]:
-    """``with atomic_dir(out) as tmp: write files into tmp`` -> renamed to ``out`` at exit."""
+    """``with atomic_dir(out) as tmp: write files into tmp`` -> committed to ``out`` at exit.
+    An OSError while writing becomes a :class:`CheckpointWriteError`; the temp dir goes."""
     final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    tmp = None
     try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
         yield tmp
-        (tmp / MARKER).write_text("ok\n")
-        old = None
-        if final.exists():
-            old = final.with_name(f".{final.name}.old-{os.getpid()}")
-            os.replace(final, old)
-        os.replace(tmp, final)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        commit_dir(tmp, final)
+    except OSError as e:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, CheckpointWriteError):
+            raise
+        raise CheckpointWriteError.of(final, e) from e
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 
@@ -45,12 +147,20 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
+
+# --- finding ----------------------------------------------------------------------------
 
 def checkpoint_dirs(output_dir: str | Path) -> list[Path]:
+    """Complete ``checkpoint-<step>`` dirs (marker present), oldest first (not verified)."""
     out = Path(output_dir)
     if not out.is_dir():
         return []
@@ -62,9 +172,39 @@ def checkpoint_dirs(output_dir: str | Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-def latest_checkpoint(output_dir: str | Path) -> Path | None:
-    dirs = checkpoint_dirs(output_dir)
-    return dirs[-1] if dirs else None
+def _warn(msg: str) -> None:
+    print(msg, file=sys.stderr)
+
+
+def latest_checkpoint(output_dir: str | Path, fallback: bool = True,
+                      warn: Callable[[str], None] = _warn) -> Path | None:
+    """The newest intact checkpoint (None when there is none at all). A damaged newer one
+    is reported through ``warn`` and skipped; with ``fallback=False`` it is an error."""
+    damaged = []
+    for p in reversed(checkpoint_dirs(output_dir)):
+        problem = verify_checkpoint(p)
+        if problem is None:
+            if damaged:
+                warn(f"warning: resuming from {p}, the newest intact checkpoint")
+            return p
+        if not fallback:
+            raise CheckpointDamaged(f"checkpoint {p} is damaged: {problem} "
+                                    f"(resume_fallback is false; set it true to resume from an older one)")
+        warn(f"warning: checkpoint {p} is damaged: {problem}; skipping it")
+        damaged.append(p)
+    if damaged:
+        raise CheckpointDamaged(f"no intact checkpoint in {output_dir}: all {len(damaged)} are damaged "
+                                f"(start without --resume or in a new output_dir)")
+    return None
+
+
+def resume_checkpoint(cfg: Any) -> Path | None:
+    """What ``--resume`` continues from, for any recipe config with ``output_dir`` and
+    ``resume`` (and :class:`lmselfplay.utils.run.RunConfig`'s ``resume_fallback``): None when not resuming
+    or no checkpoint exists yet."""
+    if not cfg.resume:
+        return None
+    return latest_checkpoint(cfg.output_dir, fallback=getattr(cfg, "resume_fallback", True))
 
 
 def prune_checkpoints(output_dir: str | Path, keep: int) -> None:

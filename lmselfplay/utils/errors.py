@@ -4,6 +4,8 @@ Problems of the user's making (an invalid config value, an unknown name, a missi
 model path, an output folder in use) are :class:`UserError` s: :func:`run_main` prints them as
 one line ``error: <what>`` on stderr and exits with status 2, without a traceback.
 ``--debug`` on the command line or ``LMSELFPLAY_DEBUG=1`` shows the traceback too.
+A collective (multi-process) operation that fails because another rank died or hangs
+past ``collective_timeout_s`` is not a bug either: one ``error:`` line saying so, exit 1.
 Anything else is a bug and keeps its traceback.
 """
 
@@ -39,7 +41,26 @@ def run_main(main: Callable[[list[str]], Any], argv: list[str] | None = None) ->
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as e:
+        if not is_peer_failure(e):
+            raise
+        if debug:
+            traceback.print_exc()
+        print(f"error: a collective operation failed because another process of this run died or hangs "
+              f"({one_line(e)[-200:]}); --resume continues from the last checkpoint", file=sys.stderr)
+        return 1
     return result if isinstance(result, int) else 0
+
+
+PEER_FAILURES = ("Timed out waiting", "Connection closed by peer", "Connection reset by peer",
+                 "Watchdog caught collective operation timeout")
+
+
+def is_peer_failure(e: BaseException) -> bool:
+    """A torch.distributed collective that failed for a dead or hung peer (gloo / NCCL)."""
+    if type(e).__name__ in ("DistBackendError", "DistNetworkError"):
+        return True
+    return isinstance(e, RuntimeError) and any(m in str(e) for m in PEER_FAILURES)
 
 
 def one_line(e: BaseException) -> str:

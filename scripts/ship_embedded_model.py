@@ -1,0 +1,59 @@
+"""Ship the default embedded model's build inside the package (``lmselfplay/models/embedded/``).
+
+    python scripts/ship_embedded_model.py            # the cached build of TinyConfig()'s key, or build it
+    python scripts/ship_embedded_model.py --rebuild  # build afresh even if cached (minutes)
+
+Re-run after anything that changes ``TinyConfig().key()`` (the corpus, the defaults,
+``BUILD_VERSION``): ``ensure_tiny_model()`` uses the shipped files only for the key they were
+built from, so a stale copy is never used, just ignored (and ``tests/test_shipped_model.py``
+says it is stale). The copy is written atomically with a checksum of every file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from pathlib import Path
+
+from lmselfplay.models.tiny import (
+    EMBEDDED_DIR,
+    INFO_FILE,
+    TinyConfig,
+    build_tiny_model,
+    is_complete,
+    model_dir,
+)
+from lmselfplay.utils.checkpoint import MARKER, atomic_dir
+
+SHIPPED = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+           "tokenizer_config.json", INFO_FILE)
+
+
+def source_build(cfg: TinyConfig, rebuild: bool) -> Path:
+    """The cache folder of ``cfg``'s build (built now, never copied from the package)."""
+    path = model_dir(cfg)
+    if rebuild or not is_complete(path):
+        with atomic_dir(path) as tmp:
+            build_tiny_model(cfg, tmp)
+    return path
+
+
+def ship(src: Path, dest: Path = EMBEDDED_DIR) -> Path:
+    with atomic_dir(dest) as tmp:
+        for name in SHIPPED:
+            shutil.copy2(src / name, tmp / name)
+    return dest
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rebuild", action="store_true", help="build afresh even if the cache holds the key")
+    args = ap.parse_args()
+    cfg = TinyConfig()
+    dest = ship(source_build(cfg, args.rebuild))
+    size = sum(p.stat().st_size for p in dest.iterdir()) / 1e6
+    print(f"shipped tiny-{cfg.key()} -> {dest} ({size:.1f} MB; marker {dest / MARKER})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""One run per output folder: a second run is refused naming the live run's pid; a killed
+run's lock (dropped by the kernel) never blocks the next run or ``--resume``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lmselfplay.utils.run import LOCK_FILE, RunLocked, lock_output_dir, release_output_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+HOLD = ("import sys, time\nfrom lmselfplay.utils.run import lock_output_dir\n"
+        "lock_output_dir(sys.argv[1]); print('locked', flush=True); time.sleep(120)\n")
+
+
+@pytest.fixture
+def holder(tmp_path):
+    """A live run (another process) holding ``tmp_path / 'run'``."""
+    out = tmp_path / "run"
+    p = subprocess.Popen([sys.executable, "-c", HOLD, str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "locked"
+        yield out, p
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_second_run_is_refused_naming_the_pid(holder):
+    out, p = holder
+    assert (out / LOCK_FILE).read_text().strip() == str(p.pid)
+    with pytest.raises(RunLocked, match=rf"in use by a live run \(pid {p.pid}\)"):
+        lock_output_dir(out)
+
+
+def test_killed_runs_lock_does_not_block(holder):
+    out, p = holder
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    try:
+        assert lock_output_dir(out) == out.resolve() / LOCK_FILE  # stale file, no lock: taken
+        assert (out / LOCK_FILE).read_text().strip() == str(os.getpid())
+        assert lock_output_dir(out) is not None  # re-entrant within one process
+    finally:
+        release_output_dir(out)
+
+
+def test_other_ranks_do_not_lock(holder, monkeypatch):
+    out, _ = holder
+    monkeypatch.setenv("RANK", "1")
+    assert lock_output_dir(out) is None
+
+
+@pytest.mark.parametrize("recipe", ["selfplay_games", "spin", "alphazero"])
+def test_every_recipe_refuses_a_busy_folder(holder, recipe):
+    """The command a user types: one ``error:`` line naming the pid, exit status 2."""
+    out, p = holder
+    r = subprocess.run([sys.executable, str(ROOT / "recipes" / f"{recipe}.py"), "--output_dir", str(out)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"})
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert r.stderr.strip().splitlines()[-1].startswith("error: ") and f"pid {p.pid}" in r.stderr
+    assert sorted(x.name for x in out.iterdir()) == [LOCK_FILE]  # nothing written into the live run
