@@ -294,7 +294,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         logger.log(0, {**evaluate(face, evaluator, trainer.unwrapped, tok, cfg, 0), "time/wall_s": 0.0})
     for it in tqdm(range(start, cfg.iterations + 1), desc="search self-play", disable=not cfg.progress,
                    initial=start - 1, total=cfg.iterations):
-        t0 = time.time()
+        t0, forwards = time.time(), evaluator.forwards
         evaluator.clear()  # new weights since the last search
         # 1. opponents
         games = plan_games(face, cfg.games_per_iteration, rng, lambda r: opponent_name(league, r),
@@ -309,7 +309,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             records, metrics = collect(face, games, evaluators, cfg.n_sims, rng, cfg.c_puct, cfg.dirichlet_eps,
                                        alpha, cfg.temperature_moves, progress=bar)
         metrics["time/selfplay_s"] = time.time() - t0
-        metrics["selfplay/llm_positions"] = float(evaluator.forwards)
+        metrics["selfplay/llm_positions"] = float(evaluator.forwards - forwards)  # cache misses
         # 3. replay window (learner turns only)
         replay = (replay + [records])[-cfg.replay_window:]
         window = [r for part in replay for r in part]
