@@ -171,14 +171,21 @@ def engine_factory(template: Any, tok: Any, game: Any, cfg: SearchSelfPlayConfig
 
 def train_value(head: ValueHead, opt: torch.optim.Optimizer, evaluator: LLMEvaluator, replay: list[Record],
                 cfg: SearchSelfPlayConfig, rng: random.Random) -> dict[str, float]:
-    """(z - v)^2 on minibatches of the window; the LLM's hidden states are inputs (no grad)."""
+    """(z - v)^2 on minibatches of the window. The LLM is frozen here, so each distinct
+    prompt's hidden state is computed once and reused by every step."""
+    index: dict[tuple[int, ...], int] = {}
+    for r in replay:
+        index.setdefault(tuple(r.prompt_ids), len(index))
+    prompts = list(index)
+    with torch.no_grad():
+        hidden = torch.cat([evaluator.forward([list(p) for p in prompts[i : i + cfg.eval_batch]])[1].float()
+                            for i in range(0, len(prompts), cfg.eval_batch)])
     losses = []
     for _ in range(cfg.value_steps):
         batch = rng.sample(replay, min(cfg.batch_size, len(replay)))
-        with torch.no_grad():
-            _, hidden = evaluator.forward([r.prompt_ids for r in batch])
+        rows = torch.tensor([index[tuple(r.prompt_ids)] for r in batch])
         z = torch.tensor([r.z for r in batch])
-        loss = ((head(hidden) - z) ** 2).mean()
+        loss = ((head(hidden[rows]) - z) ** 2).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()

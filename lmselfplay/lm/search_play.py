@@ -125,18 +125,26 @@ def collect(face: Any, games: list[_Game], evaluators: dict[str, Any], n_sims: i
 
 def distill_samples(records: list[Record], tokenizer: Any, game: Any, move_tokens: list[int],
                     version: int = 0) -> list[Sample]:
-    """One trainer sample per record: completion = the most visited move's answer, target =
-    pi over the legal move tokens at the move token (index 1 after ``<move>``). The
-    softmax is over the whole vocabulary, so the cross-entropy also pushes probability
-    off every non-move token: illegal answers stay improbable without renormalizing."""
-    out = []
-    prefix = len(encode_completion(tokenizer, "<move>", eos=False))
+    """One trainer sample per distinct prompt: target = the mean visit distribution pi of
+    its records over the legal move tokens at the move token (index after ``<move>``),
+    weight = the number of records (the cross-entropy is linear in the target, so this
+    is exactly the sum of the records' losses, at one forward per position); completion =
+    the most visited move's answer. The softmax is over the whole vocabulary, so the
+    cross-entropy also pushes probability off every non-move token: illegal answers stay
+    improbable without renormalizing."""
+    groups: dict[tuple[int, ...], list[Record]] = {}
     for r in records:
-        best = int(np.argmax(r.pi))
-        completion = encode_completion(tokenizer, format_answer(game.action_text(best)), eos=False)
-        target = (prefix, [move_tokens[a] for a in r.legal], [float(r.pi[a]) for a in r.legal])
-        out.append(Sample(list(r.prompt_ids), completion, [0.0] * len(completion), 0.0, r.z, "search",
-                          game.name, version, target=target))
+        groups.setdefault(tuple(r.prompt_ids), []).append(r)
+    prefix = len(encode_completion(tokenizer, "<move>", eos=False))
+    out = []
+    for prompt, recs in groups.items():
+        pi = np.mean([r.pi for r in recs], axis=0)
+        legal = recs[0].legal
+        completion = encode_completion(tokenizer, format_answer(game.action_text(int(np.argmax(pi)))), eos=False)
+        target = (prefix, [move_tokens[a] for a in legal], [float(pi[a]) for a in legal])
+        out.append(Sample(list(prompt), completion, [0.0] * len(completion), 0.0,
+                          float(np.mean([r.z for r in recs])), "search", game.name, version,
+                          weight=float(len(recs)), target=target))
     return out
 
 
