@@ -106,6 +106,7 @@ class SearchSelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig):
     eval_every: int = field(default=2, metadata={"help": "iterations between evaluations (0: never)"})
     eval_games: int = 100
     eval_budgets: list[int] = field(default_factory=lambda: [0, 16, 32, 64])
+    eval_positions: int = field(default=0, metadata={"help": "fixed positions for the exact metrics (0: all)"})
     eval_openings: int = field(default=10, metadata={"help": "fixed opening positions for the search budgets"})
     opening_plies: int = 2
     eval_batch: int = 512
@@ -218,8 +219,12 @@ def evaluate(face: Any, evaluator: LLMEvaluator, model: Any, tok: Any, cfg: Sear
     game = face.game
     out: dict[str, float] = {}
     greedy = SamplingParams(max_new_tokens=8, temperature=0.0, stop=MOVE_STOP, seed=cfg.seed)
-    raw = game_metrics.evaluate(HFEngine(model, tok), tok, game, n_games=cfg.eval_games, sampling=greedy,
-                                seed=cfg.seed)
+    positions = None
+    if game.exact_metric == OPTIMAL_MOVES and cfg.eval_positions > 0:
+        every = game_metrics.decision_states(game)
+        positions = random.Random(f"{cfg.seed}/positions").sample(every, min(cfg.eval_positions, len(every)))
+    raw = game_metrics.evaluate(HFEngine(model, tok), tok, game, positions, n_games=cfg.eval_games,
+                                sampling=greedy, seed=cfg.seed)
     out.update({f"eval/raw_{k}": v for k, v in raw.items()})
     if game.exact_metric == OPTIMAL_MOVES:
         out["eval/raw_illegal_mass"] = illegal_mass(evaluator, face)
