@@ -255,7 +255,7 @@ def test_nim_run_raises_optimal_move_probability(tmp_path):
     from lmselfplay.utils.metrics_logger import read_jsonl
 
     run_recipe(tmp_path, "nim", "--iterations", "4", "--games_per_iteration", "32", "--n_sims", "32",
-               "--distill_steps", "10", "--batch_size", "64", "--learning_rate", "0.003", "--eval_every", "4",
+               "--distill_steps", "25", "--batch_size", "64", "--learning_rate", "0.01", "--eval_every", "4",
                "--eval_games", "10", "--eval_budgets", "0", "--eval_openings", "2", "--reset_fraction", "0.5",
                "--reset_max_plies", "10")
     rows = read_jsonl(tmp_path / "nim" / "metrics.jsonl")
