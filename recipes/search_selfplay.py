@@ -95,6 +95,7 @@ class SearchSelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig):
     dirichlet_eps: float = 0.25
     dirichlet_alpha: float = field(default=0.0, metadata={"help": "0 = 10 / mean legal moves"})
     temperature_moves: int = 4
+    target_tau: float = field(default=1.0, metadata={"help": "temperature of the visit distribution distilled"})
     reset_fraction: float = 0.25
     reset_max_plies: int = 4
     replay_window: int = field(default=4, metadata={"help": "iterations of self-play kept"})
@@ -136,6 +137,8 @@ class SearchSelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig):
                      "save_every"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.target_tau > 0:
+            raise ConfigError(f"target_tau must be > 0, got {self.target_tau}")
         if self.eval_every < 0:
             raise ConfigError(f"eval_every must be >= 0, got {self.eval_every}")
         if any(b < 0 for b in self.eval_budgets):
@@ -319,7 +322,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         # 2. self-play with search
         with tqdm(desc="self-play turns", disable=not cfg.progress, leave=False) as bar:
             records, metrics = collect(face, games, evaluators, cfg.n_sims, rng, cfg.c_puct, cfg.dirichlet_eps,
-                                       alpha, cfg.temperature_moves, progress=bar)
+                                       alpha, cfg.temperature_moves, progress=bar, target_tau=cfg.target_tau)
         metrics["time/selfplay_s"] = time.time() - t0
         metrics["selfplay/llm_positions"] = float(evaluator.forwards - forwards)  # cache misses
         # 3. replay window (learner turns only)

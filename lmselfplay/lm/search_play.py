@@ -72,9 +72,12 @@ def plan_games(face: Any, n_games: int, rng: random.Random, opponents: Callable[
 
 def collect(face: Any, games: list[_Game], evaluators: dict[str, Any], n_sims: int, rng: random.Random,
             c_puct: float = 1.5, eps: float = 0.25, alpha: float = 0.3,
-            temperature_moves: int = 4, progress: Any = None) -> tuple[list[Record], dict[str, float]]:
+            temperature_moves: int = 4, progress: Any = None,
+            target_tau: float = 1.0) -> tuple[list[Record], dict[str, float]]:
     """Play ``games`` to the end; ``evaluators[LEARNER]`` and one per frozen opponent name.
-    Returns the learner's records (z filled in) and summary statistics."""
+    Returns the learner's records (z filled in) and summary statistics. A record's pi is
+    the root visit distribution at temperature ``target_tau`` (1: AlphaZero's N / sum N;
+    below 1 sharper, so a policy that matches it puts more mass on the most visited move)."""
     records: list[list[Record]] = [[] for _ in games]
     players: list[list[int]] = [[] for _ in games]
     while True:
@@ -98,7 +101,7 @@ def collect(face: Any, games: list[_Game], evaluators: dict[str, Any], n_sims: i
                 if who == LEARNER:
                     ev = evaluators[LEARNER]
                     records[i].append(Record(ev.prompt_ids(g.pos.state), np.flatnonzero(legal).tolist(),
-                                             search_policy(N[row], 1.0, legal).tolist(), Q[row].tolist(),
+                                             search_policy(N[row], target_tau, legal).tolist(), Q[row].tolist(),
                                              opponent=g.opponent))
                     players[i].append(g.pos.player)
                 g.pos = face.next_state(g.pos, action)
