@@ -296,7 +296,9 @@ class PolicyTrainer:
         into the completion, token ids, probabilities) to the policy's next-token
         distribution at that completion token, weighted by ``Sample.weight`` and divided
         by the total target weight of this rank's batch (set in ``step``). One extra
-        forward over the micro-batch's target samples only; 0 when it has none."""
+        forward over the micro-batch's target samples only; 0 when it has none. Under
+        DeepSpeed ZeRO-3 (forwards gather shards collectively) every rank must then make
+        the same number of forwards: not yet guaranteed, untested multi-process."""
         rows = [s for s in mb if s.target is not None]
         if not rows:
             return 0.0, None
