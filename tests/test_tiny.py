@@ -227,6 +227,36 @@ def test_config_validation_and_keys():
     with pytest.raises(ValueError, match="not a number"):
         tiny.TinyConfig(task_weights="nim=lots").weights()
     w = tiny.TinyConfig().weights()
-    assert set(w) == {"nim", "nim_misere", "tictactoe", "kuhn_poker", "arithmetic", "programs", "reading"}
+    assert set(w) == {"nim", "nim_misere", "tictactoe", "kuhn_poker", "arithmetic", "programs", "reading",
+                      "grid_reading"}
+    assert w["grid_reading"] == 0  # a lever, off in the default build
     assert "taboo" not in tiny.TinyConfig(games="all").game_names()  # free text: no random legal move
     assert w["tictactoe"] == 8 and w["reading"] == 3
+
+
+def test_grid_reading_task_reads_cells_and_open_lines():
+    from lmselfplay.models import corpus
+
+    text = "You play O.\nX X 3\n4 O 6\n7 8 O\nLegal moves: 3 4 6 7 8"
+    grid = corpus.board_grid(text)
+    assert grid == [["X", "X", "3"], ["4", "O", "6"], ["7", "8", "O"]]
+    assert corpus.board_grid("Stones: 15. You are player 1.") is None
+    game = games.make("tictactoe")
+    rng = random.Random(0)
+    for _ in range(200):
+        prompt, answer = corpus.grid_reading_task(game, rng)
+        cells = [c for row in corpus.board_grid(prompt) for c in row]
+        if "what is in cell" in prompt:
+            k = int(prompt.split("cell ")[1].split()[0])
+            assert answer == cells[k - 1]
+        else:
+            mark = prompt.rstrip("?").split()[-1]
+            want = []
+            for i, c in enumerate(cells):  # brute force: does placing mark at i complete a line?
+                if c in "XO":
+                    continue
+                trial = cells[:i] + [mark] + cells[i + 1 :]
+                lines = corpus.grid_lines(3)
+                if any(i in ln and all(trial[j] == mark for j in ln) for ln in lines):
+                    want.append(c)
+            assert answer == (" ".join(want) or "none")

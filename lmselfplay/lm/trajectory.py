@@ -34,6 +34,9 @@ class Sample:
     task: str = ""
     policy_version: int = 0
     weight: float = 1.0  # multiplicity after merging identical (prompt, answer) pairs
+    # A supervised target distribution at one completion token (search distillation):
+    # (index into completion_ids, token ids, probabilities); see PolicyTrainer._target_loss.
+    target: tuple[int, list[int], list[float]] | None = None
 
     @property
     def input_ids(self) -> list[int]:
@@ -80,11 +83,13 @@ def merge_identical(samples: list[Sample]) -> list[Sample]:
     merged: dict[tuple, Sample] = {}
     for s in samples:
         key = (tuple(s.prompt_ids), tuple(s.completion_ids), s.policy_version)
+        if s.target is not None:  # its own target: never merged
+            key = (id(s),)
         if key in merged:
             m = merged[key]
             m.advantage += s.advantage
             m.weight += s.weight
         else:
             merged[key] = Sample(s.prompt_ids, s.completion_ids, s.behaviour_logprobs, s.advantage,
-                                 s.reward, s.role, s.task, s.policy_version, s.weight)
+                                 s.reward, s.role, s.task, s.policy_version, s.weight, s.target)
     return list(merged.values())

@@ -232,3 +232,66 @@ def reading_task(game: Any, rng: random.Random, max_reset_plies: int = 12) -> tu
                 if sum(ln.startswith(cue) for ln in lines) == 1:
                     return f"{chr(10).join(lines)}\n{READING_QUESTION.format(cue=cue)}", lines[k]
     raise ValueError(f"{game.name}: no observation line can be named by a unique prefix of its words")
+
+
+# --- grid reading (a lever for board games; weight 0 in the default build) ----------
+
+GRID_CELL_QUESTION = "Question: what is in cell {k} of the board (counting row by row from 1)?"
+GRID_LINE_QUESTION = "Question: which empty cells would complete a full line of {mark}?"
+
+
+def board_grid(text: str) -> list[list[str]] | None:
+    """The square board in an observation: the longest run of consecutive lines that all
+    have the same number n >= 3 of one-character cells, with n such lines; else None."""
+    best: list[list[str]] = []
+    run: list[list[str]] = []
+    for line in text.splitlines():
+        cells = line.split()
+        if len(cells) >= 3 and all(len(c) == 1 for c in cells) and (not run or len(cells) == len(run[0])):
+            run.append(cells)
+        else:
+            run = [cells] if len(cells) >= 3 and all(len(c) == 1 for c in cells) else []
+        if len(run) > len(best):
+            best = list(run)
+    return best if best and len(best) == len(best[0]) else None
+
+
+def grid_lines(n: int) -> list[list[int]]:
+    """Rows, columns and both diagonals of an n x n grid, as row-major cell indices."""
+    rows = [[r * n + c for c in range(n)] for r in range(n)]
+    cols = [[r * n + c for r in range(n)] for c in range(n)]
+    return rows + cols + [[i * n + i for i in range(n)], [i * n + n - 1 - i for i in range(n)]]
+
+
+def grid_reading_task(game: Any, rng: random.Random, max_reset_plies: int = 12) -> tuple[str, str] | None:
+    """(prompt, answer) reading a square board at a random decision point, or None when the
+    game's observation shows no square board.
+
+    Two questions, half each: what is in cell k (the symbol shown there), and which empty
+    cells would complete a full line (row, column, diagonal) of one mark, given as the
+    symbols shown in those cells, ascending, or ``none``. Why: tic-tac-toe positions are
+    decided by threats, and a model that only ever saw the legal-move list copied need not
+    see them (the supervised control in ``benchmarks/bench_ttt_representation.py``). It is
+    still reading, not strategy: no question says which move is good. A cell is empty
+    when it shows a digit or ``.``; marks are the other symbols.
+    """
+    state, player, _ = game_decisions(game, rng, 1, max_reset_plies)[0]
+    text = game.observation_text(state, player)
+    grid = board_grid(text)
+    if grid is None:
+        return None
+    cells = [c for row in grid for c in row]
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and "<move>" not in ln]
+    if rng.random() < 0.5:
+        k = rng.randrange(len(cells))
+        return f"{chr(10).join(lines)}\n{GRID_CELL_QUESTION.format(k=k + 1)}", cells[k]
+    empty = [c.isdigit() or c == "." for c in cells]
+    marks = sorted({c for c, e in zip(cells, empty) if not e}) or ["X"]
+    mark = rng.choice(marks)
+    done = set()
+    for line in grid_lines(len(grid)):
+        holes = [i for i in line if empty[i]]
+        if len(holes) == 1 and all(cells[i] == mark for i in line if i != holes[0]):
+            done.add(holes[0])
+    answer = " ".join(cells[i] for i in sorted(done)) or "none"
+    return f"{chr(10).join(lines)}\n{GRID_LINE_QUESTION.format(mark=mark)}", answer

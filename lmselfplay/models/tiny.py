@@ -109,10 +109,12 @@ class TinyConfig:
 
     def weights(self) -> dict[str, float]:
         """Sampling weight of every task kind (games by name, 'arithmetic', 'programs',
-        'reading': a line-copy question about a random game's observation)."""
+        'reading': a line-copy question about a random game's observation; 'grid_reading':
+        a cell / line question about a board game's board, weight 0 unless given)."""
         from lmselfplay.utils.config import parse_weights
 
         kinds = {g: 1.0 for g in self.game_names()} | {"arithmetic": 1.0, "programs": 1.0, "reading": 1.0}
+        kinds["grid_reading"] = 0.0  # a lever (corpus.grid_reading_task), off in the default build
         return parse_weights(self.task_weights, kinds, "task_weights")
 
     def key(self) -> str:
@@ -173,6 +175,13 @@ class Corpus:
             if self.rng.random() < 0.75:
                 return st.program_output_prompt(t), t["output"], None
             return st.program_write_prompt(t), t["code"].rstrip("\n"), None
+        if kind == "grid_reading":  # board games only: retry until a game shows a square board
+            for _ in range(1000):
+                game = self.rng.choice(self.variants[self.rng.choice(sorted(self.games))])
+                task = st.grid_reading_task(game, self.rng)
+                if task is not None:
+                    return task[0], task[1], None
+            raise ValueError("grid_reading: no corpus game shows a square board")
         if kind == "reading":
             game = self.rng.choice(self.variants[self.rng.choice(sorted(self.games))])
             prompt, answer = st.reading_task(game, self.rng)

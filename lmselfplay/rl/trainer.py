@@ -12,6 +12,11 @@ samples. The loss, on the policy's own tokens only, per token t of sample i:
     pg    = -min(ratio * A_i, clip(ratio, 1-eps, 1+eps) * A_i)
     kl    = exp(ref - logp) - (ref - logp) - 1  (k3 estimator, to the frozen reference)
     loss  = sum_t w_i * (pg + beta * kl - entropy_coef * H_t) / sum_t w_i
+          + target_coef * sum_{i with a target} w_i * CE(target_i, softmax(logits_i / T)) / sum w_i
+
+The second line is the supervised-target term (search distillation): a sample may carry
+a target distribution over the vocabulary at one completion token (``Sample.target``);
+its cross-entropy is averaged over the target samples of the batch (see ``_target_loss``).
 
 Multi-process: `accelerate launch` with the configs in ``recipes/accelerate/`` (DDP,
 DeepSpeed ZeRO-2/3). On CPU the process group uses gloo.
@@ -57,6 +62,7 @@ class TrainerConfig:
     entropy_coef: float = 0.0
     temperature: float = field(default=1.0, metadata={"help": "must equal the sampling temperature"})
     merge_identical: bool = field(default=True, metadata={"help": "merge equal (prompt, answer) turns"})
+    target_coef: float = field(default=1.0, metadata={"help": "weight of the supervised-target cross-entropy"})
     seed: int = 0
 
 
@@ -232,8 +238,9 @@ class PolicyTrainer:
         rng = random.Random(cfg.seed * 1_000_003 + self.step_count * 7919 + acc.process_index)
         total_tokens = sum(len(s.completion_ids) * s.weight for s in samples)
         stats: dict[str, list[float]] = {k: [] for k in ("loss", "pg_loss", "kl", "entropy", "clip_frac",
-                                                         "ratio", "grad_norm", "logprob_diff")}
+                                                         "ratio", "grad_norm", "logprob_diff", "target_ce")}
         ref = self._ref_logprobs(samples) if cfg.beta > 0 and samples else None
+        self._target_total = sum(s.weight for s in samples if s.target is not None)
         self.model.train()
         for it in range(cfg.num_iterations):
             for mb in self._micro_batches(samples, rng):
@@ -286,6 +293,8 @@ class PolicyTrainer:
         # number of accumulation steps, so multiply it back
         denom = max(total_tokens, 1.0)
         loss = (tok * w).sum() / denom * cfg.gradient_accumulation_steps
+        target_loss, target_ce = self._target_loss(mb)
+        loss = loss + cfg.target_coef * target_loss * cfg.gradient_accumulation_steps
         with torch.no_grad():
             wsum = w.sum().clamp_min(1e-8)
             parts = {"loss": float((tok * w).sum() / wsum), "pg_loss": float((pg * w).sum() / wsum),
@@ -296,7 +305,29 @@ class PolicyTrainer:
                 parts["entropy"] = float((ent * w).sum() / wsum)
             if first_pass:  # the weights the engine should have sampled with (staleness detector)
                 parts["logprob_diff"] = mean_abs_logprob_diff(lp, b["old"], w)
+            if target_ce is not None:
+                parts["target_ce"] = target_ce
         return loss, parts
+
+    def _target_loss(self, mb: list[Sample]) -> tuple[torch.Tensor | float, float | None]:
+        """Cross-entropy from each sample's target distribution (``Sample.target``: index
+        into the completion, token ids, probabilities) to the policy's next-token
+        distribution at that completion token, weighted by ``Sample.weight`` and divided
+        by the total target weight of this rank's batch (set in ``step``). One extra
+        forward over the micro-batch's target samples only; 0 when it has none. Under
+        DeepSpeed ZeRO-3 (forwards gather shards collectively) every rank must then make
+        the same number of forwards: not yet guaranteed, untested multi-process."""
+        rows = [s for s in mb if s.target is not None]
+        if not rows:
+            return 0.0, None
+        b = collate(rows, self.pad_id, self.accelerator.device)
+        pos = torch.tensor([len(s.prompt_ids) - 1 + s.target[0] for s in rows], device=b["input_ids"].device)
+        logits = self.model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
+        logp = torch.log_softmax(logits[torch.arange(len(rows)), pos].float() / self.cfg.temperature, dim=-1)
+        ce = torch.stack([-(logp[r, s.target[1]] * torch.tensor(s.target[2], device=logp.device)).sum()
+                          for r, s in enumerate(rows)])
+        w = b["weight"]
+        return (ce * w).sum() / max(self._target_total, 1e-8), float((ce * w).detach().sum() / w.sum())
 
     # --- checkpoints ----------------------------------------------------------------
     def save_checkpoint(self, output_dir: str | Path, extra: dict[str, Any] | None = None,

@@ -1,0 +1,206 @@
+"""Self-play and evaluation with PUCT search over the language model (search distillation).
+
+* :func:`collect` — batched games where every move is chosen by
+  :class:`~lmselfplay.alphazero.BatchedMCTS` with an LLM evaluator
+  (:class:`~lmselfplay.lm.search_eval.LLMEvaluator`): Dirichlet root noise and tau = 1 for
+  the first ``temperature_moves`` plies, then the most visited move. Each game is mirror
+  play (the learner on both seats) or the learner against a frozen opponent (its own
+  evaluator, searched the same way). Frozen seats change which states are reached but
+  never give labels: only the learner's searched turns become :class:`Record` s.
+* :func:`distill_samples` — trainer samples whose target is the visit distribution pi on
+  the move token (the supervised-target term of :class:`~lmselfplay.rl.trainer.PolicyTrainer`).
+* :func:`search_agent` — deterministic play for evaluation: no noise, argmax of the root
+  visits, or at budget 0 the raw LLM's most probable next token after ``<move>`` (an
+  answer that is not a legal move loses the game).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from lmselfplay.alphazero.batched_mcts import BatchedMCTS
+from lmselfplay.alphazero.mcts import search_policy
+from lmselfplay.eval.stats import wilson
+from lmselfplay.games.base import random_legal_reset
+from lmselfplay.games.text import format_answer
+from lmselfplay.lm.prompt import encode_completion
+from lmselfplay.lm.trajectory import Sample
+
+LEARNER = "learner"
+
+
+@dataclass
+class Record:
+    """One learner turn: the prompt, the search's visit distribution pi over all actions
+    (0 off the legal moves), root Q per action, and z = the final result for the mover."""
+
+    prompt_ids: list[int]
+    legal: list[int]
+    pi: list[float]
+    q: list[float]
+    z: float = 0.0
+    opponent: str = "mirror"
+
+
+@dataclass
+class _Game:
+    pos: Any
+    learner: tuple[int, ...]  # seats the learner plays
+    opponent: str  # "mirror" or a frozen snapshot's name
+    ply: int = 0
+    result: list[float] | None = None
+
+
+def plan_games(face: Any, n_games: int, rng: random.Random, opponents: Callable[[random.Random], str],
+               reset_fraction: float = 0.0, reset_max_plies: int = 4) -> list[_Game]:
+    """``n_games`` starts: a fraction from random legal resets; the opponent of each from
+    ``opponents(rng)`` ("mirror" or a frozen snapshot's name, which takes a random seat)."""
+    out = []
+    for _ in range(n_games):
+        state = random_legal_reset(face.game, rng, reset_max_plies) if rng.random() < reset_fraction \
+            else face.game.new_initial_state()
+        opp = opponents(rng)
+        seats = (0, 1) if opp == "mirror" else (rng.randrange(2),)
+        out.append(_Game(face.position(state), seats, opp))
+    return out
+
+
+def collect(face: Any, games: list[_Game], evaluators: dict[str, Any], n_sims: int, rng: random.Random,
+            c_puct: float = 1.5, eps: float = 0.25, alpha: float = 0.3,
+            temperature_moves: int = 4, progress: Any = None,
+            target_tau: float = 1.0) -> tuple[list[Record], dict[str, float]]:
+    """Play ``games`` to the end; ``evaluators[LEARNER]`` and one per frozen opponent name.
+    Returns the learner's records (z filled in) and summary statistics. A record's pi is
+    the root visit distribution at temperature ``target_tau`` (1: AlphaZero's N / sum N;
+    below 1 sharper, so a policy that matches it puts more mass on the most visited move)."""
+    records: list[list[Record]] = [[] for _ in games]
+    players: list[list[int]] = [[] for _ in games]
+    while True:
+        live = [i for i, g in enumerate(games) if g.result is None]
+        if not live:
+            break
+        groups: dict[str, list[int]] = {}
+        for i in live:
+            g = games[i]
+            groups.setdefault(LEARNER if g.pos.player in g.learner else g.opponent, []).append(i)
+        for who, idx in groups.items():
+            search = BatchedMCTS(face, evaluators[who], c_puct, eps, alpha, capacity=len(idx) * (n_sims + 1))
+            search.set_roots([games[i].pos for i in idx])
+            N, Q = search.search(n_sims, [rng.randrange(2**31) for _ in idx])
+            for row, i in enumerate(idx):
+                g = games[i]
+                legal = face.legal(g.pos)
+                tau = 1.0 if g.ply < temperature_moves else 0.0
+                p = search_policy(N[row], tau, legal)
+                action = int(rng.choices(range(face.n_actions), weights=p.tolist())[0])
+                if who == LEARNER:
+                    ev = evaluators[LEARNER]
+                    records[i].append(Record(ev.prompt_ids(g.pos.state), np.flatnonzero(legal).tolist(),
+                                             search_policy(N[row], target_tau, legal).tolist(), Q[row].tolist(),
+                                             opponent=g.opponent))
+                    players[i].append(g.pos.player)
+                g.pos = face.next_state(g.pos, action)
+                g.ply += 1
+                if face.terminal_value(g.pos) is not None:
+                    g.result = list(face.game.returns(g.pos.state))
+        if progress is not None:
+            progress.update(len(live))
+    out = []
+    for g, recs, who in zip(games, records, players):
+        for r, p in zip(recs, who):
+            r.z = float(g.result[p])
+            out.append(r)
+    mirror = [g.result[0] for g in games if g.opponent == "mirror"]
+    frozen = [g.result[g.learner[0]] for g in games if g.opponent != "mirror"]
+    stats = {"selfplay/games": float(len(games)), "selfplay/records": float(len(out)),
+             "selfplay/mean_plies": float(np.mean([g.ply for g in games]))}
+    if mirror:
+        stats["selfplay/first_player_return"] = float(np.mean(mirror))
+    if frozen:
+        stats["selfplay/vs_frozen_return"] = float(np.mean(frozen))
+    return out, stats
+
+
+def distill_samples(records: list[Record], tokenizer: Any, game: Any, move_tokens: list[int],
+                    version: int = 0) -> list[Sample]:
+    """One trainer sample per distinct prompt: target = the mean visit distribution pi of
+    its records over the legal move tokens at the move token (index after ``<move>``),
+    weight = the number of records (the cross-entropy is linear in the target, so this
+    is exactly the sum of the records' losses, at one forward per position); completion =
+    the most visited move's answer. The softmax is over the whole vocabulary, so the
+    cross-entropy also pushes probability off every non-move token: illegal answers stay
+    improbable without renormalizing."""
+    groups: dict[tuple[int, ...], list[Record]] = {}
+    for r in records:
+        groups.setdefault(tuple(r.prompt_ids), []).append(r)
+    prefix = len(encode_completion(tokenizer, "<move>", eos=False))
+    out = []
+    for prompt, recs in groups.items():
+        pi = np.mean([r.pi for r in recs], axis=0)
+        legal = recs[0].legal
+        completion = encode_completion(tokenizer, format_answer(game.action_text(int(np.argmax(pi)))), eos=False)
+        target = (prefix, [move_tokens[a] for a in legal], [float(pi[a]) for a in legal])
+        out.append(Sample(list(prompt), completion, [0.0] * len(completion), 0.0,
+                          float(np.mean([r.z for r in recs])), "search", game.name, version,
+                          weight=float(len(recs)), target=target))
+    return out
+
+
+# --- evaluation ----------------------------------------------------------------------
+
+def search_agent(face: Any, evaluator: Any, n_sims: int, c_puct: float = 1.5) -> Callable[[list[Any]], list[int]]:
+    """Deterministic play: argmax root visits after ``n_sims`` simulations (no noise); at
+    ``n_sims = 0`` the raw LLM's most probable token after ``<move>`` over the WHOLE
+    vocabulary (-1 when it is not a legal move: the caller scores that as a loss)."""
+    import torch
+
+    def act(positions: list[Any]) -> list[int]:
+        if n_sims > 0:
+            search = BatchedMCTS(face, evaluator, c_puct, capacity=len(positions) * (n_sims + 1))
+            search.set_roots(positions)
+            N, _ = search.search(n_sims)
+            return [int(a) for a in np.argmax(N, axis=1)]
+        out = []
+        with torch.no_grad():
+            logits, _ = evaluator.forward([evaluator.prompt_ids(p.state) for p in positions])
+        for p, tok in zip(positions, logits.argmax(-1).tolist()):
+            a = evaluator.tokens.index(tok) if tok in evaluator.tokens else -1
+            out.append(a if a >= 0 and face.legal(p)[a] else -1)
+        return out
+
+    return act
+
+
+def play_match(face: Any, me: Callable, other: Callable, starts: list[Any]) -> dict[str, Any]:
+    """``me`` against ``other`` from every start, once as each player. Results for ``me``
+    with 95% Wilson intervals; an action of -1 (an illegal answer) loses for its author."""
+    results = []
+    for seat in (0, 1):
+        agents = (me, other) if seat == 0 else (other, me)
+        pos = list(starts)
+        res: list[float | None] = [None] * len(starts)
+        while True:
+            live = [i for i in range(len(pos)) if res[i] is None]
+            if not live:
+                break
+            for player in (0, 1):
+                idx = [i for i in live if res[i] is None and pos[i].player == player]
+                if not idx:
+                    continue
+                for i, a in zip(idx, agents[player]([pos[i] for i in idx])):
+                    if a < 0:
+                        res[i] = -1.0 if player == seat else 1.0
+                        continue
+                    pos[i] = face.next_state(pos[i], a)
+                    if face.terminal_value(pos[i]) is not None:
+                        res[i] = float(face.game.returns(pos[i].state)[seat])
+        results += res
+    n = len(results)
+    w, d = sum(r > 0 for r in results), sum(r == 0 for r in results)
+    return {"games": n, "win": w / n, "draw": d / n, "loss": (n - w - d) / n,
+            "win_ci": wilson(w, n), "loss_ci": wilson(n - w - d, n), "losses": n - w - d}

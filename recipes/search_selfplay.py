@@ -1,0 +1,369 @@
+"""AlphaZero for the language model: PUCT self-play with the LLM as the network, distilled back.
+
+    python recipes/search_selfplay.py --config recipes/configs/search_selfplay_nim.yaml
+    python recipes/search_selfplay.py --config recipes/configs/search_selfplay_tictactoe.yaml
+    python recipes/search_selfplay.py --config ... --resume      # continue a killed run
+
+The ratchet (AlphaGo Zero -> MuZero): network -> PUCT search -> better policy / value
+targets -> distillation -> stronger network; here the LLM IS the network. Its prior is the
+next-token distribution over the legal move tokens after ``<move>`` (one forward of prompt
++ ``<move>``; teacher-forced answer scores for tokenizers that split move names), its value
+a small head on the hidden state at the end of the prompt
+(:class:`lmselfplay.lm.search_eval.LLMEvaluator`). One iteration, in order:
+
+1. opponents : per game, 40% mirror play (the learner on both seats), 40% a recent frozen
+               league snapshot, 20% a hall-of-fame snapshot (the first snapshot, the initial
+               policy, is permanent); frozen seats search with their own weights and never
+               give labels;
+2. self-play : batched PUCT (``n_sims`` per move, one LLM batch per simulation wave, states
+               cached within a weights version), Dirichlet root noise, tau = 1 for the first
+               ``temperature_moves`` plies then the most visited move; a fraction of games
+               starts from a random legal reset;
+3. replay    : only the learner's searched turns (prompt, visit distribution pi, z = final
+               result for the mover) enter a window of the last ``replay_window`` iterations;
+4. distill   : ``distill_steps`` trainer steps on minibatches from the window: cross-entropy
+               from pi to the LLM's move-token distribution (over the whole vocabulary, so
+               illegal answers are pushed down, not renormalized away) + KL to the initial
+               policy on the answer tokens (``beta``, the trainer's collapse guard);
+5. value     : ``value_steps`` Adam steps of (z - v)^2 for the value head on the LLM's
+               (frozen) hidden state at the end of the prompt;
+6. league    : every ``league_add_every`` iterations the learner joins the ring of frozen
+               snapshots; every ``league_promote_every``-th one also the hall of fame;
+7. evaluate  : every ``eval_every`` iterations, deterministic (no noise): at budget 0 the
+               raw LLM (greedy answer; illegal = loss) and the exact metrics the game
+               declares (``eval/game_metrics.evaluate``); at budgets 16/32/64 the search
+               agent from fixed openings vs a random player and vs the exact solver
+               (win / draw / loss, 95% Wilson intervals);
+8. checkpoint: atomic, with model, value head, optimizer, scheduler, replay, league, RNG.
+
+Game-agnostic: any perfect-information game with a search face works (Nim, tic-tac-toe;
+Go 9x9 without edits here). Games with hidden information or chance (Kuhn poker) are out
+of scope: PUCT searches perfect-information trees only.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from lmselfplay.alphazero.adapter import CachedGame, SearchGame
+from lmselfplay.alphazero.evaluate import exact_agent, random_agent
+from lmselfplay.alphazero.selfplay import alpha_for
+from lmselfplay.eval import game_metrics
+from lmselfplay.games import make
+from lmselfplay.games.base import OPTIMAL_MOVES, random_legal_reset
+from lmselfplay.games.text import MOVE_STOP
+from lmselfplay.lm.engines import HFEngine, SamplingParams
+from lmselfplay.lm.policy import PolicyConfig, frozen_policy, load_policy, policy_weights
+from lmselfplay.lm.search_eval import LLMEvaluator, ValueHead, hidden_size
+from lmselfplay.lm.search_play import (
+    LEARNER,
+    Record,
+    collect,
+    distill_samples,
+    plan_games,
+    play_match,
+    search_agent,
+)
+from lmselfplay.rl.league import League, LeagueConfig
+from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
+from lmselfplay.utils.checkpoint import resume_checkpoint
+from lmselfplay.utils.config import ConfigError, parse_config
+from lmselfplay.utils.errors import run_main
+from lmselfplay.utils.metrics_logger import MetricsLogger
+from lmselfplay.utils.run import RunConfig, lock_output_dir
+
+VALUE_PREFIX = "value_head."
+
+
+@dataclass
+class SearchSelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig, RunConfig):
+    game: str = field(default="nim", metadata={"help": "registered game name (perfect information)"})
+    game_args: str = field(default="{}", metadata={"help": "JSON dict of game parameters"})
+    output_dir: str = "runs/search_selfplay"
+    iterations: int = 10
+    games_per_iteration: int = 64
+    n_sims: int = 32
+    c_puct: float = 1.5
+    dirichlet_eps: float = 0.25
+    dirichlet_alpha: float = field(default=0.0, metadata={"help": "0 = 10 / mean legal moves"})
+    temperature_moves: int = 4
+    target_tau: float = field(default=1.0, metadata={"help": "temperature of the visit distribution distilled"})
+    reset_fraction: float = 0.25
+    reset_max_plies: int = 4
+    replay_window: int = field(default=4, metadata={"help": "iterations of self-play kept"})
+    distill_steps: int = field(default=20, metadata={"help": "trainer steps per iteration"})
+    batch_size: int = 128
+    value_steps: int = 50
+    value_lr: float = 1e-3
+    value_width: int = 64
+    eval_every: int = field(default=2, metadata={"help": "iterations between evaluations (0: never)"})
+    eval_games: int = 100
+    eval_budgets: list[int] = field(default_factory=lambda: [0, 16, 32, 64])
+    eval_positions: int = field(default=0, metadata={"help": "fixed positions for the exact metrics (0: all)"})
+    eval_openings: int = field(default=10, metadata={"help": "fixed opening positions for the search budgets"})
+    opening_plies: int = 2
+    eval_batch: int = 512
+    save_every: int = 1
+    keep_checkpoints: int = 2
+    resume: bool = False
+    tensorboard: bool = True
+    torch_threads: int = 1
+    progress: bool = True
+    # recipe defaults (the trainer's and league's own defaults suit policy-gradient runs)
+    learning_rate: float = 1e-3
+    beta: float = 0.01
+    num_iterations: int = 1
+    merge_identical: bool = False
+    max_steps: int = 1000
+    mirror_fraction: float = 0.4
+    recent_fraction: float = 0.4
+    hall_of_fame_fraction: float = 0.2
+    bot_fraction: float = 0.0
+    league_add_every: int = 2
+    league_promote_every: int = 4
+    league_capacity: int = 6
+
+    def __post_init__(self) -> None:
+        LeagueConfig.__post_init__(self)
+        for name in ("iterations", "games_per_iteration", "n_sims", "replay_window", "batch_size",
+                     "save_every"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.target_tau > 0:
+            raise ConfigError(f"target_tau must be > 0, got {self.target_tau}")
+        if self.eval_every < 0:
+            raise ConfigError(f"eval_every must be >= 0, got {self.eval_every}")
+        if any(b < 0 for b in self.eval_budgets):
+            raise ConfigError(f"eval_budgets must be >= 0, got {self.eval_budgets}")
+        if self.bot_fraction > 0:
+            raise ConfigError("bot_fraction must be 0: a bot gives no search to distil")
+        try:
+            if not isinstance(json.loads(self.game_args), dict):
+                raise ValueError("not an object")
+        except ValueError as e:
+            raise ConfigError(f"game_args must be a JSON object: {e}") from None
+
+
+# --- pieces the loop names -------------------------------------------------------------
+
+def snapshot(trainer: PolicyTrainer, head: ValueHead) -> dict[str, torch.Tensor]:
+    """The learner's policy weights (adapters only under LoRA) + its value head, on CPU."""
+    out = policy_weights(trainer.unwrapped)
+    out.update({VALUE_PREFIX + k: v.detach().clone() for k, v in head.state_dict().items()})
+    return out
+
+
+def engine_factory(template: Any, tok: Any, game: Any, cfg: SearchSelfPlayConfig):
+    """``make_engine(weights, version)`` for the league: a frozen LLM evaluator."""
+
+    def make_engine(weights: dict[str, torch.Tensor], version: int) -> LLMEvaluator:
+        head = ValueHead(hidden_size(template), cfg.value_width)
+        head.load_state_dict({k[len(VALUE_PREFIX):]: v for k, v in weights.items() if k.startswith(VALUE_PREFIX)})
+        model = frozen_policy(template, {k: v for k, v in weights.items() if not k.startswith(VALUE_PREFIX)})
+        return LLMEvaluator(model, tok, game, head.eval(), cfg.eval_batch)
+
+    return make_engine
+
+
+def train_value(head: ValueHead, opt: torch.optim.Optimizer, evaluator: LLMEvaluator, replay: list[Record],
+                cfg: SearchSelfPlayConfig, rng: random.Random) -> dict[str, float]:
+    """(z - v)^2 on minibatches of the window. The LLM is frozen here, so each distinct
+    prompt's hidden state is computed once and reused by every step."""
+    index: dict[tuple[int, ...], int] = {}
+    for r in replay:
+        index.setdefault(tuple(r.prompt_ids), len(index))
+    prompts = list(index)
+    with torch.no_grad():
+        hidden = torch.cat([evaluator.forward([list(p) for p in prompts[i : i + cfg.eval_batch]])[1].float()
+                            for i in range(0, len(prompts), cfg.eval_batch)])
+    losses = []
+    for _ in range(cfg.value_steps):
+        batch = rng.sample(replay, min(cfg.batch_size, len(replay)))
+        rows = torch.tensor([index[tuple(r.prompt_ids)] for r in batch])
+        z = torch.tensor([r.z for r in batch])
+        loss = ((head(hidden[rows]) - z) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return {"train/value_loss": float(np.mean(losses))} if losses else {}
+
+
+def distill(trainer: PolicyTrainer, replay: list[Record], tok: Any, game: Any, tokens: list[int],
+            cfg: SearchSelfPlayConfig, rng: random.Random) -> dict[str, float]:
+    stats: dict[str, list[float]] = {}
+    for _ in range(cfg.distill_steps):
+        batch = rng.sample(replay, min(cfg.batch_size, len(replay)))
+        for k, v in trainer.step(distill_samples(batch, tok, game, tokens, trainer.step_count)).items():
+            stats.setdefault(k, []).append(v)
+    return {f"train/{k}": float(np.mean(v)) for k, v in stats.items()}
+
+
+def openings(face: Any, cfg: SearchSelfPlayConfig) -> list[Any]:
+    """Fixed evaluation starts: the initial position and random legal openings (seeded)."""
+    rng = random.Random(f"{cfg.seed}/openings")
+    starts = [face.game.new_initial_state()]
+    starts += [random_legal_reset(face.game, rng, cfg.opening_plies) for _ in range(cfg.eval_openings - 1)]
+    return [face.position(s) for s in starts]
+
+
+def evaluate(face: Any, evaluator: LLMEvaluator, model: Any, tok: Any, cfg: SearchSelfPlayConfig,
+             it: int) -> dict[str, float]:
+    """Step 7: budget 0 = the raw LLM (exact metrics + greedy games vs the game's reference
+    bots), then every budget from the fixed openings vs random and (if solvable) exact."""
+    game = face.game
+    out: dict[str, float] = {}
+    greedy = SamplingParams(max_new_tokens=8, temperature=0.0, stop=MOVE_STOP, seed=cfg.seed)
+    positions = None
+    if game.exact_metric == OPTIMAL_MOVES and cfg.eval_positions > 0:
+        every = game_metrics.decision_states(game)
+        positions = random.Random(f"{cfg.seed}/positions").sample(every, min(cfg.eval_positions, len(every)))
+    raw = game_metrics.evaluate(HFEngine(model, tok), tok, game, positions, n_games=cfg.eval_games,
+                                sampling=greedy, seed=cfg.seed)
+    out.update({f"eval/raw_{k}": v for k, v in raw.items()})
+    if game.exact_metric == OPTIMAL_MOVES:
+        out["eval/raw_illegal_mass"] = illegal_mass(evaluator, face)
+    starts = openings(face, cfg)
+    opponents = {"random": random_agent(face, cfg.seed)}
+    if game.exact_metric == OPTIMAL_MOVES:
+        opponents["exact"] = exact_agent(face, cfg.seed)
+    for k in cfg.eval_budgets:
+        me = search_agent(face, evaluator, k, cfg.c_puct)
+        for name, opp in opponents.items():
+            r = play_match(face, me, opp, starts)
+            out[f"eval/sims{k}_vs_{name}_win"], out[f"eval/sims{k}_vs_{name}_loss"] = r["win"], r["loss"]
+            out[f"eval/sims{k}_vs_{name}_draw"] = r["draw"]
+            out[f"eval/sims{k}_vs_{name}_loss_ci_high"] = r["loss_ci"][1]
+    return out
+
+
+def illegal_mass(evaluator: LLMEvaluator, face: Any) -> float:
+    """Mean probability of a token that is not a legal move, after ``<move>``, over all positions."""
+    states = game_metrics.decision_states(face.game)
+    total = 0.0
+    for i in range(0, len(states), evaluator.batch_size):
+        part = states[i : i + evaluator.batch_size]
+        logits, _ = evaluator.forward([evaluator.prompt_ids(s) for s in part])
+        p = torch.softmax(logits, -1)
+        for row, s in enumerate(part):
+            legal = [evaluator.tokens[a] for a in face.game.legal_actions(s)]
+            total += 1.0 - float(p[row, legal].sum())
+    return total / max(1, len(states))
+
+
+def save(trainer: PolicyTrainer, cfg: SearchSelfPlayConfig, it: int, head: ValueHead, head_opt: Any,
+         replay: list[list[Record]], league: League, rng: random.Random, np_rng: Any) -> None:
+    """Step 8: the trainer's atomic checkpoint carries the rest as ``extra``."""
+    extra = {"iteration": it, "value_head": head.state_dict(), "value_opt": head_opt.state_dict(),
+             "replay": [[asdict(r) for r in part] for part in replay], "league": league.state_dict(),
+             "rng": rng.getstate(), "np_rng": np_rng.bit_generator.state, "torch_rng": torch.get_rng_state(),
+             "config": asdict(cfg)}
+    path = trainer.save_checkpoint(cfg.output_dir, extra, keep=cfg.keep_checkpoints)
+    head.save(path / "model")
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    cfg = parse_config(SearchSelfPlayConfig, argv)
+    torch.set_num_threads(cfg.torch_threads)
+    torch.manual_seed(cfg.seed)
+    out = Path(cfg.output_dir)
+    lock_output_dir(out)
+    game = make(cfg.game, **json.loads(cfg.game_args))
+    face = CachedGame(SearchGame(game))
+    model, tok = load_policy(cfg)
+    trainer = PolicyTrainer(model, tok, cfg)
+    head = ValueHead(hidden_size(trainer.unwrapped), cfg.value_width)
+    head_opt = torch.optim.Adam(head.parameters(), lr=cfg.value_lr)
+    evaluator = LLMEvaluator(trainer.unwrapped, tok, game, head, cfg.eval_batch)
+    if evaluator.tokens is None:
+        raise ConfigError(f"{cfg.game}: distillation needs every move answer to be one token after <move>")
+    league = League(cfg, engine_factory(trainer.unwrapped, tok, game, cfg))
+    alpha = cfg.dirichlet_alpha or alpha_for(face, game, seed=cfg.seed)
+    rng, np_rng = random.Random(cfg.seed), np.random.default_rng(cfg.seed)
+    replay: list[list[Record]] = []
+    start, last = 1, resume_checkpoint(cfg)
+    if last is not None:
+        extra = trainer.load_checkpoint(last)
+        head.load_state_dict(extra["value_head"])
+        head_opt.load_state_dict(extra["value_opt"])
+        replay = [[Record(**r) for r in part] for part in extra["replay"]]
+        league.load_state_dict(extra["league"])
+        rng.setstate(extra["rng"])
+        np_rng.bit_generator.state = extra["np_rng"]
+        torch.set_rng_state(extra["torch_rng"])
+        start = extra["iteration"] + 1
+        print(f"resumed from {last} at iteration {start}", file=sys.stderr)
+    else:
+        league.hall.append(league.add(0, snapshot(trainer, head)))  # the initial policy: permanent
+    logger = MetricsLogger(out, tensorboard=cfg.tensorboard, resume_step=start - 1 if last is not None else None)
+    (out / "config.json").write_text(json.dumps(asdict(cfg), indent=1))
+    t_start, metrics = time.time(), {}
+    if start == 1 and cfg.eval_every > 0:  # the starting point of every curve
+        logger.log(0, {**evaluate(face, evaluator, trainer.unwrapped, tok, cfg, 0), "time/wall_s": 0.0})
+    for it in tqdm(range(start, cfg.iterations + 1), desc="search self-play", disable=not cfg.progress,
+                   initial=start - 1, total=cfg.iterations):
+        t0, forwards = time.time(), evaluator.forwards
+        evaluator.clear()  # new weights since the last search
+        # 1. opponents
+        games = plan_games(face, cfg.games_per_iteration, rng, lambda r: opponent_name(league, r),
+                           cfg.reset_fraction, cfg.reset_max_plies)
+        evaluators = {LEARNER: evaluator}
+        for g in games:
+            if g.opponent != "mirror" and g.opponent not in evaluators:
+                evaluators[g.opponent] = league.engine_for(next(s for s in league.ring + league.hall
+                                                                if s.name == g.opponent))
+        # 2. self-play with search
+        with tqdm(desc="self-play turns", disable=not cfg.progress, leave=False) as bar:
+            records, metrics = collect(face, games, evaluators, cfg.n_sims, rng, cfg.c_puct, cfg.dirichlet_eps,
+                                       alpha, cfg.temperature_moves, progress=bar, target_tau=cfg.target_tau)
+        metrics["time/selfplay_s"] = time.time() - t0
+        metrics["selfplay/llm_positions"] = float(evaluator.forwards - forwards)  # cache misses
+        # 3. replay window (learner turns only)
+        replay = (replay + [records])[-cfg.replay_window:]
+        window = [r for part in replay for r in part]
+        # 4. distill the search into the policy; 5. the value head
+        t1 = time.time()
+        if window:
+            metrics.update(distill(trainer, window, tok, game, evaluator.tokens, cfg, rng))
+            evaluator.clear()
+            metrics.update(train_value(head, head_opt, evaluator, window, cfg, rng))
+        metrics["time/train_s"] = time.time() - t1
+        evaluator.clear()
+        # 6. league
+        if league.due(it):
+            league.add(it, snapshot(trainer, head))
+        # 7. evaluate
+        if cfg.eval_every > 0 and (it % cfg.eval_every == 0 or it == cfg.iterations):
+            metrics.update(evaluate(face, evaluator, trainer.unwrapped, tok, cfg, it))
+        metrics["time/iteration_s"] = time.time() - t0
+        metrics["time/wall_s"] = time.time() - t_start
+        logger.log(it, metrics)
+        # 8. checkpoint
+        if it % cfg.save_every == 0 or it == cfg.iterations:
+            save(trainer, cfg, it, head, head_opt, replay, league, rng, np_rng)
+    rows = logger.rows()
+    keys = sorted({k for r in rows for k in r if k.startswith("eval/sims") and k.endswith(("_win", "_loss"))})
+    logger.plot(keys, "budgets.png", title=f"search self-play on {cfg.game}: strength per budget")
+    logger.plot(["eval/raw_optimal_move_prob", "eval/raw_greedy_optimal_rate", "eval/raw_illegal_mass"],
+                "raw_policy.png", title="raw LLM (budget 0)")
+    logger.close()
+    return metrics
+
+
+def opponent_name(league: League, rng: random.Random) -> str:
+    kind, snap = league.sample_opponent(rng)
+    return "mirror" if snap is None else snap.name
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))
