@@ -114,3 +114,19 @@ def test_a_dead_or_hung_peer_is_one_line_and_other_runtime_errors_keep_their_tra
 
     with pytest.raises(RuntimeError, match="shape mismatch"):
         run_main(bug, [])
+
+
+@dataclass
+class _Weighted:
+    name: str = "x"
+    weights: str = field(default="", metadata={"mapping": True})
+
+
+def test_yaml_numbers_become_text_and_only_mapping_fields_take_mappings(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("name: 5\nweights: {a: 1, b: 2}\n")
+    cfg = parse_config(_Weighted, ["--config", str(path)])
+    assert cfg.name == "5" and cfg.weights == {"a": 1, "b": 2}
+    path.write_text("name: {a: 1}\n")
+    with pytest.raises(ConfigError, match="name"):
+        parse_config(_Weighted, ["--config", str(path)])

@@ -51,14 +51,21 @@ def check_keys(cls: type, data: dict[str, Any], where: str) -> None:
 
 
 def check_value(cls: type, key: str, value: Any, where: str) -> Any:
-    """A YAML value of the field's type (an int is a valid float), else ConfigError naming
-    the key, the value and the type. Fields of other types are checked by the recipe."""
+    """A YAML value of the field's type (an int is a valid float; a number is a valid str,
+    as on the command line; a mapping only where the field's metadata says ``mapping``),
+    else ConfigError naming the key, the value and the type."""
     expected = typing.get_type_hints(cls).get(key)
     optional = typing.get_origin(expected) in (typing.Union, types.UnionType) and type(None) in typing.get_args(expected)
     if optional:
         if value is None:
             return value
         expected = next(a for a in typing.get_args(expected) if a is not type(None))
+    if expected is str:
+        meta = {f.name: f.metadata for f in dataclasses.fields(cls)}.get(key, {})
+        if isinstance(value, dict) and meta.get("mapping"):
+            return value
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return str(value)
     ok = {int: lambda v: isinstance(v, int) and not isinstance(v, bool),
           float: lambda v: isinstance(v, int | float) and not isinstance(v, bool),
           bool: lambda v: isinstance(v, bool), str: lambda v: isinstance(v, str)}.get(expected)
