@@ -118,8 +118,9 @@ def test_a_dead_or_hung_peer_is_one_line_and_other_runtime_errors_keep_their_tra
 
 @dataclass
 class _Weighted:
+    yaml_mappings = ("weights",)
     name: str = "x"
-    weights: str = field(default="", metadata={"mapping": True})
+    weights: str = ""
 
 
 def test_yaml_numbers_become_text_and_only_mapping_fields_take_mappings(tmp_path):

@@ -52,7 +52,8 @@ def check_keys(cls: type, data: dict[str, Any], where: str) -> None:
 
 def check_value(cls: type, key: str, value: Any, where: str) -> Any:
     """A YAML value of the field's type (an int is a valid float; a number is a valid str,
-    as on the command line; a mapping only where the field's metadata says ``mapping``),
+    as on the command line; a mapping only for the fields the class lists in its
+    ``yaml_mappings`` attribute, e.g. a per-game weight),
     else ConfigError naming the key, the value and the type."""
     expected = typing.get_type_hints(cls).get(key)
     optional = typing.get_origin(expected) in (typing.Union, types.UnionType) and type(None) in typing.get_args(expected)
@@ -61,8 +62,7 @@ def check_value(cls: type, key: str, value: Any, where: str) -> Any:
             return value
         expected = next(a for a in typing.get_args(expected) if a is not type(None))
     if expected is str:
-        meta = {f.name: f.metadata for f in dataclasses.fields(cls)}.get(key, {})
-        if isinstance(value, dict) and meta.get("mapping"):
+        if isinstance(value, dict) and key in getattr(cls, "yaml_mappings", ()):
             return value
         if isinstance(value, int | float) and not isinstance(value, bool):
             return str(value)
