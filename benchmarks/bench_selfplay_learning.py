@@ -20,6 +20,7 @@ Variants (the first four add to the one before, as in the issue's probe):
   fixed    full with the KL reference fixed at the initial policy (ref_update_every 0)
   magnet   full + magnetic mirror descent: the KL reference moves to the current policy
            every 10 steps
+  anneal   full with the KL to the initial policy annealed: beta 0.5 -> 0.05 (cosine)
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ VARIANTS = {
     "resets": dict(reset_fraction=0.3),
     "fixed": dict(ref_update_every=0),
     "magnet": dict(ref_update_every=10),
+    "anneal": dict(beta=0.5, beta_schedule="cosine", beta_final_ratio=0.1, ref_update_every=0),
 }
 # Per game: episodes per step (Kuhn hands are 1-3 short turns: cheap, and very noisy) and
 # the level that counts as "reached" (optimal-move prob >=, exploitability <=).
@@ -144,7 +146,9 @@ def main():
                             "load_end": os.getloadavg()[0]})
             print(f"[{variant} seed {seed}] " + ", ".join(f"{k}={v:.3f}" for k, v in res[-1].items()
                                                         if isinstance(v, float)), flush=True)
-        table[variant] = res
+            table[variant] = res
+            save_results(name, {"game": args.game, "target": target, "seeds": args.seeds, "steps": args.steps,
+                                "extra": extra, "per_seed": table, "partial": True})  # a killed run keeps its seeds
     key, lower = headline(args.game)
     print(f"\n{args.game}: {key} ({args.steps} steps, evaluated every {args.eval_every}; hit: first eval at "
           f"{'<=' if lower else '>='} {target}; load: 1-min load average at start/end of the run)")
