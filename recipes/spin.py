@@ -18,7 +18,8 @@ Strong Language Models", arXiv:2401.01335), in its order:
 
 With the logistic loss ``l`` step 2 IS the DPO loss with chosen = the data answer y_i,
 rejected = the model's own answer y'_i, reference = theta_t and beta = lam_t, so step 2 is
-one ``DPOTrainer`` run. The idealised maths (fixed point p_data, rate |1 - 1/lam|) is in
+one ``DPOTrainer`` run; ``rpo_alpha`` > 0 adds ``rpo_alpha * NLL(y_i | x_i)`` to it (RPO), so the
+data answer is pulled up, not only the model's own answer pushed down. The idealised maths (fixed point p_data, rate |1 - 1/lam|) is in
 :mod:`lmselfplay.spin.objective`.
 
 Two traps of the reference implementation are closed by construction here:
