@@ -21,6 +21,7 @@ Variants (the first four add to the one before, as in the issue's probe):
   magnet   full + magnetic mirror descent: the KL reference moves to the current policy
            every 10 steps
   anneal   full with the KL to the initial policy annealed: beta 0.5 -> 0.05 (cosine)
+  anneal_floor  the same, 0.5 -> 0.15
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ VARIANTS = {
     "fixed": dict(ref_update_every=0),
     "magnet": dict(ref_update_every=10),
     "anneal": dict(beta=0.5, beta_schedule="cosine", beta_final_ratio=0.1, ref_update_every=0),
+    "anneal_floor": dict(beta=0.5, beta_schedule="cosine", beta_final_ratio=0.3, ref_update_every=0),
 }
 # Per game: episodes per step (Kuhn hands are 1-3 short turns: cheap, and very noisy) and
 # the level that counts as "reached" (optimal-move prob >=, exploitability <=).
