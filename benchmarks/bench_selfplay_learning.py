@@ -1,30 +1,36 @@
-"""Which ingredients make text-game self-play learn? An ablation, side by side, in one run.
+"""Which ingredients make text-game self-play learn? Variants side by side, per seed.
 
 Each variant runs `recipes/selfplay_games.py` on the embedded model for the same number
-of steps and seeds, evaluating the exact metrics every few steps. Printed per variant
-(mean over seeds): the final and best Nim optimal-move probability (expected under the
-policy over all positions), the first wall time it reached 0.95, the worst position,
-and the training-policy entropy at the end (collapse shows as entropy -> 0).
+of steps and seeds, evaluating the exact metrics every few steps. Printed per run: start,
+final and best value of the game's headline metric (Nim: the optimal-move probability,
+expected under the policy; Kuhn: exploitability), the first step and wall time it reached
+the target, the policy entropy at the end (collapse shows as entropy -> 0), the run's wall
+time, and the machine's load average (wall times on a shared machine are not speed claims).
+The curves of every run go to the results JSON and a PNG beside it.
 
     python benchmarks/bench_selfplay_learning.py [--game nim] [--steps 40] [--seeds 0 1]
-                                                 [--variants plain,kl,kl_clip,full]
+                                                 [--variants plain,kl,kl_clip,full] [--name NAME]
 
-Variants (each adds to the one before, as in the issue's probe):
+Variants (the first four add to the one before, as in the issue's probe):
   plain    REINFORCE on the answer tokens, RAE baselines, mirror self-play only
-  kl       + KL to the initial policy (the config's beta, 0.2)
+  kl       + KL to the initial policy (the config's beta)
   kl_clip  + PPO clipping 0.2 with 2 passes per batch (the config's)
-  full     + league (frozen snapshots, 10% random bot)
-  resets   + 30% random legal resets (baselines kept per start condition)
+  full     + league (frozen snapshots, 10% random bot): the recipe config as it is
+  resets   full + 30% random legal resets (baselines kept per start condition)
+  fixed    full with the KL reference fixed at the initial policy (ref_update_every 0)
+  magnet   full + magnetic mirror descent: the KL reference moves to the current policy
+           every 10 steps
+  anneal   full with the KL to the initial policy annealed: beta 0.5 -> 0.05 (cosine)
+  anneal_floor  the same, 0.5 -> 0.15
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 from pathlib import Path
-
-import numpy as np
 
 from lmselfplay.utils.results import save_results
 
@@ -39,12 +45,16 @@ VARIANTS = {
     "kl_clip": dict(**MIRROR_ONLY),
     "full": dict(),
     "resets": dict(reset_fraction=0.3),
+    "fixed": dict(ref_update_every=0),
+    "magnet": dict(ref_update_every=10),
+    "anneal": dict(beta=0.5, beta_schedule="cosine", beta_final_ratio=0.1, ref_update_every=0),
+    "anneal_floor": dict(beta=0.5, beta_schedule="cosine", beta_final_ratio=0.3, ref_update_every=0),
 }
 # Per game: episodes per step (Kuhn hands are 1-3 short turns: cheap, and very noisy) and
 # the level that counts as "reached" (optimal-move prob >=, exploitability <=).
 GAME_SETTINGS = {"nim": dict(episodes_per_step=48), "nim_misere": dict(episodes_per_step=48),
                  "tictactoe": dict(episodes_per_step=48), "kuhn_poker": dict(episodes_per_step=128)}
-TARGET = {"nim": 0.95, "nim_misere": 0.95, "tictactoe": 0.8, "kuhn_poker": 0.15}
+TARGET = {"nim": 0.95, "nim_misere": 0.95, "tictactoe": 0.8, "kuhn_poker": 0.05}
 
 
 def load_recipe():
@@ -64,20 +74,48 @@ def run(recipe, game, variant, seed, steps, eval_every, out, extra):
     return [json.loads(x) for x in (Path(out) / "metrics.jsonl").read_text().splitlines()]
 
 
-def summarize(rows, game):
-    key = f"{game}/optimal_move_prob" if game != "kuhn_poker" else "kuhn_poker/exploitability"
+def headline(game):
+    """(metric key, lower is better) of a game, from what it declares it can measure."""
+    from lmselfplay.games import make
+    from lmselfplay.games.base import OPTIMAL_MOVES
+
+    if make(game).exact_metric == OPTIMAL_MOVES:
+        return f"{game}/optimal_move_prob", False
+    return f"{game}/exploitability", True
+
+
+def summarize(rows, game, target):
+    key, lower = headline(game)
     evals = [(r["step"], r["wall_s"], r[key]) for r in rows if key in r]
     ent = [r["train/entropy"] for r in rows if "train/entropy" in r]
-    better = (lambda a, b: a < b) if game == "kuhn_poker" else (lambda a, b: a > b)
-    best = evals[0][2]
-    for _, _, v in evals:
-        best = v if better(v, best) else best
-    target = TARGET.get(game, 0.95)
-    hit = next((w for _, w, v in evals if (v <= target if game == "kuhn_poker" else v >= target)), float("nan"))
+    values = [v for _, _, v in evals]
+    reached = [(s, w) for s, w, v in evals if (v <= target if lower else v >= target)]
     worst = [r.get(f"{game}/min_optimal_prob", float("nan")) for r in rows if key in r][-1]
     win = [r.get(f"{game}/win_vs_random", float("nan")) for r in rows if key in r]
-    return {"start": evals[0][2], "final": evals[-1][2], "best": best, "t_hit": hit, "worst_pos": worst,
-            "win_vs_random": win[-1], "entropy_end": ent[-1] if ent else float("nan"), "wall": rows[-1]["wall_s"]}
+    return {"start": values[0], "final": values[-1], "best": min(values) if lower else max(values),
+            "step_hit": reached[0][0] if reached else float("nan"), "t_hit": reached[0][1] if reached else float("nan"),
+            "worst_pos": worst, "win_vs_random": win[-1], "entropy_end": ent[-1] if ent else float("nan"),
+            "wall": rows[-1]["wall_s"], "curve": [[s, w, v] for s, w, v in evals]}
+
+
+def plot(table, game, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for i, (variant, runs) in enumerate(table.items()):
+        for r in runs:
+            steps, _, values = zip(*r["curve"])
+            ax.plot(steps, values, color=f"C{i}", alpha=0.8, label=f"{variant} seed {r['seed']}")
+    ax.set_xlabel("self-play step")
+    ax.set_ylabel(headline(game)[0])
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def main():
@@ -87,30 +125,48 @@ def main():
     ap.add_argument("--eval-every", type=int, default=5)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--variants", default="plain,kl,kl_clip,full")
+    ap.add_argument("--target", type=float, default=None, help="the level that counts as reached")
+    ap.add_argument("--name", default=None, help="results file name (default bench_selfplay_learning_GAME)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads per run (a shared machine: 1)")
     ap.add_argument("--set", nargs="*", default=[], help="extra key=value for every run")
     args = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(args.threads)
     extra = dict(kv.split("=", 1) for kv in args.set)
+    target = TARGET.get(args.game, 0.95) if args.target is None else args.target
+    name = args.name or f"bench_selfplay_learning_{args.game}"
     recipe = load_recipe()
     table = {}
     for variant in args.variants.split(","):
         res = []
         for seed in args.seeds:
+            load = os.getloadavg()[0]
             with tempfile.TemporaryDirectory() as d:
                 rows = run(recipe, args.game, variant, seed, args.steps, args.eval_every, d, extra)
-                res.append(summarize(rows, args.game))
-                print(f"[{variant} seed {seed}] {res[-1]}", flush=True)
-        table[variant] = res
-    metric = "exploitability" if args.game == "kuhn_poker" else "optimal-move prob"
-    print(f"\n{args.game}: {metric} (mean over seeds {args.seeds}, {args.steps} steps; "
-          f"t_hit: first wall time at {'<=' if args.game == 'kuhn_poker' else '>='} {TARGET.get(args.game, 0.95)})")
-    print(f"{'variant':<10} {'start':>7} {'final':>7} {'best':>7} {'worst pos':>9} {'win/rand':>8} "
-          f"{'entropy':>8} {'t_hit(s)':>9} {'wall(s)':>8}")
+                res.append({"seed": seed, **summarize(rows, args.game, target), "load_start": load,
+                            "load_end": os.getloadavg()[0]})
+            print(f"[{variant} seed {seed}] " + ", ".join(f"{k}={v:.3f}" for k, v in res[-1].items()
+                                                        if isinstance(v, float)), flush=True)
+            table[variant] = res
+            save_results(name, {"game": args.game, "target": target, "seeds": args.seeds, "steps": args.steps,
+                                "extra": extra, "per_seed": table, "partial": True})  # a killed run keeps its seeds
+    key, lower = headline(args.game)
+    print(f"\n{args.game}: {key} ({args.steps} steps, evaluated every {args.eval_every}; hit: first eval at "
+          f"{'<=' if lower else '>='} {target}; load: 1-min load average at start/end of the run)")
+    print(f"{'variant':<10} {'seed':>4} {'start':>6} {'final':>6} {'best':>6} {'step_hit':>8} {'t_hit(s)':>8} "
+          f"{'entropy':>7} {'wall(s)':>7} {'load':>9}  curve (step:value)")
     for v, res in table.items():
-        m = {k: float(np.nanmean([r[k] for r in res])) if not all(np.isnan(r[k]) for r in res) else float("nan")
-             for k in res[0]}
-        print(f"{v:<10} {m['start']:7.3f} {m['final']:7.3f} {m['best']:7.3f} {m['worst_pos']:9.3f} "
-              f"{m['win_vs_random']:8.3f} {m['entropy_end']:8.3f} {m['t_hit']:9.0f} {m['wall']:8.0f}")
-    save_results(f"bench_selfplay_learning_{args.game}", {"seeds": args.seeds, "steps": args.steps, "per_seed": table})
+        for r in res:
+            curve = " ".join(f"{s}:{x:.3f}" for s, _, x in r["curve"])
+            print(f"{v:<10} {r['seed']:>4} {r['start']:6.3f} {r['final']:6.3f} {r['best']:6.3f} {r['step_hit']:8.0f} "
+                  f"{r['t_hit']:8.0f} {r['entropy_end']:7.3f} {r['wall']:7.0f} {r['load_start']:4.1f}/{r['load_end']:<4.1f}"
+                  f"  {curve}")
+    path = save_results(name, {"game": args.game, "metric": key, "target": target, "seeds": args.seeds,
+                               "steps": args.steps, "extra": extra, "per_seed": table})
+    png = path.with_suffix(".png")
+    plot(table, args.game, png)
+    print(f"curves: {png}")
 
 
 if __name__ == "__main__":

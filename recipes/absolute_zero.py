@@ -52,7 +52,13 @@ from lmselfplay.lm.prompt import encode_prompt
 from lmselfplay.lm.trajectory import Sample
 from lmselfplay.rl.advantages import task_type_advantages
 from lmselfplay.rl.rewards import proposer_rewards
-from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, is_partitioned, make_accelerator
+from lmselfplay.rl.trainer import (
+    PolicyTrainer,
+    TrainerConfig,
+    is_partitioned,
+    kl_enabled,
+    make_accelerator,
+)
 from lmselfplay.utils.checkpoint import resume_checkpoint, save_json
 from lmselfplay.utils.config import ConfigError, parse_config
 from lmselfplay.utils.errors import run_main
@@ -200,7 +206,7 @@ def main(argv=None):
     lock_output_dir(out_dir)
     model, tok = load_policy(cfg, device=str(acc.device))
     ref = None  # the trainer copies the initial policy, except under ZeRO-3 init (sharded at load)
-    if cfg.beta > 0 and not cfg.use_lora and is_partitioned(model):
+    if kl_enabled(cfg.beta) and not cfg.use_lora and is_partitioned(model):
         ref = load_policy(cfg, device=str(acc.device), use_lora=False)[0]
     trainer = PolicyTrainer(model, tok, cfg, accelerator=acc, ref_model=ref)
     engine = HFEngine(trainer.unwrapped, tok)

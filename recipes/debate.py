@@ -47,7 +47,13 @@ from lmselfplay.lm.engines import HFEngine, SamplingParams
 from lmselfplay.lm.policy import PolicyConfig, load_policy
 from lmselfplay.lm.trajectory import Sample
 from lmselfplay.rl.advantages import RoleBaselines
-from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, is_partitioned, make_accelerator
+from lmselfplay.rl.trainer import (
+    PolicyTrainer,
+    TrainerConfig,
+    is_partitioned,
+    kl_enabled,
+    make_accelerator,
+)
 from lmselfplay.utils.checkpoint import (
     atomic_write_text,
     resume_checkpoint,
@@ -145,7 +151,7 @@ def main(argv=None):
     pool, eval_set = task_sets(cfg)  # 0
     model, tok = load_policy(cfg, device=str(acc.device))
     ref = None  # the trainer copies the initial policy, except under ZeRO-3 init (sharded at load)
-    if cfg.beta > 0 and not cfg.use_lora and is_partitioned(model):
+    if kl_enabled(cfg.beta) and not cfg.use_lora and is_partitioned(model):
         ref = load_policy(cfg, device=str(acc.device), use_lora=False)[0]
     # the frozen judge: its own model by path, or a fresh copy of the initial policy
     judge_device = cfg.judge_device if cfg.judge_device != "auto" else str(acc.device)

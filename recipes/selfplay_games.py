@@ -13,8 +13,10 @@ The algorithm, in order (every rank plays its own games; gradients are averaged)
         4. rewards    : the rules' zero-sum returns; an illegal move loses the game's largest
                         stake (max_utility) for its author
         5. advantages : role-conditioned EMA baselines per (game, seat, start) - SPIRAL's RAE
-        6. update     : PPO-clipped policy gradient on the learner's tokens + KL to the
-                        initial policy (collapse guard), num_iterations passes
+        6. update     : PPO-clipped policy gradient on the learner's tokens + KL (one coefficient
+                        per game / role, optionally annealed) to the reference policy: the initial
+                        one, or every ref_update_every steps the current one (magnetic mirror
+                        descent's moving magnet), num_iterations passes
         7. league     : maybe add a frozen snapshot (nash meta-solver: it plays the ring first)
         8. every eval_every steps: the exact metrics each game supports (optimal-move rates or
            exploitability; win rates vs its reference bots with 95% CIs), JSONL + PNG curves
@@ -49,7 +51,14 @@ from lmselfplay.lm.policy import PolicyConfig, frozen_policy, load_policy, polic
 from lmselfplay.lm.rollout import Episode, LLMPlayer, RolloutStats, play_episodes
 from lmselfplay.rl.advantages import RoleBaselines
 from lmselfplay.rl.league import League, LeagueConfig
-from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, is_partitioned, make_accelerator
+from lmselfplay.rl.trainer import (
+    PolicyTrainer,
+    TrainerConfig,
+    beta_for,
+    is_partitioned,
+    kl_enabled,
+    make_accelerator,
+)
 from lmselfplay.utils.checkpoint import resume_checkpoint, save_json
 from lmselfplay.utils.config import ConfigError, parse_config, parse_weights
 from lmselfplay.utils.errors import run_main
@@ -109,6 +118,24 @@ def episode_games(games, weights: str, n: int):
             counts[counts.index(max(counts))] -= 1
             counts[i] = 1
     return [g for g, c in zip(games, counts) for _ in range(c)]
+
+
+def check_beta(beta, games):
+    """A per-game ``beta`` must name registered games (a shared YAML may list games this run
+    does not play) and cover every seat of every game played; ConfigError otherwise."""
+    from lmselfplay.games import REGISTRY
+
+    if not isinstance(beta, dict):
+        return
+    bad = [k for k in beta if k != "default" and k.split("/")[0] not in REGISTRY]
+    if bad:
+        raise ConfigError(f"beta names unknown game(s) {bad}; games: {sorted(REGISTRY)} (or 'default')")
+    for game in games:
+        for seat in range(2):
+            try:
+                beta_for(beta, f"{game.name}/p{seat}/initial", game.name)
+            except KeyError as e:
+                raise ConfigError(str(e)) from None
 
 
 def make_episodes(cfg, plan, league, me, tok, step, rank):
@@ -198,11 +225,12 @@ def main(argv=None):
     out_dir = Path(cfg.output_dir)
     lock_output_dir(out_dir)
     games = make_games(cfg.games)
+    check_beta(cfg.beta, games)
     plan = episode_games(games, cfg.game_weights, cfg.episodes_per_step)  # the same every step
     positions = eval_positions(cfg, games)  # computed once, reused by every evaluation
     model, tok = load_policy(cfg, device=str(acc.device))
     ref = None  # the trainer copies the initial policy, except under ZeRO-3 init (sharded at load)
-    if cfg.beta > 0 and not cfg.use_lora and is_partitioned(model):
+    if kl_enabled(cfg.beta) and not cfg.use_lora and is_partitioned(model):
         ref = load_policy(cfg, device=str(acc.device), use_lora=False)[0]
     trainer = PolicyTrainer(model, tok, cfg, accelerator=acc, ref_model=ref)
     engine = make_engine(cfg, trainer.unwrapped, tok)  # cfg.engine: hf | vllm | vllm-server

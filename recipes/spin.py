@@ -18,7 +18,8 @@ Strong Language Models", arXiv:2401.01335), in its order:
 
 With the logistic loss ``l`` step 2 IS the DPO loss with chosen = the data answer y_i,
 rejected = the model's own answer y'_i, reference = theta_t and beta = lam_t, so step 2 is
-one ``DPOTrainer`` run. The idealised maths (fixed point p_data, rate |1 - 1/lam|) is in
+one ``DPOTrainer`` run; ``rpo_alpha`` > 0 adds ``rpo_alpha * NLL(y_i | x_i)`` to it (RPO), so the
+data answer is pulled up, not only the model's own answer pushed down. The idealised maths (fixed point p_data, rate |1 - 1/lam|) is in
 :mod:`lmselfplay.spin.objective`.
 
 Two traps of the reference implementation are closed by construction here:
@@ -64,6 +65,7 @@ from accelerate.utils import gather_object
 from tqdm.auto import tqdm
 from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer
 
+from lmselfplay.eval.stats import wilson
 from lmselfplay.lm.engines.base import SamplingParams
 from lmselfplay.lm.engines.hf import HFEngine
 from lmselfplay.lm.policy import PolicyConfig, load_policy, load_tokenizer, resolve_model_path
@@ -107,6 +109,9 @@ class SpinConfig(PolicyConfig, RunConfig):
     per_device_train_batch_size: int = 8
     gradient_accumulation_steps: int = 1
     loss_type: str = "sigmoid"
+    rpo_alpha: float = field(default=0.0, metadata={
+        "help": "weight of an NLL term on the chosen (data) answer (RPO's alpha; TRL's loss_type 'sft' "
+                "beside loss_type): keeps DPO from lowering the data likelihood along with y'"})
     gradient_checkpointing: bool = False
     logging_steps: int = 10
     save_steps: int = 50
@@ -119,6 +124,16 @@ class SpinConfig(PolicyConfig, RunConfig):
     resume: bool = False
     tensorboard: bool = True
     progress: bool = True
+
+
+def dpo_losses(cfg: SpinConfig) -> dict[str, Any]:
+    """DPOConfig's loss fields: the pairwise loss, plus the NLL on the data answer when
+    ``rpo_alpha`` > 0 (loss = pairwise + rpo_alpha * NLL(y | x), as RPO / TRL's MPO weights)."""
+    if not cfg.rpo_alpha >= 0:
+        raise ConfigError(f"rpo_alpha must be >= 0, got {cfg.rpo_alpha}")
+    if cfg.rpo_alpha == 0:
+        return {"loss_type": [cfg.loss_type]}
+    return {"loss_type": [cfg.loss_type, "sft"], "loss_weights": [1.0, float(cfg.rpo_alpha)]}
 
 
 def beta_at(cfg: SpinConfig, t: int) -> float:
@@ -252,6 +267,27 @@ def load_dataset_dir(final_dir: Path) -> Any:
     return datasets.load_from_disk(str(final_dir / "ds"))
 
 
+def sft_phase(cfg: SpinConfig, start: str | None, out: Path, prompts: list[list[int]],
+              answers: list[list[int]], tokenizer: Any, state: PartialState) -> Path:
+    """Supervised fine-tuning of ``start`` on the data answers (loss on the answer tokens),
+    ``sft_epochs`` epochs at ``sft_learning_rate``; saved as ``out/checkpoint-0``."""
+    import datasets
+
+    model, _ = load_model(cfg, start, state, lora=cfg.use_lora)
+    sft = datasets.Dataset.from_dict({
+        "input_ids": [p + y for p, y in zip(prompts, answers)],
+        "completion_mask": [[0] * len(p) + [1] * len(y) for p, y in zip(prompts, answers)]})
+    args = SFTConfig(**trainer_args(cfg, out / "sft", state.device.type == "cpu", num_train_epochs=cfg.sft_epochs,
+                                    learning_rate=cfg.sft_learning_rate),
+                     completion_only_loss=True, max_length=None, packing=False)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=sft, processing_class=tokenizer)
+    trainer.train(resume_from_checkpoint=last_trainer_checkpoint(out / "sft"))
+    save_model(trainer, tokenizer, out / "checkpoint-0", {"iteration": 0, "phase": "sft"})
+    if state.is_main_process:
+        shutil.rmtree(out / "sft", ignore_errors=True)
+    return out / "checkpoint-0"
+
+
 # --- evaluation on held-out prompts --------------------------------------------------------
 
 def evaluate(engine: HFEngine, state: PartialState, held: list[dict[str, Any]],
@@ -271,10 +307,22 @@ def evaluate(engine: HFEngine, state: PartialState, held: list[dict[str, Any]],
 
     rows = sharded(state, idx, shard)
     n = len(rows)
+    ll = [a for a, _, _, _ in rows]
+    correct = sum(ok for *_, ok in rows)
+    lo, hi = wilson(correct, n)
     return {"eval/margin": sum(a - b for a, b, _, _ in rows) / n,
-            "eval/answer_loglik": sum(a for a, _, _, _ in rows) / n,
-            "eval/answer_loglik_per_token": sum(a for a, _, _, _ in rows) / sum(k for _, _, k, _ in rows),
-            "eval/accuracy": sum(ok for *_, ok in rows) / n}
+            "eval/answer_loglik": sum(ll) / n,
+            "eval/answer_loglik_ci": mean_ci_half_width(ll),
+            "eval/answer_loglik_per_token": sum(ll) / sum(k for _, _, k, _ in rows),
+            "eval/accuracy": correct / n, "eval/accuracy_ci_low": lo, "eval/accuracy_ci_high": hi}
+
+
+def mean_ci_half_width(xs: list[float], z: float = 1.96) -> float:
+    """Half-width of the normal-approximation 95% interval of the mean of ``xs``."""
+    if len(xs) < 2:
+        return float("nan")
+    m = sum(xs) / len(xs)
+    return z * math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1) / len(xs))
 
 
 # --- the recipe ----------------------------------------------------------------------------
@@ -320,20 +368,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"note: {cut_train} data answers are longer than max_completion_length={gen_len} "
               f"and were cut (no EOS)", file=sys.stderr)
     if last is None and cfg.sft_epochs > 0:
-        model, _ = load_model(cfg, base, state, lora=cfg.use_lora)
-        sft = datasets.Dataset.from_dict({
-            "input_ids": [p + y for p, y in zip(p_train, y_train)],
-            "completion_mask": [[0] * len(p) + [1] * len(y) for p, y in zip(p_train, y_train)]})
-        args = SFTConfig(**trainer_args(cfg, out / "sft", on_cpu, num_train_epochs=cfg.sft_epochs,
-                                        learning_rate=cfg.sft_learning_rate),
-                         completion_only_loss=True, max_length=None, packing=False)
-        trainer = SFTTrainer(model=model, args=args, train_dataset=sft, processing_class=tokenizer)
-        trainer.train(resume_from_checkpoint=last_trainer_checkpoint(out / "sft"))
-        save_model(trainer, tokenizer, out / "checkpoint-0", {"iteration": 0, "phase": "sft"})
-        if state.is_main_process:
-            shutil.rmtree(out / "sft", ignore_errors=True)
-        del trainer, model
-        last, start = out / "checkpoint-0", 0
+        last, start = sft_phase(cfg, base, out, p_train, y_train, tokenizer, state), 0
     if last is not None and cfg.resume and state.is_main_process:
         print(f"resuming at iteration {start} from {last}", file=sys.stderr)
     if start >= cfg.spin_iterations and state.is_main_process:
@@ -382,7 +417,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         args = DPOConfig(**trainer_args(cfg, it_dir / "trainer", on_cpu,
                                         num_train_epochs=cfg.num_train_epochs,
                                         learning_rate=cfg.learning_rate),
-                         beta=lam, loss_type=[cfg.loss_type], max_length=None,
+                         beta=lam, **dpo_losses(cfg), max_length=None,
                          precompute_ref_log_probs=False)
         trainer = PretokenizedDPOTrainer(model=model, ref_model=ref_model, args=args,
                                          train_dataset=data["train"].select_columns(list(IDS)),

@@ -90,6 +90,20 @@ def test_zero3_cpu_step_shards_the_parameters(tmp_path, single_process):
         assert full / 2 <= r["local_numel"] < 0.6 * full
 
 
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_zero3_cpu_magnet_update_copies_the_gathered_policy(tmp_path):
+    """Under ZeRO-3 the reference is a separate DeepSpeed engine: after a magnet move its
+    gathered weights equal the gathered policy's, on both ranks, while each stays sharded."""
+    pytest.importorskip("deepspeed")
+    launch("zero3_cpu.yaml", "--out", str(tmp_path), "--steps", "2", "--beta", "0.1", "--batch", "8",
+           "--ref_update_every", "2")
+    ranks = read_ranks(tmp_path, 2)
+    for r in ranks:
+        assert r["magnet_step"] == 2 and r["reference_equals_policy"]
+        assert r["reference_numel"] == r["full_numel"] and r["local_numel"] < 0.6 * r["full_numel"]
+
+
 GPU_CONFIGS = {"ddp.yaml": (None, "MULTI_GPU"), "zero2.yaml": (2, "DEEPSPEED"), "zero3.yaml": (3, "DEEPSPEED")}
 
 

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DECIMAL = re.compile(r"(?<![\w.])(\d+\.\d+)(?![\w.])")
+DECIMAL = re.compile(r"(?<![\w.-])(-?\d+\.\d+)(?![\w.])")  # a minus sign is part of the number
 
 
 def table_numbers(markdown: str) -> list[str]:
@@ -58,8 +58,9 @@ def appears(number: str, values: list[float]) -> bool:
 
 
 def test_table_parser_reads_body_rows_only():
-    md = "| a | 0.5 |\n|---|---|\n| x | 0.25 / 1.50 |\ntext 9.99\n"
-    assert table_numbers(md) == ["0.25", "1.50"]
+    md = "| a | 0.5 |\n|---|---|\n| x | 0.25 / 1.50 | -7.63 ± 1.11 |\ntext 9.99\n"
+    assert table_numbers(md) == ["0.25", "1.50", "-7.63", "1.11"]
+    assert appears("-7.63", [-7.6312]) and not appears("-7.63", [7.63])
     assert appears("0.25", [0.2501]) and not appears("0.25", [0.26])
 
 

@@ -170,6 +170,25 @@ def test_default_config_file_parses_and_bad_keys_are_named(tmp_path):
         recipe.main(["--beta_schedule", "-1", "--output_dir", str(tmp_path / "o")])
 
 
+def test_rpo_alpha_adds_the_nll_on_the_data_answer_to_the_dpo_loss():
+    recipe = load_recipe()
+    assert recipe.dpo_losses(parse_config(recipe.SpinConfig, [])) == {"loss_type": ["sigmoid"]}
+    cfg = parse_config(recipe.SpinConfig, ["--rpo_alpha", "0.5"])
+    assert recipe.dpo_losses(cfg) == {"loss_type": ["sigmoid", "sft"], "loss_weights": [1.0, 0.5]}
+    from trl import DPOConfig
+
+    DPOConfig(output_dir="unused", use_cpu=True, bf16=False, **recipe.dpo_losses(cfg))  # TRL accepts it
+    with pytest.raises(ConfigError, match="rpo_alpha"):
+        recipe.dpo_losses(parse_config(recipe.SpinConfig, ["--rpo_alpha", "-1"]))
+
+
+def test_mean_ci_half_width_is_the_normal_interval():
+    recipe = load_recipe()
+    xs = [1.0, 2.0, 3.0, 4.0]  # sample sd 1.291: half-width 1.96 * 1.291 / 2
+    assert recipe.mean_ci_half_width(xs) == pytest.approx(1.96 * math.sqrt(5 / 3) / 2)
+    assert math.isnan(recipe.mean_ci_half_width([1.0]))
+
+
 # --- the recipe end to end ------------------------------------------------------------------
 
 def test_two_iterations_end_to_end(two_iterations, model_dir):
@@ -184,7 +203,8 @@ def test_two_iterations_end_to_end(two_iterations, model_dir):
     for r in rows:
         for key in ("eval/margin", "eval/answer_loglik", "eval/accuracy"):
             assert math.isfinite(r[key])
-        assert 0.0 <= r["eval/accuracy"] <= 1.0
+        assert 0.0 <= r["eval/accuracy_ci_low"] <= r["eval/accuracy"] <= r["eval/accuracy_ci_high"] <= 1.0
+        assert r["eval/answer_loglik_ci"] > 0
     assert rows[1]["beta"] == 0.1 and rows[1]["train/steps"] == N_TRAIN // 4
     assert (out / "spin_metrics.png").stat().st_size > 1000
 

@@ -10,11 +10,21 @@ samples. The loss, on the policy's own tokens only, per token t of sample i:
     ratio = exp(logp - behaviour_logp)          (also the importance correction for
                                                  rollouts from an engine a step behind)
     pg    = -min(ratio * A_i, clip(ratio, 1-eps, 1+eps) * A_i)
-    kl    = exp(ref - logp) - (ref - logp) - 1  (k3 estimator, to the frozen reference)
-    loss  = sum_t w_i * (pg + beta * kl - entropy_coef * H_t) / sum_t w_i
+    kl    = exp(ref - logp) - (ref - logp) - 1  (k3 estimator, to the reference policy)
+    loss  = sum_t w_i * (pg + beta_i(t) * kl - entropy_coef * H_t) / sum_t w_i
           + target_coef * sum_{i with a target} w_i * CE(target_i, softmax(logits_i / T)) / sum w_i
 
-The second line is the supervised-target term (search distillation): a sample may carry
+``beta_i(t) = beta[game/role of sample i] * schedule(t)``: one KL coefficient per game and
+role (:func:`parse_beta`, :meth:`PolicyTrainer.kl_coef`), scaled by a schedule over the
+trainer's steps (:func:`beta_factor`). The reference is the initial policy, or with
+``ref_update_every = M`` the "magnet" of magnetic mirror descent (Sokota et al. 2022): every
+M steps it is replaced by the current policy, so the regularized equilibrium the last
+iterate converges to walks toward the unregularized one (Nash, in a two-player zero-sum
+game) instead of staying tied to the initial policy. Under LoRA the initial reference is the
+adapter-disabled model; a moved magnet is a frozen copy of the adapter weights, swapped in
+for the reference forward.
+
+The last line is the supervised-target term (search distillation): a sample may carry
 a target distribution over the vocabulary at one completion token (``Sample.target``);
 its cross-entropy is averaged over the target samples of the batch (see ``_target_loss``).
 
@@ -42,10 +52,14 @@ from lmselfplay.lm.batching import pad_batch, token_logprobs
 from lmselfplay.lm.engines.staleness import mean_abs_logprob_diff
 from lmselfplay.lm.trajectory import Sample, merge_identical
 from lmselfplay.utils.checkpoint import CheckpointWriteError, commit_dir, prune_checkpoints
+from lmselfplay.utils.config import ConfigError
+
+BETA_SCHEDULES = ("constant", "linear", "cosine")
 
 
 @dataclass
 class TrainerConfig:
+    yaml_mappings = ("beta",)  # beta: {nim: 0.1, kuhn_poker: 0.2} in YAML (a mapping per game)
     learning_rate: float = field(default=1e-4, metadata={"help": "AdamW learning rate"})
     adam_beta1: float = 0.9
     adam_beta2: float = 0.999
@@ -58,12 +72,91 @@ class TrainerConfig:
     gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per pass"})
     num_iterations: int = field(default=2, metadata={"help": "PPO passes over each batch"})
     epsilon: float = field(default=0.2, metadata={"help": "PPO clip range"})
-    beta: float = field(default=0.1, metadata={"help": "KL coefficient to the reference policy"})
+    beta: str = field(default=0.1, metadata={  # type: ignore[assignment]  # str on the command line
+        "help": "KL coefficient to the reference policy: a number, or one per game / role as "
+                "'nim=0.1,kuhn_poker=0.2' (a YAML mapping works too); keys match a sample's role "
+                "'game/pN/start' by its longest prefix, then its task; 'default' covers the rest"})
+    beta_schedule: str = field(default="constant", metadata={
+        "help": "constant | linear | cosine: every beta is multiplied by a factor going from 1 to "
+                "beta_final_ratio over max_steps"})
+    beta_final_ratio: float = field(default=1.0, metadata={"help": "beta at max_steps / beta at step 0"})
+    ref_update_every: int = field(default=0, metadata={
+        "help": "M > 0: replace the KL reference with the current policy every M steps (magnetic mirror "
+                "descent's moving magnet); 0: the initial policy throughout"})
     entropy_coef: float = 0.0
     temperature: float = field(default=1.0, metadata={"help": "must equal the sampling temperature"})
     merge_identical: bool = field(default=True, metadata={"help": "merge equal (prompt, answer) turns"})
     target_coef: float = field(default=1.0, metadata={"help": "weight of the supervised-target cross-entropy"})
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        self.beta = parse_beta(self.beta)
+        if self.beta_schedule not in BETA_SCHEDULES:
+            raise ConfigError(f"beta_schedule must be one of {BETA_SCHEDULES}, got {self.beta_schedule!r}")
+        if not self.beta_final_ratio >= 0:
+            raise ConfigError(f"beta_final_ratio must be >= 0, got {self.beta_final_ratio}")
+        if self.ref_update_every < 0:
+            raise ConfigError(f"ref_update_every must be >= 0, got {self.ref_update_every}")
+        parent = getattr(super(), "__post_init__", None)  # recipe configs mix in other configs
+        if parent is not None:
+            parent()
+
+
+def parse_beta(value: Any) -> float | dict[str, float]:
+    """A KL coefficient (``0.1``, ``"0.1"``) or one per key (``{"nim": 0.1}``,
+    ``"nim=0.1,kuhn_poker/p1=0.3"``, the ``parse_weights`` syntax). ConfigError (a ValueError) names the bad
+    entry: not a number, negative, or NAME=NUMBER without a name."""
+    if isinstance(value, str) and "=" not in value:
+        try:
+            value = float(value)
+        except ValueError:
+            raise ConfigError(f"beta {value!r} is neither a number nor NAME=NUMBER entries") from None
+    if isinstance(value, str):
+        items = [x.strip().partition("=") for x in value.split(",") if x.strip()]
+        if any(not sep or not name.strip() for name, sep, _ in items):
+            raise ConfigError(f"bad beta {value!r}: expected NAME=NUMBER entries separated by commas")
+        value = {name.strip(): v.strip() for name, _, v in items}
+    if isinstance(value, dict):
+        out = {}
+        for name, v in value.items():
+            try:
+                out[str(name)] = float(v)
+            except (TypeError, ValueError):
+                raise ConfigError(f"beta entry '{name}={v}' is not a number") from None
+            if not out[str(name)] >= 0:
+                raise ConfigError(f"beta entry '{name}={v}' must be >= 0")
+        return out
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise ConfigError(f"beta must be a number >= 0 or a mapping of them, got {value!r}")
+    return float(value)
+
+
+def kl_enabled(beta: float | dict[str, float]) -> bool:
+    """Whether any sample can get a KL term (then a reference policy is needed)."""
+    return any(v > 0 for v in beta.values()) if isinstance(beta, dict) else beta > 0
+
+
+def beta_for(beta: float | dict[str, float], role: str, task: str = "") -> float:
+    """The coefficient of a sample: a scalar applies to all; a mapping is looked up by the
+    longest '/'-prefix of ``role`` (``kuhn_poker/p0/initial`` -> ``kuhn_poker/p0`` ->
+    ``kuhn_poker``), then ``task``, then ``default``; KeyError when none is there."""
+    if not isinstance(beta, dict):
+        return beta
+    parts = role.split("/") if role else []
+    for key in ["/".join(parts[:n]) for n in range(len(parts), 0, -1)] + [task, "default"]:
+        if key and key in beta:
+            return beta[key]
+    raise KeyError(f"no KL coefficient for role {role!r} (task {task!r}) in beta {beta}: add it or 'default'")
+
+
+def beta_factor(cfg: TrainerConfig, step: int) -> float:
+    """The schedule's multiplier at trainer step ``step``: 1 at step 0, ``beta_final_ratio``
+    from ``max_steps`` on; linear or half-cosine in between (constant: always 1)."""
+    if cfg.beta_schedule == "constant" or cfg.max_steps <= 0:
+        return 1.0
+    frac = min(max(step / cfg.max_steps, 0.0), 1.0)
+    shape = frac if cfg.beta_schedule == "linear" else (1 - math.cos(math.pi * frac)) / 2
+    return 1.0 + (cfg.beta_final_ratio - 1.0) * shape
 
 
 def is_partitioned(model: Any) -> bool:
@@ -128,7 +221,8 @@ class PolicyTrainer:
         self.tokenizer = tokenizer
         self.accelerator = accelerator or make_accelerator(config.gradient_accumulation_steps)
         self.is_peft = hasattr(model, "disable_adapter")
-        if config.beta > 0 and ref_model is None and not self.is_peft:
+        self.kl_on = kl_enabled(config.beta)
+        if self.kl_on and ref_model is None and not self.is_peft:
             if is_partitioned(model):
                 raise ValueError("the model was loaded partitioned (DeepSpeed ZeRO-3 init): a deep copy of it "
                                  "is not a reference model; load a second copy and pass ref_model=")
@@ -155,6 +249,8 @@ class PolicyTrainer:
             self.ref_model = ref_model
         self.step_count = 0
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self.magnet: list[torch.Tensor] | None = None  # LoRA: adapter weights of a moved reference
+        self.magnet_step = 0  # the step whose policy is the reference (0: the initial one)
 
     # --- helpers --------------------------------------------------------------------
     def _fill_deepspeed_config(self) -> None:
@@ -212,6 +308,9 @@ class PolicyTrainer:
             b = collate(part, self.pad_id, self.accelerator.device)
             if self.ref_model is not None:
                 lp, _ = token_logprobs(self.ref_model, b["input_ids"], b["attention_mask"], self.cfg.temperature)
+            elif self.magnet is not None:  # PEFT, moved magnet: its adapter weights, swapped in
+                with self._adapter_weights(self.magnet):
+                    lp, _ = token_logprobs(self.model, b["input_ids"], b["attention_mask"], self.cfg.temperature)
             else:
                 with self.unwrapped.disable_adapter():  # PEFT: the base model is the reference
                     lp, _ = token_logprobs(self.model, b["input_ids"], b["attention_mask"], self.cfg.temperature)
@@ -219,6 +318,72 @@ class PolicyTrainer:
                 a = len(s.prompt_ids) - 1
                 out[id(s)] = lp[r, a : a + len(s.completion_ids)].float().cpu().tolist()
         return out
+
+    # --- the reference (the magnet) --------------------------------------------------
+    @contextmanager
+    def _full(self, params: list[torch.Tensor], modify: bool = False) -> Iterator[None]:
+        """Inside: ``params`` hold their full values on every rank. Under ZeRO-3 they are
+        gathered; with ``modify`` rank 0's values are re-partitioned on exit (every rank
+        writes the same values, so whichever rank DeepSpeed keeps is right)."""
+        if self.deepspeed_stage != 3:
+            yield
+            return
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters(params, modifier_rank=0 if modify else None):
+            yield
+
+    def _adapter_params(self) -> list[torch.Tensor]:
+        return [p for p in self.unwrapped.parameters() if p.requires_grad]
+
+    @torch.no_grad()
+    def _read(self, params: list[torch.Tensor]) -> list[torch.Tensor]:
+        out = []
+        for p in params:  # one at a time: a ZeRO-3 gather never holds more than one tensor
+            with self._full([p]):
+                out.append(p.data.detach().clone())
+        return out
+
+    @torch.no_grad()
+    def _write(self, params: list[torch.Tensor], values: list[torch.Tensor]) -> None:
+        for p, v in zip(params, values, strict=True):
+            with self._full([p], modify=True):
+                p.data.copy_(v.to(p.data.device, p.data.dtype))
+
+    @contextmanager
+    def _adapter_weights(self, values: list[torch.Tensor]) -> Iterator[None]:
+        """Inside: the adapter holds ``values``; on exit its own weights are back, bit for
+        bit (no optimizer step happens inside, so nothing else sees the swap)."""
+        params = self._adapter_params()
+        own = self._read(params)
+        self._write(params, values)
+        try:
+            yield
+        finally:
+            self._write(params, own)
+
+    def reference_weights(self) -> list[torch.Tensor]:
+        """The moved reference as full tensors: the ref model's parameters, or under LoRA
+        the magnet's adapter weights (empty while the reference is the adapter-disabled model)."""
+        if self.ref_model is not None:
+            return self._read(list(self.ref_model.parameters()))
+        return [t.clone() for t in self.magnet] if self.magnet is not None else []
+
+    @torch.no_grad()
+    def update_reference(self) -> None:
+        """Move the magnet to the current policy (every rank, in step: ZeRO-3 gathers)."""
+        if self.ref_model is not None:
+            for q, p in zip(self.ref_model.parameters(), self.unwrapped.parameters(), strict=True):
+                with self._full([p]), self._full([q], modify=True):
+                    q.data.copy_(p.data)
+        elif self.is_peft:
+            self.magnet = self._read(self._adapter_params())
+        self.magnet_step = self.step_count
+
+    def kl_coef(self, sample: Sample, step: int | None = None) -> float:
+        """beta_i(t): the sample's game/role coefficient times the schedule at ``step``."""
+        step = self.step_count if step is None else step
+        return beta_for(self.cfg.beta, sample.role, sample.task) * beta_factor(self.cfg, step)
 
     def _micro_batches(self, samples: list[Sample], rng: random.Random) -> list[list[Sample]]:
         order = list(samples)
@@ -239,7 +404,7 @@ class PolicyTrainer:
         total_tokens = sum(len(s.completion_ids) * s.weight for s in samples)
         stats: dict[str, list[float]] = {k: [] for k in ("loss", "pg_loss", "kl", "entropy", "clip_frac",
                                                          "ratio", "grad_norm", "logprob_diff", "target_ce")}
-        ref = self._ref_logprobs(samples) if cfg.beta > 0 and samples else None
+        ref = self._ref_logprobs(samples) if self.kl_on and samples else None
         self._target_total = sum(s.weight for s in samples if s.target is not None)
         self.model.train()
         for it in range(cfg.num_iterations):
@@ -258,6 +423,8 @@ class PolicyTrainer:
                 for k, v in parts.items():
                     stats[k].append(v)
         self.step_count += 1
+        if cfg.ref_update_every and self.kl_on and self.step_count % cfg.ref_update_every == 0:
+            self.update_reference()
         out = {k: sum(v) / len(v) for k, v in stats.items() if v}
         out.update(samples=float(len(samples)), tokens=float(total_tokens),
                    lr=float(self.scheduler.get_last_lr()[0]))
@@ -283,10 +450,11 @@ class PolicyTrainer:
         pg = -torch.minimum(unclipped, clipped)
         tok = pg
         kl = torch.zeros_like(tok)
-        if cfg.beta > 0:
+        if self.kl_on:
             d = b["ref"] - lp
             kl = torch.exp(d) - d - 1.0
-            tok = tok + cfg.beta * kl
+            coef = torch.tensor([self.kl_coef(s) for s in mb], dtype=kl.dtype, device=kl.device)
+            tok = tok + coef.unsqueeze(1) * kl
         if need_entropy:
             tok = tok - cfg.entropy_coef * ent
         # token-mean over this rank's whole batch; accelerate / DeepSpeed divide by the
@@ -346,10 +514,13 @@ class PolicyTrainer:
             acc.wait_for_everyone()
             acc.save_state(str(tmp))
             state = acc.get_state_dict(self.model)  # every rank: ZeRO-3 gathers shards
+            # a moved magnet is not the initial policy: saved, every rank gathering in step
+            reference = self.reference_weights() if self.magnet_step else []
             acc.wait_for_everyone()  # every rank's files are in tmp before the marker
             if acc.is_main_process:
                 torch.save({"extra": extra or {}, "step_count": self.step_count,
-                            "trainer_config": asdict(self.cfg)}, tmp / "lmselfplay_state.pt")
+                            "trainer_config": asdict(self.cfg), "magnet_step": self.magnet_step,
+                            "reference": [t.cpu() for t in reference]}, tmp / "lmselfplay_state.pt")
                 self.unwrapped.save_pretrained(str(tmp / "model"), state_dict=state, safe_serialization=True)
                 self.tokenizer.save_pretrained(str(tmp / "model"))
                 commit_dir(tmp, final)
@@ -365,5 +536,11 @@ class PolicyTrainer:
         self.accelerator.load_state(str(path))
         blob = torch.load(Path(path) / "lmselfplay_state.pt", weights_only=False)
         self.step_count = int(blob["step_count"])
+        self.magnet_step = int(blob.get("magnet_step", 0))
+        if self.magnet_step:
+            if self.ref_model is not None:
+                self._write(list(self.ref_model.parameters()), blob["reference"])
+            else:
+                self.magnet = list(blob["reference"])
         return blob["extra"]
 

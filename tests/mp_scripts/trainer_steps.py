@@ -25,6 +25,7 @@ import random
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -88,6 +89,17 @@ def full_params(trainer: PolicyTrainer) -> dict[str, torch.Tensor]:
     return {n: p.detach().float().cpu().clone() for n, p in zip(names, params)}
 
 
+def reference_check(trainer: PolicyTrainer) -> dict[str, Any]:
+    """After a magnet move: does the (gathered) reference equal the (gathered) policy?"""
+    if not trainer.magnet_step:
+        return {}
+    ref = trainer.reference_weights()
+    policy = trainer._read(list(trainer.unwrapped.parameters()))
+    return {"magnet_step": trainer.magnet_step,
+            "reference_equals_policy": len(ref) == len(policy) and all(torch.equal(a, b) for a, b in zip(ref, policy)),
+            "reference_numel": sum(t.numel() for t in ref)}
+
+
 def optimizer_fingerprint(trainer: PolicyTrainer) -> dict[str, float]:
     """Sum of |Adam moments| on this rank and the LR: equal only if the optimizer
     and scheduler states were restored."""
@@ -114,6 +126,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--num_iterations", type=int, default=1)
     ap.add_argument("--beta", type=float, default=0.0)
     ap.add_argument("--lr", type=float, default=1e-2)
+    ap.add_argument("--ref_update_every", type=int, default=0)
     ap.add_argument("--warmup_steps", type=int, default=0)
     ap.add_argument("--gradient_accumulation_steps", type=int, default=1)
     ap.add_argument("--only_rank0_data", action="store_true", help="train on batch[0::2] alone")
@@ -127,7 +140,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg = TrainerConfig(learning_rate=args.lr, beta=args.beta, num_iterations=args.num_iterations,
                         gradient_accumulation_steps=args.gradient_accumulation_steps,
                         merge_identical=False, max_steps=100, warmup_steps=args.warmup_steps, seed=args.seed,
-                        lr_scheduler_type="linear")
+                        lr_scheduler_type="linear", ref_update_every=args.ref_update_every)
     trainer = PolicyTrainer(model, tok, cfg)
     acc = trainer.accelerator
     rank, world = acc.process_index, acc.num_processes
@@ -159,7 +172,8 @@ def main(argv: list[str] | None = None) -> None:
     info = {"rank": rank, "world_size": world, "distributed_type": str(acc.distributed_type),
             "backend": str(acc.state.backend), "step_count": trainer.step_count,
             "changed": any(not torch.equal(before[k], after[k]) for k in after),
-            "metrics": metrics, "optimizer": optimizer_fingerprint(trainer), **sharding(trainer)}
+            "metrics": metrics, "optimizer": optimizer_fingerprint(trainer), **sharding(trainer),
+            **reference_check(trainer)}
     torch.save({"params": after, "baselines": baselines.state_dict()}, out / f"rank{rank}.pt")
     (out / f"rank{rank}.json").write_text(json.dumps(info, indent=1))
 

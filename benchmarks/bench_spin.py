@@ -1,0 +1,112 @@
+"""Does SPIN move the model toward the data? Each iteration on held-out prompts, with a control.
+
+Runs `recipes/spin.py` with a config (default: the shipped `recipes/configs/spin.yaml`) and
+prints, per iteration, the held-out greedy exact-answer accuracy (95% Wilson interval), the
+data answers' log-likelihood (mean +- 95% half-width), the margin log p(y|x) - log p(y'|x)
+and the wall time. The control is the paper's: one more epoch of plain SFT from the same
+start theta_0, evaluated on the same held-out prompts (its margin against the same y').
+
+    python benchmarks/bench_spin.py [--config recipes/configs/spin.yaml] [--seed 0]
+                                    [--set key=value ...] [--name NAME] [--no-control]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from lmselfplay.utils.results import save_results
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_recipe():
+    from lmselfplay.utils.recipe_loader import load_recipe as _load
+
+    return _load("spin")
+
+
+def spin_run(recipe, argv, out):
+    t0 = time.time()
+    recipe.main([*argv, "--output_dir", str(out)])
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    return rows, time.time() - t0
+
+
+def control_run(recipe, argv, spin_out, out, epochs):
+    """``epochs`` more epochs of SFT from the SPIN run's theta_0, evaluated like an iteration."""
+    import datasets
+    import torch
+    from accelerate import PartialState
+
+    from lmselfplay.lm.engines.hf import HFEngine
+    from lmselfplay.lm.policy import load_tokenizer, resolve_model_path
+    from lmselfplay.utils.config import parse_config
+
+    t0 = time.time()
+    cfg = dataclasses.replace(parse_config(recipe.SpinConfig, argv), sft_epochs=epochs)
+    state = PartialState(cpu=not torch.cuda.is_available())
+    start = spin_out / "checkpoint-0" if (spin_out / "checkpoint-0").exists() else resolve_model_path(
+        cfg.model_name_or_path)
+    sup = datasets.load_from_disk(str(spin_out / "data" / "ds"))
+    train_rows, held = sup["train"].to_list(), sup["eval"].to_list()
+    tok = load_tokenizer(str(start))
+    p_train, y_train, _ = recipe.tokenize_pairs(tok, train_rows, cfg.max_completion_length)
+    gen_len = cfg.max_completion_length or max(len(c) for c in y_train)
+    p_held, y_held, _ = recipe.tokenize_pairs(tok, held, gen_len)
+    path = recipe.sft_phase(cfg, str(start), out, p_train, y_train, tok, state)
+    rejected = datasets.load_from_disk(str(spin_out / "iter-0" / "data" / "ds"))["eval"]["rejected_ids"]
+    model, _ = recipe.load_model(cfg, str(path), state, lora=False)
+    engine = HFEngine(model, tok, max_batch_size=cfg.generation_batch_size)
+    metrics = recipe.evaluate(engine, state, held, p_held, y_held, rejected, gen_len, cfg)
+    return {**metrics, "time/iteration_s": time.time() - t0}
+
+
+def fmt(row):
+    return (f"{row['eval/accuracy']:.3f} [{row['eval/accuracy_ci_low']:.3f}, {row['eval/accuracy_ci_high']:.3f}]  "
+            f"{row['eval/answer_loglik']:8.2f} +- {row['eval/answer_loglik_ci']:5.2f}  {row['eval/margin']:8.2f}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--config", default=str(ROOT / "recipes" / "configs" / "spin.yaml"))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--set", nargs="*", default=[], help="extra key=value for the run")
+    ap.add_argument("--control-epochs", type=float, default=1.0)
+    ap.add_argument("--no-control", action="store_true")
+    ap.add_argument("--name", default="bench_spin")
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(args.threads)
+    argv = ["--config", args.config, "--seed", str(args.seed), "--progress", "false", "--tensorboard", "false"]
+    for kv in args.set:
+        k, v = kv.split("=", 1)
+        argv += [f"--{k}", *v.split()]
+    recipe = load_recipe()
+    load = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as d:
+        rows, wall = spin_run(recipe, argv, Path(d) / "spin")
+        control = None if args.no_control else control_run(recipe, argv, Path(d) / "spin", Path(d) / "control",
+                                                           args.control_epochs)
+    print(f"\nSPIN on held-out prompts ({args.config}, seed {args.seed}, {' '.join(args.set)}); "
+          f"wall {wall:.0f} s, load average {load:.1f} -> {os.getloadavg()[0]:.1f}")
+    print(f"{'iteration':<22} {'accuracy [95% CI]':<22}  {'loglik(y|x) +- CI':>17}  {'margin':>8}  {'time(s)':>7}")
+    for r in rows:
+        name = "0 (theta_0)" if r["step"] == 0 else str(r["step"])
+        print(f"{name:<22} {fmt(r)}  {r.get('time/iteration_s', 0):7.0f}")
+    if control is not None:
+        print(f"{f'control: +{args.control_epochs:g} SFT epoch':<22} {fmt(control)}  {control['time/iteration_s']:7.0f}")
+    save_results(args.name, {"config": args.config, "seed": args.seed, "set": args.set, "wall_s": wall,
+                             "load_start": load, "load_end": os.getloadavg()[0], "iterations": rows,
+                             "control": control, "control_epochs": args.control_epochs})
+
+
+if __name__ == "__main__":
+    main()
