@@ -47,9 +47,12 @@ def test_a_missing_model_folder_says_so_without_a_hub_message(capsys):
 
 def test_a_bad_yaml_value_and_a_missing_config_file(capsys, tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text("beta: lots\n")
+    bad.write_text("learning_rate: lots\n")
     line = _one_line_error(capsys, ["--config", str(bad)])
-    assert "beta" in line and "'lots'" in line and "float" in line
+    assert "learning_rate" in line and "'lots'" in line and "float" in line
+    bad.write_text("beta: {nim: lots}\n")  # a per-game mapping is checked by its own parser
+    line = _one_line_error(capsys, ["--config", str(bad)])
+    assert "beta" in line and "lots" in line
     line = _one_line_error(capsys, ["--config", str(tmp_path / "nope.yaml")])
     assert "nope.yaml" in line
 
