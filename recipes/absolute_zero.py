@@ -95,20 +95,20 @@ class AbsoluteZeroConfig(TrainerConfig, PolicyConfig, RunConfig):
     seed_programs: int = field(default=16, metadata={"help": "generated programs seeding each buffer"})
     answer_tags: bool = field(default=False, metadata={
         "help": "ask the solver for <answer>...</answer> (real models); the embedded model answers bare"})
-    propose_max_new_tokens: int = 96
-    solve_max_new_tokens: int = 64
-    top_p: float = 1.0
+    propose_max_new_tokens: int = field(default=96, metadata={"help": "answer budget of a proposal"})
+    solve_max_new_tokens: int = field(default=64, metadata={"help": "answer budget of a solution"})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling (behaviour log-probs are before top-p)"})
     format_penalty: float = field(default=-1.0, metadata={"help": "reward of an unparsable proposal or answer"})
     invalid_penalty: float = field(default=-0.5, metadata={"help": "reward of a parsed proposal that fails validation"})
     timeout_s: float = field(default=1.0, metadata={"help": "executor wall-clock limit per program"})
-    memory_mb: int = 512
-    max_output_bytes: int = 16 * 1024
-    executor_workers: int = 2
-    eval_every: int = 10
+    memory_mb: int = field(default=512, metadata={"help": "sandbox memory limit per program"})
+    max_output_bytes: int = field(default=16 * 1024, metadata={"help": "sandbox output limit per program"})
+    executor_workers: int = field(default=2, metadata={"help": "sandbox processes running programs at once"})
+    eval_every: int = field(default=10, metadata={"help": "steps between held-out evaluations"})
     eval_tasks_per_type: int = field(default=200, metadata={"help": "fixed held-out generated tasks per type"})
-    checkpoint_every: int = 10
+    checkpoint_every: int = field(default=10, metadata={"help": "steps between checkpoints (0: none)"})
     save_datasets: bool = field(default=True, metadata={"help": "save each step's proposals and answers (datasets)"})
-    output_dir: str = "runs/absolute_zero"
+    output_dir: str = field(default="runs/absolute_zero", metadata={"help": "run folder: metrics, per-step data sets, checkpoints"})
     resume: bool = field(default=False, metadata={"help": "continue from the latest checkpoint in output_dir"})
 
 

@@ -70,24 +70,24 @@ from lmselfplay.verifiers.judge import judge_transcripts, load_llm_judge, side_r
 class DebateConfig(TrainerConfig, ProtocolConfig, PolicyConfig, RunConfig):
     judge_model_name_or_path: str = field(default="", metadata={
         "help": "the judge (hub name or path); empty: a frozen copy of the initial policy"})
-    judge_device: str = "auto"
-    judge_dtype: str = "auto"
+    judge_device: str = field(default="auto", metadata={"help": "auto | cpu | cuda | cuda:N"})
+    judge_dtype: str = field(default="auto", metadata={"help": "auto | float32 | bfloat16 | float16"})
     task_families: str = field(default="arithmetic,programs", metadata={
         "help": "comma-separated: arithmetic, programs, reasoning_gym, dataset"})
     reasoning_gym_datasets: str = field(default="chain_sum,leg_counting", metadata={
         "help": "reasoning-gym dataset names (family reasoning_gym)"})
     dataset_path: str = field(default="", metadata={
         "help": "local json/jsonl/csv/parquet with question, context, correct, incorrect (family dataset)"})
-    train_tasks: int = 512
-    eval_tasks: int = 64
-    eval_protocols: str = ",".join(PROTOCOLS)
+    train_tasks: int = field(default=512, metadata={"help": "questions debated during training"})
+    eval_tasks: int = field(default=64, metadata={"help": "held-out questions of every evaluation"})
+    eval_protocols: str = field(default=",".join(PROTOCOLS), metadata={"help": "protocols evaluated: debate, consultancy, double_consultancy, none"})
     max_steps: int = field(default=30, metadata={"help": "training steps (each one trainer.step())"})
-    debates_per_step: int = 16
-    top_p: float = 1.0
-    baseline_decay: float = 0.9
+    debates_per_step: int = field(default=16, metadata={"help": "debates per training step"})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling of speeches"})
+    baseline_decay: float = field(default=0.9, metadata={"help": "EMA decay of the per-side, per-round baselines"})
     eval_every: int = field(default=0, metadata={"help": "0: evaluate only before and after training"})
-    checkpoint_every: int = 10
-    output_dir: str = "runs/debate"
+    checkpoint_every: int = field(default=10, metadata={"help": "steps between checkpoints (0: none)"})
+    output_dir: str = field(default="runs/debate", metadata={"help": "run folder: metrics, transcripts, accuracy tables, checkpoints"})
     resume: bool = field(default=False, metadata={"help": "continue from the latest checkpoint in output_dir"})
 
     def __post_init__(self):

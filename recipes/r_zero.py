@@ -78,26 +78,26 @@ class RZeroConfig(TrainerConfig, PolicyConfig, RunConfig):
     two_copies: bool = field(default=False, metadata={"help": "challenger and solver as two models"})
     challenger_prompt: str = field(default="", metadata={
         "help": "what the challenger is asked (arithmetic); empty: the corpus's word-problem request"})
-    iterations: int = 3
-    challenger_steps: int = 2
+    iterations: int = field(default=3, metadata={"help": "challenger + filter + solver rounds"})
+    challenger_steps: int = field(default=2, metadata={"help": "challenger updates per iteration"})
     num_questions: int = field(default=32, metadata={"help": "N: questions per challenger step"})
     challenger_group_size: int = field(default=8, metadata={"help": "questions per prompt (GRPO group)"})
     num_answers: int = field(default=10, metadata={"help": "m: solver answers per question"})
     pool_size: int = field(default=64, metadata={"help": "questions written for the filter"})
     filter_low: int = field(default=3, metadata={"help": "keep questions with >= this many votes of m"})
     filter_high: int = field(default=7, metadata={"help": "... and <= this many"})
-    solver_steps: int = 4
+    solver_steps: int = field(default=4, metadata={"help": "solver updates per iteration"})
     solver_batch: int = field(default=16, metadata={"help": "kept questions per solver step"})
     solver_group_size: int = field(default=8, metadata={"help": "answers per question (GRPO group)"})
     repetition_weight: float = field(default=1.0, metadata={"help": "lambda of the repetition penalty"})
     repetition_threshold: float = field(default=0.5, metadata={"help": "BLEU above which two questions cluster"})
-    malformed_reward: float = -1.0
-    top_p: float = 1.0
-    challenger_max_new_tokens: int = 64
-    solver_max_new_tokens: int = 40
+    malformed_reward: float = field(default=-1.0, metadata={"help": "challenger reward of a malformed question"})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling (behaviour log-probs are before top-p)"})
+    challenger_max_new_tokens: int = field(default=64, metadata={"help": "answer budget of a question"})
+    solver_max_new_tokens: int = field(default=40, metadata={"help": "answer budget of a solution"})
     check_timeout_s: float = field(default=2.0, metadata={"help": "time limit of every answer check"})
     heldout_size: int = field(default=100, metadata={"help": "fixed ground-truth questions for eval"})
-    output_dir: str = "runs/r_zero"
+    output_dir: str = field(default="runs/r_zero", metadata={"help": "run folder: metrics, per-iteration data sets, checkpoints"})
     resume: bool = field(default=False, metadata={"help": "continue from the latest phase checkpoint"})
 
     def __post_init__(self):

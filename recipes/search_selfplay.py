@@ -89,36 +89,37 @@ VALUE_PREFIX = "value_head."
 class SearchSelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig, RunConfig):
     game: str = field(default="nim", metadata={"help": "registered game name (perfect information)"})
     game_args: str = field(default="{}", metadata={"help": "JSON dict of game parameters"})
-    output_dir: str = "runs/search_selfplay"
-    iterations: int = 10
-    games_per_iteration: int = 64
-    n_sims: int = 32
-    c_puct: float = 1.5
-    dirichlet_eps: float = 0.25
+    output_dir: str = field(default="runs/search_selfplay", metadata={"help": "run folder: metrics, curves, checkpoints"})
+    iterations: int = field(default=10, metadata={"help": "rounds of searched self-play + distillation"})
+    games_per_iteration: int = field(default=64, metadata={"help": "self-play games per round"})
+    n_sims: int = field(default=32, metadata={"help": "PUCT simulations per move"})
+    c_puct: float = field(default=1.5, metadata={"help": "PUCT exploration constant"})
+    dirichlet_eps: float = field(default=0.25, metadata={"help": "weight of the Dirichlet noise on the root prior"})
     dirichlet_alpha: float = field(default=0.0, metadata={"help": "0 = 10 / mean legal moves"})
-    temperature_moves: int = 4
+    temperature_moves: int = field(default=4, metadata={"help": "moves sampled from the visits before play turns greedy"})
     target_tau: float = field(default=1.0, metadata={"help": "temperature of the visit distribution distilled"})
-    reset_fraction: float = 0.25
-    reset_max_plies: int = 4
+    reset_fraction: float = field(default=0.25, metadata={"help": "games started from a random legal position"})
+    reset_max_plies: int = field(default=4, metadata={"help": "random moves at most before a reset game starts"})
     replay_window: int = field(default=4, metadata={"help": "iterations of self-play kept"})
     distill_steps: int = field(default=20, metadata={"help": "trainer steps per iteration"})
-    batch_size: int = 128
-    value_steps: int = 50
-    value_lr: float = 1e-3
-    value_width: int = 64
+    batch_size: int = field(default=128, metadata={"help": "distillation samples per trainer step"})
+    value_steps: int = field(default=50, metadata={"help": "value-head optimizer steps per round"})
+    value_lr: float = field(default=1e-3, metadata={"help": "value-head learning rate"})
+    value_width: int = field(default=64, metadata={"help": "value-head hidden width"})
     eval_every: int = field(default=2, metadata={"help": "iterations between evaluations (0: never)"})
-    eval_games: int = 100
-    eval_budgets: list[int] = field(default_factory=lambda: [0, 16, 32, 64])
+    eval_games: int = field(default=100, metadata={"help": "games per evaluation opponent and budget"})
+    eval_budgets: list[int] = field(default_factory=lambda: [0, 16, 32, 64], metadata={
+        "help": "search budgets evaluated (0 = the raw LLM)"})
     eval_positions: int = field(default=0, metadata={"help": "fixed positions for the exact metrics (0: all)"})
     eval_openings: int = field(default=10, metadata={"help": "fixed opening positions for the search budgets"})
-    opening_plies: int = 2
-    eval_batch: int = 512
-    save_every: int = 1
-    keep_checkpoints: int = 2
-    resume: bool = False
-    tensorboard: bool = True
-    torch_threads: int = 1
-    progress: bool = True
+    opening_plies: int = field(default=2, metadata={"help": "random opening moves of the evaluation games"})
+    eval_batch: int = field(default=512, metadata={"help": "positions per LLM forward in evaluation"})
+    save_every: int = field(default=1, metadata={"help": "rounds between checkpoints"})
+    keep_checkpoints: int = field(default=2, metadata={"help": "checkpoints kept on disk"})
+    resume: bool = field(default=False, metadata={"help": "continue from the latest checkpoint"})
+    tensorboard: bool = field(default=True, metadata={"help": "also log to TensorBoard"})
+    torch_threads: int = field(default=1, metadata={"help": "torch CPU threads"})
+    progress: bool = field(default=True, metadata={"help": "show progress bars"})
     # recipe defaults (the trainer's and league's own defaults suit policy-gradient runs)
     learning_rate: float = 1e-3
     beta: float = 0.01

@@ -72,24 +72,24 @@ class SelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig, EngineConfig, Ru
     game_weights: str = field(default="", metadata={
         "help": "share of each step's episodes per game, e.g. 'kuhn_poker=4' (unlisted games weigh 1)"})
     max_steps: int = field(default=60, metadata={"help": "self-play steps (each one trainer.step())"})
-    episodes_per_step: int = 48
-    concurrency: int = 128
-    top_p: float = 1.0
+    episodes_per_step: int = field(default=48, metadata={"help": "games played per step (split across games by game_weights)"})
+    concurrency: int = field(default=128, metadata={"help": "games live at once (their pending turns share one engine call)"})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling for rollouts (behaviour log-probs are before top-p)"})
     max_new_tokens: int = field(default=12, metadata={"help": "answer budget of a move (tokens)"})
     text_max_new_tokens: int = field(default=64, metadata={
         "help": "answer budget in games whose moves are free text (Taboo)"})
-    retries: int = 0
-    max_turns: int = 40
+    retries: int = field(default=0, metadata={"help": "extra tries after an illegal answer before it forfeits the game"})
+    max_turns: int = field(default=40, metadata={"help": "moves after which a game is cut as a draw"})
     reset_fraction: float = field(default=0.0, metadata={"help": "games started from random legal positions"})
-    reset_max_plies: int = 6
-    baseline_decay: float = 0.9
+    reset_max_plies: int = field(default=6, metadata={"help": "random moves at most before a reset game starts"})
+    baseline_decay: float = field(default=0.9, metadata={"help": "EMA decay of the role baselines (per game, seat, start)"})
     eval_every: int = field(default=10, metadata={"help": "steps between evaluations (0: only at the end)"})
     eval_suite: str = field(default="", metadata={
         "help": "a reasoning benchmark suite (e.g. 'tiny', 'default' or a YAML path) also run every eval_every steps"})
-    eval_games: int = 100
+    eval_games: int = field(default=100, metadata={"help": "games per reference bot at each evaluation"})
     eval_positions: int = field(default=400, metadata={"help": "positions sampled for optimal-move rates (0: all)"})
-    checkpoint_every: int = 10
-    output_dir: str = "runs/selfplay_games"
+    checkpoint_every: int = field(default=10, metadata={"help": "steps between checkpoints (0: none)"})
+    output_dir: str = field(default="runs/selfplay_games", metadata={"help": "run folder: metrics, curves, checkpoints, final model"})
     resume: bool = field(default=False, metadata={"help": "continue from the latest checkpoint in output_dir"})
 
 

@@ -89,41 +89,41 @@ class SpinConfig(PolicyConfig, RunConfig):
         "help": "datasets name, .jsonl/.json/.parquet/.csv file or save_to_disk folder with "
                 "prompt+answer (or prompt+completion, question+answer, messages); "
                 "default: the project's arithmetic word problems"})
-    dataset_split: str = "train"
-    num_train_examples: int = 256
-    num_eval_examples: int = 64
+    dataset_split: str = field(default="train", metadata={"help": "split of the dataset to use"})
+    num_train_examples: int = field(default=256, metadata={"help": "training prompts (SPIN's data set size)"})
+    num_eval_examples: int = field(default=64, metadata={"help": "held-out prompts for accuracy and likelihood"})
     # SPIN
     spin_iterations: int = field(default=3, metadata={"help": "SPIN iterations: generate, then train on (data, own answer) pairs"})
     beta_schedule: list[float] = field(default_factory=lambda: [0.1], metadata={
         "help": "lambda_t per iteration (DPO beta); the last value repeats. The paper: 0.1 ... then 5.0"})
     max_completion_length: int | None = field(default=None, metadata={
         "help": "generation length of y' = longest trained answer; None: the longest data answer"})
-    temperature: float = 1.0
-    top_p: float = 1.0
-    generation_batch_size: int = 64
+    temperature: float = field(default=1.0, metadata={"help": "sampling temperature of the model's own answers"})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling of the model's own answers"})
+    generation_batch_size: int = field(default=64, metadata={"help": "prompts per generate call"})
     # DPO (names as in TRL's DPOConfig)
-    num_train_epochs: float = 2.0
-    learning_rate: float = 5e-7
-    lr_scheduler_type: str = "linear"
+    num_train_epochs: float = field(default=2.0, metadata={"help": "DPO epochs per SPIN iteration"})
+    learning_rate: float = field(default=5e-7, metadata={"help": "DPO learning rate"})
+    lr_scheduler_type: str = field(default="linear", metadata={"help": "any transformers scheduler name"})
     warmup_steps: float = field(default=0.1, metadata={"help": "int: steps; float in [0, 1): ratio"})
-    per_device_train_batch_size: int = 8
-    gradient_accumulation_steps: int = 1
-    loss_type: str = "sigmoid"
+    per_device_train_batch_size: int = field(default=8, metadata={"help": "DPO pairs per device and step"})
+    gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
+    loss_type: str = field(default="sigmoid", metadata={"help": "TRL DPO loss type (sigmoid = SPIN's logistic loss)"})
     rpo_alpha: float = field(default=0.0, metadata={
         "help": "weight of an NLL term on the chosen (data) answer (RPO's alpha; TRL's loss_type 'sft' "
                 "beside loss_type): keeps DPO from lowering the data likelihood along with y'"})
-    gradient_checkpointing: bool = False
-    logging_steps: int = 10
-    save_steps: int = 50
+    gradient_checkpointing: bool = field(default=False, metadata={"help": "trade compute for memory"})
+    logging_steps: int = field(default=10, metadata={"help": "optimizer steps between log rows"})
+    save_steps: int = field(default=50, metadata={"help": "optimizer steps between in-iteration checkpoints"})
     # optional SFT phase -> theta_0 (when the model has not been fine-tuned on the data)
-    sft_epochs: float = 0.0
-    sft_learning_rate: float = 1e-4
+    sft_epochs: float = field(default=0.0, metadata={"help": "SFT epochs on the data before SPIN (theta_0); 0: none"})
+    sft_learning_rate: float = field(default=1e-4, metadata={"help": "learning rate of the SFT phase"})
     # run
-    output_dir: str = "runs/spin"
-    seed: int = 0
-    resume: bool = False
-    tensorboard: bool = True
-    progress: bool = True
+    output_dir: str = field(default="runs/spin", metadata={"help": "run folder: per-iteration data sets, models, metrics"})
+    seed: int = field(default=0, metadata={"help": "seed of data, sampling and training"})
+    resume: bool = field(default=False, metadata={"help": "continue from where the run in output_dir stopped"})
+    tensorboard: bool = field(default=True, metadata={"help": "also log to TensorBoard"})
+    progress: bool = field(default=True, metadata={"help": "show progress bars"})
 
 
 def dpo_losses(cfg: SpinConfig) -> dict[str, Any]:

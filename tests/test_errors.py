@@ -62,7 +62,8 @@ def test_debug_shows_the_traceback(capsys):
     assert code == 2 and "Traceback" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("recipe", ["selfplay_games", "spin", "alphazero"])
+@pytest.mark.parametrize("recipe", ["selfplay_games", "spin", "alphazero", "search_selfplay", "absolute_zero",
+                                    "r_zero", "debate"])
 def test_every_recipe_help_exits_zero(recipe):
     out = subprocess.run([sys.executable, str(ROOT / "recipes" / f"{recipe}.py"), "--help"],
                          capture_output=True, text=True, timeout=300)

@@ -63,11 +63,11 @@ class TrainerConfig:
     learning_rate: float = field(default=1e-4, metadata={"help": "AdamW learning rate"})
     adam_beta1: float = 0.9
     adam_beta2: float = 0.999
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping (0: off)"})
     lr_scheduler_type: str = field(default="constant_with_warmup",
                                    metadata={"help": "any transformers scheduler name"})
-    warmup_steps: int = 0
+    warmup_steps: int = field(default=0, metadata={"help": "trainer.step() calls of LR warm-up"})
     max_steps: int = field(default=200, metadata={"help": "trainer.step() calls the LR schedule spans"})
     gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per pass"})
     num_iterations: int = field(default=2, metadata={"help": "PPO passes over each batch"})
@@ -83,11 +83,11 @@ class TrainerConfig:
     ref_update_every: int = field(default=0, metadata={
         "help": "M > 0: replace the KL reference with the current policy every M steps (magnetic mirror "
                 "descent's moving magnet); 0: the initial policy throughout"})
-    entropy_coef: float = 0.0
+    entropy_coef: float = field(default=0.0, metadata={"help": "entropy bonus coefficient"})
     temperature: float = field(default=1.0, metadata={"help": "must equal the sampling temperature"})
     merge_identical: bool = field(default=True, metadata={"help": "merge equal (prompt, answer) turns"})
     target_coef: float = field(default=1.0, metadata={"help": "weight of the supervised-target cross-entropy"})
-    seed: int = 0
+    seed: int = field(default=0, metadata={"help": "seed of micro-batch shuffling and sampling"})
 
     def __post_init__(self) -> None:
         self.beta = parse_beta(self.beta)
