@@ -198,4 +198,4 @@ def search_policy(visits: Any, tau: float, legal: Any) -> np.ndarray:
     logits -= logits[visited].max()
     with np.errstate(under="ignore"):  # a probability below ~1e-308 is exactly 0
         pi[visited] = np.exp(logits[visited])
-    return pi / pi.sum()
+        return pi / pi.sum()
