@@ -38,7 +38,7 @@ import random
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -59,10 +59,10 @@ from lmselfplay.rl.trainer import (
     kl_enabled,
     make_accelerator,
 )
-from lmselfplay.utils.checkpoint import resume_checkpoint, save_json
+from lmselfplay.utils.checkpoint import resume_checkpoint
 from lmselfplay.utils.config import ConfigError, parse_config
 from lmselfplay.utils.errors import run_main
-from lmselfplay.utils.metrics_logger import MetricsLogger
+from lmselfplay.utils.metrics_logger import open_run_log
 from lmselfplay.utils.run import RunConfig, lock_output_dir
 from lmselfplay.verifiers.code_tasks import (
     TASK_TYPES,
@@ -228,13 +228,10 @@ def run(cfg, acc, trainer, engine, tok, referee, out_dir: Path):
         for tt in TASK_TYPES:
             buffers[tt].load_state_dict(extra["buffers"][acc.process_index][tt])
         start_step = trainer.step_count
-        engine.version = start_step
         acc.print(f"resumed from {ckpt} at step {start_step}")
     elif cfg.resume:
         acc.print(f"--resume: no checkpoint in {out_dir}, starting fresh")
-    logger = MetricsLogger(out_dir, resume_step=start_step if ckpt else None) if acc.is_main_process else None
-    if acc.is_main_process:
-        save_json(out_dir / "config.json", asdict(cfg))
+    logger = open_run_log(out_dir, cfg, start_step if ckpt else None, acc.is_main_process)
     t0 = time.time()
     bar = tqdm(range(start_step, cfg.max_steps), initial=start_step, total=cfg.max_steps, desc="absolute zero",
                disable=not acc.is_main_process)

@@ -34,7 +34,7 @@ import json
 import random
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -61,7 +61,7 @@ from lmselfplay.utils.checkpoint import (
 )
 from lmselfplay.utils.config import parse_config
 from lmselfplay.utils.errors import run_main
-from lmselfplay.utils.metrics_logger import MetricsLogger
+from lmselfplay.utils.metrics_logger import open_run_log
 from lmselfplay.utils.run import RunConfig, lock_output_dir
 from lmselfplay.verifiers.judge import judge_transcripts, load_llm_judge, side_rewards
 
@@ -171,9 +171,7 @@ def main(argv=None):
         acc.print(f"resumed from {ckpt} at step {start_step}")
     elif cfg.resume:
         acc.print(f"--resume: no checkpoint in {out_dir}, starting fresh")
-    logger = MetricsLogger(out_dir, resume_step=start_step if ckpt else None) if acc.is_main_process else None
-    if acc.is_main_process:
-        save_json(out_dir / "config.json", asdict(cfg))
+    logger = open_run_log(out_dir, cfg, start_step if ckpt else None, acc.is_main_process)
     sampling = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p)
     t0 = time.time()
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import random
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -59,10 +59,10 @@ from lmselfplay.rl.trainer import (
     kl_enabled,
     make_accelerator,
 )
-from lmselfplay.utils.checkpoint import resume_checkpoint, save_json
+from lmselfplay.utils.checkpoint import resume_checkpoint
 from lmselfplay.utils.config import ConfigError, parse_config, parse_weights
 from lmselfplay.utils.errors import run_main
-from lmselfplay.utils.metrics_logger import MetricsLogger
+from lmselfplay.utils.metrics_logger import open_run_log
 from lmselfplay.utils.run import RunConfig, lock_output_dir
 
 
@@ -246,9 +246,7 @@ def main(argv=None):
         acc.print(f"resumed from {ckpt} at step {start_step}")
     elif cfg.resume:
         acc.print(f"--resume: no checkpoint in {out_dir}, starting fresh")
-    logger = MetricsLogger(out_dir, resume_step=start_step if ckpt else None) if acc.is_main_process else None
-    if acc.is_main_process:
-        save_json(out_dir / "config.json", asdict(cfg))
+    logger = open_run_log(out_dir, cfg, start_step if ckpt else None, acc.is_main_process)
     me = LLMPlayer(engine, tok, learner=True)
     sampling = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
                               stop=MOVE_STOP)
