@@ -26,6 +26,7 @@ from lmselfplay.lm.engines import (
     SamplingParams,
     make_engine,
 )
+from lmselfplay.lm.engines.base import to_completion
 from lmselfplay.lm.engines.staleness import (
     StalenessDetector,
     StaleWeightsError,
@@ -35,7 +36,6 @@ from lmselfplay.lm.engines.vllm import (
     check_logprobs_mode,
     logprobs_mode_for,
     request_seeds,
-    to_completion,
 )
 from lmselfplay.lm.engines.vllm_server import ServerError, ServerUnavailable, VLLMServerEngine
 from lmselfplay.lm.engines.weight_sync import (

@@ -42,3 +42,26 @@ class Engine(Protocol):
               temperature: float = 1.0) -> list[list[float]]: ...
 
     def update_weights(self, model: Any, version: int | None = None) -> None: ...
+
+
+def completion_length(tokenizer: Any, toks: list[int], eos_id: int | None, stops: list[str]) -> tuple[int, str]:
+    """(tokens kept, finish reason) of a sample: up to the first EOS (kept), or the shortest
+    prefix whose text holds a stop string (kept), else all of it ("length"). Every engine
+    cuts with this rule, so all return the same tokens for the same sample."""
+    n, reason = len(toks), "length"
+    if eos_id is not None and eos_id in toks:
+        n, reason = toks.index(eos_id) + 1, "eos"
+    if stops and any(s in tokenizer.decode(toks[:n], skip_special_tokens=True) for s in stops):
+        for k in range(1, n + 1):
+            if any(s in tokenizer.decode(toks[:k], skip_special_tokens=True) for s in stops):
+                return k, "stop"
+    return n, reason
+
+
+def to_completion(tokenizer: Any, prompt: list[int], toks: list[int], lps: list[float], eos_id: int | None,
+                  stops: list[str]) -> Completion:
+    """A Completion of ``toks`` (and their log-probs) cut by :func:`completion_length`."""
+    n, reason = completion_length(tokenizer, toks, eos_id, stops)
+    toks = list(toks[:n])
+    return Completion(list(prompt), toks, tokenizer.decode(toks, skip_special_tokens=True),
+                      [float(x) for x in lps[:n]], reason)

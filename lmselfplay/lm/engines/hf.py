@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from lmselfplay.lm.batching import pad_batch, sequence_logprobs
-from lmselfplay.lm.engines.base import Completion, SamplingParams
+from lmselfplay.lm.engines.base import Completion, SamplingParams, completion_length
 
 
 def unwrap(model: Any) -> Any:
@@ -80,17 +80,9 @@ class HFEngine:
         t = 1.0 if greedy else sp.temperature
         completions = []
         for r, p in enumerate(prompts):
-            toks = new[r].tolist()
-            n, reason = len(toks), "length"
-            for k, tok in enumerate(toks):
-                if tok == self.eos_id:
-                    n, reason = k + 1, "eos"
-                    break
-            if sp.stop:  # HF pads a row after its stop string: cut there, keep the stop
-                cut = self._stop_cut(toks[:n], sp.stop)
-                if cut is not None:
-                    n, reason = cut, "stop"
-            toks = toks[:n]
+            # HF pads a row after its EOS or stop string: cut there (kept), as every engine does
+            n, reason = completion_length(self.tokenizer, new[r].tolist(), self.eos_id, sp.stop)
+            toks = new[r, :n].tolist()
             text = self.tokenizer.decode(toks, skip_special_tokens=True)
             if logits is not None and n:
                 lp = torch.log_softmax(logits[r, :n] / t, dim=-1)
@@ -99,17 +91,6 @@ class HFEngine:
                 lps = []
             completions.append(Completion(list(p), toks, text, lps, reason))
         return completions
-
-    def _stop_cut(self, toks: list[int], stops: list[str]) -> int | None:
-        """Length of the shortest prefix whose text contains a stop string, if any."""
-        full = self.tokenizer.decode(toks, skip_special_tokens=True)
-        if not any(s in full for s in stops):
-            return None
-        for k in range(1, len(toks) + 1):
-            text = self.tokenizer.decode(toks[:k], skip_special_tokens=True)
-            if any(s in text for s in stops):
-                return k
-        return None
 
     # --- teacher forcing ------------------------------------------------------------
     def score(self, prompt_ids: list[list[int]], completion_ids: list[list[int]],

@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from lmselfplay.lm.engines.base import Completion, SamplingParams
+from lmselfplay.lm.engines.base import Completion, SamplingParams, to_completion
 from lmselfplay.lm.engines.weight_sync import SyncStats, iter_state_buckets, iter_weight_buckets
 
 INSTALL_HINT = "pip install lmselfplay[vllm]"
@@ -68,31 +68,6 @@ def check_logprobs_mode(mode: str, sp: SamplingParams) -> None:
         raise ValueError(
             f"vLLM logprobs_mode={mode!r} cannot give the pre-top-p log-probs at temperature={sp.temperature}, "
             f"top_p={sp.top_p}: use top_p=1 with processed_logprobs, or temperature=1 with raw_logprobs")
-
-
-def stop_cut(tokenizer: Any, toks: list[int], stops: list[str]) -> int | None:
-    """Length of the shortest prefix whose text contains a stop string, if any (the HF
-    engine's rule, so both engines return the same tokens for the same sample)."""
-    if not stops or not any(s in tokenizer.decode(toks, skip_special_tokens=True) for s in stops):
-        return None
-    for k in range(1, len(toks) + 1):
-        if any(s in tokenizer.decode(toks[:k], skip_special_tokens=True) for s in stops):
-            return k
-    return None
-
-
-def to_completion(tokenizer: Any, prompt: list[int], toks: list[int], lps: list[float], eos_id: int | None,
-                  stops: list[str]) -> Completion:
-    """A Completion cut at the first EOS (kept) or stop string (kept); else "length"."""
-    n, reason = len(toks), "length"
-    if eos_id is not None and eos_id in toks:
-        n, reason = toks.index(eos_id) + 1, "eos"
-    cut = stop_cut(tokenizer, toks[:n], stops)
-    if cut is not None:
-        n, reason = cut, "stop"
-    toks = list(toks[:n])
-    return Completion(list(prompt), toks, tokenizer.decode(toks, skip_special_tokens=True),
-                      [float(x) for x in lps[:n]], reason)
 
 
 def request_seeds(seed: int | None, n: int) -> list[int | None]:

@@ -31,8 +31,8 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from lmselfplay.lm.engines.base import Completion, SamplingParams
-from lmselfplay.lm.engines.vllm import check_logprobs_mode, request_seeds, to_completion
+from lmselfplay.lm.engines.base import Completion, SamplingParams, to_completion
+from lmselfplay.lm.engines.vllm import check_logprobs_mode, request_seeds
 from lmselfplay.lm.engines.weight_sync import SyncStats, iter_weight_buckets, weight_metadata
 
 RETRY_STATUS = (502, 503, 504)
