@@ -103,23 +103,65 @@ def test_examples_use_the_one_formatter(tok):
 def test_game_turns_get_the_uniform_legal_target(tok):
     prompt, answer = "Legal moves: 1 3", "<move>3</move>"
     alts = ["<move>1</move>", "<move>3</move>"]
-    pos, toks = tiny.soft_target(tok, prompt, answer, alts)
+    [(pos, toks, probs)] = tiny.soft_target(tok, prompt, answer, alts)
     ids, _ = tiny.encode_example(tok, prompt, answer)
     assert ids[pos] == tok.convert_tokens_to_ids("3")
-    assert toks == sorted(tok.convert_tokens_to_ids(["1", "3"]))
-    assert tiny.soft_target(tok, prompt, answer, None) is None
-    assert tiny.soft_target(tok, prompt, answer, ["<move>3</move>"]) is None  # one legal move
-    assert tiny.soft_target(tok, prompt, answer, ["<move>3</move>", "<move>10</move>"]) is None
+    assert toks == sorted(tok.convert_tokens_to_ids(["1", "3"])) and probs == [0.5, 0.5]
+    assert tiny.soft_target(tok, prompt, answer, None) == []
+    assert tiny.soft_target(tok, prompt, answer, ["<move>3</move>"]) == []  # one legal move
     # the real corpus: every game turn of the built-in games gets a soft target, with
     # exactly the legal moves
-    corpus = tiny.Corpus(small(task_weights="arithmetic=0,programs=0,reading=0"), random.Random(0))
+    corpus = tiny.Corpus(small(games="nim,nim_misere,tictactoe,kuhn_poker",
+                               task_weights="arithmetic=0,programs=0,reading=0"), random.Random(0))
     for _ in range(200):
         prompt, answer, alts = corpus.sample()
         legal = prompt.split("Legal moves: ")[1].split("\n")[0].split()
         assert sorted(alts) == sorted(format_answer(m) for m in legal) and answer in alts
         if len(alts) > 1:
-            pos, toks = tiny.soft_target(tok, prompt, answer, alts)
+            [(pos, toks, probs)] = tiny.soft_target(tok, prompt, answer, alts)
             assert sorted(tok.decode([t]) for t in toks) == sorted(legal)
+
+
+def test_multi_token_moves_get_the_random_prior_token_by_token(tok):
+    """"3" vs "10": digits are split, so the first digit is 1 or 3 (1/2 each) and, after
+    "1", the second is 0 or 1 (1/2 each); a lone "3" then has nothing left to choose."""
+    d = tok.convert_tokens_to_ids
+    alts = ["<move>3</move>", "<move>10</move>", "<move>11</move>"]
+    prompt_len = len(tiny.encode_example(tok, "P", "<move>10</move>")[0]) - len(
+        tiny.encode_completion(tok, "<move>10</move>"))
+    got = tiny.soft_target(tok, "P", "<move>10</move>", alts)
+    (p1, t1, w1), (p2, t2, w2) = got
+    ids, _ = tiny.encode_example(tok, "P", "<move>10</move>")
+    assert ids[p1] == d("1") and ids[p2] == d("0") and p2 == p1 + 1 and p1 > prompt_len
+    assert dict(zip(t1, w1)) == {d("1"): 2 / 3, d("3"): 1 / 3}
+    assert dict(zip(t2, w2)) == {d("0"): 0.5, d("1"): 0.5}
+    assert len(tiny.soft_target(tok, "P", "<move>3</move>", alts)) == 1
+
+
+def test_go_turns_get_column_then_row_targets(tok):
+    """A Go move is a column letter then a row digit: two soft positions whose targets
+    are the uniform prior over the legal points (and pass)."""
+    from lmselfplay import games
+
+    go = games.make("go9")
+    state = go.new_initial_state()
+    legal = [format_answer(go.action_text(a)) for a in go.legal_actions(state)]
+    got = tiny.soft_target(tok, "P", "<move>D4</move>", legal)
+    assert len(legal) == 82 and len(got) == 2
+    (_, cols, w_col), (_, rows, w_row) = got
+    d = tok.encode("<move>D4", add_special_tokens=False)
+    col, row = d[-2], d[-1]
+    assert abs(dict(zip(cols, w_col))[col] - 9 / 82) < 1e-12 and abs(sum(w_col) - 1) < 1e-12
+    assert len(rows) == 9 and dict(zip(rows, w_row))[row] == 1 / 9
+
+
+def test_text_games_enter_the_corpus_as_scripted_turns():
+    corpus = tiny.Corpus(small(games="taboo", task_weights="arithmetic=0,programs=0,reading=0"),
+                         random.Random(0))
+    for _ in range(50):
+        prompt, answer, alts = corpus.sample()
+        assert prompt.startswith("Game: taboo.") and alts is None
+        assert answer.startswith("<move>") and answer.endswith("</move>")
 
 
 def test_weighted_loss_matches_cross_entropy(built, tok):
@@ -139,7 +181,7 @@ def test_weighted_loss_matches_cross_entropy(built, tok):
     legal = tok.convert_tokens_to_ids(["1", "2", "3"])
     w2 = w.clone()
     w2[0, pos] = 0
-    got = tiny.weighted_lm_loss(model, x, torch.ones_like(x), w2, [(0, pos, legal)])
+    got = tiny.weighted_lm_loss(model, x, torch.ones_like(x), w2, [(0, pos, legal, [1 / 3] * 3)])
     logp = torch.log_softmax(logits, -1)
     others = [j for j in range(len(ids) - 1) if mask[j] and j != pos - 1]
     want = (-logp[others, x[0, 1:][others]].sum() - logp[pos - 1, legal].mean()) / (len(others) + 1)
@@ -227,10 +269,10 @@ def test_config_validation_and_keys():
     with pytest.raises(ValueError, match="not a number"):
         tiny.TinyConfig(task_weights="nim=lots").weights()
     w = tiny.TinyConfig().weights()
-    assert set(w) == {"nim", "nim_misere", "tictactoe", "kuhn_poker", "arithmetic", "programs", "reading",
-                      "grid_reading"}
+    assert set(w) == {"nim", "nim_misere", "tictactoe", "kuhn_poker", "go9", "taboo", "arithmetic",
+                      "programs", "reading", "grid_reading"}
     assert w["grid_reading"] == 0  # a lever, off in the default build
-    assert "taboo" not in tiny.TinyConfig(games="all").game_names()  # free text: no random legal move
+    assert "taboo" in tiny.TinyConfig(games="all").game_names()  # free text, scripted players
     assert w["tictactoe"] == 8 and w["reading"] == 3
 
 

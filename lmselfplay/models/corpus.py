@@ -195,6 +195,28 @@ def game_decisions(game: Any, rng: random.Random, n: int,
     return out
 
 
+def reset_plies(game: Any, default: int = 12) -> int:
+    """How deep a random-play playout may start: ``default`` plies, or half the game's ply
+    cap when it has one (Go: 81 of 162 on 9x9), because a playout contributes only its
+    first turns to a buffer and long games would otherwise be seen only in their opening."""
+    cap = getattr(game, "max_plies", None)
+    return max(default, int(cap) // 2) if cap else default
+
+
+def scripted_turns(game: Any, rng: random.Random, n: int) -> list[tuple[str, str]]:
+    """``n`` (prompt, answer) turns of games played by ``game.scripted_action`` on every
+    seat from a random chance draw (Taboo: a random secret word), in the text protocol."""
+    out: list[tuple[str, str]] = []
+    while len(out) < n:
+        state = resolve_chance(game, game.new_initial_state(), rng)
+        while not game.is_terminal(state) and len(out) < n:
+            player = game.current_player(state)
+            action = game.scripted_action(state, rng)
+            out.append((game.observation_text(state, player), format_answer(game.action_text(action))))
+            state = resolve_chance(game, game.apply(state, action), rng)
+    return out
+
+
 def game_turns(game: Any, rng: random.Random, n: int, max_reset_plies: int = 12) -> list[tuple[str, str]]:
     """``n`` (prompt, answer) pairs of uniformly random legal play, in the text protocol:
     ``observation_text(state, player)`` and ``format_answer(action_text(a))`` for the
@@ -221,7 +243,7 @@ def reading_task(game: Any, rng: random.Random, max_reset_plies: int = 12) -> tu
     answer is in the prompt. The cue is the shortest word prefix naming one line only.
     """
     for _ in range(100):
-        state, player, _ = game_decisions(game, rng, 1, max_reset_plies)[0]
+        state, player, _ = game_decisions(game, rng, 1, reset_plies(game, max_reset_plies))[0]
         lines = [ln.strip() for ln in game.observation_text(state, player).splitlines() if ln.strip()]
         for k in rng.sample(range(len(lines)), len(lines)):
             if "<move>" in lines[k]:  # the answer-format line: copying it would teach tags

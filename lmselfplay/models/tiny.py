@@ -60,7 +60,7 @@ from lmselfplay.models import corpus as st
 from lmselfplay.utils.checkpoint import MARKER, atomic_dir, verify_checkpoint
 
 # Bump when the corpus, tokenizer or training code changes what a config builds.
-BUILD_VERSION = 2  # 2: reading tasks
+BUILD_VERSION = 3  # 2: reading tasks; 3: soft targets along multi-token moves, Go, Taboo
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>")
 MOVE_TOKENS = ("<move>", "</move>")
 INFO_FILE = "tiny_build.json"
@@ -76,10 +76,10 @@ class TinyConfig:
     hidden_size: int = 128
     num_heads: int = 4
     intermediate_size: int = 512
-    max_seq_len: int = 384
+    max_seq_len: int = 512  # a 9x9 Go turn is up to ~480 tokens (the legal list)
     vocab_size: int = 1024  # BPE merges + bytes + special tokens (before the 2 move tokens)
     # training
-    train_steps: int = 1000
+    train_steps: int = 1100
     batch_size: int = 64
     lr: float = 3e-3
     warmup_steps: int = 50
@@ -87,7 +87,7 @@ class TinyConfig:
     prompt_loss_weight: float = 0.0
     # corpus games: pinned, so registering a new game does not silently change the default
     # build (its cache key); "all" = every registered game with enumerable moves
-    games: str = "nim,nim_misere,tictactoe,kuhn_poker"
+    games: str = "nim,nim_misere,tictactoe,kuhn_poker,go9,taboo"
     # relative sampling weights; unlisted games weigh 1
     task_weights: str = "tictactoe=8,reading=3"
     nim_max_start: int = 31  # games with a `start` parameter get random starts 1..this
@@ -99,8 +99,9 @@ class TinyConfig:
     def game_names(self) -> list[str]:
         from lmselfplay.games import REGISTRY
 
-        if self.games.strip() == "all":  # free-text games (Taboo) have no random legal move
-            return [g for g, f in REGISTRY.items() if getattr(f, "action_space", "discrete") != "text"]
+        if self.games.strip() == "all":  # free-text games need scripted players for their turns
+            return [g for g, f in REGISTRY.items()
+                    if getattr(f, "action_space", "discrete") != "text" or hasattr(f, "scripted_action")]
         names = [g.strip() for g in self.games.split(",") if g.strip()]
         unknown = [g for g in names if g not in REGISTRY]
         if unknown:
@@ -144,6 +145,8 @@ class Corpus:
 
     ``alternatives`` are the answers of every legal move for a game turn (the uniform
     random prior the model is meant to learn: see :func:`soft_target`), else ``None``.
+    Games whose moves are free text (Taboo) have no random legal move: their turns are
+    the game's own scripted players' (``game.scripted_action``), with hard targets.
     """
 
     def __init__(self, cfg: TinyConfig, rng: random.Random):
@@ -161,7 +164,9 @@ class Corpus:
                 self.variants[g] = [games.make(g, start=s) for s in range(1, cfg.nim_max_start + 1)]
             except (ValueError, TypeError):
                 self.variants[g] = [self.games[g]]
-        self.buffers: dict[str, list[tuple[str, str, list[str]]]] = {g: [] for g in self.games}
+        self.buffers: dict[str, list[tuple[str, str, list[str] | None]]] = {g: [] for g in self.games}
+        self.move_games = sorted(g for g, game in self.games.items()
+                                 if getattr(game, "action_space", "discrete") != "text")
 
     def sample(self) -> tuple[str, str, list[str] | None]:
         kind = self.rng.choices(self.kinds, weights=self.probs, k=1)[0]
@@ -182,17 +187,20 @@ class Corpus:
                 if task is not None:
                     return task[0], task[1], None
             raise ValueError("grid_reading: no corpus game shows a square board")
-        if kind == "reading":
-            game = self.rng.choice(self.variants[self.rng.choice(sorted(self.games))])
+        if kind == "reading":  # random legal play needs enumerable moves (not Taboo's text)
+            game = self.rng.choice(self.variants[self.rng.choice(self.move_games)])
             prompt, answer = st.reading_task(game, self.rng)
             return prompt, answer, None
         buf = self.buffers[kind]
-        if not buf:  # 16 turns of random play at a time, shuffled so batches mix positions
+        if not buf:  # 16 turns at a time, shuffled so batches mix positions
             game = self.rng.choice(self.variants[kind])
-            for state, player, action in st.game_decisions(game, self.rng, 16):
-                legal = [format_answer(game.action_text(a)) for a in game.legal_actions(state)]
-                buf.append((game.observation_text(state, player),
-                            format_answer(game.action_text(action)), legal))
+            if getattr(game, "action_space", "discrete") == "text":
+                buf.extend((p, a, None) for p, a in st.scripted_turns(game, self.rng, 16))
+            else:
+                for state, player, action in st.game_decisions(game, self.rng, 16, st.reset_plies(game)):
+                    legal = [format_answer(game.action_text(a)) for a in game.legal_actions(state)]
+                    buf.append((game.observation_text(state, player),
+                                format_answer(game.action_text(action)), legal))
             self.rng.shuffle(buf)
         return buf.pop()
 
@@ -246,33 +254,45 @@ def encode_example(tok: Any, prompt: str, answer: str) -> tuple[list[int], list[
 
 
 def soft_target(tok: Any, prompt: str, answer: str,
-                alternatives: list[str] | None) -> tuple[int, list[int]] | None:
-    """(position, token ids) when all legal answers differ in exactly one token there.
+                alternatives: list[str] | None) -> list[tuple[int, list[int], list[float]]]:
+    """The random prior along ``answer``'s tokens: every position where the legal answers
+    that share ``answer``'s tokens so far go different ways, as (position, next token ids,
+    their probabilities under the uniform distribution over the legal answers).
 
-    Then the loss at that position is the cross-entropy to the UNIFORM distribution over
-    the legal moves — the expectation of the sampled-move loss under the random prior,
-    without its sampling noise (every example teaches the whole legal set). Games whose
-    move names span several tokens (none so far) fall back to the sampled move.
+    At those positions the loss is the cross-entropy to that distribution — the expectation
+    of the sampled-move loss under the random prior, without its sampling noise (every
+    example teaches the whole legal set). A move named by one token (tic-tac-toe, Nim,
+    Kuhn) gives one position, uniform over the legal moves; a Go move "D4" gives two: the
+    column (weighted by its legal rows) and, after the sampled column, its legal rows.
     """
     if not alternatives or len(alternatives) < 2:
-        return None
+        return []
     encoded = [encode_completion(tok, a) for a in alternatives]
     own = encode_completion(tok, answer)
-    if any(len(e) != len(own) for e in encoded):
-        return None
-    differ = [j for j in range(len(own)) if len({e[j] for e in encoded}) > 1]
-    if len(differ) != 1 or any(e[:differ[0]] != own[:differ[0]] or e[differ[0] + 1:] != own[differ[0] + 1:]
-                               for e in encoded):
-        return None
-    return len(encode_prompt(tok, prompt)) + differ[0], sorted({e[differ[0]] for e in encoded})
+    start, out = len(encode_prompt(tok, prompt)), []
+    live = encoded
+    for j in range(len(own)):
+        counts: dict[int, int] = {}
+        for e in live:
+            if len(e) > j:
+                counts[e[j]] = counts.get(e[j], 0) + 1
+        if len(counts) > 1:
+            n = sum(counts.values())
+            toks = sorted(counts)
+            out.append((start + j, toks, [counts[t] / n for t in toks]))
+        live = [e for e in live if len(e) > j and e[j] == own[j]]
+        if len(live) < 2:
+            break
+    return out
 
 
-Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[tuple[int, int, list[int]]]]
+SoftTarget = tuple[int, int, list[int], list[float]]  # (row, position, token ids, probabilities)
+Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[SoftTarget]]
 
 
 def batches(cfg: TinyConfig, tok: Any, corpus: Any, rng: random.Random, chunk: int = 8) -> Iterator[Batch]:
     """(input_ids, attention_mask, loss_weight, soft targets) batches, right-padded,
-    length-bucketed; soft targets are (row, position, legal token ids).
+    length-bucketed; soft targets are (row, position, token ids, probabilities).
 
     ``chunk`` batches worth of examples are sorted by length and cut into batches (then
     shuffled), so that short game turns and long programs are rarely padded together.
@@ -294,17 +314,17 @@ def batches(cfg: TinyConfig, tok: Any, corpus: Any, rng: random.Random, chunk: i
             for i, (ids, is_answer, st_) in enumerate(b):
                 w[i, : len(ids)] = torch.tensor(
                     [1.0 if a else cfg.prompt_loss_weight for a in is_answer])
-                if st_ is not None:
-                    w[i, st_[0]] = 0.0  # replaced by the soft target below
-                    soft.append((i, st_[0], st_[1]))
+                for pos, toks, probs in st_:
+                    w[i, pos] = 0.0  # replaced by the soft target below
+                    soft.append((i, pos, toks, probs))
             yield ids_t, att, w, soft
 
 
 def weighted_lm_loss(model: Any, ids: torch.Tensor, att: torch.Tensor, weight: torch.Tensor,
-                     soft: list[tuple[int, int, list[int]]] = ()) -> torch.Tensor:
+                     soft: list[SoftTarget] = ()) -> torch.Tensor:
     """Next-token cross-entropy, each target token weighted (0 on padding), plus at each
-    ``soft`` (row, position, tokens) the cross-entropy to the uniform distribution over
-    ``tokens`` (weight 1).
+    ``soft`` (row, position, tokens, probabilities) the cross-entropy to that distribution
+    over ``tokens`` (weight 1).
 
     The LM head runs only where a target has weight > 0: with the default answer-only
     loss that skips ~90% of the positions (game prompts are long, answers 4 tokens).
@@ -316,12 +336,12 @@ def weighted_lm_loss(model: Any, ids: torch.Tensor, att: torch.Tensor, weight: t
     nll = torch.nn.functional.cross_entropy(logits.float(), ids[:, 1:][keep], reduction="none")
     total, count = (nll * w[keep]).sum(), w[keep].sum()
     if soft:
-        rows = torch.tensor([r for r, _, _ in soft])
-        pos = torch.tensor([p - 1 for _, p, _ in soft])  # the state that predicts position p
+        rows = torch.tensor([r for r, _, _, _ in soft])
+        pos = torch.tensor([p - 1 for _, p, _, _ in soft])  # the state that predicts position p
         logp = torch.log_softmax(model.lm_head(hidden[rows, pos]).float(), dim=-1)
         target = torch.zeros_like(logp)
-        for k, (_, _, toks) in enumerate(soft):
-            target[k, toks] = 1.0 / len(toks)
+        for k, (_, _, toks, probs) in enumerate(soft):
+            target[k, toks] = torch.tensor(probs)
         total = total - (target * logp).sum()
         count = count + len(soft)
     return total / count.clamp_min(1e-8)
