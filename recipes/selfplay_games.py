@@ -84,6 +84,9 @@ class SelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig, EngineConfig, Ru
                 "that define turn_weights (Taboo): only the winner's turns, later ones more, roles rebalanced"})
     shaping_decay: float = field(default=0.8, metadata={"help": "SPAG's per-turn decay (turn k weighs decay**-k)"})
     retries: int = field(default=0, metadata={"help": "extra tries after an illegal answer before it forfeits the game"})
+    illegal_penalty: float = field(default=0.0, metadata={
+        "help": "> 0: an illegal answer's own turn gets advantage -illegal_penalty instead of its game's "
+                "(with retries the game goes on, so the answer itself must carry the blame)"})
     max_turns: int = field(default=40, metadata={"help": "moves after which a game is cut as a draw"})
     reset_fraction: float = field(default=0.0, metadata={"help": "games started from random legal positions"})
     reset_max_plies: int = field(default=6, metadata={"help": "random moves at most before a reset game starts"})
@@ -159,7 +162,8 @@ def training_samples(cfg, finished, baselines):
     with ``reward_shaping: spag``, turns of games that define ``turn_weights`` get SPAG's
     weights instead (per game kind, over this step's games, as SPAG balances per batch).
     A turn with no utterance in the final state (an illegal answer) keeps the plain
-    advantage, so breaking the rules is still punished."""
+    advantage, so breaking the rules is still punished; with ``illegal_penalty`` > 0 every
+    illegal answer's turn gets ``-illegal_penalty`` instead."""
     trajs = [t for f in finished for t in f.trajectories]
     adv = dict(zip(map(id, trajs), baselines.advantages([t.role for t in trajs], [t.reward for t in trajs])))
     shaped: dict[int, list[float]] = {}
@@ -174,6 +178,10 @@ def training_samples(cfg, finished, baselines):
                 for t in f.trajectories:
                     mine = iter(w[t.seat::2])
                     shaped[id(t)] = [adv[id(t)] if turn.invalid else next(mine, adv[id(t)]) for turn in t.turns]
+    if cfg.illegal_penalty > 0:
+        for t in trajs:
+            per_turn = shaped.get(id(t), [adv[id(t)]] * len(t.turns))
+            shaped[id(t)] = [-cfg.illegal_penalty if turn.invalid else a for turn, a in zip(t.turns, per_turn)]
     return [s for t in trajs for s in t.samples(shaped.get(id(t), adv[id(t)]))]
 
 

@@ -194,19 +194,38 @@ def test_spag_shaping_weights_only_the_winners_turns():
     won_by_attacker = _taboo_finished(game, "whale", ["A big animal.", "I think of a whale."])
     finished = [won_by_defender, won_by_attacker]
     recipe = _recipe()
-    cfg = SimpleNamespace(reward_shaping="spag", shaping_decay=0.8)
+    cfg = SimpleNamespace(reward_shaping="spag", shaping_decay=0.8, illegal_penalty=0.0)
     samples = recipe.training_samples(cfg, finished, RoleBaselines(0.9))
     want = spag_state_weights([f.final_state for f in finished], 0.8)
     got = [s.advantage for s in samples]
     # per episode: the attacker's turns (seat 0), then the defender's (seat 1)
     assert got == pytest.approx(want[0][0::2] + want[0][1::2] + want[1][0::2] + want[1][1::2])
     assert got[:2] == [0.0, 0.0] and got[3] > 0  # the losing attacker: nothing; the guess: most
-    plain = recipe.training_samples(SimpleNamespace(reward_shaping="none"), finished, RoleBaselines(0.9))
+    plain = recipe.training_samples(SimpleNamespace(reward_shaping="none", illegal_penalty=0.0), finished,
+                                     RoleBaselines(0.9))
     assert [s.advantage for s in plain] != got
     # an over-long answer: the forfeit turn keeps its plain advantage, the others are shaped
     forfeit = _taboo_finished(game, "lemon", ["It is sour."], invalid_last=True)
     adv = [s.advantage for s in recipe.training_samples(cfg, [forfeit], RoleBaselines(0.9))]
     assert adv[-1] < 0
+
+
+def test_illegal_penalty_blames_the_illegal_answer_only():
+    """illegal_penalty > 0: the illegal turn gets -penalty, the seat's legal turns keep the
+    game's advantage (here a won game after a retry: positive)."""
+    from types import SimpleNamespace
+
+    from lmselfplay.lm.rollout import Episode, Finished
+    from lmselfplay.lm.trajectory import Trajectory, Turn
+    from lmselfplay.rl.advantages import RoleBaselines
+
+    turns = [Turn([1], [2], [0.0]), Turn([1], [3], [0.0], invalid=True), Turn([1], [4], [0.0])]
+    won = Finished(Episode(None, (None, None)), [1.0, -1.0], [Trajectory("nim", 0, turns, 1.0)], None)
+    cfg = SimpleNamespace(reward_shaping="none", illegal_penalty=0.5)
+    adv = [s.advantage for s in _recipe().training_samples(cfg, [won], RoleBaselines(0.9))]
+    assert adv[1] == -0.5 and adv[0] == adv[2] > 0
+    cfg.illegal_penalty = 0.0
+    assert [s.advantage for s in _recipe().training_samples(cfg, [won], RoleBaselines(0.9))] == [adv[0]] * 3
 
 
 def test_spag_shaping_needs_a_game_that_defines_it(model_dir, tmp_path):
