@@ -15,7 +15,7 @@ import argparse
 import time
 
 from lmselfplay.eval.game_metrics import win_rates
-from lmselfplay.games import make
+from lmselfplay.games import Invalid, make
 from lmselfplay.games.bots import BotPlayer, random_bot
 from lmselfplay.games.gtp import find_gnugo, gnugo_player
 from lmselfplay.games.text import MOVE_STOP
@@ -23,6 +23,26 @@ from lmselfplay.lm.engines.base import SamplingParams
 from lmselfplay.lm.engines.hf import HFEngine
 from lmselfplay.lm.policy import load_policy
 from lmselfplay.utils.results import save_results
+
+
+def legal_rate(engine, tok, game, n: int, seed: int) -> float:
+    """Share of sampled answers (temperature 1) that are legal moves, at ``n`` positions drawn
+    from uniformly random games: one illegal answer in a game's ~80 turns loses it, so this
+    per-turn rate is what the win rates above hinge on."""
+    import random
+
+    from lmselfplay.games.base import random_playout
+    from lmselfplay.lm.prompt import encode_prompt
+
+    rng = random.Random(seed)
+    states = []
+    while len(states) < n:
+        playout = [s for s in random_playout(game, seed=rng.randrange(2**31)) if not game.is_terminal(s)]
+        states.append(rng.choice(playout))
+    prompts = [encode_prompt(tok, game.observation_text(s, game.current_player(s))) for s in states]
+    outs = engine.generate(prompts, SamplingParams(max_new_tokens=8, temperature=1.0, seed=seed, stop=MOVE_STOP))
+    legal = [not isinstance(game.parse_action(s, o.text), Invalid) for s, o in zip(states, outs)]
+    return sum(legal) / n
 
 
 def series(engine, tok, game, opponent, n: int, seed: int) -> dict:
@@ -41,6 +61,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--games", type=int, default=100, help="games against random per model")
     ap.add_argument("--gnugo_games", type=int, default=20, help="games against GnuGo per model (0: none)")
     ap.add_argument("--level", type=int, default=1, help="GnuGo level")
+    ap.add_argument("--positions", type=int, default=256, help="random positions for the legal-answer rate")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--name", default="llm_go", help="results file: benchmarks/results/NAME.json")
     args = ap.parse_args(argv)
@@ -52,7 +73,9 @@ def main(argv: list[str] | None = None) -> dict:
     for name in args.models:
         model, tok = load_policy(model_name_or_path=None if name == "embedded" else name)
         engine = HFEngine(model, tok)
-        row = {"model": name, "vs_random": series(engine, tok, game, random_bot(), args.games, args.seed)}
+        row = {"model": name, "legal_rate": legal_rate(engine, tok, game, args.positions, args.seed),
+               "vs_random": series(engine, tok, game, random_bot(), args.games, args.seed)}
+        print(f"{name:<40} legal answers at random positions: {row['legal_rate']:.3f}")
         if use_gnugo:
             with gnugo_player(level=args.level) as gnugo:
                 row[f"vs_gnugo_l{args.level}"] = series(engine, tok, game, BotPlayer(gnugo, gnugo.name),
