@@ -45,13 +45,35 @@ from lmselfplay.lm.prompt import encode_prompt
 from lmselfplay.utils.results import save_results
 
 
-def move_token_data(tok, game):
-    """(prompt + <move> ids, legal token ids, optimal token ids) per decision position."""
+def mark_splitter(tok, marks=("X", "O")):
+    """``ids -> ids`` with every token that is a space glued to a mark (BPE's ``' X'``)
+    replaced by the space's token and the mark's token, so every board cell is the same
+    number of tokens whatever is on it (``'4', ' X', ' ', '6'`` becomes
+    ``'4', ' ', 'X', ' ', '6'``, like ``'4', ' ', '5', ' ', '6'``)."""
+    def one(text):
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        if len(ids) != 1:
+            raise ValueError(f"{text!r} is not one token")
+        return ids[0]
+
+    space = one(" ")
+    glued = {}
+    for m in marks:
+        ids = tok(" " + m, add_special_tokens=False)["input_ids"]
+        if len(ids) == 1:
+            glued[ids[0]] = [space, one(m)]
+    return lambda ids: [t for i in ids for t in glued.get(i, [i])]
+
+
+def move_token_data(tok, game, split_marks=False):
+    """(prompt + <move> ids, legal token ids, optimal token ids) per decision position;
+    with ``split_marks`` the prompt's glued space+mark tokens are split (:func:`mark_splitter`)."""
     open_id = tok.convert_tokens_to_ids(OPEN)
+    split = mark_splitter(tok) if split_marks else (lambda ids: ids)
     rows = []
     for s in decision_states(game):
         player = game.current_player(s)
-        ids = encode_prompt(tok, game.observation_text(s, player)) + [open_id]
+        ids = split(encode_prompt(tok, game.observation_text(s, player))) + [open_id]
 
         def token(a):
             t = tok(game.action_text(a), add_special_tokens=False)["input_ids"]
@@ -150,6 +172,8 @@ def main() -> None:
     ap.add_argument("--pretrain_steps", type=int, default=0, help="continue pre-training first (lever test)")
     ap.add_argument("--pretrain_lr", type=float, default=1e-3)
     ap.add_argument("--task_weights", default="", help="corpus mix for --pretrain_steps")
+    ap.add_argument("--split_marks", action="store_true",
+                    help="lever: split BPE's glued ' X' / ' O' tokens so every board cell has a fixed width")
     ap.add_argument("--name", default="bench_ttt_representation")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -159,7 +183,7 @@ def main() -> None:
 
     path = args.model or str(ensure_tiny_model())
     tok = AutoTokenizer.from_pretrained(path)
-    rows = move_token_data(tok, make("tictactoe"))
+    rows = move_token_data(tok, make("tictactoe"), args.split_marks)
     print(f"{len(rows)} positions; model {path}", flush=True)
     results = {"positions": len(rows), "args": vars(args), "curves": {}}
     for which in args.which.split(","):
