@@ -21,7 +21,8 @@ search (greedy answers, an illegal answer loses):
 * win rate vs a uniformly random player and loss rate vs the exact (minimax) player,
   ``--games`` games each (half as X, half as O), with 95% Wilson intervals.
 
-Prints the side-by-side table and writes ``benchmarks/results/search_vs_selfplay.json``.
+Prints the side-by-side table and writes ``benchmarks/results/search_vs_selfplay.json``
+(``--name``).
 
     OMP_NUM_THREADS=1 nice -n 5 python benchmarks/bench_search_vs_selfplay.py --minutes 8
 """
@@ -134,6 +135,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--out", default="runs/bench_search_vs_selfplay", help="run folders (each arm's is replaced)")
     ap.add_argument("--only", choices=["search_selfplay", "selfplay_games"], default=None)
     ap.add_argument("--results", default=None, help="results folder (default benchmarks/results)")
+    ap.add_argument("--name", default="search_vs_selfplay", help="results file name (without .json)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     out = Path(args.out)
@@ -154,7 +156,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                       **measure(str(ckpt / "model"), args.games, args.seed)}
         print(table(rows), flush=True)
     result = {"args": vars(args), "threads": 1, "rows": rows, "table": table(rows)}
-    save_results("search_vs_selfplay", result, args.results)
+    save_results(args.name, result, args.results)
     return result
 
 
