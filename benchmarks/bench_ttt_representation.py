@@ -24,6 +24,15 @@ steps) -> 0.596 (100) -> 0.617 (150, all 4,520 positions; argmax 0.678); with 10
 continued pre-training at ``grid_reading=20`` first, 0.569 -> 0.606 (50) -> 0.597 (100)
 -> 0.624 (150, all positions; argmax 0.685): within noise of the baseline at this budget. Neither is near 0.95; a freshly initialised model was not rerun
 here (earlier: 0.64 after 1,000 steps at lr 3e-3, no better than the embedded one).
+Those were on the previous embedded model (tiny-a97b02d3ef8c). On the current one
+(tiny-e897b38dd6b7, Go and Taboo in the corpus), 300 steps, curves on 1,000 fixed positions and
+the last point on all 4,520 (results/bench_ttt_representation.json): embedded 0.564 -> 0.602
+(100) -> 0.596 (200) -> 0.630 (300; argmax 0.700); fresh 0.568 -> 0.592 -> 0.606 -> 0.613
+(argmax 0.664). Lever ``--split_marks`` (BPE glues ``' X'`` / ``' O'`` into one token, so a
+board cell's width and every later cell's position depend on what is on it; split, every
+cell has a fixed width; results/bench_ttt_representation_split_marks.json): embedded 0.560 ->
+0.611, fresh 0.568 -> 0.611 at 300 steps: no effect, so the varying cell width is not what
+stops the fit.
 
     nice -n 5 python benchmarks/bench_ttt_representation.py --steps 400 --lr 1e-3
 """
