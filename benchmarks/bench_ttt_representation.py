@@ -19,8 +19,8 @@ change without a full rebuild.
 This is a control only: the search recipe never sees exact answers.
 
 Measured (1 torch thread on a shared 2-core machine at load average 12-22, lr 1e-3, batch
-128, results/bench_ttt_representation*.json): the embedded model goes 0.567 -> 0.602 (50
-steps) -> 0.596 (100) -> 0.617 (150, all 4,520 positions; argmax 0.678); with 100 steps of
+128; results/bench_ttt_representation.json as of commit c4b6116, and the grid_reading file):
+the embedded model goes 0.567 -> 0.602 (50 steps) -> 0.596 (100) -> 0.617 (150, all 4,520 positions; argmax 0.678); with 100 steps of
 continued pre-training at ``grid_reading=20`` first, 0.569 -> 0.606 (50) -> 0.597 (100)
 -> 0.624 (150, all positions; argmax 0.685): within noise of the baseline at this budget. Neither is near 0.95; a freshly initialised model was not rerun
 here (earlier: 0.64 after 1,000 steps at lr 3e-3, no better than the embedded one).
