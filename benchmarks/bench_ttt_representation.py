@@ -19,11 +19,20 @@ change without a full rebuild.
 This is a control only: the search recipe never sees exact answers.
 
 Measured (1 torch thread on a shared 2-core machine at load average 12-22, lr 1e-3, batch
-128, results/bench_ttt_representation*.json): the embedded model goes 0.567 -> 0.602 (50
-steps) -> 0.596 (100) -> 0.617 (150, all 4,520 positions; argmax 0.678); with 100 steps of
+128; results/bench_ttt_representation.json as of commit c4b6116, and the grid_reading file):
+the embedded model goes 0.567 -> 0.602 (50 steps) -> 0.596 (100) -> 0.617 (150, all 4,520 positions; argmax 0.678); with 100 steps of
 continued pre-training at ``grid_reading=20`` first, 0.569 -> 0.606 (50) -> 0.597 (100)
 -> 0.624 (150, all positions; argmax 0.685): within noise of the baseline at this budget. Neither is near 0.95; a freshly initialised model was not rerun
 here (earlier: 0.64 after 1,000 steps at lr 3e-3, no better than the embedded one).
+Those were on the previous embedded model (tiny-a97b02d3ef8c). On the current one
+(tiny-e897b38dd6b7, Go and Taboo in the corpus), 300 steps, curves on 1,000 fixed positions and
+the last point on all 4,520 (results/bench_ttt_representation.json): embedded 0.564 -> 0.602
+(100) -> 0.596 (200) -> 0.630 (300; argmax 0.700); fresh 0.568 -> 0.592 -> 0.606 -> 0.613
+(argmax 0.664). Lever ``--split_marks`` (BPE glues ``' X'`` / ``' O'`` into one token, so a
+board cell's width and every later cell's position depend on what is on it; split, every
+cell has a fixed width; results/bench_ttt_representation_split_marks.json): embedded 0.560 ->
+0.611, fresh 0.568 -> 0.611 at 300 steps: no effect, so the varying cell width is not what
+stops the fit.
 
     nice -n 5 python benchmarks/bench_ttt_representation.py --steps 400 --lr 1e-3
 """
@@ -45,13 +54,35 @@ from lmselfplay.lm.prompt import encode_prompt
 from lmselfplay.utils.results import save_results
 
 
-def move_token_data(tok, game):
-    """(prompt + <move> ids, legal token ids, optimal token ids) per decision position."""
+def mark_splitter(tok, marks=("X", "O")):
+    """``ids -> ids`` with every token that is a space glued to a mark (BPE's ``' X'``)
+    replaced by the space's token and the mark's token, so every board cell is the same
+    number of tokens whatever is on it (``'4', ' X', ' ', '6'`` becomes
+    ``'4', ' ', 'X', ' ', '6'``, like ``'4', ' ', '5', ' ', '6'``)."""
+    def one(text):
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        if len(ids) != 1:
+            raise ValueError(f"{text!r} is not one token")
+        return ids[0]
+
+    space = one(" ")
+    glued = {}
+    for m in marks:
+        ids = tok(" " + m, add_special_tokens=False)["input_ids"]
+        if len(ids) == 1:
+            glued[ids[0]] = [space, one(m)]
+    return lambda ids: [t for i in ids for t in glued.get(i, [i])]
+
+
+def move_token_data(tok, game, split_marks=False):
+    """(prompt + <move> ids, legal token ids, optimal token ids) per decision position;
+    with ``split_marks`` the prompt's glued space+mark tokens are split (:func:`mark_splitter`)."""
     open_id = tok.convert_tokens_to_ids(OPEN)
+    split = mark_splitter(tok) if split_marks else (lambda ids: ids)
     rows = []
     for s in decision_states(game):
         player = game.current_player(s)
-        ids = encode_prompt(tok, game.observation_text(s, player)) + [open_id]
+        ids = split(encode_prompt(tok, game.observation_text(s, player))) + [open_id]
 
         def token(a):
             t = tok(game.action_text(a), add_special_tokens=False)["input_ids"]
@@ -150,6 +181,8 @@ def main() -> None:
     ap.add_argument("--pretrain_steps", type=int, default=0, help="continue pre-training first (lever test)")
     ap.add_argument("--pretrain_lr", type=float, default=1e-3)
     ap.add_argument("--task_weights", default="", help="corpus mix for --pretrain_steps")
+    ap.add_argument("--split_marks", action="store_true",
+                    help="lever: split BPE's glued ' X' / ' O' tokens so every board cell has a fixed width")
     ap.add_argument("--name", default="bench_ttt_representation")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -159,7 +192,7 @@ def main() -> None:
 
     path = args.model or str(ensure_tiny_model())
     tok = AutoTokenizer.from_pretrained(path)
-    rows = move_token_data(tok, make("tictactoe"))
+    rows = move_token_data(tok, make("tictactoe"), args.split_marks)
     print(f"{len(rows)} positions; model {path}", flush=True)
     results = {"positions": len(rows), "args": vars(args), "curves": {}}
     for which in args.which.split(","):

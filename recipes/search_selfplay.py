@@ -26,7 +26,11 @@ a small head on the hidden state at the end of the prompt
                illegal answers are pushed down, not renormalized away) + KL to the initial
                policy on the answer tokens (``beta``, the trainer's collapse guard);
 5. value     : ``value_steps`` Adam steps of (z - v)^2 for the value head on the LLM's
-               (frozen) hidden state at the end of the prompt;
+               (frozen) hidden state at the end of the prompt; with ``q_head`` instead a Q
+               head (a bounded Q per move; the search's value is V(s) = sum_a pi(a|s) Q(s, a))
+               learns the blended target c(a) Q_PUCT(a) + (1 - c(a)) Q_prior(a),
+               c(a) = N(a) / (N(a) + q_lambda), plus (z - V)^2
+               (:func:`lmselfplay.lm.search_play.blended_q_target`, ``q_loss``);
 6. league    : every ``league_add_every`` iterations the learner joins the ring of frozen
                snapshots; every ``league_promote_every``-th one also the hall of fame;
 7. evaluate  : every ``eval_every`` iterations, deterministic (no noise): at budget 0 the
@@ -64,7 +68,7 @@ from lmselfplay.games.base import OPTIMAL_MOVES, random_legal_reset
 from lmselfplay.games.text import MOVE_STOP
 from lmselfplay.lm.engines import HFEngine, SamplingParams
 from lmselfplay.lm.policy import PolicyConfig, frozen_policy, load_policy, policy_weights
-from lmselfplay.lm.search_eval import LLMEvaluator, ValueHead, hidden_size
+from lmselfplay.lm.search_eval import LLMEvaluator, QHead, ValueHead, hidden_size
 from lmselfplay.lm.search_play import (
     LEARNER,
     Record,
@@ -72,6 +76,7 @@ from lmselfplay.lm.search_play import (
     distill_samples,
     plan_games,
     play_match,
+    q_loss,
     search_agent,
 )
 from lmselfplay.rl.league import League, LeagueConfig
@@ -82,7 +87,7 @@ from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.metrics_logger import MetricsLogger
 from lmselfplay.utils.run import RunConfig, lock_output_dir
 
-VALUE_PREFIX = "value_head."
+HEAD_PREFIX = "head."  # the value / Q head's entries in a league snapshot
 
 
 @dataclass
@@ -105,7 +110,11 @@ class SearchSelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig, RunConfig)
     batch_size: int = field(default=128, metadata={"help": "distillation samples per trainer step"})
     value_steps: int = field(default=50, metadata={"help": "value-head optimizer steps per round"})
     value_lr: float = field(default=1e-3, metadata={"help": "value-head learning rate"})
-    value_width: int = field(default=64, metadata={"help": "value-head hidden width"})
+    value_width: int = field(default=64, metadata={"help": "value-head (or Q-head) hidden width"})
+    q_head: bool = field(default=False, metadata={
+        "help": "a Q head (bounded Q per move, V = sum_a pi(a|s) Q(s, a)) instead of the value head"})
+    q_lambda: float = field(default=4.0, metadata={
+        "help": "lambda_Q: Q target = c Q_search + (1 - c) Q_prior with c = N / (N + lambda_Q)"})
     eval_every: int = field(default=2, metadata={"help": "iterations between evaluations (0: never)"})
     eval_games: int = field(default=100, metadata={"help": "games per evaluation opponent and budget"})
     eval_budgets: list[int] = field(default_factory=lambda: [0, 16, 32, 64], metadata={
@@ -140,6 +149,8 @@ class SearchSelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig, RunConfig)
                      "save_every"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.q_lambda > 0:
+            raise ConfigError(f"q_lambda must be > 0, got {self.q_lambda}")
         if not self.target_tau > 0:
             raise ConfigError(f"target_tau must be > 0, got {self.target_tau}")
         if self.eval_every < 0:
@@ -157,10 +168,17 @@ class SearchSelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig, RunConfig)
 
 # --- pieces the loop names -------------------------------------------------------------
 
-def snapshot(trainer: PolicyTrainer, head: ValueHead) -> dict[str, torch.Tensor]:
-    """The learner's policy weights (adapters only under LoRA) + its value head, on CPU."""
+def make_head(cfg: SearchSelfPlayConfig, model: Any, game: Any) -> ValueHead | QHead:
+    """The value head, or with ``q_head`` the Q head, sized for ``model`` and ``game``."""
+    if cfg.q_head:
+        return QHead(hidden_size(model), game.n_actions, cfg.value_width)
+    return ValueHead(hidden_size(model), cfg.value_width)
+
+
+def snapshot(trainer: PolicyTrainer, head: ValueHead | QHead) -> dict[str, torch.Tensor]:
+    """The learner's policy weights (adapters only under LoRA) + its head, on CPU."""
     out = policy_weights(trainer.unwrapped)
-    out.update({VALUE_PREFIX + k: v.detach().clone() for k, v in head.state_dict().items()})
+    out.update({HEAD_PREFIX + k: v.detach().clone() for k, v in head.state_dict().items()})
     return out
 
 
@@ -168,36 +186,47 @@ def engine_factory(template: Any, tok: Any, game: Any, cfg: SearchSelfPlayConfig
     """``make_engine(weights, version)`` for the league: a frozen LLM evaluator."""
 
     def make_engine(weights: dict[str, torch.Tensor], version: int) -> LLMEvaluator:
-        head = ValueHead(hidden_size(template), cfg.value_width)
-        head.load_state_dict({k[len(VALUE_PREFIX):]: v for k, v in weights.items() if k.startswith(VALUE_PREFIX)})
-        model = frozen_policy(template, {k: v for k, v in weights.items() if not k.startswith(VALUE_PREFIX)})
+        head = make_head(cfg, template, game)
+        head.load_state_dict({k[len(HEAD_PREFIX):]: v for k, v in weights.items() if k.startswith(HEAD_PREFIX)})
+        model = frozen_policy(template, {k: v for k, v in weights.items() if not k.startswith(HEAD_PREFIX)})
         return LLMEvaluator(model, tok, game, head.eval(), cfg.eval_batch)
 
     return make_engine
 
 
-def train_value(head: ValueHead, opt: torch.optim.Optimizer, evaluator: LLMEvaluator, replay: list[Record],
-                cfg: SearchSelfPlayConfig, rng: random.Random) -> dict[str, float]:
-    """(z - v)^2 on minibatches of the window. The LLM is frozen here, so each distinct
-    prompt's hidden state is computed once and reused by every step."""
+def train_head(head: ValueHead | QHead, opt: torch.optim.Optimizer, evaluator: LLMEvaluator,
+               replay: list[Record], cfg: SearchSelfPlayConfig, rng: random.Random) -> dict[str, float]:
+    """``value_steps`` steps on minibatches of the window: (z - v)^2 for the value head, or
+    :func:`~lmselfplay.lm.search_play.q_loss` for the Q head. The LLM is frozen here, so
+    each distinct prompt's hidden state (and its prior over the move tokens) is computed
+    once and reused by every step."""
     index: dict[tuple[int, ...], int] = {}
     for r in replay:
         index.setdefault(tuple(r.prompt_ids), len(index))
     prompts = list(index)
     with torch.no_grad():
-        hidden = torch.cat([evaluator.forward([list(p) for p in prompts[i : i + cfg.eval_batch]])[1].float()
-                            for i in range(0, len(prompts), cfg.eval_batch)])
+        parts = [evaluator.forward([list(p) for p in prompts[i : i + cfg.eval_batch]])
+                 for i in range(0, len(prompts), cfg.eval_batch)]
+    hidden = torch.cat([h.float() for _, h in parts])
+    prior = torch.cat([torch.softmax(lg, -1)[:, evaluator.tokens] for lg, _ in parts]) if cfg.q_head else None
     losses = []
     for _ in range(cfg.value_steps):
         batch = rng.sample(replay, min(cfg.batch_size, len(replay)))
         rows = torch.tensor([index[tuple(r.prompt_ids)] for r in batch])
         z = torch.tensor([r.z for r in batch])
-        loss = ((head(hidden[rows]) - z) ** 2).mean()
+        if cfg.q_head:
+            legal = torch.zeros(len(batch), head.n_actions)
+            for i, r in enumerate(batch):
+                legal[i, r.legal] = 1.0
+            target = torch.tensor([r.q_target for r in batch], dtype=torch.float)
+            loss = q_loss(head(hidden[rows]), prior[rows], legal, target, z)
+        else:
+            loss = ((head(hidden[rows]) - z) ** 2).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
         losses.append(loss.item())
-    return {"train/value_loss": float(np.mean(losses))} if losses else {}
+    return {f"train/{'q' if cfg.q_head else 'value'}_loss": float(np.mean(losses))} if losses else {}
 
 
 def distill(trainer: PolicyTrainer, replay: list[Record], tok: Any, game: Any, tokens: list[int],
@@ -262,10 +291,10 @@ def illegal_mass(evaluator: LLMEvaluator, face: Any) -> float:
     return total / max(1, len(states))
 
 
-def save(trainer: PolicyTrainer, cfg: SearchSelfPlayConfig, it: int, head: ValueHead, head_opt: Any,
+def save(trainer: PolicyTrainer, cfg: SearchSelfPlayConfig, it: int, head: ValueHead | QHead, head_opt: Any,
          replay: list[list[Record]], league: League, rng: random.Random, np_rng: Any) -> None:
     """Step 8: the trainer's atomic checkpoint carries the rest as ``extra``."""
-    extra = {"iteration": it, "value_head": head.state_dict(), "value_opt": head_opt.state_dict(),
+    extra = {"iteration": it, "head": head.state_dict(), "head_opt": head_opt.state_dict(),
              "replay": [[asdict(r) for r in part] for part in replay], "league": league.state_dict(),
              "rng": rng.getstate(), "np_rng": np_rng.bit_generator.state, "torch_rng": torch.get_rng_state(),
              "config": asdict(cfg)}
@@ -283,7 +312,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     face = CachedGame(SearchGame(game))
     model, tok = load_policy(cfg)
     trainer = PolicyTrainer(model, tok, cfg)
-    head = ValueHead(hidden_size(trainer.unwrapped), cfg.value_width)
+    head = make_head(cfg, trainer.unwrapped, game)
     head_opt = torch.optim.Adam(head.parameters(), lr=cfg.value_lr)
     evaluator = LLMEvaluator(trainer.unwrapped, tok, game, head, cfg.eval_batch)
     if evaluator.tokens is None:
@@ -295,8 +324,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     start, last = 1, resume_checkpoint(cfg)
     if last is not None:
         extra = trainer.load_checkpoint(last)
-        head.load_state_dict(extra["value_head"])
-        head_opt.load_state_dict(extra["value_opt"])
+        head.load_state_dict(extra["head"])
+        head_opt.load_state_dict(extra["head_opt"])
         replay = [[Record(**r) for r in part] for part in extra["replay"]]
         league.load_state_dict(extra["league"])
         rng.setstate(extra["rng"])
@@ -326,7 +355,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         # 2. self-play with search
         with tqdm(desc="self-play turns", disable=not cfg.progress, leave=False) as bar:
             records, metrics = collect(face, games, evaluators, cfg.n_sims, rng, cfg.c_puct, cfg.dirichlet_eps,
-                                       alpha, cfg.temperature_moves, progress=bar, target_tau=cfg.target_tau)
+                                       alpha, cfg.temperature_moves, progress=bar, target_tau=cfg.target_tau,
+                                       q_lambda=cfg.q_lambda)
         metrics["time/selfplay_s"] = time.time() - t0
         metrics["selfplay/llm_positions"] = float(evaluator.forwards - forwards)  # cache misses
         # 3. replay window (learner turns only)
@@ -337,7 +367,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if window:
             metrics.update(distill(trainer, window, tok, game, evaluator.tokens, cfg, rng))
             evaluator.clear()
-            metrics.update(train_value(head, head_opt, evaluator, window, cfg, rng))
+            metrics.update(train_head(head, head_opt, evaluator, window, cfg, rng))
         metrics["time/train_s"] = time.time() - t1
         evaluator.clear()
         # 6. league

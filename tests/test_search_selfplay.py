@@ -18,8 +18,15 @@ from lmselfplay.eval.game_metrics import answer_distribution, decision_states
 from lmselfplay.games import make
 from lmselfplay.lm.engines.hf import HFEngine
 from lmselfplay.lm.prompt import encode_completion, encode_prompt
-from lmselfplay.lm.search_eval import LLMEvaluator, ValueHead, move_tokens
-from lmselfplay.lm.search_play import LEARNER, collect, distill_samples, plan_games
+from lmselfplay.lm.search_eval import LLMEvaluator, QHead, ValueHead, load_head, move_tokens
+from lmselfplay.lm.search_play import (
+    LEARNER,
+    blended_q_target,
+    collect,
+    distill_samples,
+    plan_games,
+    q_loss,
+)
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
 from tests.lm_fixtures import tiny_tokenizer
 
@@ -204,6 +211,85 @@ def test_value_head_round_trip(tmp_path):
     assert torch.equal(head(x), back(x))
 
 
+def test_q_head_round_trip_and_load_head_finds_it(tmp_path):
+    head = QHead(32, 9, 8)
+    head.save(tmp_path)
+    back = load_head(tmp_path)
+    assert isinstance(back, QHead) and back.n_actions == 9
+    x = torch.randn(3, 32)
+    assert torch.equal(head(x), back(x)) and head(x).shape == (3, 9)
+    assert load_head(tmp_path / "nothing") is None
+
+
+# --- the optional Q head ---------------------------------------------------------------
+
+def test_blended_q_target_by_hand():
+    """c = N / (N + 4): N = 0 -> the prior exactly; 4 visits -> half and half; 12 -> 3/4 search."""
+    n = np.array([0.0, 4.0, 12.0, 0.0])
+    q_search = np.array([0.0, 0.6, -0.2, 0.0])  # the search reports 0 for an unvisited move
+    q_prior = np.array([0.3, -0.4, 0.2, 0.9])
+    legal = np.array([True, True, True, False])
+    got = blended_q_target(n, q_search, q_prior, legal, lam=4.0)
+    assert np.allclose(got, [0.3, 0.5 * 0.6 + 0.5 * -0.4, 0.75 * -0.2 + 0.25 * 0.2, 0.0])
+    with pytest.raises(ValueError):
+        blended_q_target(n, q_search, q_prior, legal, lam=0.0)
+
+
+def test_q_loss_by_hand():
+    q = torch.tensor([[0.5, -0.5, 0.9]])
+    prior = torch.tensor([[0.2, 0.6, 0.7]])  # the illegal third move carries no weight in V
+    legal = torch.tensor([[1.0, 1.0, 0.0]])
+    target = torch.tensor([[0.1, -0.1, 0.0]])
+    v = 0.25 * 0.5 + 0.75 * -0.5
+    want = ((0.4**2 + 0.4**2) / 2) + (1.0 - v) ** 2
+    assert float(q_loss(q, prior, legal, target, torch.tensor([1.0]))) == pytest.approx(want)
+
+
+def test_q_head_value_is_prior_weighted_q():
+    """V(s) = sum_a pi(a|s) Q(s, a), pi the LLM's prior renormalized over legal moves."""
+    game, tok = make("tictactoe"), move_tokenizer()
+    torch.manual_seed(0)
+    head = QHead(32, game.n_actions, 8)
+    ev = LLMEvaluator(move_model(), tok, game, head, batch_size=3)
+    face = SearchGame(game)
+    states = positions(game, 5)
+    prior, values = ev([face.position(s) for s in states])
+    q = ev.q_values([face.position(s) for s in states])
+    for s, p, v, qs in zip(states, prior, values, q):
+        legal = game.legal_actions(s)
+        _, hidden = ev.forward([ev.prompt_ids(s)])
+        assert np.allclose(qs, head(hidden)[0].detach().numpy(), atol=1e-6)
+        assert v == pytest.approx(float(np.dot(p[legal] / p[legal].sum(), qs[legal])), abs=1e-9)
+        assert -1 <= v <= 1
+
+
+def test_collected_q_targets_blend_search_and_prior():
+    """Every learner record's Q target is c Q_PUCT + (1 - c) Q_prior at its root: an
+    unvisited legal move keeps the head's own Q (the anchor), not the search's 0."""
+    game, tok = make("tictactoe"), move_tokenizer()
+    face = SearchGame(game)
+    torch.manual_seed(1)
+    ev = LLMEvaluator(move_model(), tok, game, QHead(32, game.n_actions, 8))
+    rng = random.Random(0)
+    n_sims, lam = 6, 2.0  # fewer simulations than legal moves early on: unvisited moves exist
+    records, _ = collect(face, plan_games(face, 4, rng, lambda r: "mirror"), {LEARNER: ev}, n_sims, rng,
+                         q_lambda=lam)
+    unvisited = 0
+    for r in records:
+        with torch.no_grad():
+            q_prior = ev.value_head(ev.forward([r.prompt_ids])[1])[0].double().numpy()
+        n = np.array(r.pi) * n_sims  # target_tau = 1: pi = N / n_sims
+        legal = np.zeros(game.n_actions, dtype=bool)
+        legal[r.legal] = True
+        c = n / (n + lam)
+        assert np.allclose(r.q_target, np.where(legal, c * np.array(r.q) + (1 - c) * q_prior, 0), atol=1e-6)
+        for a in r.legal:
+            if n[a] == 0:
+                unvisited += 1
+                assert r.q_target[a] == pytest.approx(q_prior[a], abs=1e-6) and r.q[a] == 0.0
+    assert unvisited > 0
+
+
 def test_move_tokens_are_the_token_between_the_tags():
     tok, game = move_tokenizer(), make("tictactoe")
     tokens = move_tokens(tok, game)
@@ -233,20 +319,36 @@ def final_state(path):
     from lmselfplay.utils.checkpoint import latest_checkpoint
 
     last = latest_checkpoint(path)
-    return load_file(str(last / "model" / "model.safetensors")), ValueHead.load(last / "model").state_dict()
+    return load_file(str(last / "model" / "model.safetensors")), load_head(last / "model").state_dict()
 
 
-def test_resume_is_exact(tmp_path):
-    straight = run_recipe(tmp_path, "a", "--iterations", "3")
-    run_recipe(tmp_path, "b", "--iterations", "2")
-    resumed = run_recipe(tmp_path, "b", "--iterations", "3", "--resume", "true")
+@pytest.mark.parametrize("q_head", ["false", "true"])
+def test_resume_is_exact(tmp_path, q_head):
+    straight = run_recipe(tmp_path, "a", "--iterations", "3", "--q_head", q_head)
+    run_recipe(tmp_path, "b", "--iterations", "2", "--q_head", q_head)
+    resumed = run_recipe(tmp_path, "b", "--iterations", "3", "--resume", "true", "--q_head", q_head)
     def same(m):
         return {k: v for k, v in m.items() if not k.startswith("time/")}
 
     assert same(straight) == same(resumed)  # same games, same losses
+    assert ("train/q_loss" in straight) == (q_head == "true")
     (ma, ha), (mb, hb) = final_state(tmp_path / "a"), final_state(tmp_path / "b")
     assert ma.keys() == mb.keys() and all(torch.equal(ma[k], mb[k]) for k in ma)
     assert all(torch.equal(ha[k], hb[k]) for k in ha)
+
+
+def test_q_head_under_lora_is_saved_beside_the_adapters(tmp_path):
+    """Under LoRA the checkpoint's model folder holds the adapters and the Q head; the head
+    there equals the one the run trained (the checkpoint's own copy)."""
+    from lmselfplay.utils.checkpoint import latest_checkpoint
+
+    run_recipe(tmp_path, "lora", "--iterations", "2", "--q_head", "true", "--use_lora", "true", "--lora_r", "4")
+    last = latest_checkpoint(tmp_path / "lora")
+    assert (last / "model" / "adapter_config.json").exists()
+    head = load_head(last / "model")
+    assert isinstance(head, QHead)
+    trained = torch.load(last / "lmselfplay_state.pt", weights_only=False)["extra"]["head"]
+    assert all(torch.equal(head.state_dict()[k], v) for k, v in trained.items())
 
 
 @pytest.mark.slow

@@ -34,8 +34,14 @@ def token_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Te
                    temperature: float = 1.0, with_entropy: bool = False):
     """Log-prob of each next token (shape (B, T-1)) under ``log_softmax(logits / T)`` and
     optionally the entropy there. Differentiable; callers add ``no_grad`` when scoring."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float()
-    logits = logits / temperature
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
+    return logprobs_from_logits(logits, input_ids, temperature, with_entropy)
+
+
+def logprobs_from_logits(logits: torch.Tensor, input_ids: torch.Tensor, temperature: float = 1.0,
+                         with_entropy: bool = False):
+    """:func:`token_logprobs` from a forward's logits (B, T, V) already computed."""
+    logits = logits[:, :-1].float() / temperature
     logp_all = F.log_softmax(logits, dim=-1)
     lp = logp_all.gather(2, input_ids[:, 1:].unsqueeze(2)).squeeze(2)
     if not with_entropy:

@@ -7,6 +7,9 @@
   play (the learner on both seats) or the learner against a frozen opponent (its own
   evaluator, searched the same way). Frozen seats change which states are reached but
   never give labels: only the learner's searched turns become :class:`Record` s.
+* :func:`blended_q_target` — with the optional Q head, the per-move Q target
+  ``c(a) Q_PUCT(a) + (1 - c(a)) Q_prior(a)``, ``c(a) = N(a) / (N(a) + lambda_Q)``;
+  :func:`q_loss` — the Q head's loss.
 * :func:`distill_samples` — trainer samples whose target is the visit distribution pi on
   the move token (the supervised-target term of :class:`~lmselfplay.rl.trainer.PolicyTrainer`).
 * :func:`search_agent` — deterministic play for evaluation: no noise, argmax of the root
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -37,7 +40,8 @@ LEARNER = "learner"
 @dataclass
 class Record:
     """One learner turn: the prompt, the search's visit distribution pi over all actions
-    (0 off the legal moves), root Q per action, and z = the final result for the mover."""
+    (0 off the legal moves), root Q per action, z = the final result for the mover, and
+    (Q head only) the blended Q target per action (empty without a Q head)."""
 
     prompt_ids: list[int]
     legal: list[int]
@@ -45,6 +49,33 @@ class Record:
     q: list[float]
     z: float = 0.0
     opponent: str = "mirror"
+    q_target: list[float] = field(default_factory=list)
+
+
+def blended_q_target(n: np.ndarray, q_search: np.ndarray, q_prior: np.ndarray, legal: np.ndarray,
+                     lam: float) -> np.ndarray:
+    """``Q_target(a) = c(a) Q_PUCT(a) + (1 - c(a)) Q_prior(a)``, ``c(a) = N(a) / (N(a) + lam)``,
+    0 off the ``legal`` mask. ``Q_PUCT`` is the root's mean backed-up value of each move
+    (for the mover), ``Q_prior`` the network's own Q before the search. A move the search
+    never visited (N = 0) keeps its prior Q exactly: it was not evaluated, so its target is
+    a low-weight anchor, not a backed-up 0; the more visits, the more the search's value
+    counts (lam visits weigh as much as the prior)."""
+    if not lam > 0:
+        raise ValueError(f"lambda_Q must be > 0, got {lam}")
+    c = n / (n + lam)
+    return np.where(legal, c * q_search + (1 - c) * q_prior, 0.0)
+
+
+def q_loss(q: Any, prior: Any, legal: Any, q_target: Any, z: Any) -> Any:
+    """The Q head's loss on a batch (torch tensors; rows are positions): the mean over legal
+    moves of ``(Q(s, a) - Q_target(a))^2``, plus ``(z - V(s))^2`` with
+    ``V(s) = sum_a pi(a|s) Q(s, a)`` (pi = the LLM's prior renormalized over legal moves).
+    The z term grounds Q in real game results: the blended targets alone are bootstrapped
+    from the head's own estimates (in the tree and as the anchor) and could drift together."""
+    from lmselfplay.lm.search_eval import q_value
+
+    per_move = ((q - q_target) ** 2 * legal).sum(-1) / legal.sum(-1).clamp_min(1)
+    return (per_move + (z - q_value(q, prior, legal)) ** 2).mean()
 
 
 @dataclass
@@ -73,11 +104,13 @@ def plan_games(face: Any, n_games: int, rng: random.Random, opponents: Callable[
 def collect(face: Any, games: list[_Game], evaluators: dict[str, Any], n_sims: int, rng: random.Random,
             c_puct: float = 1.5, eps: float = 0.25, alpha: float = 0.3,
             temperature_moves: int = 4, progress: Any = None,
-            target_tau: float = 1.0) -> tuple[list[Record], dict[str, float]]:
+            target_tau: float = 1.0, q_lambda: float = 4.0) -> tuple[list[Record], dict[str, float]]:
     """Play ``games`` to the end; ``evaluators[LEARNER]`` and one per frozen opponent name.
     Returns the learner's records (z filled in) and summary statistics. A record's pi is
     the root visit distribution at temperature ``target_tau`` (1: AlphaZero's N / sum N;
-    below 1 sharper, so a policy that matches it puts more mass on the most visited move)."""
+    below 1 sharper, so a policy that matches it puts more mass on the most visited move).
+    When the learner's evaluator has a Q head, a record also holds the blended Q target
+    (:func:`blended_q_target` with ``lam = q_lambda``; Q_prior: the head's Q at the root)."""
     records: list[list[Record]] = [[] for _ in games]
     players: list[list[int]] = [[] for _ in games]
     while True:
@@ -100,9 +133,11 @@ def collect(face: Any, games: list[_Game], evaluators: dict[str, Any], n_sims: i
                 action = int(rng.choices(range(face.n_actions), weights=p.tolist())[0])
                 if who == LEARNER:
                     ev = evaluators[LEARNER]
+                    q_target = blended_q_target(N[row], Q[row], ev.q_values([g.pos])[0], legal, q_lambda) \
+                        if getattr(ev, "has_q", False) else np.zeros(0)
                     records[i].append(Record(ev.prompt_ids(g.pos.state), np.flatnonzero(legal).tolist(),
                                              search_policy(N[row], target_tau, legal).tolist(), Q[row].tolist(),
-                                             opponent=g.opponent))
+                                             opponent=g.opponent, q_target=q_target.tolist()))
                     players[i].append(g.pos.player)
                 g.pos = face.next_state(g.pos, action)
                 g.ply += 1

@@ -48,7 +48,7 @@ from typing import Any
 
 import torch
 
-from lmselfplay.lm.batching import pad_batch, token_logprobs
+from lmselfplay.lm.batching import logprobs_from_logits, pad_batch, token_logprobs
 from lmselfplay.lm.engines.staleness import mean_abs_logprob_diff
 from lmselfplay.lm.trajectory import Sample, merge_identical
 from lmselfplay.utils.checkpoint import CheckpointWriteError, commit_dir, prune_checkpoints
@@ -439,7 +439,8 @@ class PolicyTrainer:
             return logits.sum() * 0.0, {}
         b = collate(mb, self.pad_id, acc.device, ref)
         need_entropy = cfg.entropy_coef > 0
-        lp, ent = token_logprobs(self.model, b["input_ids"], b["attention_mask"], cfg.temperature, True)
+        logits = self.model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
+        lp, ent = logprobs_from_logits(logits, b["input_ids"], cfg.temperature, True)
         if not need_entropy:
             ent = ent.detach()  # logged (collapse shows as entropy -> 0), not optimized
         mask = b["mask"]
@@ -461,7 +462,7 @@ class PolicyTrainer:
         # number of accumulation steps, so multiply it back
         denom = max(total_tokens, 1.0)
         loss = (tok * w).sum() / denom * cfg.gradient_accumulation_steps
-        target_loss, target_ce = self._target_loss(mb)
+        target_loss, target_ce = self._target_loss(mb, logits)
         loss = loss + cfg.target_coef * target_loss * cfg.gradient_accumulation_steps
         with torch.no_grad():
             wsum = w.sum().clamp_min(1e-8)
@@ -477,24 +478,23 @@ class PolicyTrainer:
                 parts["target_ce"] = target_ce
         return loss, parts
 
-    def _target_loss(self, mb: list[Sample]) -> tuple[torch.Tensor | float, float | None]:
+    def _target_loss(self, mb: list[Sample], logits: torch.Tensor) -> tuple[torch.Tensor | float, float | None]:
         """Cross-entropy from each sample's target distribution (``Sample.target``: index
         into the completion, token ids, probabilities) to the policy's next-token
         distribution at that completion token, weighted by ``Sample.weight`` and divided
-        by the total target weight of this rank's batch (set in ``step``). One extra
-        forward over the micro-batch's target samples only; 0 when it has none. Under
-        DeepSpeed ZeRO-3 (forwards gather shards collectively) every rank must then make
-        the same number of forwards: not yet guaranteed, untested multi-process."""
-        rows = [s for s in mb if s.target is not None]
+        by the total target weight of this rank's batch (set in ``step``); 0 when the
+        micro-batch has none. ``logits``: the policy-gradient forward's over ``mb`` (rows
+        in ``mb``'s order), reused, so the term costs no forward of its own and every rank
+        makes the same forwards whatever its samples (ZeRO-3 gathers shards per forward)."""
+        rows = [r for r, s in enumerate(mb) if s.target is not None]
         if not rows:
             return 0.0, None
-        b = collate(rows, self.pad_id, self.accelerator.device)
-        pos = torch.tensor([len(s.prompt_ids) - 1 + s.target[0] for s in rows], device=b["input_ids"].device)
-        logits = self.model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
-        logp = torch.log_softmax(logits[torch.arange(len(rows)), pos].float() / self.cfg.temperature, dim=-1)
-        ce = torch.stack([-(logp[r, s.target[1]] * torch.tensor(s.target[2], device=logp.device)).sum()
-                          for r, s in enumerate(rows)])
-        w = b["weight"]
+        pos = torch.tensor([len(mb[r].prompt_ids) - 1 + mb[r].target[0] for r in rows], device=logits.device)
+        at = logits[torch.tensor(rows, device=logits.device), pos].float()
+        logp = torch.log_softmax(at / self.cfg.temperature, dim=-1)
+        ce = torch.stack([-(logp[i, mb[r].target[1]] * torch.tensor(mb[r].target[2], device=logp.device)).sum()
+                          for i, r in enumerate(rows)])
+        w = torch.tensor([mb[r].weight for r in rows], dtype=ce.dtype, device=ce.device)
         return (ce * w).sum() / max(self._target_total, 1e-8), float((ce * w).detach().sum() / w.sum())
 
     # --- checkpoints ----------------------------------------------------------------

@@ -9,9 +9,14 @@ function of ``--seed`` and the step index), computes RAE advantages on the whole
 holds the same number of tokens and the DDP mean of per-rank token-mean gradients equals
 the single-process token-mean gradient over the union.
 
+With ``--targets`` every sample also carries a supervised target (a distribution over a few
+tokens at one completion position, ``Sample.target``) and advantage 0, so with ``--beta 0``
+the supervised-target cross-entropy is the whole loss.
+
 Writes into ``--out``: ``rank<r>.json`` (world size, rank, distributed type, sharding
 facts, metrics) and ``rank<r>.pt`` (full parameters gathered on every rank, baselines,
-optimizer-state fingerprint). With ``--save_at k`` it checkpoints after step k and then
+optimizer-state fingerprint and, without DeepSpeed, the gradients of the first optimizer
+step as the optimizer saw them: after the ranks' all-reduce, after clipping). With ``--save_at k`` it checkpoints after step k and then
 SIGKILLs itself (single process) or stops (several processes); ``--resume`` continues
 from the latest checkpoint in ``--ckpt``.
 """
@@ -51,6 +56,35 @@ def global_batch(seed: int, step: int, n: int, vocab: int) -> list[tuple[list[in
         completion = [rng.randrange(3, vocab) for _ in range(COMPLETION_LEN - 1)] + [2]
         out.append((prompt, completion, rng.choice([-1.0, 1.0]), f"nim/p{i % 2}/initial"))
     return out
+
+
+def global_targets(seed: int, step: int, n: int, vocab: int) -> list[tuple[int, list[int], list[float]]]:
+    """A ``Sample.target`` per sample of one step, rank-independent: (completion index,
+    3 distinct token ids, their probabilities)."""
+    rng = random.Random(seed * 7_000_003 + step)
+    out = []
+    for _ in range(n):
+        w = [rng.random() + 0.1 for _ in range(3)]
+        out.append((rng.randrange(COMPLETION_LEN), rng.sample(range(3, vocab), 3), [x / sum(w) for x in w]))
+    return out
+
+
+def capture_first_gradients(trainer: PolicyTrainer) -> dict[str, torch.Tensor]:
+    """Filled with every parameter's gradient at the first optimizer step (a pre-step hook
+    on the torch optimizer inside accelerate's wrapper: DDP has all-reduced by then)."""
+    opt = getattr(trainer.optimizer, "optimizer", trainer.optimizer)
+    names = {id(p): n for n, p in trainer.unwrapped.named_parameters()}
+    grads: dict[str, torch.Tensor] = {}
+
+    def hook(optimizer, args, kwargs):
+        if not grads:
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    if p.grad is not None:
+                        grads[names[id(p)]] = p.grad.detach().float().cpu().clone()
+
+    opt.register_step_pre_hook(hook)
+    return grads
 
 
 def behaviour_logprobs(trainer: PolicyTrainer, batch) -> list[list[float]]:
@@ -130,6 +164,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--warmup_steps", type=int, default=0)
     ap.add_argument("--gradient_accumulation_steps", type=int, default=1)
     ap.add_argument("--only_rank0_data", action="store_true", help="train on batch[0::2] alone")
+    ap.add_argument("--targets", action="store_true", help="supervised targets, advantage 0")
     ap.add_argument("--ckpt", default=None)
     ap.add_argument("--save_at", type=int, default=None)
     ap.add_argument("--resume", action="store_true")
@@ -151,6 +186,7 @@ def main(argv: list[str] | None = None) -> None:
         extra = trainer.load_checkpoint(ckpt)
         baselines.load_state_dict(extra["baselines"])
     before = full_params(trainer)
+    grads = capture_first_gradients(trainer) if trainer.deepspeed_stage < 0 else {}
     metrics = {}
     while trainer.step_count < args.steps:
         batch = global_batch(args.seed, trainer.step_count, args.batch, len(tok))
@@ -160,6 +196,10 @@ def main(argv: list[str] | None = None) -> None:
         lps = behaviour_logprobs(trainer, [batch[i] for i in mine])
         samples = [Sample(batch[i][0], batch[i][1], lp, advantage=float(adv[i]), reward=batch[i][2],
                           role=batch[i][3]) for i, lp in zip(mine, lps)]
+        if args.targets:
+            targets = global_targets(args.seed, trainer.step_count, args.batch, len(tok))
+            for i, s in zip(mine, samples):
+                s.target, s.advantage = targets[i], 0.0
         metrics = trainer.step(samples)
         if args.save_at is not None and trainer.step_count == args.save_at:
             trainer.save_checkpoint(args.ckpt, extra={"baselines": baselines.state_dict()})
@@ -174,7 +214,7 @@ def main(argv: list[str] | None = None) -> None:
             "changed": any(not torch.equal(before[k], after[k]) for k in after),
             "metrics": metrics, "optimizer": optimizer_fingerprint(trainer), **sharding(trainer),
             **reference_check(trainer)}
-    torch.save({"params": after, "baselines": baselines.state_dict()}, out / f"rank{rank}.pt")
+    torch.save({"params": after, "baselines": baselines.state_dict(), "grads": grads}, out / f"rank{rank}.pt")
     (out / f"rank{rank}.json").write_text(json.dumps(info, indent=1))
 
 
