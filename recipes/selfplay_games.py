@@ -21,6 +21,10 @@ The algorithm, in order (every rank plays its own games; gradients are averaged)
         8. every eval_every steps: the exact metrics each game supports (optimal-move rates or
            exploitability; win rates vs its reference bots with 95% CIs), JSONL + PNG curves
         9. every checkpoint_every steps: atomic checkpoint (--resume continues from it)
+    with average_policy (games whose exact metric is exploitability): every average_every steps
+    the policy at every information set joins a reach-weighted running average (what fictitious
+    self-play drives to Nash while the last iterate cycles); its exploitability is reported at
+    every evaluation, and at the end distill_steps supervised steps distil it into the final model
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from lmselfplay.lm.engines import (
 from lmselfplay.lm.policy import PolicyConfig, frozen_policy, load_policy, policy_weights
 from lmselfplay.lm.rollout import Episode, LLMPlayer, RolloutStats, play_episodes
 from lmselfplay.rl.advantages import RoleBaselines
+from lmselfplay.rl.average_policy import AverageConfig, AveragePolicy, averageable, distill_samples
 from lmselfplay.rl.league import League, LeagueConfig
 from lmselfplay.rl.trainer import (
     PolicyTrainer,
@@ -67,7 +72,7 @@ from lmselfplay.utils.run import RunConfig, lock_output_dir
 
 
 @dataclass
-class SelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig, EngineConfig, RunConfig):
+class SelfPlayConfig(TrainerConfig, AverageConfig, LeagueConfig, PolicyConfig, EngineConfig, RunConfig):
     games: str = field(default="nim,tictactoe,kuhn_poker", metadata={"help": "comma-separated registry names"})
     game_weights: str = field(default="", metadata={
         "help": "share of each step's episodes per game, e.g. 'kuhn_poker=4' (unlisted games weigh 1)"})
@@ -214,6 +219,45 @@ def evaluate(cfg, games, positions, engine, tok, step):
     return out
 
 
+def make_averages(cfg, games):
+    """One running average policy per game that supports it (``average_policy``), else none."""
+    if not cfg.average_policy:
+        return {}
+    avg = {g.name: AveragePolicy(g) for g in games if averageable(g)}
+    if not avg:
+        raise ConfigError("average_policy needs a game whose exact_metric is 'exploitability' "
+                          f"(games: {[g.name for g in games]})")
+    return avg
+
+
+def fold_averages(cfg, averages, engine, tok, step):
+    """Read the current policy off every information set and fold it into each game's
+    average (weight per ``average_weighting``); returns the policies read (for the log)."""
+    out = {}
+    for name, avg in averages.items():
+        out[name] = game_metrics.tabular_policy(engine, tok, avg.game)
+        avg.add(out[name], cfg.weight_at(step))
+    return out
+
+
+def average_metrics(averages):
+    """``game/avg_exploitability`` of each non-empty average."""
+    from lmselfplay.games.exploitability import exploitability
+
+    return {f"{name}/avg_exploitability": exploitability(avg.game, avg.policy())
+            for name, avg in averages.items() if avg.count}
+
+
+def distill_averages(trainer, averages, tok, steps):
+    """``steps`` trainer steps of pure target cross-entropy toward every average policy
+    (no completion tokens: no policy-gradient or KL term); the last step's metrics."""
+    samples = [s for avg in averages.values() for s in distill_samples(avg.game, tok, avg.policy())]
+    metrics = {}
+    for _ in tqdm(range(steps), desc="distil average", disable=not trainer.accelerator.is_main_process):
+        metrics = trainer.step(samples)
+    return metrics
+
+
 def snapshot_engines(trainer, tok):
     """The league's engine factory: a frozen HF engine serving a snapshot's weights."""
     return lambda weights, version: HFEngine(frozen_policy(trainer.unwrapped, weights), tok, version=version)
@@ -236,12 +280,15 @@ def main(argv=None):
     engine = make_engine(cfg, trainer.unwrapped, tok)  # cfg.engine: hf | vllm | vllm-server
     detector = StalenessDetector.from_config(cfg)
     baselines, league = RoleBaselines(cfg.baseline_decay), League(cfg, snapshot_engines(trainer, tok))
+    averages = make_averages(cfg, games)
     start_step = 0
     ckpt = resume_checkpoint(cfg)
     if ckpt is not None:
         extra = trainer.load_checkpoint(ckpt)
         baselines.load_state_dict(extra["baselines"])
         league.load_state_dict(extra["league"])
+        for name, state in extra.get("averages", {}).items():
+            averages[name].load_state_dict(state)
         start_step = trainer.step_count
         acc.print(f"resumed from {ckpt} at step {start_step}")
     elif cfg.resume:
@@ -255,10 +302,15 @@ def main(argv=None):
                disable=not acc.is_main_process)
     for step in bar:
         resumed_here = ckpt is not None and step == start_step  # evaluated before the kill
+        if averages and cfg.averaged_at(step):  # the checkpoint holds the averages up to step - 1
+            with trainer.serving(engine):
+                read = fold_averages(cfg, averages, engine, tok, step)
+            if acc.is_main_process:
+                logger.log(step, {f"{name}/iterate_policy": pol for name, pol in read.items()})
         if cfg.eval_every and step % cfg.eval_every == 0 and not resumed_here:
             # every rank evaluates in step (under ZeRO-3 any forward may need all ranks); rank 0 logs
             with trainer.serving(engine):
-                result = evaluate(cfg, games, positions, engine, tok, step)
+                result = {**evaluate(cfg, games, positions, engine, tok, step), **average_metrics(averages)}
                 if acc.is_main_process:  # whole weights are served: no collective inside
                     eval_callback(step, engine, tok, cfg.eval_suite, cfg.eval_every, logger)
             if acc.is_main_process:
@@ -297,9 +349,18 @@ def main(argv=None):
             bar.set_postfix(loss=f"{metrics.get('loss', 0):.3f}", invalid=f"{row['rollout/invalid_rate']:.2f}")
         # 9: checkpoint
         if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
-            trainer.save_checkpoint(out_dir, {"baselines": baselines.state_dict(), "league": league.state_dict()})
+            trainer.save_checkpoint(out_dir, {"baselines": baselines.state_dict(), "league": league.state_dict(),
+                                              "averages": {k: a.state_dict() for k, a in averages.items()}})
     with trainer.serving(engine):  # every rank evaluates in step (ZeRO-3), rank 0 reports
-        final = evaluate(cfg, games, positions, engine, tok, cfg.max_steps)
+        if averages and cfg.averaged_at(cfg.max_steps):
+            fold_averages(cfg, averages, engine, tok, cfg.max_steps)
+        final = {**evaluate(cfg, games, positions, engine, tok, cfg.max_steps), **average_metrics(averages)}
+    if averages and cfg.distill_steps:  # the final model becomes the average policy
+        distilled = distill_averages(trainer, averages, tok, cfg.distill_steps)
+        with trainer.serving(engine):
+            final.update({f"distilled/{k}": v for k, v in
+                          evaluate(cfg, games, positions, engine, tok, cfg.max_steps).items()})
+        final["distilled/target_ce"] = distilled.get("target_ce", float("nan"))
     state = acc.get_state_dict(trainer.model)  # every rank: gathers ZeRO-3 shards
     if acc.is_main_process:
         logger.log(cfg.max_steps, {**final, "wall_s": time.time() - t0})
@@ -320,6 +381,7 @@ def main(argv=None):
 
 def _plot(logger, games):
     keys = [f"{g.name}/{k}" for g in games for k in game_metrics.headline_metrics(g)]
+    keys += [f"{g.name}/avg_exploitability" for g in games if averageable(g)]
     keys += ["train/entropy", "rollout/invalid_rate", "rollout/selfplay_first_seat_win_rate"]
     return logger.plot(keys, "curves.png", title="self-play on text games")
 
