@@ -1,5 +1,6 @@
 """The reach-weighted average policy (fictitious self-play's output) and its distillation."""
 
+import dataclasses
 import json
 import random
 
@@ -121,6 +122,15 @@ def test_config_checks():
         AverageConfig(average_every=0)
     with pytest.raises(ConfigError):
         AverageConfig(average_weighting="quadratic")
+    from lmselfplay.rl.trainer import TrainerConfig
+
+    @dataclasses.dataclass
+    class Both(TrainerConfig, AverageConfig):
+        pass
+
+    with pytest.raises(ConfigError, match="schedule"):
+        Both(average_policy=True, lr_scheduler_type="linear")
+    Both(average_policy=True, lr_scheduler_type="linear", distill_steps=0)
     c = AverageConfig(average_every=5, average_start=10, average_weighting="linear")
     assert [s for s in range(30) if c.averaged_at(s)] == [10, 15, 20, 25]
     assert c.weight_at(20) == 11.0

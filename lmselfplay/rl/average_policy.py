@@ -48,7 +48,8 @@ class AverageConfig:
         "help": "uniform: every averaged iterate counts the same; linear: iterate t weighs t - average_start + 1 "
                 "(later iterates count more, as in linear-averaged CFR)"})
     distill_steps: int = field(default=100, metadata={
-        "help": "supervised trainer steps at the end distilling the average into the model (0: none)"})
+        "help": "supervised trainer steps at the end distilling the average into the model (0: none); they use "
+                "the trainer's optimizer and its learning rate past max_steps, so the schedule must be constant"})
 
     def __post_init__(self) -> None:
         if self.average_every < 1:
@@ -57,6 +58,10 @@ class AverageConfig:
             raise ConfigError("average_start and distill_steps must be >= 0")
         if self.average_weighting not in WEIGHTINGS:
             raise ConfigError(f"average_weighting must be one of {WEIGHTINGS}, got {self.average_weighting!r}")
+        schedule = getattr(self, "lr_scheduler_type", "constant")  # a trainer config mixed in
+        if self.average_policy and self.distill_steps and schedule not in ("constant", "constant_with_warmup"):
+            raise ConfigError(f"distill_steps run past max_steps, where lr_scheduler_type {schedule!r} has "
+                              "decayed: use a constant schedule or distill_steps 0")
         parent = getattr(super(), "__post_init__", None)  # recipe configs mix in other configs
         if parent is not None:
             parent()
