@@ -248,13 +248,16 @@ def average_metrics(averages):
             for name, avg in averages.items() if avg.count}
 
 
-def distill_averages(trainer, averages, tok, steps):
+def distill_averages(trainer, averages, tok, steps, logger=None):
     """``steps`` trainer steps of pure target cross-entropy toward every average policy
-    (no completion tokens: no policy-gradient or KL term); the last step's metrics."""
+    (no completion tokens: no policy-gradient or KL term); the last step's metrics. The
+    cross-entropy of every 10th step goes to the log as ``distill/target_ce``."""
     samples = [s for avg in averages.values() for s in distill_samples(avg.game, tok, avg.policy())]
     metrics = {}
-    for _ in tqdm(range(steps), desc="distil average", disable=not trainer.accelerator.is_main_process):
+    for i in tqdm(range(steps), desc="distil average", disable=not trainer.accelerator.is_main_process):
         metrics = trainer.step(samples)
+        if logger is not None and (i % 10 == 0 or i == steps - 1):
+            logger.log(trainer.step_count, {"distill/step": i + 1, "distill/target_ce": metrics["target_ce"]})
     return metrics
 
 
@@ -356,7 +359,7 @@ def main(argv=None):
             fold_averages(cfg, averages, engine, tok, cfg.max_steps)
         final = {**evaluate(cfg, games, positions, engine, tok, cfg.max_steps), **average_metrics(averages)}
     if averages and cfg.distill_steps:  # the final model becomes the average policy
-        distilled = distill_averages(trainer, averages, tok, cfg.distill_steps)
+        distilled = distill_averages(trainer, averages, tok, cfg.distill_steps, logger)
         with trainer.serving(engine):
             final.update({f"distilled/{k}": v for k, v in
                           evaluate(cfg, games, positions, engine, tok, cfg.max_steps).items()})

@@ -240,3 +240,31 @@ def test_recipe_resume_keeps_the_average(model_dir, tmp_path):
 def test_average_needs_an_exploitability_game(model_dir, tmp_path):
     with pytest.raises(ConfigError, match="exploitability"):
         load_recipe("selfplay_games").main(_args(model_dir, tmp_path / "x", 1, games="nim", average_policy="true"))
+
+
+def test_pure_target_step_is_the_cross_entropy_step():
+    """A batch of samples without completion tokens (distillation) skips the policy-gradient
+    and reference forwards: the update equals one AdamW step on the mean target
+    cross-entropy, computed here by hand; a batch mixing them with played turns also runs."""
+    from lmselfplay.lm.trajectory import Sample
+    from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
+
+    tok = tiny_tokenizer()
+    samples = [Sample([1, 5, 9], [], [], role="g", target=(0, [4, 7], [0.25, 0.75]), weight=2.0),
+               Sample([1, 6], [], [], role="g", target=(0, [3], [1.0]))]
+    cfg = dict(learning_rate=1e-2, beta=0.5, num_iterations=1, max_grad_norm=0.0, max_steps=10)
+    trainer = PolicyTrainer(tiny_model(seed=2), tok, TrainerConfig(**cfg))
+    manual = tiny_model(seed=2)
+    opt = torch.optim.AdamW(manual.parameters(), lr=1e-2)
+    ce = []
+    for s in samples:
+        logp = torch.log_softmax(manual(input_ids=torch.tensor([s.prompt_ids])).logits[0, -1], -1)
+        ce.append(-(logp[s.target[1]] * torch.tensor(s.target[2])).sum() * s.weight)
+    (torch.stack(ce).sum() / 3.0).backward()
+    opt.step()
+    metrics = trainer.step(samples)
+    assert metrics["target_ce"] == pytest.approx(float(torch.stack(ce).detach().sum() / 3.0), rel=1e-5)
+    for (name, a), b in zip(trainer.unwrapped.named_parameters(), manual.parameters()):
+        assert torch.allclose(a, b, atol=1e-4), name  # AdamW moves each weight by ~lr = 1e-2
+    played = Sample([1, 5], [4, 7], [-1.0, -1.0], advantage=1.0, role="g")
+    trainer.step(samples + [played])  # the KL reference is computed for the played turn only
