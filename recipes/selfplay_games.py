@@ -53,7 +53,7 @@ from lmselfplay.lm.engines import (
 )
 from lmselfplay.lm.policy import PolicyConfig, frozen_policy, load_policy, policy_weights
 from lmselfplay.lm.rollout import Episode, LLMPlayer, RolloutStats, play_episodes
-from lmselfplay.rl.advantages import RoleBaselines
+from lmselfplay.rl.advantages import RoleBaselines, observation_key
 from lmselfplay.rl.average_policy import AverageConfig, AveragePolicy, averageable, distill_samples
 from lmselfplay.rl.league import League, LeagueConfig
 from lmselfplay.rl.trainer import (
@@ -88,6 +88,11 @@ class SelfPlayConfig(TrainerConfig, AverageConfig, LeagueConfig, PolicyConfig, E
     reset_fraction: float = field(default=0.0, metadata={"help": "games started from random legal positions"})
     reset_max_plies: int = field(default=6, metadata={"help": "random moves at most before a reset game starts"})
     baseline_decay: float = field(default=0.9, metadata={"help": "EMA decay of the role baselines (per game, seat, start)"})
+    baseline_key: str = field(default="role", metadata={
+        "help": "role: one EMA baseline per (game, seat, start), every turn of a game gets its return minus it "
+                "(SPIRAL's RAE); observation: one per (role, exact prompt), each turn gets its return minus the "
+                "mean return seen from that observation (a tabular critic: for small games; the role's baseline "
+                "until the observation has one)"})
     eval_every: int = field(default=10, metadata={"help": "steps between evaluations (0: only at the end)"})
     eval_suite: str = field(default="", metadata={
         "help": "a reasoning benchmark suite (e.g. 'tiny', 'default' or a YAML path) also run every eval_every steps"})
@@ -96,6 +101,11 @@ class SelfPlayConfig(TrainerConfig, AverageConfig, LeagueConfig, PolicyConfig, E
     checkpoint_every: int = field(default=10, metadata={"help": "steps between checkpoints (0: none)"})
     output_dir: str = field(default="runs/selfplay_games", metadata={"help": "run folder: metrics, curves, checkpoints, final model"})
     resume: bool = field(default=False, metadata={"help": "continue from the latest checkpoint in output_dir"})
+
+    def __post_init__(self) -> None:
+        if self.baseline_key not in ("role", "observation"):
+            raise ConfigError(f"baseline_key must be 'role' or 'observation', got {self.baseline_key!r}")
+        super().__post_init__()
 
 
 def make_games(names: str):
@@ -219,6 +229,22 @@ def evaluate(cfg, games, positions, engine, tok, step):
     return out
 
 
+def turn_samples(cfg, baselines, trajs):
+    """Step 5: every turn of every learner trajectory as a trainer sample with its advantage:
+    the game's return minus the role's baseline, or (``baseline_key: observation``) minus
+    the baseline of the exact observation the turn answered (the role's until it has one)."""
+    if cfg.baseline_key == "role":
+        adv = baselines.advantages([t.role for t in trajs], [t.reward for t in trajs])
+        return [s for t, a in zip(trajs, adv) for s in t.samples(float(a))]
+    samples = [s for t in trajs for s in t.samples(0.0)]
+    keys = [observation_key(t.role, turn.prompt_ids) for t in trajs for turn in t.turns]
+    per_turn = baselines.advantages(keys, [s.reward for s in samples], fallback=[s.role for s in samples])
+    baselines.advantages([t.role for t in trajs], [t.reward for t in trajs])  # the fallbacks learn too
+    for s, a in zip(samples, per_turn):
+        s.advantage = float(a)
+    return samples
+
+
 def make_averages(cfg, games):
     """One running average policy per game that supports it (``average_policy``), else none."""
     if not cfg.average_policy:
@@ -328,8 +354,7 @@ def main(argv=None):
                                  max_turns=cfg.max_turns, stats=stats))
         trajs = [t for f in finished for t in f.trajectories]
         # 5: advantages
-        adv = baselines.advantages([t.role for t in trajs], [t.reward for t in trajs])
-        samples = [s for t, a in zip(trajs, adv) for s in t.samples(float(a))]
+        samples = turn_samples(cfg, baselines, trajs)
         # 6: update; the engine serves the same (updated) weights next step
         metrics = trainer.step(samples)
         # staleness: trainer vs engine log-probs of the sampled tokens (warning / strict_sync error)
@@ -346,7 +371,8 @@ def main(argv=None):
                "rollout/selfplay_first_seat_win_rate":
                    float(np.mean([f.returns[0] > 0 for f in mirror])) if mirror else float("nan"),
                "rollout/tokens": stats.generated_tokens, "league/size": len(league.ring), **sync,
-               **{f"baseline/{k}": v for k, v in baselines.values.items()}, "wall_s": time.time() - t0}
+               **{f"baseline/{k}": v for k, v in baselines.values.items() if "|" not in k},  # roles only
+               "wall_s": time.time() - t0}
         if acc.is_main_process:
             logger.log(step + 1, row)
             bar.set_postfix(loss=f"{metrics.get('loss', 0):.3f}", invalid=f"{row['rollout/invalid_rate']:.2f}")
