@@ -21,20 +21,29 @@ import time
 import torch
 
 from lmselfplay import games
-from lmselfplay.games.base import random_playout
+from lmselfplay.games.base import has_enumerable_actions, random_playout, resolve_chance
 from lmselfplay.lm.prompt import encode_prompt
 from lmselfplay.models import corpus as st
 from lmselfplay.utils.results import save_results
 
 
 def random_positions(game, n: int, rng: random.Random) -> list:
-    """States where a player is to move, drawn from uniformly random playouts."""
+    """States where a player is to move, drawn from uniformly random playouts (games with
+    free-text moves: from games of the game's scripted players)."""
     out = []
     while len(out) < n:
-        states = [s for s in random_playout(game, seed=rng.randrange(2**31))
-                  if not game.is_terminal(s) and game.current_player(s) >= 0]
+        states = [s for s in playout(game, rng) if not game.is_terminal(s) and game.current_player(s) >= 0]
         out.append(rng.choice(states))
     return out
+
+
+def playout(game, rng: random.Random) -> list:
+    if has_enumerable_actions(game):
+        return random_playout(game, seed=rng.randrange(2**31))
+    states = [resolve_chance(game, game.new_initial_state(), rng)]
+    while not game.is_terminal(states[-1]):
+        states.append(game.apply(states[-1], game.scripted_action(states[-1], rng)))
+    return states
 
 
 @torch.no_grad()
@@ -91,8 +100,12 @@ def main() -> None:
         game = games.make(name)
         states = random_positions(game, args.n, rng)
         prompts = [game.observation_text(s, game.current_player(s)) for s in states]
+        longest = max(len(encode_prompt(tok, p)) for p in prompts)
+        if longest + 12 > tok.model_max_length:
+            print(f"{name:12s} skipped: prompts up to {longest} tokens, context {tok.model_max_length}")
+            continue
         t0 = time.time()
-        answers = sample(model, tok, prompts)
+        answers = sample(model, tok, prompts, max_new_tokens=12 if has_enumerable_actions(game) else 32)
         moves = [game.parse_action(s, a) for s, a in zip(states, answers)]
         legal = [not isinstance(m, games.Invalid) for m in moves]
         row = {"legal": sum(legal) / len(legal), "seconds": round(time.time() - t0, 1)}

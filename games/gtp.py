@@ -42,6 +42,16 @@ def find_gnugo() -> str | None:
     return None
 
 
+def plays_gtp(game: Any) -> bool:
+    """Whether a GTP engine can sit at this game: Go on any board GnuGo accepts."""
+    return isinstance(game, Go)
+
+
+def game_gnugo_player(game: Go, level: int = 1, move_timeout: float = 60.0) -> GTPPlayer:
+    """:func:`gnugo_player` set to ``game``'s board size and komi."""
+    return gnugo_player(level=level, size=game.size, komi=game.komi, move_timeout=move_timeout)
+
+
 def gnugo_command(level: int = 1, size: int = 9, komi: float = 7.5) -> list[str]:
     """GnuGo in GTP mode with this project's rules: area scoring, positional superko. Our
     score counts stones as they stand (no dead-stone removal), so GnuGo must capture every

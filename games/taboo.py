@@ -229,6 +229,11 @@ class Taboo:
 
         return scripted_bot(self, s, rng)
 
+    def turn_weights(self, states: Sequence[TabooState], decay: float = 0.8) -> list[list[float]]:
+        """SPAG's reward shaping of finished games, one weight per utterance
+        (:func:`spag_state_weights`): the recipes' ``reward_shaping: spag``."""
+        return spag_state_weights(states, decay)
+
     def render(self, s: TabooState) -> str:
         lines = [f"target: {s.target or '(not drawn)'}", *self.history_lines(s)]
         if self.is_terminal(s):

@@ -42,7 +42,8 @@ from lmselfplay.eval import game_metrics
 from lmselfplay.eval.reasoning import eval_callback
 from lmselfplay.games import make
 from lmselfplay.games.base import OPTIMAL_MOVES, has_enumerable_actions, random_legal_reset
-from lmselfplay.games.bots import league_bot
+from lmselfplay.games.bots import BotPlayer, league_bot
+from lmselfplay.games.gtp import find_gnugo, game_gnugo_player, plays_gtp
 from lmselfplay.games.text import MOVE_STOP
 from lmselfplay.lm.engines import (
     EngineConfig,
@@ -83,7 +84,14 @@ class SelfPlayConfig(TrainerConfig, AverageConfig, LeagueConfig, PolicyConfig, E
     max_new_tokens: int = field(default=12, metadata={"help": "answer budget of a move (tokens)"})
     text_max_new_tokens: int = field(default=64, metadata={
         "help": "answer budget in games whose moves are free text (Taboo)"})
+    reward_shaping: str = field(default="none", metadata={
+        "help": "none: every turn gets its seat's baseline advantage | spag: SPAG's per-turn weights for games "
+                "that define turn_weights (Taboo): only the winner's turns, later ones more, roles rebalanced"})
+    shaping_decay: float = field(default=0.8, metadata={"help": "SPAG's per-turn decay (turn k weighs decay**-k)"})
     retries: int = field(default=0, metadata={"help": "extra tries after an illegal answer before it forfeits the game"})
+    illegal_penalty: float = field(default=0.0, metadata={
+        "help": "> 0: an illegal answer's own turn gets advantage -illegal_penalty instead of its game's "
+                "(with retries the game goes on, so the answer itself must carry the blame)"})
     max_turns: int = field(default=40, metadata={"help": "moves after which a game is cut as a draw"})
     reset_fraction: float = field(default=0.0, metadata={"help": "games started from random legal positions"})
     reset_max_plies: int = field(default=6, metadata={"help": "random moves at most before a reset game starts"})
@@ -97,6 +105,9 @@ class SelfPlayConfig(TrainerConfig, AverageConfig, LeagueConfig, PolicyConfig, E
     eval_suite: str = field(default="", metadata={
         "help": "a reasoning benchmark suite (e.g. 'tiny', 'default' or a YAML path) also run every eval_every steps"})
     eval_games: int = field(default=100, metadata={"help": "games per reference bot at each evaluation"})
+    gnugo_level: int = field(default=0, metadata={
+        "help": "also evaluate Go against GnuGo at this level (0: off; skipped with a note when gnugo is missing)"})
+    gnugo_games: int = field(default=20, metadata={"help": "games against GnuGo per evaluation"})
     eval_positions: int = field(default=400, metadata={"help": "positions sampled for optimal-move rates (0: all)"})
     checkpoint_every: int = field(default=10, metadata={"help": "steps between checkpoints (0: none)"})
     output_dir: str = field(default="runs/selfplay_games", metadata={"help": "run folder: metrics, curves, checkpoints, final model"})
@@ -151,6 +162,56 @@ def check_beta(beta, games):
                 beta_for(beta, f"{game.name}/p{seat}/initial", game.name)
             except KeyError as e:
                 raise ConfigError(str(e)) from None
+
+
+def check_shaping(cfg, games):
+    """``reward_shaping: spag`` needs a game that defines ``turn_weights``; ConfigError otherwise."""
+    if cfg.reward_shaping not in ("none", "spag"):
+        raise ConfigError(f"reward_shaping must be 'none' or 'spag', got {cfg.reward_shaping!r}")
+    if cfg.reward_shaping == "spag" and not any(hasattr(g, "turn_weights") for g in games):
+        raise ConfigError(f"reward_shaping: spag shapes games with turn_weights (taboo); none in {cfg.games!r}")
+
+
+def turn_advantages(cfg, baselines, trajs):
+    """Each learner turn's return minus its baseline (``id(trajectory)`` -> one per turn): the
+    role's (game, seat, start) for every turn, or with ``baseline_key: observation`` the
+    baseline of the exact observation the turn answered (the role's until it has one)."""
+    if getattr(cfg, "baseline_key", "role") == "role":  # a partial config (tests) means the default
+        roles = baselines.advantages([t.role for t in trajs], [t.reward for t in trajs])
+        return {id(t): [float(a)] * len(t.turns) for t, a in zip(trajs, roles)}
+    keys = [observation_key(t.role, turn.prompt_ids) for t in trajs for turn in t.turns]
+    flat = iter(baselines.advantages(keys, [t.reward for t in trajs for _ in t.turns],
+                                     fallback=[t.role for t in trajs for _ in t.turns]))
+    baselines.advantages([t.role for t in trajs], [t.reward for t in trajs])  # the fallbacks learn too
+    return {id(t): [float(next(flat)) for _ in t.turns] for t in trajs}
+
+
+def training_samples(cfg, finished, baselines):
+    """Step 5: advantages. Every learner turn gets its seat's return minus the role baseline;
+    with ``reward_shaping: spag``, turns of games that define ``turn_weights`` get SPAG's
+    weights instead (per game kind, over this step's games, as SPAG balances per batch).
+    A turn with no utterance in the final state (an illegal answer) keeps the plain
+    advantage, so breaking the rules is still punished; with ``illegal_penalty`` > 0 every
+    illegal answer's turn gets ``-illegal_penalty`` instead."""
+    trajs = [t for f in finished for t in f.trajectories]
+    adv = turn_advantages(cfg, baselines, trajs)
+    shaped: dict[int, list[float]] = {}
+    if cfg.reward_shaping == "spag":
+        kinds: dict[str, list] = {}
+        for f in finished:
+            if hasattr(f.episode.game, "turn_weights"):
+                kinds.setdefault(f.episode.game.name, []).append(f)
+        for group in kinds.values():
+            weights = group[0].episode.game.turn_weights([f.final_state for f in group], cfg.shaping_decay)
+            for f, w in zip(group, weights):
+                for t in f.trajectories:
+                    mine = iter(w[t.seat::2])
+                    shaped[id(t)] = [a if turn.invalid else next(mine, a) for turn, a in zip(t.turns, adv[id(t)])]
+    if cfg.illegal_penalty > 0:
+        for t in trajs:
+            per_turn = shaped.get(id(t), adv[id(t)])
+            shaped[id(t)] = [-cfg.illegal_penalty if turn.invalid else a for turn, a in zip(t.turns, per_turn)]
+    return [s for t in trajs for s in t.samples(shaped.get(id(t), adv[id(t)]))]
 
 
 def make_episodes(cfg, plan, league, me, tok, step, rank):
@@ -226,23 +287,20 @@ def evaluate(cfg, games, positions, engine, tok, step):
         result = game_metrics.evaluate(engine, tok, game, positions.get(game.name), cfg.eval_games, game_sampling,
                                        seed=step, max_new_tokens=cfg.max_new_tokens)
         out.update({f"{game.name}/{k}": v for k, v in result.items()})
+        out.update(gnugo_metrics(cfg, game, engine, tok, game_sampling, step))
     return out
 
 
-def turn_samples(cfg, baselines, trajs):
-    """Step 5: every turn of every learner trajectory as a trainer sample with its advantage:
-    the game's return minus the role's baseline, or (``baseline_key: observation``) minus
-    the baseline of the exact observation the turn answered (the role's until it has one)."""
-    if cfg.baseline_key == "role":
-        adv = baselines.advantages([t.role for t in trajs], [t.reward for t in trajs])
-        return [s for t, a in zip(trajs, adv) for s in t.samples(float(a))]
-    samples = [s for t in trajs for s in t.samples(0.0)]
-    keys = [observation_key(t.role, turn.prompt_ids) for t in trajs for turn in t.turns]
-    per_turn = baselines.advantages(keys, [s.reward for s in samples], fallback=[s.role for s in samples])
-    baselines.advantages([t.role for t in trajs], [t.reward for t in trajs])  # the fallbacks learn too
-    for s, a in zip(samples, per_turn):
-        s.advantage = float(a)
-    return samples
+def gnugo_metrics(cfg, game, engine, tok, sampling, step):
+    """Win rate against GnuGo (``gnugo_level`` > 0, Go only, gnugo installed); the engine
+    process lives only for this evaluation."""
+    if cfg.gnugo_level <= 0 or not plays_gtp(game) or find_gnugo() is None:
+        return {}
+    with game_gnugo_player(game, cfg.gnugo_level) as gnugo:
+        wr = game_metrics.win_rates(engine, tok, game, BotPlayer(gnugo, gnugo.name), cfg.gnugo_games, sampling,
+                                    seed=step)
+    key = f"{game.name}/win_vs_gnugo_l{cfg.gnugo_level}"
+    return {key: wr["win"], f"{key}_ci_low": wr["win_ci"][0], f"{key}_ci_high": wr["win_ci"][1]}
 
 
 def make_averages(cfg, games):
@@ -298,7 +356,10 @@ def main(argv=None):
     out_dir = Path(cfg.output_dir)
     lock_output_dir(out_dir)
     games = make_games(cfg.games)
+    if cfg.gnugo_level > 0 and any(plays_gtp(g) for g in games) and find_gnugo() is None:
+        acc.print("gnugo_level is set but gnugo is not installed (apt-get install gnugo): no GnuGo games")
     check_beta(cfg.beta, games)
+    check_shaping(cfg, games)
     plan = episode_games(games, cfg.game_weights, cfg.episodes_per_step)  # the same every step
     positions = eval_positions(cfg, games)  # computed once, reused by every evaluation
     model, tok = load_policy(cfg, device=str(acc.device))
@@ -353,8 +414,7 @@ def main(argv=None):
             finished = list(play_episodes(episodes, sampling, concurrency=cfg.concurrency, retries=cfg.retries,
                                  max_turns=cfg.max_turns, stats=stats))
         trajs = [t for f in finished for t in f.trajectories]
-        # 5: advantages
-        samples = turn_samples(cfg, baselines, trajs)
+        samples = training_samples(cfg, finished, baselines)  # 5: advantages
         # 6: update; the engine serves the same (updated) weights next step
         metrics = trainer.step(samples)
         # staleness: trainer vs engine log-probs of the sampled tokens (warning / strict_sync error)

@@ -30,19 +30,19 @@ def _traj(reward, prompts):
     return Trajectory("g", 0, [Turn(list(p), [5], [-0.1]) for p in prompts], reward)
 
 
-def test_turn_samples_per_role_and_per_observation():
+def test_turn_advantages_per_role_and_per_observation():
     recipe = load_recipe("selfplay_games")
     trajs = [_traj(1.0, [[1], [2]]), _traj(-1.0, [[1], [3]])]
     role_cfg = recipe.SelfPlayConfig(baseline_key="role")
-    role = recipe.turn_samples(role_cfg, RoleBaselines(0.5), trajs)
-    assert [s.advantage for s in role] == [1.0, 1.0, -1.0, -1.0]  # one per trajectory, as SPIRAL's RAE
+    role = recipe.turn_advantages(role_cfg, RoleBaselines(0.5), trajs)
+    assert [role[id(t)] for t in trajs] == [[1.0, 1.0], [-1.0, -1.0]]  # one per trajectory, as SPIRAL's RAE
 
     obs_cfg = recipe.SelfPlayConfig(baseline_key="observation")
     b = RoleBaselines(0.5)
-    recipe.turn_samples(obs_cfg, b, trajs)
+    recipe.turn_advantages(obs_cfg, b, trajs)
     # prompt [1] saw returns 1 and -1 (EMA from 0: 0.5 then -0.25), prompt [2] saw 1, prompt [3] saw -1
-    again = recipe.turn_samples(obs_cfg, b, [_traj(1.0, [[1], [2]])])
-    assert [s.advantage for s in again] == pytest.approx([1.0 - (-0.25), 1.0 - 0.5])
+    t = _traj(1.0, [[1], [2]])
+    assert recipe.turn_advantages(obs_cfg, b, [t])[id(t)] == pytest.approx([1.0 - (-0.25), 1.0 - 0.5])
     assert b.values["g/p0/initial"] == pytest.approx(np.float64(0.375))  # the role baseline learns too
     with pytest.raises(ConfigError, match="baseline_key"):
         recipe.SelfPlayConfig(baseline_key="critic")

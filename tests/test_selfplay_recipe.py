@@ -157,3 +157,108 @@ def test_recipe_plays_go_by_name(model_dir, tmp_path):
                          checkpoint_every=0, league_add_every=0))
     final = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()][-1]
     assert "go9/win_vs_random" in final and not any("optimal" in k or "exploitability" in k for k in final)
+
+
+def _taboo_finished(game, target, utterances, seats=(0, 1), invalid_last=False):
+    """A Finished episode of Taboo played with the given utterances (mirror: both seats learn);
+    ``invalid_last``: the next seat then answered illegally and forfeits (zero-sum)."""
+    from lmselfplay.lm.rollout import Episode, Finished
+    from lmselfplay.lm.trajectory import Trajectory, Turn
+
+    state = game.state_for(target)
+    for u in utterances:
+        state = game.apply(state, u)
+    returns = game.returns(state)
+    if invalid_last:
+        returns = [1.0, -1.0] if len(utterances) % 2 else [-1.0, 1.0]
+    trajs = []
+    for seat in seats:
+        n = len(range(seat, len(utterances), 2)) + (invalid_last and seat == len(utterances) % 2)
+        turns = [Turn([1], [2], [0.0], invalid=invalid_last and k == n - 1 and seat == len(utterances) % 2)
+                 for k in range(n)]
+        trajs.append(Trajectory("taboo", seat, turns, returns[seat]))
+    return Finished(Episode(game, (None, None)), returns, trajs, state)
+
+
+def test_spag_shaping_weights_only_the_winners_turns():
+    """reward_shaping: spag gives each turn SPAG's weight (games.taboo.spag_state_weights) in
+    place of the baseline advantage; an illegal turn keeps its plain (negative) advantage."""
+    from types import SimpleNamespace
+
+    from lmselfplay.games.taboo import Taboo, spag_state_weights
+    from lmselfplay.rl.advantages import RoleBaselines
+
+    game = Taboo(words=["lemon", "whale"])
+    won_by_defender = _taboo_finished(game, "lemon", ["It is sour.", "Is it fruit?", "Yellow and sour.",
+                                                      "I know the word! It is lemon."])
+    won_by_attacker = _taboo_finished(game, "whale", ["A big animal.", "I think of a whale."])
+    finished = [won_by_defender, won_by_attacker]
+    recipe = _recipe()
+    cfg = SimpleNamespace(reward_shaping="spag", shaping_decay=0.8, illegal_penalty=0.0)
+    samples = recipe.training_samples(cfg, finished, RoleBaselines(0.9))
+    want = spag_state_weights([f.final_state for f in finished], 0.8)
+    got = [s.advantage for s in samples]
+    # per episode: the attacker's turns (seat 0), then the defender's (seat 1)
+    assert got == pytest.approx(want[0][0::2] + want[0][1::2] + want[1][0::2] + want[1][1::2])
+    assert got[:2] == [0.0, 0.0] and got[3] > 0  # the losing attacker: nothing; the guess: most
+    plain = recipe.training_samples(SimpleNamespace(reward_shaping="none", illegal_penalty=0.0), finished,
+                                     RoleBaselines(0.9))
+    assert [s.advantage for s in plain] != got
+    # an over-long answer: the forfeit turn keeps its plain advantage, the others are shaped
+    forfeit = _taboo_finished(game, "lemon", ["It is sour."], invalid_last=True)
+    adv = [s.advantage for s in recipe.training_samples(cfg, [forfeit], RoleBaselines(0.9))]
+    assert adv[-1] < 0
+
+
+def test_illegal_penalty_blames_the_illegal_answer_only():
+    """illegal_penalty > 0: the illegal turn gets -penalty, the seat's legal turns keep the
+    game's advantage (here a won game after a retry: positive)."""
+    from types import SimpleNamespace
+
+    from lmselfplay.lm.rollout import Episode, Finished
+    from lmselfplay.lm.trajectory import Trajectory, Turn
+    from lmselfplay.rl.advantages import RoleBaselines
+
+    turns = [Turn([1], [2], [0.0]), Turn([1], [3], [0.0], invalid=True), Turn([1], [4], [0.0])]
+    won = Finished(Episode(None, (None, None)), [1.0, -1.0], [Trajectory("nim", 0, turns, 1.0)], None)
+    cfg = SimpleNamespace(reward_shaping="none", illegal_penalty=0.5)
+    adv = [s.advantage for s in _recipe().training_samples(cfg, [won], RoleBaselines(0.9))]
+    assert adv[1] == -0.5 and adv[0] == adv[2] > 0
+    cfg.illegal_penalty = 0.0
+    assert [s.advantage for s in _recipe().training_samples(cfg, [won], RoleBaselines(0.9))] == [adv[0]] * 3
+
+
+def test_spag_shaping_needs_a_game_that_defines_it(model_dir, tmp_path):
+    from lmselfplay.utils.config import ConfigError
+
+    with pytest.raises(ConfigError, match="turn_weights"):
+        _recipe().main(_args(model_dir, tmp_path / "x", 1, reward_shaping="spag"))
+
+
+@pytest.mark.skipif(__import__("lmselfplay.games.gtp", fromlist=["find_gnugo"]).find_gnugo() is None,
+                    reason="gnugo is not installed (apt-get install gnugo)")
+def test_gnugo_evaluation_of_go_and_its_process_ends(model_dir):
+    """gnugo_level > 0: Go is also scored against GnuGo (a win rate with its interval), the
+    engine process is gone afterwards; other games and gnugo_level 0 get nothing."""
+    import os
+    from types import SimpleNamespace
+
+    from lmselfplay.games import make
+    from lmselfplay.lm.engines.base import SamplingParams
+    from lmselfplay.lm.engines.hf import HFEngine
+    from lmselfplay.lm.policy import load_policy
+
+    model, tok = load_policy(model_name_or_path=str(model_dir))
+    engine = HFEngine(model, tok)
+    go5 = make("go", size=5)
+    sampling = SamplingParams(max_new_tokens=4, temperature=1.0, seed=0)
+    cfg = SimpleNamespace(gnugo_level=1, gnugo_games=2)
+    before = set(os.listdir("/proc"))
+    got = _recipe().gnugo_metrics(cfg, go5, engine, tok, sampling, 0)
+    assert set(got) == {"go5/win_vs_gnugo_l1", "go5/win_vs_gnugo_l1_ci_low", "go5/win_vs_gnugo_l1_ci_high"}
+    assert 0 <= got["go5/win_vs_gnugo_l1_ci_low"] <= got["go5/win_vs_gnugo_l1"] <= got["go5/win_vs_gnugo_l1_ci_high"]
+    new = set(os.listdir("/proc")) - before
+    assert not any("gnugo" in open(f"/proc/{p}/cmdline").read() for p in new if p.isdigit()
+                   and os.path.exists(f"/proc/{p}/cmdline"))
+    assert _recipe().gnugo_metrics(SimpleNamespace(gnugo_level=0, gnugo_games=2), go5, engine, tok, sampling, 0) == {}
+    assert _recipe().gnugo_metrics(cfg, make("nim"), engine, tok, sampling, 0) == {}

@@ -65,9 +65,13 @@ class Trajectory:
         """Key for role-conditioned baselines: game x seat (x start condition)."""
         return f"{self.game}/p{self.seat}/{self.start}"
 
-    def samples(self, advantage: float) -> list[Sample]:
-        return [Sample(t.prompt_ids, t.completion_ids, t.logprobs, advantage, self.reward, self.role,
-                       self.game, self.policy_version) for t in self.turns]
+    def samples(self, advantage: float | list[float]) -> list[Sample]:
+        """One sample per turn: one advantage for all turns, or one per turn (shaped)."""
+        per_turn = advantage if isinstance(advantage, list) else [advantage] * len(self.turns)
+        if len(per_turn) != len(self.turns):
+            raise ValueError(f"{len(per_turn)} advantages for {len(self.turns)} turns")
+        return [Sample(t.prompt_ids, t.completion_ids, t.logprobs, float(a), self.reward, self.role,
+                       self.game, self.policy_version) for t, a in zip(self.turns, per_turn)]
 
 
 def merge_identical(samples: list[Sample]) -> list[Sample]:
