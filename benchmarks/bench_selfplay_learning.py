@@ -22,6 +22,11 @@ Variants (the first four add to the one before, as in the issue's probe):
            every 10 steps
   anneal   full with the KL to the initial policy annealed: beta 0.5 -> 0.05 (cosine)
   anneal_floor  the same, 0.5 -> 0.15
+  average  fixed + the average policy (games whose exact metric is exploitability): the
+           reach-weighted average of the policy every 5 steps, distilled into the model at the
+           end (100 supervised steps); printed: the average's exploitability (avg), the
+           distilled model's (dist), and the average of the iterates from step S on, for
+           every evaluated S (computed from the logged policies, no extra run)
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ VARIANTS = {
     "magnet": dict(ref_update_every=10),
     "anneal": dict(beta=0.5, beta_schedule="cosine", beta_final_ratio=0.1, ref_update_every=0),
     "anneal_floor": dict(beta=0.5, beta_schedule="cosine", beta_final_ratio=0.3, ref_update_every=0),
+    "average": dict(ref_update_every=0, average_policy="true", average_every=5, distill_steps=100),
 }
 # Per game: episodes per step (Kuhn hands are 1-3 short turns: cheap, and very noisy) and
 # the level that counts as "reached" (optimal-move prob >=, exploitability <=).
@@ -92,10 +98,40 @@ def summarize(rows, game, target):
     reached = [(s, w) for s, w, v in evals if (v <= target if lower else v >= target)]
     worst = [r.get(f"{game}/min_optimal_prob", float("nan")) for r in rows if key in r][-1]
     win = [r.get(f"{game}/win_vs_random", float("nan")) for r in rows if key in r]
-    return {"start": values[0], "final": values[-1], "best": min(values) if lower else max(values),
-            "step_hit": reached[0][0] if reached else float("nan"), "t_hit": reached[0][1] if reached else float("nan"),
-            "worst_pos": worst, "win_vs_random": win[-1], "entropy_end": ent[-1] if ent else float("nan"),
-            "wall": rows[-1]["wall_s"], "curve": [[s, w, v] for s, w, v in evals]}
+    out = {"start": values[0], "final": values[-1], "best": min(values) if lower else max(values),
+           "step_hit": reached[0][0] if reached else float("nan"), "t_hit": reached[0][1] if reached else float("nan"),
+           "worst_pos": worst, "win_vs_random": win[-1], "entropy_end": ent[-1] if ent else float("nan"),
+           "wall": rows[-1]["wall_s"], "curve": [[s, w, v] for s, w, v in evals]}
+    return {**out, **summarize_average(rows, game, target)}
+
+
+def summarize_average(rows, game, target):
+    """With the average policy on: its exploitability at each evaluation (``avg_curve``),
+    the distilled model's at the end, where the average first reached the target, and the
+    average of the iterates from step S to the end for every logged S (``avg_from``: would
+    leaving out the early iterates help?)."""
+    key = f"{game}/avg_exploitability"
+    curve = [[r["step"], r["wall_s"], r[key]] for r in rows if key in r]
+    if not curve:
+        return {}
+    from lmselfplay.games import make
+    from lmselfplay.games.exploitability import exploitability
+    from lmselfplay.rl.average_policy import AveragePolicy
+
+    iterates = [(r["step"], r[f"{game}/iterate_policy"]) for r in rows if f"{game}/iterate_policy" in r]
+    avg_from = {}
+    for start, _ in iterates:
+        avg = AveragePolicy(make(game))
+        for step, pol in iterates:
+            if step >= start:
+                avg.add(pol)
+        avg_from[start] = exploitability(avg.game, avg.policy())
+    hit = [(s, w) for s, w, v in curve if v <= target]
+    return {"avg_final": curve[-1][2], "avg_best": min(v for _, _, v in curve),
+            "avg_step_hit": hit[0][0] if hit else float("nan"), "avg_t_hit": hit[0][1] if hit else float("nan"),
+            "distilled": rows[-1].get(f"distilled/{game}/exploitability", float("nan")),
+            "distill_ce": rows[-1].get("distilled/target_ce", float("nan")),
+            "avg_curve": curve, "avg_from": avg_from, "iterates": iterates}
 
 
 def plot(table, game, path):
@@ -109,6 +145,9 @@ def plot(table, game, path):
         for r in runs:
             steps, _, values = zip(*r["curve"])
             ax.plot(steps, values, color=f"C{i}", alpha=0.8, label=f"{variant} seed {r['seed']}")
+            if r.get("avg_curve"):
+                steps, _, values = zip(*r["avg_curve"])
+                ax.plot(steps, values, color=f"C{i}", ls="--", alpha=0.8, label=f"{variant} seed {r['seed']}: average")
     ax.set_xlabel("self-play step")
     ax.set_ylabel(headline(game)[0])
     ax.legend(fontsize=7)
@@ -162,6 +201,12 @@ def main():
             print(f"{v:<10} {r['seed']:>4} {r['start']:6.3f} {r['final']:6.3f} {r['best']:6.3f} {r['step_hit']:8.0f} "
                   f"{r['t_hit']:8.0f} {r['entropy_end']:7.3f} {r['wall']:7.0f} {r['load_start']:4.1f}/{r['load_end']:<4.1f}"
                   f"  {curve}")
+            if r.get("avg_curve"):
+                curve = " ".join(f"{s}:{x:.3f}" for s, _, x in r["avg_curve"])
+                tail = " ".join(f"{s}:{x:.3f}" for s, x in r["avg_from"].items())
+                print(f"{'':<10} {'':>4} average: final {r['avg_final']:.3f} best {r['avg_best']:.3f} hit step "
+                      f"{r['avg_step_hit']:.0f} ({r['avg_t_hit']:.0f} s); distilled {r['distilled']:.3f} "
+                      f"(target CE {r['distill_ce']:.3f})  curve {curve}\n{'':<16}average from step S to the end: {tail}")
     path = save_results(name, {"game": args.game, "metric": key, "target": target, "seeds": args.seeds,
                                "steps": args.steps, "extra": extra, "per_seed": table})
     png = path.with_suffix(".png")

@@ -21,6 +21,10 @@ The algorithm, in order (every rank plays its own games; gradients are averaged)
         8. every eval_every steps: the exact metrics each game supports (optimal-move rates or
            exploitability; win rates vs its reference bots with 95% CIs), JSONL + PNG curves
         9. every checkpoint_every steps: atomic checkpoint (--resume continues from it)
+    with average_policy (games whose exact metric is exploitability): every average_every steps
+    the policy at every information set joins a reach-weighted running average (what fictitious
+    self-play drives to Nash while the last iterate cycles); its exploitability is reported at
+    every evaluation, and at the end distill_steps supervised steps distil it into the final model
 """
 
 from __future__ import annotations
@@ -50,7 +54,8 @@ from lmselfplay.lm.engines import (
 )
 from lmselfplay.lm.policy import PolicyConfig, frozen_policy, load_policy, policy_weights
 from lmselfplay.lm.rollout import Episode, LLMPlayer, RolloutStats, play_episodes
-from lmselfplay.rl.advantages import RoleBaselines
+from lmselfplay.rl.advantages import RoleBaselines, observation_key
+from lmselfplay.rl.average_policy import AverageConfig, AveragePolicy, averageable, distill_samples
 from lmselfplay.rl.league import League, LeagueConfig
 from lmselfplay.rl.trainer import (
     PolicyTrainer,
@@ -68,7 +73,7 @@ from lmselfplay.utils.run import RunConfig, lock_output_dir
 
 
 @dataclass
-class SelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig, EngineConfig, RunConfig):
+class SelfPlayConfig(TrainerConfig, AverageConfig, LeagueConfig, PolicyConfig, EngineConfig, RunConfig):
     games: str = field(default="nim,tictactoe,kuhn_poker", metadata={"help": "comma-separated registry names"})
     game_weights: str = field(default="", metadata={
         "help": "share of each step's episodes per game, e.g. 'kuhn_poker=4' (unlisted games weigh 1)"})
@@ -91,6 +96,11 @@ class SelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig, EngineConfig, Ru
     reset_fraction: float = field(default=0.0, metadata={"help": "games started from random legal positions"})
     reset_max_plies: int = field(default=6, metadata={"help": "random moves at most before a reset game starts"})
     baseline_decay: float = field(default=0.9, metadata={"help": "EMA decay of the role baselines (per game, seat, start)"})
+    baseline_key: str = field(default="role", metadata={
+        "help": "role: one EMA baseline per (game, seat, start), every turn of a game gets its return minus it "
+                "(SPIRAL's RAE); observation: one per (role, exact prompt), each turn gets its return minus the "
+                "mean return seen from that observation (a tabular critic: for small games; the role's baseline "
+                "until the observation has one)"})
     eval_every: int = field(default=10, metadata={"help": "steps between evaluations (0: only at the end)"})
     eval_suite: str = field(default="", metadata={
         "help": "a reasoning benchmark suite (e.g. 'tiny', 'default' or a YAML path) also run every eval_every steps"})
@@ -102,6 +112,11 @@ class SelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig, EngineConfig, Ru
     checkpoint_every: int = field(default=10, metadata={"help": "steps between checkpoints (0: none)"})
     output_dir: str = field(default="runs/selfplay_games", metadata={"help": "run folder: metrics, curves, checkpoints, final model"})
     resume: bool = field(default=False, metadata={"help": "continue from the latest checkpoint in output_dir"})
+
+    def __post_init__(self) -> None:
+        if self.baseline_key not in ("role", "observation"):
+            raise ConfigError(f"baseline_key must be 'role' or 'observation', got {self.baseline_key!r}")
+        super().__post_init__()
 
 
 def make_games(names: str):
@@ -157,6 +172,20 @@ def check_shaping(cfg, games):
         raise ConfigError(f"reward_shaping: spag shapes games with turn_weights (taboo); none in {cfg.games!r}")
 
 
+def turn_advantages(cfg, baselines, trajs):
+    """Each learner turn's return minus its baseline (``id(trajectory)`` -> one per turn): the
+    role's (game, seat, start) for every turn, or with ``baseline_key: observation`` the
+    baseline of the exact observation the turn answered (the role's until it has one)."""
+    if getattr(cfg, "baseline_key", "role") == "role":  # a partial config (tests) means the default
+        roles = baselines.advantages([t.role for t in trajs], [t.reward for t in trajs])
+        return {id(t): [float(a)] * len(t.turns) for t, a in zip(trajs, roles)}
+    keys = [observation_key(t.role, turn.prompt_ids) for t in trajs for turn in t.turns]
+    flat = iter(baselines.advantages(keys, [t.reward for t in trajs for _ in t.turns],
+                                     fallback=[t.role for t in trajs for _ in t.turns]))
+    baselines.advantages([t.role for t in trajs], [t.reward for t in trajs])  # the fallbacks learn too
+    return {id(t): [float(next(flat)) for _ in t.turns] for t in trajs}
+
+
 def training_samples(cfg, finished, baselines):
     """Step 5: advantages. Every learner turn gets its seat's return minus the role baseline;
     with ``reward_shaping: spag``, turns of games that define ``turn_weights`` get SPAG's
@@ -165,7 +194,7 @@ def training_samples(cfg, finished, baselines):
     advantage, so breaking the rules is still punished; with ``illegal_penalty`` > 0 every
     illegal answer's turn gets ``-illegal_penalty`` instead."""
     trajs = [t for f in finished for t in f.trajectories]
-    adv = dict(zip(map(id, trajs), baselines.advantages([t.role for t in trajs], [t.reward for t in trajs])))
+    adv = turn_advantages(cfg, baselines, trajs)
     shaped: dict[int, list[float]] = {}
     if cfg.reward_shaping == "spag":
         kinds: dict[str, list] = {}
@@ -177,10 +206,10 @@ def training_samples(cfg, finished, baselines):
             for f, w in zip(group, weights):
                 for t in f.trajectories:
                     mine = iter(w[t.seat::2])
-                    shaped[id(t)] = [adv[id(t)] if turn.invalid else next(mine, adv[id(t)]) for turn in t.turns]
+                    shaped[id(t)] = [a if turn.invalid else next(mine, a) for turn, a in zip(t.turns, adv[id(t)])]
     if cfg.illegal_penalty > 0:
         for t in trajs:
-            per_turn = shaped.get(id(t), [adv[id(t)]] * len(t.turns))
+            per_turn = shaped.get(id(t), adv[id(t)])
             shaped[id(t)] = [-cfg.illegal_penalty if turn.invalid else a for turn, a in zip(t.turns, per_turn)]
     return [s for t in trajs for s in t.samples(shaped.get(id(t), adv[id(t)]))]
 
@@ -274,6 +303,48 @@ def gnugo_metrics(cfg, game, engine, tok, sampling, step):
     return {key: wr["win"], f"{key}_ci_low": wr["win_ci"][0], f"{key}_ci_high": wr["win_ci"][1]}
 
 
+def make_averages(cfg, games):
+    """One running average policy per game that supports it (``average_policy``), else none."""
+    if not cfg.average_policy:
+        return {}
+    avg = {g.name: AveragePolicy(g) for g in games if averageable(g)}
+    if not avg:
+        raise ConfigError("average_policy needs a game whose exact_metric is 'exploitability' "
+                          f"(games: {[g.name for g in games]})")
+    return avg
+
+
+def fold_averages(cfg, averages, engine, tok, step):
+    """Read the current policy off every information set and fold it into each game's
+    average (weight per ``average_weighting``); returns the policies read (for the log)."""
+    out = {}
+    for name, avg in averages.items():
+        out[name] = game_metrics.tabular_policy(engine, tok, avg.game)
+        avg.add(out[name], cfg.weight_at(step))
+    return out
+
+
+def average_metrics(averages):
+    """``game/avg_exploitability`` of each non-empty average."""
+    from lmselfplay.games.exploitability import exploitability
+
+    return {f"{name}/avg_exploitability": exploitability(avg.game, avg.policy())
+            for name, avg in averages.items() if avg.count}
+
+
+def distill_averages(trainer, averages, tok, steps, logger=None):
+    """``steps`` trainer steps of pure target cross-entropy toward every average policy
+    (no completion tokens: no policy-gradient or KL term); the last step's metrics. The
+    cross-entropy of every 10th step goes to the log as ``distill/target_ce``."""
+    samples = [s for avg in averages.values() for s in distill_samples(avg.game, tok, avg.policy())]
+    metrics = {}
+    for i in tqdm(range(steps), desc="distil average", disable=not trainer.accelerator.is_main_process):
+        metrics = trainer.step(samples)
+        if logger is not None and (i % 10 == 0 or i == steps - 1):
+            logger.log(trainer.step_count, {"distill/step": i + 1, "distill/target_ce": metrics["target_ce"]})
+    return metrics
+
+
 def snapshot_engines(trainer, tok):
     """The league's engine factory: a frozen HF engine serving a snapshot's weights."""
     return lambda weights, version: HFEngine(frozen_policy(trainer.unwrapped, weights), tok, version=version)
@@ -299,12 +370,15 @@ def main(argv=None):
     engine = make_engine(cfg, trainer.unwrapped, tok)  # cfg.engine: hf | vllm | vllm-server
     detector = StalenessDetector.from_config(cfg)
     baselines, league = RoleBaselines(cfg.baseline_decay), League(cfg, snapshot_engines(trainer, tok))
+    averages = make_averages(cfg, games)
     start_step = 0
     ckpt = resume_checkpoint(cfg)
     if ckpt is not None:
         extra = trainer.load_checkpoint(ckpt)
         baselines.load_state_dict(extra["baselines"])
         league.load_state_dict(extra["league"])
+        for name, state in extra.get("averages", {}).items():
+            averages[name].load_state_dict(state)
         start_step = trainer.step_count
         acc.print(f"resumed from {ckpt} at step {start_step}")
     elif cfg.resume:
@@ -318,10 +392,15 @@ def main(argv=None):
                disable=not acc.is_main_process)
     for step in bar:
         resumed_here = ckpt is not None and step == start_step  # evaluated before the kill
+        if averages and cfg.averaged_at(step):  # the checkpoint holds the averages up to step - 1
+            with trainer.serving(engine):
+                read = fold_averages(cfg, averages, engine, tok, step)
+            if acc.is_main_process:
+                logger.log(step, {f"{name}/iterate_policy": pol for name, pol in read.items()})
         if cfg.eval_every and step % cfg.eval_every == 0 and not resumed_here:
             # every rank evaluates in step (under ZeRO-3 any forward may need all ranks); rank 0 logs
             with trainer.serving(engine):
-                result = evaluate(cfg, games, positions, engine, tok, step)
+                result = {**evaluate(cfg, games, positions, engine, tok, step), **average_metrics(averages)}
                 if acc.is_main_process:  # whole weights are served: no collective inside
                     eval_callback(step, engine, tok, cfg.eval_suite, cfg.eval_every, logger)
             if acc.is_main_process:
@@ -352,15 +431,25 @@ def main(argv=None):
                "rollout/selfplay_first_seat_win_rate":
                    float(np.mean([f.returns[0] > 0 for f in mirror])) if mirror else float("nan"),
                "rollout/tokens": stats.generated_tokens, "league/size": len(league.ring), **sync,
-               **{f"baseline/{k}": v for k, v in baselines.values.items()}, "wall_s": time.time() - t0}
+               **{f"baseline/{k}": v for k, v in baselines.values.items() if "|" not in k},  # roles only
+               "wall_s": time.time() - t0}
         if acc.is_main_process:
             logger.log(step + 1, row)
             bar.set_postfix(loss=f"{metrics.get('loss', 0):.3f}", invalid=f"{row['rollout/invalid_rate']:.2f}")
         # 9: checkpoint
         if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
-            trainer.save_checkpoint(out_dir, {"baselines": baselines.state_dict(), "league": league.state_dict()})
+            trainer.save_checkpoint(out_dir, {"baselines": baselines.state_dict(), "league": league.state_dict(),
+                                              "averages": {k: a.state_dict() for k, a in averages.items()}})
     with trainer.serving(engine):  # every rank evaluates in step (ZeRO-3), rank 0 reports
-        final = evaluate(cfg, games, positions, engine, tok, cfg.max_steps)
+        if averages and cfg.averaged_at(cfg.max_steps):
+            fold_averages(cfg, averages, engine, tok, cfg.max_steps)
+        final = {**evaluate(cfg, games, positions, engine, tok, cfg.max_steps), **average_metrics(averages)}
+    if averages and cfg.distill_steps:  # the final model becomes the average policy
+        distilled = distill_averages(trainer, averages, tok, cfg.distill_steps, logger)
+        with trainer.serving(engine):
+            final.update({f"distilled/{k}": v for k, v in
+                          evaluate(cfg, games, positions, engine, tok, cfg.max_steps).items()})
+        final["distilled/target_ce"] = distilled.get("target_ce", float("nan"))
     state = acc.get_state_dict(trainer.model)  # every rank: gathers ZeRO-3 shards
     if acc.is_main_process:
         logger.log(cfg.max_steps, {**final, "wall_s": time.time() - t0})
@@ -381,6 +470,7 @@ def main(argv=None):
 
 def _plot(logger, games):
     keys = [f"{g.name}/{k}" for g in games for k in game_metrics.headline_metrics(g)]
+    keys += [f"{g.name}/avg_exploitability" for g in games if averageable(g)]
     keys += ["train/entropy", "rollout/invalid_rate", "rollout/selfplay_first_seat_win_rate"]
     return logger.plot(keys, "curves.png", title="self-play on text games")
 

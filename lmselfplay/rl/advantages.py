@@ -2,7 +2,8 @@
 
 * :class:`RoleBaselines` — SPIRAL's role-conditioned advantage estimation (RAE): one EMA
   baseline per role key (game x seat x start condition); the advantage uses the baseline
-  as it was *before* this batch, then the baseline absorbs the batch's returns.
+  as it was *before* this batch, then the baseline absorbs the batch's returns; with
+  :func:`observation_key` keys, one per (role, observation): a tabular critic for small games;
 * :func:`group_advantages` — GRPO: return minus the mean of its group (optionally / std).
 * :func:`task_type_advantages` — Absolute Zero's TRR++: normalize within each
   (task type, role) bucket of the batch.
@@ -24,11 +25,16 @@ class RoleBaselines:
         self.decay = decay
         self.values: dict[str, float] = {}
 
-    def advantages(self, roles: Sequence[str], returns: Sequence[float]) -> np.ndarray:
-        """A_i = R_i - b[role_i] with b read before the update; then update b."""
-        adv = np.array([r - self.values.get(k, 0.0) for k, r in zip(roles, returns)], dtype=float)
-        for k, r in zip(roles, returns):
-            b = self.values.get(k, 0.0)
+    def advantages(self, roles: Sequence[str], returns: Sequence[float],
+                   fallback: Sequence[str] | None = None) -> np.ndarray:
+        """A_i = R_i - b[role_i] with b read before the update; then update b. A key with
+        no baseline yet reads ``fallback[i]``'s (0 when that has none either) and starts
+        its EMA from it."""
+        fallback = fallback if fallback is not None else [""] * len(roles)
+        adv = np.array([r - self.values.get(k, self.values.get(f, 0.0)) for k, r, f in zip(roles, returns, fallback)],
+                       dtype=float)
+        for k, r, f in zip(roles, returns, fallback):
+            b = self.values.get(k, self.values.get(f, 0.0))
             self.values[k] = self.decay * b + (1.0 - self.decay) * float(r)
         return adv
 
@@ -38,6 +44,13 @@ class RoleBaselines:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.decay = float(state["decay"])
         self.values = {k: float(v) for k, v in state["values"].items()}
+
+
+def observation_key(role: str, prompt_ids: Sequence[int]) -> str:
+    """The baseline key of one turn: its role and a digest of the exact prompt it saw."""
+    import hashlib
+
+    return f"{role}|{hashlib.sha1(np.asarray(prompt_ids, dtype=np.int64).tobytes()).hexdigest()[:16]}"
 
 
 def group_advantages(rewards: np.ndarray, normalize_std: bool = True, eps: float = 1e-6) -> np.ndarray:

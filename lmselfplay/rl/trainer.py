@@ -204,7 +204,7 @@ def collate(samples: list[Sample], pad_id: int, device: torch.device,
         a, b = len(s.prompt_ids) - 1, len(s.prompt_ids) + len(s.completion_ids) - 1
         mask[r, a:b] = 1.0
         old[r, a:b] = torch.tensor(s.behaviour_logprobs[: b - a], dtype=torch.float)
-        if ref is not None:
+        if ref is not None and b > a:  # pure-target samples have no completion tokens (no reference)
             ref_lp[r, a:b] = torch.tensor(ref[id(s)], dtype=torch.float)
         adv[r] = s.advantage / s.weight  # merged samples: mean advantage, counted `weight` times
         weight[r] = s.weight
@@ -404,7 +404,8 @@ class PolicyTrainer:
         total_tokens = sum(len(s.completion_ids) * s.weight for s in samples)
         stats: dict[str, list[float]] = {k: [] for k in ("loss", "pg_loss", "kl", "entropy", "clip_frac",
                                                          "ratio", "grad_norm", "logprob_diff", "target_ce")}
-        ref = self._ref_logprobs(samples) if self.kl_on and samples else None
+        scored = [s for s in samples if s.completion_ids]  # pure-target samples have no tokens to score
+        ref = self._ref_logprobs(scored) if self.kl_on and scored else None
         self._target_total = sum(s.weight for s in samples if s.target is not None)
         self.model.train()
         for it in range(cfg.num_iterations):
@@ -437,6 +438,12 @@ class PolicyTrainer:
             ids = torch.full((1, 2), self.pad_id, dtype=torch.long, device=acc.device)
             logits = self.model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
             return logits.sum() * 0.0, {}
+        if self.deepspeed_stage != 3 and not any(s.completion_ids for s in mb) and any(s.target for s in mb):
+            # only supervised targets (distillation): no policy tokens, so no policy-gradient forward.
+            # Under ZeRO-3 every rank must make the same forwards, so the (zero) forward stays
+            target_loss, target_ce = self._target_loss(mb)
+            loss = cfg.target_coef * target_loss * cfg.gradient_accumulation_steps
+            return loss, ({"target_ce": target_ce} if target_ce is not None else {})
         b = collate(mb, self.pad_id, acc.device, ref)
         need_entropy = cfg.entropy_coef > 0
         logits = self.model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
