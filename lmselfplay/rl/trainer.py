@@ -439,9 +439,12 @@ class PolicyTrainer:
             logits = self.model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
             return logits.sum() * 0.0, {}
         if self.deepspeed_stage != 3 and not any(s.completion_ids for s in mb) and any(s.target for s in mb):
-            # only supervised targets (distillation): no policy tokens, so no policy-gradient forward.
-            # Under ZeRO-3 every rank must make the same forwards, so the (zero) forward stays
-            target_loss, target_ce = self._target_loss(mb)
+            # only supervised targets (distillation): one forward for the targets, no log-probs,
+            # reference or policy-gradient terms. Under ZeRO-3 every rank must make the same
+            # forwards whatever its samples, so there the general path below runs instead
+            b = collate(mb, self.pad_id, acc.device, None)
+            logits = self.model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
+            target_loss, target_ce = self._target_loss(mb, logits)
             loss = cfg.target_coef * target_loss * cfg.gradient_accumulation_steps
             return loss, ({"target_ce": target_ce} if target_ce is not None else {})
         b = collate(mb, self.pad_id, acc.device, ref)
