@@ -81,7 +81,7 @@ def main() -> None:
     rand = lambda s: rng.choice(game.legal_actions(s))  # noqa: E731
     result = {"checkpoint": str(ckpt), "game": cfg.game, "results": {}}
     for k in args.budgets:
-        agent = net_agent(face, net, k, cfg.c_puct)
+        agent = net_agent(face, net, k, cfg.c_puct, recipe.fpu(cfg))
         me = lambda s, agent=agent: agent([face.position(s)])[0]  # noqa: E731
         row = {"random": series(face, me, rand, openings(args.random_games))}
         for level in args.levels:
