@@ -65,6 +65,9 @@ class AlphaZeroConfig(RunConfig):
     output_dir: str = field(default="runs/alphazero", metadata={"help": "run folder: metrics, curves, checkpoints"})
     seed: int = field(default=0, metadata={"help": "seed of self-play, search noise and training"})
     iterations: int = field(default=10, metadata={"help": "rounds of self-play + training"})
+    max_minutes: float = field(default=0.0, metadata={
+        "help": "stop after the round in which this process's wall time passes this many "
+                "minutes (evaluated and saved); 0 = run all iterations"})
     games_per_iteration: int = field(default=128, metadata={"help": "self-play games per round (played as one batch)"})
     n_sims: int = field(default=32, metadata={"help": "PUCT simulations per move"})
     c_puct: float = field(default=1.5, metadata={"help": "PUCT exploration constant"})
@@ -132,6 +135,8 @@ class AlphaZeroConfig(RunConfig):
                 raise ConfigError(f"{name} must be in [0, 1], got {getattr(self, name)}")
         if self.network not in ("mlp", "conv"):
             raise ConfigError(f"network must be mlp or conv, got {self.network!r}")
+        if self.max_minutes < 0:
+            raise ConfigError(f"max_minutes must be >= 0, got {self.max_minutes}")
         if self.score_scale <= 0:
             raise ConfigError(f"score_scale must be > 0, got {self.score_scale}")
         if any(b < 0 for b in self.eval_budgets):
@@ -277,6 +282,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                            resume_step=start - 1 if last is not None else None)
     (out / "config.json").write_text(json.dumps(to_dict(cfg), indent=1))
     metrics: dict[str, Any] = {}
+    started = time.time()
     for it in tqdm(range(start, cfg.iterations + 1), desc="alphazero", disable=not cfg.progress,
                    initial=start - 1, total=cfg.iterations):
         t0 = time.time()
@@ -298,7 +304,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if it % cfg.bank_every == 0:
             bank = (bank + [snapshot(net)])[-cfg.bank_size:]
         metrics["bank/size"] = len(bank)
-        if it % cfg.eval_every == 0 or it == cfg.iterations:
+        out_of_time = cfg.max_minutes > 0 and time.time() - started >= 60 * cfg.max_minutes
+        last = it == cfg.iterations or out_of_time
+        if it % cfg.eval_every == 0 or last:
             metrics.update(strength(face, net, cfg.eval_budgets, cfg.eval_games, seed=it,
                                     c_puct=cfg.c_puct, exact=exact, fpu_reduction=fpu(cfg)))
             if exact:
@@ -312,12 +320,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 metrics["eval/winrate_vs_previous"] = row[-1]
         metrics["time/iteration_s"] = time.time() - t0
         logger.log(it, metrics)
-        if it % cfg.save_every == 0 or it == cfg.iterations:
+        if it % cfg.save_every == 0 or last:
             save(cfg, it, {"iteration": it, "net": net.state_dict(), "opt": opt.state_dict(),
                            "replay": [dataclasses.asdict(r) for r in replay], "bank": bank,
                            "history": history, "matrix": matrix, "best": best,
                            "rng": rng.getstate(), "np_rng": np_rng.bit_generator.state,
                            "torch_rng": torch.get_rng_state(), "config": to_dict(cfg)})
+        if out_of_time:
+            print(f"max_minutes={cfg.max_minutes:g} reached after iteration {it}", file=sys.stderr)
+            break
     keys = sorted({k for r in logger.rows() for k in r if k.startswith(("eval/sims", "train/"))
                    and not k.endswith("_losses")})
     logger.plot(keys, "curves.png", title=f"AlphaZero on {cfg.game}")

@@ -177,3 +177,15 @@ def test_pruned_roots_never_pass_while_behind_in_self_play():
             margin = g.score_margins(s)[0 if black else 1]
             bad += bool(pi[g.pass_action] > 0 and margin < 0 and not passed and legal.sum() > 1)
         assert (bad > 0) == expect_bad
+
+
+def test_max_minutes_stops_after_the_round_that_passes_it(tmp_path):
+    """A wall-time limit ends the run early, with that round evaluated and checkpointed."""
+    recipe = load_recipe("alphazero")
+    metrics = recipe.main(FAST + ["--iterations", "5", "--eval_every", "10", "--max_minutes",
+                                  "0.000001", "--output_dir", str(tmp_path)])
+    rows = read_jsonl(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1] and "eval/sims0_vs_random" in metrics
+    assert (tmp_path / "checkpoint-1" / "state.pt").exists()
+    with pytest.raises(ConfigError, match="max_minutes"):
+        parse_config(recipe.AlphaZeroConfig, ["--max_minutes", "-1"])
