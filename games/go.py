@@ -326,18 +326,18 @@ class Go:
         return black, white, open_points
 
     def selfplay_actions(self, s: GoState) -> list[int]:
-        """The legal actions worth searching in self-play. A pass that does not answer the
-        opponent's pass only offers the opponent the end of the game with the board as it
-        stands; keep it only when that board is settled (every empty point is one colour's
-        territory: no dame, no stone left inside the other's area) and the mover is ahead
-        on it. Otherwise the opponent plays on (a random player always does) with a free
-        move, or an invader stays standing. A pass that answers a pass ends the game, and
-        the search sees the exact result. Evaluation and GTP play keep every legal move."""
+        """The legal actions worth searching in self-play: a pass only while the mover is
+        ahead on the board as it stands, and, unless it answers the opponent's pass (then
+        it ends the game, a win), only on a settled board (every empty point is one colour's
+        territory: no dame, no stone left inside the other's area). A pass while behind
+        loses on the spot if the opponent passes too; a first pass on an unsettled board
+        gives an opponent who plays on (a random player does) a free move or leaves an
+        invader standing. Evaluation and GTP play keep every legal move."""
         legal = self.legal_actions(s)
-        if s.passes == 0 and len(legal) > 1:
+        if len(legal) > 1:
             black, white, open_points = self._areas(s.board)
             margin = (black - white - self.komi) * (1 if s.to_play == 0 else -1)
-            if open_points or margin < 0:
+            if margin < 0 or (open_points and s.passes == 0):
                 legal = legal[:-1]
         return legal
 

@@ -128,6 +128,8 @@ def test_score_weight_needs_a_game_with_margins(tmp_path):
 
 
 def test_selfplay_actions_drop_only_a_pass_that_hands_over_the_win():
+    """A pass while behind (even answering a pass: the net learned to end games it was
+    losing whenever a random opponent passed) or a first pass on an unsettled board."""
     g = Go(9)
     s = g.new_initial_state()  # Black is behind by komi on the empty board
     assert g.pass_action not in g.selfplay_actions(s)
@@ -140,8 +142,14 @@ def test_selfplay_actions_drop_only_a_pass_that_hands_over_the_win():
     assert g.selfplay_actions(black_ahead) == g.legal_actions(black_ahead)
     white_behind = g.from_rows(walls, to_play=1)
     assert g.selfplay_actions(white_behind) == g.legal_actions(white_behind)[:-1]
-    after_black_pass = g.apply(black_ahead, g.pass_action)  # White may end it (and lose)
-    assert g.pass_action in g.selfplay_actions(after_black_pass)
+    after_black_pass = g.apply(black_ahead, g.pass_action)  # White, behind, plays on
+    assert g.pass_action not in g.selfplay_actions(after_black_pass)
+    after_white_pass = g.apply(white_behind, g.pass_action)  # Black, ahead, may end it
+    assert g.pass_action in g.selfplay_actions(after_white_pass)
+    dame_rows = ["...O.X..."] + ["...OXX..."] * 8  # E9 touches both colours: unsettled
+    white_passed = g.apply(g.from_rows(dame_rows, to_play=1), g.pass_action)
+    assert g.score_margins(white_passed)[0] == 0.5  # Black, ahead, may end the game
+    assert g.pass_action in g.selfplay_actions(white_passed)
     invaded = g.from_rows(["...OX.O.."] + walls[1:], to_play=0)  # an O stone in Black's area
     assert g.score_margins(invaded)[0] == -35.5  # as it stands, E-J is nobody's
     assert g.pass_action not in g.selfplay_actions(invaded)
