@@ -56,13 +56,15 @@ def play_all(face, me, opponent, starts, me_black: bool) -> list[float]:
 
 def series(face, me, opponent, openings) -> dict[str, float]:
     """``me`` against ``opponent`` from every opening, once as each colour."""
-    wins = 0
+    by_colour = {}
     for me_black in (True, False):
-        for r in play_all(face, me, opponent, openings, me_black):
-            wins += (r > 0) == me_black
+        returns = play_all(face, me, opponent, openings, me_black)
+        by_colour["wins_as_black" if me_black else "wins_as_white"] = sum(
+            (r > 0) == me_black for r in returns)
+    wins = sum(by_colour.values())
     n = 2 * len(openings)
     lo, hi = wilson(wins, n)
-    return {"games": n, "wins": wins, "win_rate": wins / n, "ci95": [lo, hi]}
+    return {"games": n, "wins": wins, "win_rate": wins / n, "ci95": [lo, hi], **by_colour}
 
 
 def main() -> None:

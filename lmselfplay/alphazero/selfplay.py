@@ -44,8 +44,9 @@ class SelfPlaySettings:
     score_weight: float = 0.0
     score_scale: float = 10.0
     fpu_reduction: float | None = None  # first-play urgency (see mcts.puct_scores)
-    # The learner's root searches only the game's ``selfplay_actions(state)`` (Go: no pass
-    # that hands a winning pass to the opponent); deeper nodes and evaluation keep every move.
+    # Every self-play root (learner and bank) searches only the game's
+    # ``selfplay_actions(state)`` (Go: no pass that hands over the game); deeper nodes and
+    # evaluation keep every move.
     prune_root: bool = False
 
 
@@ -96,7 +97,7 @@ def alpha_for(face: Any, game: Any, n_games: int = 20, seed: int = 0) -> float:
 
 def _prune(search: BatchedMCTS, face: Any, trees: Any, positions: list[Any],
            settings: SelfPlaySettings) -> None:
-    """Restrict the learner's roots to the game's ``selfplay_actions`` (``prune_root``)."""
+    """Restrict search roots to the game's ``selfplay_actions`` (``prune_root``)."""
     if not settings.prune_root or not positions:
         return
     masks = np.zeros((len(positions), face.n_actions), dtype=bool)
@@ -167,8 +168,9 @@ def play_games(face: Any, net: PolicyValueNet, n_games: int, settings: SelfPlayS
                                      capacity=len(idx) * (settings.n_sims + 1),
                                      fpu_reduction=settings.fpu_reduction)
                 search.set_roots([games[i].pos for i in idx])
-                if who == 0:
-                    _prune(search, face, range(len(idx)), [games[i].pos for i in idx], settings)
+                # Bank members' roots too: a frozen net that passes anywhere would teach the
+                # learner to answer any pass with a pass, a few points behind or not.
+                _prune(search, face, range(len(idx)), [games[i].pos for i in idx], settings)
                 N, _ = search.search(settings.n_sims, seeds)
             for row, i in enumerate(idx):
                 g = games[i]
