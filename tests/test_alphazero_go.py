@@ -197,3 +197,33 @@ def test_max_minutes_stops_after_the_round_that_passes_it(tmp_path):
     assert (tmp_path / "checkpoint-1" / "state.pt").exists()
     with pytest.raises(ConfigError, match="max_minutes"):
         parse_config(recipe.AlphaZeroConfig, ["--max_minutes", "-1"])
+
+
+def _position_from_planes(g: Go, x: np.ndarray, to_play: int):
+    """The board of planes 0/1 (mover's, opponent's stones) with ``to_play`` to move."""
+    black_moves = x[9, 0, 0] == 1
+    mine, theirs = (1, 2) if black_moves else (2, 1)
+    board = np.where(x[0] == 1, mine, np.where(x[1] == 1, theirs, 0))
+    return g.from_rows(["".join(".XO"[v] for v in row) for row in board[::-1]], to_play)
+
+
+@pytest.mark.parametrize("prune", [False, True])
+def test_bank_opponents_pass_only_where_self_play_may(prune):
+    """Games against a frozen bank network: with prune_root its roots are pruned like the
+    learner's, so every pass the learner sees was allowed by selfplay_actions (else the
+    learner learns to answer any pass with a pass)."""
+    from lmselfplay.alphazero.adapter import CachedGame, SearchGame
+    from lmselfplay.alphazero.selfplay import SelfPlaySettings, play_games
+
+    g = Go(5)
+    face = CachedGame(SearchGame(g))
+    torch.manual_seed(0)
+    x = g.encode(g.new_initial_state())
+    net = ConvPolicyValueNet(x.shape, g.n_actions, channels=8, blocks=1).eval()
+    settings = SelfPlaySettings(n_sims=4, dirichlet_alpha=0.5, temperature_moves=50,
+                                prune_root=prune)
+    samples, _ = play_games(face, net, 8, settings, random.Random(2), [net], bank_fraction=1.0)
+    seen = [_position_from_planes(g, xi, 1 if xi[9, 0, 0] == 1 else 0)  # the opponent to move
+            for xi in samples.x if xi[8, 0, 0] == 1]
+    disallowed = [s for s in seen if g.pass_action not in g.selfplay_actions(s)]
+    assert seen and (len(disallowed) > 0) == (not prune)
