@@ -7,8 +7,10 @@ Loads the newest checkpoint of an ``recipes/alphazero.py`` run. For each search 
 (0 = the raw policy's argmax; otherwise greedy root visits, no root noise) it plays
 ``--games`` games against GnuGo at each level and ``--random_games`` against a uniform
 random player, half as Black and half as White, from fixed openings (``--opening_plies``
-random moves drawn from seeds 0, 1, ...; the same openings for every budget). Prints win
-rates with 95% Wilson intervals and writes benchmarks/results/alphazero_go_vs_gnugo.json.
+random moves drawn from seeds 0, 1, ...; the same openings for every budget). The games of
+one series advance together, so the network searches them in one batch (one GnuGo process
+per game). Prints win rates with 95% Wilson intervals and writes
+benchmarks/results/alphazero_go_vs_gnugo.json.
 A draw is impossible (half-point komi).
 """
 
@@ -17,10 +19,11 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 
 from lmselfplay.alphazero.evaluate import net_agent
 from lmselfplay.eval.stats import wilson
@@ -31,25 +34,37 @@ from lmselfplay.utils.config import parse_config
 from lmselfplay.utils.recipe_loader import load_recipe
 
 
-def play_one(face, start, seats) -> float:
-    """Black's return; ``seats[p](state) -> action``."""
-    s = start
-    while not face.game.is_terminal(s):
-        s = face.game.apply(s, seats[face.game.current_player(s)](s))
-    return face.game.returns(s)[0]
+def play_all(face, me, opponent, starts, me_black: bool) -> list[float]:
+    """One game from each start, all advancing together so that ``me`` (a batched agent:
+    positions -> actions) searches every game's position in one batch; ``opponent(i,
+    state) -> action`` moves in game i. Returns Black's return per game."""
+    pos = [face.position(s) for s in starts]
+    result: list[float | None] = [None] * len(starts)
+    while True:
+        live = [i for i, r in enumerate(result) if r is None]
+        if not live:
+            return [float(r) for r in result]
+        mine = [i for i in live if (pos[i].player == 0) == me_black]
+        for i, a in zip(mine, me([pos[i] for i in mine]) if mine else []):
+            pos[i] = face.next_state(pos[i], a)
+        for i in live:
+            if i not in mine:
+                pos[i] = face.next_state(pos[i], opponent(i, pos[i].state))
+            if face.terminal_value(pos[i]) is not None:
+                result[i] = face.game.returns(pos[i].state)[0]
 
 
 def series(face, me, opponent, openings) -> dict[str, float]:
     """``me`` against ``opponent`` from every opening, once as each colour."""
-    wins = 0
-    for i, start in enumerate(tqdm(openings * 2, leave=False)):
-        black_is_me = i < len(openings)
-        seats = (me, opponent) if black_is_me else (opponent, me)
-        r = play_one(face, start, seats)
-        wins += (r > 0) == black_is_me
+    by_colour = {}
+    for me_black in (True, False):
+        returns = play_all(face, me, opponent, openings, me_black)
+        by_colour["wins_as_black" if me_black else "wins_as_white"] = sum(
+            (r > 0) == me_black for r in returns)
+    wins = sum(by_colour.values())
     n = 2 * len(openings)
     lo, hi = wilson(wins, n)
-    return {"games": n, "wins": wins, "win_rate": wins / n, "ci95": [lo, hi]}
+    return {"games": n, "wins": wins, "win_rate": wins / n, "ci95": [lo, hi], **by_colour}
 
 
 def main() -> None:
@@ -70,7 +85,9 @@ def main() -> None:
         raise SystemExit(f"no checkpoint in {args.run}")
     cfg = parse_config(recipe.AlphaZeroConfig, ["--config", str(ckpt / "config.json")])
     game, face, net = recipe.build(cfg)
-    net.load_state_dict(torch.load(ckpt / "state.pt", weights_only=False)["net"])
+    saved = torch.load(ckpt / "state.pt", weights_only=False)
+    net.load_state_dict(saved["net"])
+    iteration = saved["iteration"]
     net.eval()
 
     def openings(n: int) -> list:
@@ -78,20 +95,26 @@ def main() -> None:
                 if args.opening_plies else game.new_initial_state() for i in range((n + 1) // 2)]
 
     rng = random.Random(0)
-    rand = lambda s: rng.choice(game.legal_actions(s))  # noqa: E731
-    result = {"checkpoint": str(ckpt), "game": cfg.game, "results": {}}
+    rand = lambda i, s: rng.choice(game.legal_actions(s))  # noqa: E731
+    result = {"checkpoint": str(ckpt), "game": cfg.game, "iteration": iteration,
+              "opening_plies": args.opening_plies, "results": {}}
     for k in args.budgets:
-        agent = net_agent(face, net, k, cfg.c_puct)
-        me = lambda s, agent=agent: agent([face.position(s)])[0]  # noqa: E731
+        t0 = time.time()
+        me = net_agent(face, net, k, cfg.c_puct, recipe.fpu(cfg))
         row = {"random": series(face, me, rand, openings(args.random_games))}
         for level in args.levels:
-            with gnugo_player(level, game.size, game.komi) as gnugo:
-                row[f"gnugo-l{level}"] = series(face, me, lambda s, g=gnugo: g(game, s),
-                                                openings(args.games))
+            starts = openings(args.games)
+            with ExitStack() as stack:  # one engine per concurrent game, all killed on exit
+                engines = [stack.enter_context(gnugo_player(level, game.size, game.komi))
+                           for _ in starts]
+                row[f"gnugo-l{level}"] = series(face, me, lambda i, s, e=engines: e[i](game, s),
+                                                starts)
+                row[f"gnugo-l{level}"]["engine_moves_refused"] = sum(e.replaced for e in engines)
         result["results"][f"sims{k}"] = row
         for opp, r in row.items():
             print(f"budget {k:3d} vs {opp:10s}: {r['wins']:3d}/{r['games']} "
                   f"= {r['win_rate']:.2f}  95% CI [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}]")
+        print(f"budget {k:3d}: {time.time() - t0:.0f} s")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.out, json.dumps(result, indent=2, default=float) + "\n")
     print(f"wrote {args.out}")

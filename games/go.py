@@ -291,9 +291,16 @@ class Go:
 
     def area_score(self, s: GoState) -> float:
         """Black's area minus White's, minus komi (positive: Black wins)."""
-        board, n_pts = s.board, self.n_points
+        black, white, _ = self._areas(s.board)
+        return black - white - self.komi
+
+    def _areas(self, board: bytes) -> tuple[int, int, int]:
+        """(Black's area, White's area, open points): stones plus empty regions that touch
+        one colour only; open points are empty regions touching both colours or none."""
+        n_pts = self.n_points
         black = board.count(1)
         white = board.count(2)
+        open_points = 0
         seen = bytearray(n_pts)
         for p in range(n_pts):
             if board[p] or seen[p]:
@@ -314,7 +321,31 @@ class Go:
                 black += region
             elif borders == 2:
                 white += region
-        return black - white - self.komi
+            else:
+                open_points += region
+        return black, white, open_points
+
+    def selfplay_actions(self, s: GoState) -> list[int]:
+        """The legal actions worth searching in self-play: a pass only while the mover is
+        ahead on the board as it stands, and, unless it answers the opponent's pass (then
+        it ends the game, a win), only on a settled board (every empty point is one colour's
+        territory: no dame, no stone left inside the other's area). A pass while behind
+        loses on the spot if the opponent passes too; a first pass on an unsettled board
+        gives an opponent who plays on (a random player does) a free move or leaves an
+        invader standing. Evaluation and GTP play keep every legal move."""
+        legal = self.legal_actions(s)
+        if len(legal) > 1:
+            black, white, open_points = self._areas(s.board)
+            margin = (black - white - self.komi) * (1 if s.to_play == 0 else -1)
+            if margin < 0 or (open_points and s.passes == 0):
+                legal = legal[:-1]
+        return legal
+
+    def score_margins(self, s: GoState) -> list[float]:
+        """Each player's area margin with komi (Black's is :meth:`area_score`); AlphaZero
+        can blend it into its value targets."""
+        m = self.area_score(s)
+        return [m, -m]
 
     def returns(self, s: GoState) -> list[float]:
         if not self.is_terminal(s):
@@ -441,17 +472,19 @@ class Go:
     # ---- AlphaZero ---------------------------------------------------------------------
 
     def encode(self, s: GoState) -> np.ndarray:
-        """Planes [2 * HISTORY_PLANES + 2, N, N] from the mover's side: for the current
-        board and the 3 before it, (mover's stones, opponent's stones); then a plane of
-        ones when Black is to move and a plane of ones (the board's extent for padded
-        convolutions). Missing earlier boards are empty."""
+        """Planes [2 * HISTORY_PLANES + 3, N, N] from the mover's side: for the current
+        board and the 3 before it, (mover's stones, opponent's stones); a plane of ones when
+        the opponent has just passed (a pass now ends the game: the same board is worth
+        something else), a plane of ones when Black is to move and a plane of ones (the
+        board's extent for padded convolutions). Missing earlier boards are empty."""
         n = self.size
         me = s.to_play + 1
-        planes = np.zeros((2 * HISTORY_PLANES + 2, n, n), dtype=np.float32)
+        planes = np.zeros((2 * HISTORY_PLANES + 3, n, n), dtype=np.float32)
         boards = (s.board, *s.recent)
         arr = np.frombuffer(b"".join(boards), dtype=np.uint8).reshape(len(boards), n, n)
         planes[0: 2 * len(boards): 2] = arr == me
         planes[1: 2 * len(boards): 2] = arr == 3 - me
+        planes[-3] = float(s.passes == 1)
         planes[-2] = float(s.to_play == 0)
         planes[-1] = 1.0
         return planes

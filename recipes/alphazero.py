@@ -65,13 +65,26 @@ class AlphaZeroConfig(RunConfig):
     output_dir: str = field(default="runs/alphazero", metadata={"help": "run folder: metrics, curves, checkpoints"})
     seed: int = field(default=0, metadata={"help": "seed of self-play, search noise and training"})
     iterations: int = field(default=10, metadata={"help": "rounds of self-play + training"})
+    max_minutes: float = field(default=0.0, metadata={
+        "help": "stop after the round in which this process's wall time passes this many "
+                "minutes (evaluated and saved); 0 = run all iterations"})
     games_per_iteration: int = field(default=128, metadata={"help": "self-play games per round (played as one batch)"})
     n_sims: int = field(default=32, metadata={"help": "PUCT simulations per move"})
     c_puct: float = field(default=1.5, metadata={"help": "PUCT exploration constant"})
+    prune_root: bool = field(default=False, metadata={
+        "help": "self-play roots search only the game's selfplay_actions (Go: no pass while "
+                "behind on the board unless the opponent just passed)"})
+    fpu_reduction: float = field(default=-1.0, metadata={
+        "help": "first-play urgency: an unvisited move is worth the node's mean Q minus this "
+                "(Leela Zero); < 0 = Q 0, the reference rule"})
     dirichlet_eps: float = field(default=0.25, metadata={"help": "weight of the Dirichlet noise on the root prior"})
     dirichlet_alpha: float = field(default=0.0, metadata={"help": "0 = 10 / mean legal moves"})
     temperature_moves: int = field(default=4, metadata={"help": "moves sampled from the visit counts before play turns greedy"})
     tree_reuse: bool = field(default=False, metadata={"help": "keep subtrees between moves"})
+    score_weight: float = field(default=0.0, metadata={
+        "help": "value target = (1-w) outcome + w tanh(margin / score_scale); games with "
+                "score_margins (Go); 0 = the outcome alone"})
+    score_scale: float = field(default=10.0, metadata={"help": "points of margin that give tanh(1)"})
     replay_window: int = field(default=4, metadata={"help": "iterations of self-play kept"})
     train_steps: int = field(default=200, metadata={"help": "optimizer steps per round"})
     batch_size: int = field(default=128, metadata={"help": "positions per optimizer step"})
@@ -116,19 +129,34 @@ class AlphaZeroConfig(RunConfig):
                      "bank_size", "bank_every", "eval_every", "save_every", "replay_window"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("dirichlet_eps", "reset_fraction", "bank_fraction", "gate_threshold"):
+        for name in ("dirichlet_eps", "reset_fraction", "bank_fraction", "gate_threshold",
+                     "score_weight"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ConfigError(f"{name} must be in [0, 1], got {getattr(self, name)}")
         if self.network not in ("mlp", "conv"):
             raise ConfigError(f"network must be mlp or conv, got {self.network!r}")
+        if self.max_minutes < 0:
+            raise ConfigError(f"max_minutes must be >= 0, got {self.max_minutes}")
+        if self.score_scale <= 0:
+            raise ConfigError(f"score_scale must be > 0, got {self.score_scale}")
         if any(b < 0 for b in self.eval_budgets):
             raise ConfigError(f"eval_budgets must be >= 0, got {self.eval_budgets}")
+
+
+def fpu(cfg: AlphaZeroConfig) -> float | None:
+    """The search's first-play urgency reduction (None: unvisited moves have Q = 0)."""
+    return cfg.fpu_reduction if cfg.fpu_reduction >= 0 else None
 
 
 def build(cfg: AlphaZeroConfig) -> tuple[Any, Any, PolicyValueNet]:
     game = make(cfg.game, **json.loads(cfg.game_args))
     if not hasattr(game, "encode"):
         raise ConfigError(f"game {cfg.game!r} has no encode(state): AlphaZero needs one")
+    if cfg.prune_root and not hasattr(game, "selfplay_actions"):
+        raise ConfigError(f"prune_root needs {cfg.game!r} to have selfplay_actions(state)")
+    if cfg.score_weight > 0 and not hasattr(game, "score_margins"):
+        raise ConfigError(f"score_weight needs final score margins; {cfg.game!r} has no "
+                          "score_margins(state)")
     face = CachedGame(SearchGame(game), max_entries=cfg.table_entries)
     x = face.encode(face.position(game.new_initial_state()))
     if cfg.network == "conv":
@@ -220,7 +248,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     alpha = cfg.dirichlet_alpha or alpha_for(face, game, seed=cfg.seed)
     settings = SelfPlaySettings(cfg.n_sims, cfg.c_puct, cfg.dirichlet_eps, alpha,
                                 cfg.temperature_moves, cfg.reset_fraction, cfg.reset_max_plies,
-                                cfg.tree_reuse)
+                                cfg.tree_reuse, cfg.score_weight, cfg.score_scale, fpu(cfg),
+                                cfg.prune_root)
     rng, np_rng = random.Random(cfg.seed), np.random.default_rng(cfg.seed)
     replay: list[Samples] = []
     bank: list[dict[str, torch.Tensor]] = []
@@ -253,6 +282,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                            resume_step=start - 1 if last is not None else None)
     (out / "config.json").write_text(json.dumps(to_dict(cfg), indent=1))
     metrics: dict[str, Any] = {}
+    started = time.time()
     for it in tqdm(range(start, cfg.iterations + 1), desc="alphazero", disable=not cfg.progress,
                    initial=start - 1, total=cfg.iterations):
         t0 = time.time()
@@ -263,8 +293,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         replay = (replay + [samples])[-cfg.replay_window:]
         metrics.update(train(net, opt, Samples.concat(replay), cfg, np_rng, game))
         if cfg.gate:
-            r = match(face, net_agent(face, net, cfg.n_sims, cfg.c_puct),
-                      net_agent(face, frozen(net, best), cfg.n_sims, cfg.c_puct),
+            r = match(face, net_agent(face, net, cfg.n_sims, cfg.c_puct, fpu(cfg)),
+                      net_agent(face, frozen(net, best), cfg.n_sims, cfg.c_puct, fpu(cfg)),
                       cfg.gate_games, seed=it, opening_plies=2)
             metrics["gate/score"] = r["all"]
             if r["all"] >= cfg.gate_threshold:
@@ -274,9 +304,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if it % cfg.bank_every == 0:
             bank = (bank + [snapshot(net)])[-cfg.bank_size:]
         metrics["bank/size"] = len(bank)
-        if it % cfg.eval_every == 0 or it == cfg.iterations:
+        out_of_time = cfg.max_minutes > 0 and time.time() - started >= 60 * cfg.max_minutes
+        last = it == cfg.iterations or out_of_time
+        if it % cfg.eval_every == 0 or last:
             metrics.update(strength(face, net, cfg.eval_budgets, cfg.eval_games, seed=it,
-                                    c_puct=cfg.c_puct, exact=exact))
+                                    c_puct=cfg.c_puct, exact=exact, fpu_reduction=fpu(cfg)))
             if exact:
                 metrics.update(optimal_argmax_fraction(face, net))
             row = winrate_row(face, net, [frozen(net, s) for s in history], cfg.winrate_games,
@@ -288,12 +320,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 metrics["eval/winrate_vs_previous"] = row[-1]
         metrics["time/iteration_s"] = time.time() - t0
         logger.log(it, metrics)
-        if it % cfg.save_every == 0 or it == cfg.iterations:
+        if it % cfg.save_every == 0 or last:
             save(cfg, it, {"iteration": it, "net": net.state_dict(), "opt": opt.state_dict(),
                            "replay": [dataclasses.asdict(r) for r in replay], "bank": bank,
                            "history": history, "matrix": matrix, "best": best,
                            "rng": rng.getstate(), "np_rng": np_rng.bit_generator.state,
                            "torch_rng": torch.get_rng_state(), "config": to_dict(cfg)})
+        if out_of_time:
+            print(f"max_minutes={cfg.max_minutes:g} reached after iteration {it}", file=sys.stderr)
+            break
     keys = sorted({k for r in logger.rows() for k in r if k.startswith(("eval/sims", "train/"))
                    and not k.endswith("_losses")})
     logger.plot(keys, "curves.png", title=f"AlphaZero on {cfg.game}")

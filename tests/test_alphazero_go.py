@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FAST = ["--game", "go", "--game_args", '{"size": 5}', "--network", "conv", "--hidden", "8",
         "--blocks", "1", "--games_per_iteration", "4", "--n_sims", "2", "--train_steps", "3",
         "--batch_size", "16", "--eval_games", "2", "--eval_budgets", "0", "2",
-        "--winrate_games", "2", "--temperature_moves", "4",
+        "--winrate_games", "2", "--temperature_moves", "4", "--score_weight", "0.5",
         "--tensorboard", "false", "--progress", "false"]
 
 
@@ -96,3 +96,134 @@ def test_go9_yaml_parses_and_builds_a_conv_net():
     assert isinstance(net, ConvPolicyValueNet) and net.n_actions == 82
     with pytest.raises(ConfigError, match="conv"):
         parse_config(recipe.AlphaZeroConfig, ["--network", "transformer"])
+
+
+def test_value_targets_blend_the_score_margin():
+    """White wins an empty board by komi: the outcome is +-1, and with score_weight the
+    loser's target says by how much it lost (a flat -1 left Black's search indifferent
+    between passing at move one and playing, so it learned to pass)."""
+    from lmselfplay.alphazero.selfplay import SelfPlaySettings, value_targets
+
+    g = Go(9)
+    done = g.apply(g.apply(g.new_initial_state(), g.pass_action), g.pass_action)
+    assert g.score_margins(done) == [-7.5, 7.5]
+    assert value_targets(g, done, SelfPlaySettings()) == [-1.0, 1.0]
+    z = value_targets(g, done, SelfPlaySettings(score_weight=0.5, score_scale=10.0))
+    assert z == pytest.approx([-0.5 - 0.5 * np.tanh(0.75), 0.5 + 0.5 * np.tanh(0.75)])
+    s = g.new_initial_state()
+    for a in (g.point("E5"), g.pass_action, g.pass_action):  # Black's one stone owns the board
+        s = g.apply(s, a)
+    z2 = value_targets(g, s, SelfPlaySettings(score_weight=0.5, score_scale=10.0))
+    assert z2[0] == pytest.approx(0.5 + 0.5 * np.tanh(7.35)) and z2[1] == pytest.approx(-z2[0])
+
+
+def test_score_weight_needs_a_game_with_margins(tmp_path):
+    recipe = load_recipe("alphazero")
+    with pytest.raises(ConfigError, match="score_margins"):
+        recipe.main(["--game", "tictactoe", "--score_weight", "0.5", "--output_dir", str(tmp_path)])
+    with pytest.raises(ConfigError, match="score_weight"):
+        parse_config(recipe.AlphaZeroConfig, ["--score_weight", "1.5"])
+    with pytest.raises(ConfigError, match="score_scale"):
+        parse_config(recipe.AlphaZeroConfig, ["--score_scale", "0"])
+
+
+def test_selfplay_actions_drop_only_a_pass_that_hands_over_the_win():
+    """A pass while behind (even answering a pass: the net learned to end games it was
+    losing whenever a random opponent passed) or a first pass on an unsettled board."""
+    g = Go(9)
+    s = g.new_initial_state()  # Black is behind by komi on the empty board
+    assert g.pass_action not in g.selfplay_actions(s)
+    assert g.selfplay_actions(s) == g.legal_actions(s)[:-1]
+    ahead = g.apply(s, g.point("E5"))  # White to move, behind: Black's stone owns the board
+    assert g.pass_action not in g.selfplay_actions(ahead)
+    walls = ["...OX...."] * 9  # settled: Black owns E-J (45), White A-D (36), Black +1.5
+    black_ahead = g.from_rows(walls, to_play=0)
+    assert g.score_margins(black_ahead) == [1.5, -1.5]
+    assert g.selfplay_actions(black_ahead) == g.legal_actions(black_ahead)
+    white_behind = g.from_rows(walls, to_play=1)
+    assert g.selfplay_actions(white_behind) == g.legal_actions(white_behind)[:-1]
+    after_black_pass = g.apply(black_ahead, g.pass_action)  # White, behind, plays on
+    assert g.pass_action not in g.selfplay_actions(after_black_pass)
+    after_white_pass = g.apply(white_behind, g.pass_action)  # Black, ahead, may end it
+    assert g.pass_action in g.selfplay_actions(after_white_pass)
+    dame_rows = ["...O.X..."] + ["...OXX..."] * 8  # E9 touches both colours: unsettled
+    white_passed = g.apply(g.from_rows(dame_rows, to_play=1), g.pass_action)
+    assert g.score_margins(white_passed)[0] == 0.5  # Black, ahead, may end the game
+    assert g.pass_action in g.selfplay_actions(white_passed)
+    invaded = g.from_rows(["...OX.O.."] + walls[1:], to_play=0)  # an O stone in Black's area
+    assert g.score_margins(invaded)[0] == -35.5  # as it stands, E-J is nobody's
+    assert g.pass_action not in g.selfplay_actions(invaded)
+    dame = g.from_rows(["...O.X..."] + ["...OXX..."] * 8, to_play=0)  # E9 touches both
+    assert g.score_margins(dame)[0] > 0 and g.pass_action not in g.selfplay_actions(dame)
+
+
+def test_pruned_roots_never_pass_while_behind_in_self_play():
+    """Self-play with prune_root: every stored pass target was searched where the mover was
+    ahead or the opponent had just passed; without it the untrained net passes anywhere."""
+    from lmselfplay.alphazero.adapter import CachedGame, SearchGame
+    from lmselfplay.alphazero.selfplay import SelfPlaySettings, play_games
+
+    g = Go(5)
+    face = CachedGame(SearchGame(g))
+    torch.manual_seed(0)
+    x = g.encode(g.new_initial_state())
+    net = ConvPolicyValueNet(x.shape, g.n_actions, channels=8, blocks=1).eval()
+    for prune, expect_bad in ((False, True), (True, False)):
+        settings = SelfPlaySettings(n_sims=4, dirichlet_alpha=0.5, temperature_moves=50,
+                                    prune_root=prune)
+        samples, _ = play_games(face, net, 6, settings, random.Random(1))
+        opp_passed = samples.x[:, 8, 0, 0] == 1
+        # Recompute the mover's margin from the planes: own stones 0, opponent's 1.
+        bad = 0
+        for xi, pi, passed, legal in zip(samples.x, samples.pi, opp_passed, samples.legal):
+            board = np.where(xi[0] == 1, 1, np.where(xi[1] == 1, 2, 0)).astype(np.uint8)
+            black = xi[9, 0, 0] == 1
+            if not black:  # stones as Black/White for the scorer
+                board = np.where(board == 0, 0, 3 - board).astype(np.uint8)
+            s = g.from_rows(["".join(".XO"[v] for v in row) for row in board[::-1]],
+                            to_play=0 if black else 1)
+            margin = g.score_margins(s)[0 if black else 1]
+            bad += bool(pi[g.pass_action] > 0 and margin < 0 and not passed and legal.sum() > 1)
+        assert (bad > 0) == expect_bad
+
+
+def test_max_minutes_stops_after_the_round_that_passes_it(tmp_path):
+    """A wall-time limit ends the run early, with that round evaluated and checkpointed."""
+    recipe = load_recipe("alphazero")
+    metrics = recipe.main(FAST + ["--iterations", "5", "--eval_every", "10", "--max_minutes",
+                                  "0.000001", "--output_dir", str(tmp_path)])
+    rows = read_jsonl(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1] and "eval/sims0_vs_random" in metrics
+    assert (tmp_path / "checkpoint-1" / "state.pt").exists()
+    with pytest.raises(ConfigError, match="max_minutes"):
+        parse_config(recipe.AlphaZeroConfig, ["--max_minutes", "-1"])
+
+
+def _position_from_planes(g: Go, x: np.ndarray, to_play: int):
+    """The board of planes 0/1 (mover's, opponent's stones) with ``to_play`` to move."""
+    black_moves = x[9, 0, 0] == 1
+    mine, theirs = (1, 2) if black_moves else (2, 1)
+    board = np.where(x[0] == 1, mine, np.where(x[1] == 1, theirs, 0))
+    return g.from_rows(["".join(".XO"[v] for v in row) for row in board[::-1]], to_play)
+
+
+@pytest.mark.parametrize("prune", [False, True])
+def test_bank_opponents_pass_only_where_self_play_may(prune):
+    """Games against a frozen bank network: with prune_root its roots are pruned like the
+    learner's, so every pass the learner sees was allowed by selfplay_actions (else the
+    learner learns to answer any pass with a pass)."""
+    from lmselfplay.alphazero.adapter import CachedGame, SearchGame
+    from lmselfplay.alphazero.selfplay import SelfPlaySettings, play_games
+
+    g = Go(5)
+    face = CachedGame(SearchGame(g))
+    torch.manual_seed(0)
+    x = g.encode(g.new_initial_state())
+    net = ConvPolicyValueNet(x.shape, g.n_actions, channels=8, blocks=1).eval()
+    settings = SelfPlaySettings(n_sims=4, dirichlet_alpha=0.5, temperature_moves=50,
+                                prune_root=prune)
+    samples, _ = play_games(face, net, 8, settings, random.Random(2), [net], bank_fraction=1.0)
+    seen = [_position_from_planes(g, xi, 1 if xi[9, 0, 0] == 1 else 0)  # the opponent to move
+            for xi in samples.x if xi[8, 0, 0] == 1]
+    disallowed = [s for s in seen if g.pass_action not in g.selfplay_actions(s)]
+    assert seen and (len(disallowed) > 0) == (not prune)

@@ -191,8 +191,8 @@ def test_batched_known_value():
     assert N.tolist() == [[2, 1, 1]] and Q.tolist() == [[0.25, -0.25, -0.25]]
 
 
-@pytest.mark.parametrize("cached", [False, True])
-def test_batched_equals_unbatched(cached):
+@pytest.mark.parametrize("cached,fpu", [(False, None), (True, None), (True, 0.2)])
+def test_batched_equals_unbatched(cached, fpu):
     g = SearchGame(TicTacToe())
     face = CachedGame(g) if cached else g
     prior, value = _hashed_fns()
@@ -200,13 +200,15 @@ def test_batched_equals_unbatched(cached):
     evaluate = from_fns(prior, value, 9)
     for k, root in enumerate(roots):  # batch of one
         Nb, Qb = batched_mcts(face, [root], evaluate, 150, c_puct=1.3, eps=0.25, alpha=0.5,
-                              seeds=[k])
-        N, Q = mcts(g, root, prior, value, 150, c_puct=1.3, eps=0.25, alpha=0.5, seed=k)
+                              seeds=[k], fpu_reduction=fpu)
+        N, Q = mcts(g, root, prior, value, 150, c_puct=1.3, eps=0.25, alpha=0.5, seed=k,
+                    fpu_reduction=fpu)
         assert np.array_equal(N, Nb[0]) and np.array_equal(Q, Qb[0])
     Nb, Qb = batched_mcts(face, roots, evaluate, 150, c_puct=1.3, eps=0.25, alpha=0.5,
-                          seeds=range(len(roots)))  # whole batch at once
+                          seeds=range(len(roots)), fpu_reduction=fpu)  # whole batch at once
     for k, root in enumerate(roots):
-        N, Q = mcts(g, root, prior, value, 150, c_puct=1.3, eps=0.25, alpha=0.5, seed=k)
+        N, Q = mcts(g, root, prior, value, 150, c_puct=1.3, eps=0.25, alpha=0.5, seed=k,
+                    fpu_reduction=fpu)
         assert np.array_equal(N, Nb[k]) and np.array_equal(Q, Qb[k])
 
 
@@ -276,3 +278,39 @@ def test_search_policy_properties(cells, tau):
     if (visits[legal] > 0).any():
         top = visits[legal].max()
         assert np.argmax(pi) in np.flatnonzero(legal & (visits == top))
+
+
+class _Behind:
+    """Eight moves from a root whose mover is behind after every one of them (Q -0.4),
+    least after move 3 (Q -0.1); the tree below repeats the root's values."""
+
+    n_actions = 8
+
+    def legal(self, s: tuple) -> np.ndarray:
+        return np.ones(8, dtype=bool)
+
+    def next_state(self, s: tuple, a: int) -> tuple:
+        return (*s, a)
+
+    def terminal_value(self, s: tuple) -> None:
+        return None
+
+
+def _behind_value(s: tuple) -> float:
+    v = 0.1 if s and s[0] == 3 else 0.4
+    return v if len(s) % 2 else -v  # for the player to move at s
+
+
+def test_first_play_urgency_when_every_move_is_behind():
+    """With Q = 0 for unvisited moves, a side that is behind everywhere spends each
+    simulation on a new move: 8 simulations, 8 moves, one visit each (a flat target, which
+    made 9x9 Go's Black learn to pass). With first-play urgency the search stays on the
+    move its prior and values prefer."""
+    prior = lambda s: [2.0 if a == 3 else 1.0 for a in range(8)]  # noqa: E731
+    N, _ = mcts(_Behind(), (), prior, _behind_value, 8, c_puct=1.5)
+    assert N.tolist() == [1.0] * 8
+    N, Q = mcts(_Behind(), (), prior, _behind_value, 8, c_puct=1.5, fpu_reduction=0.2)
+    assert N[3] == N.max() and N[3] >= 5 and Q[3] == pytest.approx(-0.1)
+    Nb, _ = batched_mcts(_Behind(), [()], from_fns(prior, _behind_value, 8), 8, c_puct=1.5,
+                         fpu_reduction=0.2)
+    assert np.array_equal(Nb[0], N)

@@ -203,12 +203,27 @@ def test_encode_planes():
     g = Go(9)
     s = play(g, [g.point("D4"), g.point("E5")])
     x = g.encode(s)
-    assert x.shape == (10, 9, 9) and x.dtype == np.float32
+    assert x.shape == (11, 9, 9) and x.dtype == np.float32
     assert x[0, 3, 3] == 1 and x[1, 4, 4] == 1  # Black to move: own D4, their E5
     assert x[2].sum() == 1 and x[3].sum() == 0  # one ply earlier: only D4
-    assert x[8].all() and x[9].all()
+    assert not x[8].any() and x[9].all() and x[10].all()
     t = g.apply(s, g.pass_action)
-    assert g.encode(t)[1, 3, 3] == 1 and not g.encode(t)[8].any()
+    assert g.encode(t)[1, 3, 3] == 1 and not g.encode(t)[9].any()
+
+
+def test_encode_tells_whether_a_pass_ends_the_game():
+    """The same boards with and without the opponent's pass are different positions (a
+    pass ends one of them): the planes must differ, and only the pass plane does."""
+    g = Go(9)
+    s = play(g, [g.point("D4"), g.point("E5"), g.point("C3")])  # White to move
+    after_pass = play(g, [g.point("D4"), g.point("E5"), g.point("C3"), g.pass_action,
+                          g.point("F6"), g.pass_action])  # Black to move after White's pass
+    placed = play(g, [g.point("D4"), g.point("E5"), g.point("C3"), g.point("F6")])
+    x, y = g.encode(after_pass), g.encode(placed)
+    assert y[8].sum() == 0 and x[8].all()  # only after a pass may a pass end the game
+    assert not g.encode(s)[8].any()
+    assert not g.is_terminal(g.apply(placed, g.pass_action))
+    assert g.is_terminal(g.apply(after_pass, g.pass_action))
 
 
 @pytest.mark.parametrize("size", [9, 19])

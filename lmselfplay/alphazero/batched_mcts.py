@@ -37,9 +37,10 @@ class BatchedMCTS:
     """Search trees for a batch of roots in the search face of ``game``."""
 
     def __init__(self, game: Any, evaluate: Evaluate, c_puct: float = 1.5, eps: float = 0.0,
-                 alpha: float = 0.3, capacity: int = 1024):
+                 alpha: float = 0.3, capacity: int = 1024, fpu_reduction: float | None = None):
         self.game, self.evaluate = game, evaluate
         self.c_puct, self.eps, self.alpha = float(c_puct), float(eps), float(alpha)
+        self.fpu_reduction = fpu_reduction  # see puct_scores
         self.A = int(game.n_actions)
         self._alloc(max(int(capacity), 1))
         self.size = 0
@@ -103,6 +104,16 @@ class BatchedMCTS:
             raise ValueError("every search root must be non-terminal with a legal move")
         self.roots = self._new_nodes(sids)[0] if len(sids) else np.zeros(0, dtype=np.int64)
 
+    def restrict_roots(self, trees: Sequence[int], masks: np.ndarray) -> None:
+        """Search only the moves in ``masks[k]`` at the root of ``trees[k]`` (the prior is
+        renormalised over them); call before :meth:`search`. Deeper nodes keep every move."""
+        r = self.roots[np.asarray(trees, dtype=np.int64)]
+        keep = self.legal[r] & np.asarray(masks, dtype=bool)
+        if not keep.any(axis=1).all():
+            raise ValueError("a root restriction must leave a legal move")
+        self.legal[r] = keep
+        self.P[r] = legal_prior(self.P[r], keep)
+
     def advance(self, trees: Sequence[int] | int, actions: Sequence[int] | int) -> None:
         """Move each tree's root along its action, keeping the subtree (tree reuse).
 
@@ -154,7 +165,7 @@ class BatchedMCTS:
             nodes = cur[rows]
             prior = self.root_prior[trees[rows]] if depth == 0 else self.P[nodes]
             scores = puct_scores(self.N[nodes], self.W[nodes], prior, self.legal[nodes],
-                                 self.c_puct)
+                                 self.c_puct, self.fpu_reduction)
             acts = np.argmax(scores, axis=1)
             path.append((nodes, acts, rows))
             ch = self.child[nodes, acts]
@@ -189,13 +200,14 @@ class BatchedMCTS:
 
 def batched_mcts(game: Any, roots: Sequence[Any], evaluate: Evaluate, n_sims: int,
                  c_puct: float = 1.5, eps: float = 0.0, alpha: float = 0.3,
-                 seeds: Sequence[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                 seeds: Sequence[int] | None = None,
+                 fpu_reduction: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Search every root with fresh trees; root (N, Q) as [len(roots), n_actions] arrays.
 
     ``seeds[i]`` seeds tree ``i``'s root noise exactly as ``mcts(..., seed=seeds[i])``.
     """
     search = BatchedMCTS(game, evaluate, c_puct, eps, alpha,
-                         capacity=len(roots) * (int(n_sims) + 1))
+                         capacity=len(roots) * (int(n_sims) + 1), fpu_reduction=fpu_reduction)
     search.set_roots(roots)
     return search.search(n_sims, seeds)
 

@@ -25,14 +25,15 @@ from lmselfplay.games.solve import minimax_for, optimal_actions
 Agent = Callable[[list[Any]], list[int]]  # search positions -> actions
 
 
-def net_agent(face: Any, net: PolicyValueNet, n_sims: int = 0, c_puct: float = 1.5) -> Agent:
+def net_agent(face: Any, net: PolicyValueNet, n_sims: int = 0, c_puct: float = 1.5,
+              fpu_reduction: float | None = None) -> Agent:
     """Greedy play: argmax of the raw policy (n_sims = 0) or of root visits (no noise)."""
 
     def act(positions: list[Any]) -> list[int]:
         if n_sims <= 0:
             return [int(a) for a in np.argmax(raw_policy(net, face, positions), axis=1)]
         search = BatchedMCTS(face, NetEvaluator(net, face), c_puct,
-                             capacity=len(positions) * (n_sims + 1))
+                             capacity=len(positions) * (n_sims + 1), fpu_reduction=fpu_reduction)
         search.set_roots(positions)
         N, _ = search.search(n_sims)
         return [int(a) for a in np.argmax(N, axis=1)]
@@ -96,12 +97,13 @@ def match(face: Any, a: Agent, b: Agent, n_games: int, seed: int = 0,
 
 
 def strength(face: Any, net: PolicyValueNet, budgets: list[int], n_games: int, seed: int = 0,
-             c_puct: float = 1.5, exact: bool = True) -> dict[str, float]:
+             c_puct: float = 1.5, exact: bool = True,
+             fpu_reduction: float | None = None) -> dict[str, float]:
     """Scores against random and (if ``exact``, for games small enough to solve) exact
     opponents at each search budget."""
     out = {}
     for k in budgets:
-        me = net_agent(face, net, k, c_puct)
+        me = net_agent(face, net, k, c_puct, fpu_reduction)
         opponents = [("random", random_agent(face, seed))]
         if exact:
             opponents.append(("exact", exact_agent(face, seed)))

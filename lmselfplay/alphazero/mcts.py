@@ -14,7 +14,9 @@ The ``game`` argument only needs the "search face":
 Rules (tests check them down to the last simulation):
 
 * one tree node per path (no transpositions); the root is expanded before the first
-  simulation; an unvisited edge has Q = 0;
+  simulation; an unvisited edge has Q = 0 (or, with ``fpu_reduction`` r, first-play
+  urgency as in Leela Zero: the node's mean Q so far minus r, and ``sqrt(max(N(s), 1))`` so
+  that the first simulation follows the prior);
 * selection: argmax over legal moves of ``Q + c_puct * P * sqrt(N(s)) / (1 + N(s, a))``
   where ``N(s)`` is the sum of the node's edge visits; ties go to the first legal move;
 * a terminal state gets its exact value and is never expanded; a new non-terminal leaf is
@@ -103,12 +105,25 @@ def root_noise(p: np.ndarray, legal: np.ndarray, eps: float, alpha: float, seed:
 
 
 def puct_scores(n: np.ndarray, w: np.ndarray, p: np.ndarray, legal: np.ndarray,
-                c_puct: float) -> np.ndarray:
+                c_puct: float, fpu_reduction: float | None = None) -> np.ndarray:
     """Q + U per action (-inf on illegal moves). Shared with the batched search so that both
-    compute bit-identical floats, hence identical argmax choices."""
-    q = np.divide(w, n, out=np.zeros_like(w), where=n > 0)
+    compute bit-identical floats, hence identical argmax choices.
+
+    ``fpu_reduction`` None: an unvisited edge has Q = 0. That is neutral only where values
+    straddle 0: a side that is behind everywhere (Black against komi in Go) sees every
+    visited move below 0, so the search visits a new move each simulation and its visit
+    targets stay flat. With a reduction r an unvisited edge is worth the node's mean Q - r.
+    """
     total = n.sum(axis=-1, keepdims=True)
-    u = c_puct * p * np.sqrt(total) / (1.0 + n)
+    if fpu_reduction is None:
+        q = np.divide(w, n, out=np.zeros_like(w), where=n > 0)
+        u = c_puct * p * np.sqrt(total) / (1.0 + n)
+    else:
+        mean = np.divide(w.sum(axis=-1, keepdims=True), total, out=np.zeros_like(total),
+                         where=total > 0)
+        q = np.where(n > 0, np.divide(w, n, out=np.zeros_like(w), where=n > 0),
+                     mean - fpu_reduction)
+        u = c_puct * p * np.sqrt(np.maximum(total, 1.0)) / (1.0 + n)
     return np.where(legal, q + u, -np.inf)
 
 
@@ -129,7 +144,7 @@ class _Node:
 
 def mcts(game: Any, root: Any, prior_fn: Callable[[Any], Any], value_fn: Callable[[Any], float],
          n_sims: int, c_puct: float = 1.5, eps: float = 0.0, alpha: float = 0.3,
-         seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+         seed: int = 0, fpu_reduction: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Run ``n_sims`` simulations from ``root``; return the root's (N, Q) over all actions."""
     if game.terminal_value(root) is not None:
         raise ValueError("mcts needs a non-terminal root")
@@ -143,7 +158,7 @@ def mcts(game: Any, root: Any, prior_fn: Callable[[Any], Any], value_fn: Callabl
         node, path = top, []
         while True:
             a = int(np.argmax(puct_scores(node.n[None], node.w[None], node.prior[None],
-                                          node.legal[None], c_puct)[0]))
+                                          node.legal[None], c_puct, fpu_reduction)[0]))
             path.append((node, a))
             child = node.children.get(a)
             if child is None:  # a new edge: create its node (or terminal value)

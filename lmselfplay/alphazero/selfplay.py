@@ -37,6 +37,17 @@ class SelfPlaySettings:
     reset_fraction: float = 0.0
     reset_max_plies: int = 4
     tree_reuse: bool = False  # keep the learner's subtree between moves (AlphaZero practice)
+    # Value target z = (1 - w) * outcome + w * tanh(margin / scale) for games that report
+    # final score margins (Go): a side that loses every game (White's komi against a weak
+    # Black) still learns which moves lose by less, instead of a flat -1 that makes every
+    # move, pass included, look the same to its search.
+    score_weight: float = 0.0
+    score_scale: float = 10.0
+    fpu_reduction: float | None = None  # first-play urgency (see mcts.puct_scores)
+    # Every self-play root (learner and bank) searches only the game's
+    # ``selfplay_actions(state)`` (Go: no pass that hands over the game); deeper nodes and
+    # evaluation keep every move.
+    prune_root: bool = False
 
 
 @dataclass
@@ -67,6 +78,7 @@ class _Game:
     opponent: int  # index into the opponent list, or -1 for pure self-play
     ply: int = 0
     result: list[float] | None = None
+    target: list[float] | None = None  # value target per player (the result, maybe blended)
 
 
 def alpha_for(face: Any, game: Any, n_games: int = 20, seed: int = 0) -> float:
@@ -81,6 +93,29 @@ def alpha_for(face: Any, game: Any, n_games: int = 20, seed: int = 0) -> float:
             counts.append(len(legal))
             s = game.apply(s, rng.choice(legal))
     return 10.0 / float(np.mean(counts))
+
+
+def _prune(search: BatchedMCTS, face: Any, trees: Any, positions: list[Any],
+           settings: SelfPlaySettings) -> None:
+    """Restrict search roots to the game's ``selfplay_actions`` (``prune_root``)."""
+    if not settings.prune_root or not positions:
+        return
+    masks = np.zeros((len(positions), face.n_actions), dtype=bool)
+    for k, pos in enumerate(positions):
+        masks[k, face.game.selfplay_actions(pos.state)] = True
+    search.restrict_roots(list(trees), masks)
+
+
+def value_targets(game: Any, final: Any, settings: SelfPlaySettings) -> list[float]:
+    """Each player's value target at a finished game: the outcome, blended with the squashed
+    score margin when ``settings.score_weight`` > 0 (the game must have ``score_margins``)."""
+    result = [float(r) for r in game.returns(final)]
+    w = settings.score_weight
+    if w <= 0:
+        return result
+    margins = game.score_margins(final)
+    return [(1 - w) * r + w * float(np.tanh(m / settings.score_scale))
+            for r, m in zip(result, margins)]
 
 
 def play_games(face: Any, net: PolicyValueNet, n_games: int, settings: SelfPlaySettings,
@@ -105,8 +140,10 @@ def play_games(face: Any, net: PolicyValueNet, n_games: int, settings: SelfPlayS
     reused = None  # one tree per game for the learner, advanced along every move played
     if settings.tree_reuse:
         reused = BatchedMCTS(face, evals[0], settings.c_puct, settings.dirichlet_eps,
-                             settings.dirichlet_alpha, capacity=n_games * (settings.n_sims + 1))
+                             settings.dirichlet_alpha, capacity=n_games * (settings.n_sims + 1),
+                             fpu_reduction=settings.fpu_reduction)
         reused.set_roots([g.pos for g in games])
+        _prune(reused, face, range(n_games), [g.pos for g in games], settings)
     while True:
         live = [i for i, g in enumerate(games) if g.result is None]
         if not live:
@@ -128,8 +165,12 @@ def play_games(face: Any, net: PolicyValueNet, n_games: int, settings: SelfPlayS
             else:
                 search = BatchedMCTS(face, evals[who], settings.c_puct, settings.dirichlet_eps,
                                      settings.dirichlet_alpha,
-                                     capacity=len(idx) * (settings.n_sims + 1))
+                                     capacity=len(idx) * (settings.n_sims + 1),
+                                     fpu_reduction=settings.fpu_reduction)
                 search.set_roots([games[i].pos for i in idx])
+                # Bank members' roots too: a frozen net that passes anywhere would teach the
+                # learner to answer any pass with a pass, a few points behind or not.
+                _prune(search, face, range(len(idx)), [games[i].pos for i in idx], settings)
                 N, _ = search.search(settings.n_sims, seeds)
             for row, i in enumerate(idx):
                 g = games[i]
@@ -143,18 +184,20 @@ def play_games(face: Any, net: PolicyValueNet, n_games: int, settings: SelfPlayS
                 g.ply += 1
                 if face.terminal_value(nxt) is not None:
                     g.result = list(game.returns(nxt.state))
+                    g.target = value_targets(game, nxt.state, settings)
                 else:
                     moves[i] = action
                 g.pos = nxt
         if reused is not None and moves:
             reused.advance(list(moves), list(moves.values()))
+            _prune(reused, face, list(moves), [games[i].pos for i in moves], settings)
     xs, legals, pis, zs = [], [], [], []
     for g, rec in zip(games, records):
         for pos, pi, player in rec:
             xs.append(face.encode(pos))
             legals.append(face.legal(pos))
             pis.append(pi)
-            zs.append(g.result[player])  # outcome for the player to move there
+            zs.append(g.target[player])  # outcome for the player to move there
     shape = np.shape(face.encode(face.position(game.new_initial_state())))
     samples = Samples(np.array(xs, dtype=np.float32).reshape(len(zs), *shape),
                       np.array(legals, dtype=bool).reshape(len(zs), face.n_actions),
