@@ -74,6 +74,9 @@ class AlphaZeroConfig(RunConfig):
     prune_root: bool = field(default=False, metadata={
         "help": "self-play roots search only the game's selfplay_actions (Go: no pass while "
                 "behind on the board unless the opponent just passed)"})
+    pass_injection: float = field(default=0.0, metadata={
+        "help": "probability that a self-play move is replaced by a pass (games with a pass; never a "
+                "game-ending one): shows the network opponents that pass on an unsettled board"})
     fpu_reduction: float = field(default=-1.0, metadata={
         "help": "first-play urgency: an unvisited move is worth the node's mean Q minus this "
                 "(Leela Zero); < 0 = Q 0, the reference rule"})
@@ -249,7 +252,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     settings = SelfPlaySettings(cfg.n_sims, cfg.c_puct, cfg.dirichlet_eps, alpha,
                                 cfg.temperature_moves, cfg.reset_fraction, cfg.reset_max_plies,
                                 cfg.tree_reuse, cfg.score_weight, cfg.score_scale, fpu(cfg),
-                                cfg.prune_root)
+                                cfg.prune_root, cfg.pass_injection)
     rng, np_rng = random.Random(cfg.seed), np.random.default_rng(cfg.seed)
     replay: list[Samples] = []
     bank: list[dict[str, torch.Tensor]] = []

@@ -227,3 +227,24 @@ def test_bank_opponents_pass_only_where_self_play_may(prune):
             for xi in samples.x if xi[8, 0, 0] == 1]
     disallowed = [s for s in seen if g.pass_action not in g.selfplay_actions(s)]
     assert seen and (len(disallowed) > 0) == (not prune)
+
+
+def test_pass_injection_plays_passes_that_never_end_the_game():
+    """pass_injection: some moves become passes (counted), never the second pass that would
+    end a game; off by default, and then none are played. With injection the samples hold
+    positions right after an opponent's pass (the encoding's pass plane)."""
+    from lmselfplay.alphazero.adapter import CachedGame, SearchGame
+    from lmselfplay.alphazero.selfplay import SelfPlaySettings, play_games
+
+    g = Go(5)
+    face = CachedGame(SearchGame(g))
+    torch.manual_seed(0)
+    net = ConvPolicyValueNet(g.encode(g.new_initial_state()).shape, g.n_actions, channels=8, blocks=1).eval()
+    seen = {}
+    for p in (0.0, 0.3):
+        settings = SelfPlaySettings(n_sims=4, dirichlet_alpha=0.5, temperature_moves=50, prune_root=True,
+                                    pass_injection=p)
+        samples, stats = play_games(face, net, 4, settings, random.Random(2))
+        seen[p] = (stats["selfplay/injected_passes"], int((samples.x[:, 8, 0, 0] == 1).sum()))
+    assert seen[0.0][0] == 0 and seen[0.3][0] > 0
+    assert seen[0.3][1] > seen[0.0][1]

@@ -48,6 +48,12 @@ class SelfPlaySettings:
     # ``selfplay_actions(state)`` (Go: no pass that hands over the game); deeper nodes and
     # evaluation keep every move.
     prune_root: bool = False
+    # Probability that a move is replaced by a pass (games with a ``pass_action``; never one
+    # that would end the game). The searched target of that position is still recorded. Why:
+    # self-play never shows a position where the opponent passed on an unsettled board, so
+    # the raw network had never learned what to answer a random player's early pass with
+    # (it passed back while behind, and lost).
+    pass_injection: float = 0.0
 
 
 @dataclass
@@ -79,6 +85,7 @@ class _Game:
     ply: int = 0
     result: list[float] | None = None
     target: list[float] | None = None  # value target per player (the result, maybe blended)
+    injected: int = 0  # passes played by pass_injection
 
 
 def alpha_for(face: Any, game: Any, n_games: int = 20, seed: int = 0) -> float:
@@ -180,6 +187,7 @@ def play_games(face: Any, net: PolicyValueNet, n_games: int, settings: SelfPlayS
                 action = int(rng.choices(range(face.n_actions), weights=move_p.tolist())[0])
                 if who == 0:
                     records[i].append((g.pos, search_policy(N[row], 1.0, legal), g.pos.player))
+                action = _maybe_pass(face, g, action, settings, rng)
                 nxt = face.next_state(g.pos, action)
                 g.ply += 1
                 if face.terminal_value(nxt) is not None:
@@ -206,12 +214,27 @@ def play_games(face: Any, net: PolicyValueNet, n_games: int, settings: SelfPlayS
     return samples, _stats(games, len(zs))
 
 
+def _maybe_pass(face: Any, g: _Game, action: int, settings: SelfPlaySettings, rng: random.Random) -> int:
+    """``action``, or with probability ``pass_injection`` the game's pass when it is legal
+    and does not end the game (counted in ``g.injected``)."""
+    pass_action = getattr(face.game, "pass_action", None)
+    if settings.pass_injection <= 0 or pass_action is None or action == pass_action:
+        return action
+    if rng.random() >= settings.pass_injection or not face.legal(g.pos)[pass_action]:
+        return action
+    if face.terminal_value(face.next_state(g.pos, pass_action)) is not None:
+        return action
+    g.injected += 1
+    return pass_action
+
+
 def _stats(games: list[_Game], n_samples: int) -> dict[str, float]:
     plies = [g.ply for g in games]
     first = [g.result[0] for g in games if g.learner == (0, 1)]
     bank = [g.result[g.learner[0]] for g in games if len(g.learner) == 1]
     out = {"selfplay/games": float(len(games)), "selfplay/samples": float(n_samples),
-           "selfplay/mean_plies": float(np.mean(plies))}
+           "selfplay/mean_plies": float(np.mean(plies)),
+           "selfplay/injected_passes": float(sum(g.injected for g in games))}
     if first:
         out["selfplay/first_player_return"] = float(np.mean(first))
     if bank:
