@@ -12,16 +12,19 @@ measure. Results: ``benchmarks/results/llm_go.json`` (``--name``).
 from __future__ import annotations
 
 import argparse
+import random
 import time
 
 from lmselfplay.eval.game_metrics import win_rates
 from lmselfplay.games import Invalid, make
+from lmselfplay.games.base import random_playout
 from lmselfplay.games.bots import BotPlayer, random_bot
 from lmselfplay.games.gtp import find_gnugo, gnugo_player
 from lmselfplay.games.text import MOVE_STOP
 from lmselfplay.lm.engines.base import SamplingParams
 from lmselfplay.lm.engines.hf import HFEngine
 from lmselfplay.lm.policy import load_policy
+from lmselfplay.lm.prompt import encode_prompt
 from lmselfplay.utils.results import save_results
 
 
@@ -29,11 +32,6 @@ def legal_rate(engine, tok, game, n: int, seed: int) -> float:
     """Share of sampled answers (temperature 1) that are legal moves, at ``n`` positions drawn
     from uniformly random games: one illegal answer in a game's ~80 turns loses it, so this
     per-turn rate is what the win rates above hinge on."""
-    import random
-
-    from lmselfplay.games.base import random_playout
-    from lmselfplay.lm.prompt import encode_prompt
-
     rng = random.Random(seed)
     states = []
     while len(states) < n:

@@ -7,6 +7,7 @@ import pytest
 import torch
 from lm_fixtures import save_tiny
 
+from lmselfplay.games.gtp import find_gnugo
 from lmselfplay.utils.recipe_loader import load_recipe as _load
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -235,8 +236,7 @@ def test_spag_shaping_needs_a_game_that_defines_it(model_dir, tmp_path):
         _recipe().main(_args(model_dir, tmp_path / "x", 1, reward_shaping="spag"))
 
 
-@pytest.mark.skipif(__import__("lmselfplay.games.gtp", fromlist=["find_gnugo"]).find_gnugo() is None,
-                    reason="gnugo is not installed (apt-get install gnugo)")
+@pytest.mark.skipif(find_gnugo() is None, reason="gnugo is not installed (apt-get install gnugo)")
 def test_gnugo_evaluation_of_go_and_its_process_ends(model_dir):
     """gnugo_level > 0: Go is also scored against GnuGo (a win rate with its interval), the
     engine process is gone afterwards; other games and gnugo_level 0 get nothing."""
