@@ -112,6 +112,9 @@ class Go:
         self.nbrs = [tuple(r2 * n + c2 for r2, c2 in ((r - 1, c), (r + 1, c), (r, c - 1), (r, c + 1))
                            if 0 <= r2 < n and 0 <= c2 < n)
                      for r in range(n) for c in range(n)]
+        self.diags = [tuple(r2 * n + c2 for r2, c2 in ((r - 1, c - 1), (r - 1, c + 1), (r + 1, c - 1), (r + 1, c + 1))
+                            if 0 <= r2 < n and 0 <= c2 < n)
+                      for r in range(n) for c in range(n)]
         rng = random.Random(0x60)  # fixed keys: hashes are reproducible across runs
         self.zobrist = [[0] * self.n_points] + [[rng.getrandbits(64) for _ in range(self.n_points)]
                                                  for _ in range(2)]
@@ -326,20 +329,37 @@ class Go:
         return black, white, open_points
 
     def selfplay_actions(self, s: GoState) -> list[int]:
-        """The legal actions worth searching in self-play: a pass only while the mover is
-        ahead on the board as it stands, and, unless it answers the opponent's pass (then
-        it ends the game, a win), only on a settled board (every empty point is one colour's
-        territory: no dame, no stone left inside the other's area). A pass while behind
-        loses on the spot if the opponent passes too; a first pass on an unsettled board
-        gives an opponent who plays on (a random player does) a free move or leaves an
-        invader standing. Evaluation and GTP play keep every legal move."""
+        """The legal actions worth searching in self-play.
+
+        * No placement in one of the mover's own true eyes (:meth:`is_own_eye`): it throws
+          away a liberty the group needs to live, and against an opponent who plays on (a
+          random player does) such fills let whole groups be captured.
+        * A pass only while the mover is ahead on the board as it stands, and, unless it
+          answers the opponent's pass (then it ends the game, a win), only on a settled board
+          (every empty point is one colour's territory: no dame, no stone left inside the
+          other's area). A pass while behind loses on the spot if the opponent passes too; a
+          first pass on an unsettled board gives an opponent who plays on a free move or
+          leaves an invader standing.
+        * When nothing is left, the pass (always legal).
+
+        Evaluation and GTP play keep every legal move: the network has to learn these."""
         legal = self.legal_actions(s)
-        if len(legal) > 1:
-            black, white, open_points = self._areas(s.board)
-            margin = (black - white - self.komi) * (1 if s.to_play == 0 else -1)
-            if margin < 0 or (open_points and s.passes == 0):
-                legal = legal[:-1]
-        return legal
+        placements = [a for a in legal[:-1] if not self.is_own_eye(s, a)]
+        black, white, open_points = self._areas(s.board)
+        margin = (black - white - self.komi) * (1 if s.to_play == 0 else -1)
+        may_pass = margin >= 0 and (not open_points or s.passes > 0)
+        return placements + [self.pass_action] if may_pass or not placements else placements
+
+    def is_own_eye(self, s: GoState, p: int) -> bool:
+        """Whether empty point ``p`` is a true eye of the player to move: every orthogonal
+        neighbour is the mover's stone, and fewer than two of its diagonals are the
+        opponent's stones, counting the board's edge as one (so on the edge or in a corner
+        a single opposing diagonal makes the eye false). The usual playout-policy test."""
+        board, me = s.board, 1 + s.to_play
+        if board[p] or any(board[q] != me for q in self.nbrs[p]):
+            return False
+        enemy = sum(board[q] == 3 - me for q in self.diags[p])
+        return enemy + (len(self.diags[p]) < 4) < 2
 
     def score_margins(self, s: GoState) -> list[float]:
         """Each player's area margin with komi (Black's is :meth:`area_score`); AlphaZero

@@ -353,13 +353,13 @@ def snapshot_engines(trainer, tok):
 def main(argv=None):
     cfg = parse_config(SelfPlayConfig, argv)
     acc = make_accelerator(cfg.gradient_accumulation_steps, timeout_s=cfg.collective_timeout_s)
-    out_dir = Path(cfg.output_dir)
-    lock_output_dir(out_dir)
     games = make_games(cfg.games)
-    if cfg.gnugo_level > 0 and any(plays_gtp(g) for g in games) and find_gnugo() is None:
-        acc.print("gnugo_level is set but gnugo is not installed (apt-get install gnugo): no GnuGo games")
     check_beta(cfg.beta, games)
     check_shaping(cfg, games)
+    out_dir = Path(cfg.output_dir)
+    lock_output_dir(out_dir)  # after the config checks: a bad config never waits on a busy folder
+    if cfg.gnugo_level > 0 and any(plays_gtp(g) for g in games) and find_gnugo() is None:
+        acc.print("gnugo_level is set but gnugo is not installed (apt-get install gnugo): no GnuGo games")
     plan = episode_games(games, cfg.game_weights, cfg.episodes_per_step)  # the same every step
     positions = eval_positions(cfg, games)  # computed once, reused by every evaluation
     model, tok = load_policy(cfg, device=str(acc.device))

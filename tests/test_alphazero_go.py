@@ -157,6 +157,34 @@ def test_selfplay_actions_drop_only_a_pass_that_hands_over_the_win():
     assert g.score_margins(dame)[0] > 0 and g.pass_action not in g.selfplay_actions(dame)
 
 
+def test_selfplay_actions_drop_fills_of_the_movers_own_true_eyes():
+    """A point ringed by the mover's stones is pruned unless two diagonals (the edge counts
+    as one) belong to the opponent (a false eye); the opponent's eyes are not the mover's;
+    with nothing else left the mover passes, even while behind."""
+    g = Go(9)
+    rows = ["X.X.X.XXX",   # B9, D9: false (C8 is White, plus the edge); F9: true
+            "XXOXXXXXX",
+            "XX.XXXXXX",
+            ".........",
+            ".........",
+            "OOOOOOOOO",
+            "O.OOOOOOO",   # B3: White's true eye
+            "OOOOOO.OO",   # G2: White's true eye
+            "OOOOOOOOO"]
+    black = g.from_rows(rows, to_play=0)
+    eyes = lambda s: {g.names[a] for a in g.legal_actions(s)[:-1] if g.is_own_eye(s, a)}  # noqa: E731
+    assert eyes(black) == {"F9"}
+    assert g.selfplay_actions(black) == [a for a in g.legal_actions(black)[:-1] if g.names[a] != "F9"]
+    assert {g.names[a] for a in range(g.n_points) if g.is_own_eye(g.from_rows(rows, to_play=1), a)} == {"B3", "G2"}
+    corner = ["........."] * 7
+    assert g.is_own_eye(g.from_rows(corner + ["XX.......", ".X......."]), g.point("A1"))
+    assert not g.is_own_eye(g.from_rows(corner + ["XO.......", ".X......."]), g.point("A1"))
+    only_eyes = g.from_rows(["X.XXOO.OO"] + ["XXXXOOOOO"] * 7 + ["XX.XOO.OO"], to_play=0)
+    assert g.score_margins(only_eyes)[0] == 36 - 45 - 7.5
+    assert [g.names[a] for a in g.legal_actions(only_eyes)] == ["C1", "B9", "pass"]
+    assert g.selfplay_actions(only_eyes) == [g.pass_action]
+
+
 def test_pruned_roots_never_pass_while_behind_in_self_play():
     """Self-play with prune_root: every stored pass target was searched where the mover was
     ahead or the opponent had just passed; without it the untrained net passes anywhere."""

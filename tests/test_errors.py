@@ -39,6 +39,24 @@ def test_an_unknown_game_lists_the_known_ones(capsys):
     assert "'chess'" in line and "tictactoe" in line and "kuhn_poker" in line
 
 
+def test_a_bad_config_is_reported_even_while_its_output_folder_is_busy(capsys, tmp_path):
+    """The config is checked before the output folder is locked, so a typo is named at
+    once rather than hidden behind "in use by a live run" (here another process holds it)."""
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from lmselfplay.utils.run import lock_output_dir; "
+        f"lock_output_dir({str(tmp_path)!r}); print('held', flush=True); time.sleep(60)")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        line = _one_line_error(capsys, ["--games", "chess", "--output_dir", str(tmp_path)])
+        assert "'chess'" in line and "in use" not in line
+        line = _one_line_error(capsys, ["--output_dir", str(tmp_path)])
+        assert "in use by a live run" in line
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_a_missing_model_folder_says_so_without_a_hub_message(capsys):
     line = _one_line_error(capsys, ["--model_name_or_path", "/nonexistent/model"])
     assert "/nonexistent/model" in line and "no such local folder" in line
