@@ -99,7 +99,8 @@ class Go:
     max_utility = 1.0
     exact_metric = "win_rates"
 
-    def __init__(self, size: int = 9, komi: float = 7.5, max_plies: int | None = None):
+    def __init__(self, size: int = 9, komi: float = 7.5, max_plies: int | None = None,
+                 area_planes: bool = False):
         if not 5 <= int(size) <= 19:
             raise ValueError(f"go board size must be 5..19, got {size}")
         self.size = n = int(size)
@@ -109,6 +110,7 @@ class Go:
         self.pass_action = n * n
         self.n_actions = n * n + 1
         self.max_plies = 2 * n * n if max_plies is None else int(max_plies)
+        self.area_planes = bool(area_planes)
         self.nbrs = [tuple(r2 * n + c2 for r2, c2 in ((r - 1, c), (r + 1, c), (r, c - 1), (r, c + 1))
                            if 0 <= r2 < n and 0 <= c2 < n)
                      for r in range(n) for c in range(n)]
@@ -300,33 +302,8 @@ class Go:
     def _areas(self, board: bytes) -> tuple[int, int, int]:
         """(Black's area, White's area, open points): stones plus empty regions that touch
         one colour only; open points are empty regions touching both colours or none."""
-        n_pts = self.n_points
-        black = board.count(1)
-        white = board.count(2)
-        open_points = 0
-        seen = bytearray(n_pts)
-        for p in range(n_pts):
-            if board[p] or seen[p]:
-                continue
-            region, borders, stack = 0, 0, [p]
-            seen[p] = 1
-            while stack:
-                q = stack.pop()
-                region += 1
-                for n in self.nbrs[q]:
-                    v = board[n]
-                    if v:
-                        borders |= v
-                    elif not seen[n]:
-                        seen[n] = 1
-                        stack.append(n)
-            if borders == 1:
-                black += region
-            elif borders == 2:
-                white += region
-            else:
-                open_points += region
-        return black, white, open_points
+        counts = np.bincount(self.area_map(board), minlength=3)
+        return int(counts[1]), int(counts[2]), int(counts[0])
 
     def selfplay_actions(self, s: GoState) -> list[int]:
         """The legal actions worth searching in self-play.
@@ -496,18 +473,55 @@ class Go:
         board and the 3 before it, (mover's stones, opponent's stones); a plane of ones when
         the opponent has just passed (a pass now ends the game: the same board is worth
         something else), a plane of ones when Black is to move and a plane of ones (the
-        board's extent for padded convolutions). Missing earlier boards are empty."""
+        board's extent for padded convolutions). Missing earlier boards are empty.
+
+        With ``area_planes`` three more come before the last three: the mover's area and
+        the opponent's area as the board stands (the points :meth:`area_score` counts) and
+        a constant plane tanh(mover's margin with komi / 10). Answering a pass with a pass
+        is right exactly when that margin is positive; a small net does not learn to count
+        the whole board in a 30-minute budget, so it is given the count."""
         n = self.size
         me = s.to_play + 1
-        planes = np.zeros((2 * HISTORY_PLANES + 3, n, n), dtype=np.float32)
+        extra = 3 if self.area_planes else 0
+        planes = np.zeros((2 * HISTORY_PLANES + extra + 3, n, n), dtype=np.float32)
         boards = (s.board, *s.recent)
         arr = np.frombuffer(b"".join(boards), dtype=np.uint8).reshape(len(boards), n, n)
         planes[0: 2 * len(boards): 2] = arr == me
         planes[1: 2 * len(boards): 2] = arr == 3 - me
+        if extra:
+            owner = self.area_map(s.board).reshape(n, n)
+            planes[-6] = owner == me
+            planes[-5] = owner == 3 - me
+            margin = (float((owner == me).sum()) - float((owner == 3 - me).sum())
+                      + (-self.komi if me == 1 else self.komi))
+            planes[-4] = np.tanh(margin / 10.0)
         planes[-3] = float(s.passes == 1)
         planes[-2] = float(s.to_play == 0)
         planes[-1] = 1.0
         return planes
+
+    def area_map(self, board: bytes) -> np.ndarray:
+        """Owner of every point as the board stands (area scoring): 1 or 2 for a stone of
+        that colour or an empty region touching that colour only, 0 for other empty points."""
+        owner = np.frombuffer(board, dtype=np.uint8).copy()
+        seen = bytearray(self.n_points)
+        for p in range(self.n_points):
+            if board[p] or seen[p]:
+                continue
+            region, borders, stack = [], 0, [p]
+            seen[p] = 1
+            while stack:
+                q = stack.pop()
+                region.append(q)
+                for nb in self.nbrs[q]:
+                    if board[nb]:
+                        borders |= board[nb]
+                    elif not seen[nb]:
+                        seen[nb] = 1
+                        stack.append(nb)
+            if borders in (1, 2):
+                owner[region] = borders
+        return owner
 
     def legal_masks(self, states: list[GoState]) -> np.ndarray:
         """Legal-move masks [len(states), n_actions] for a batch of states (search)."""

@@ -164,7 +164,7 @@ def random_game(game, seed):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_eight_symmetries_preserve_legal_sets_scores_and_planes(seed):
-    g = Go(7 if seed % 2 else 9)
+    g = Go(7 if seed % 2 else 9, area_planes=seed >= 4)
     actions = random_game(g, seed)
     for k in range(8):
         perm = g.symmetry_actions(k)
@@ -209,6 +209,24 @@ def test_encode_planes():
     assert not x[8].any() and x[9].all() and x[10].all()
     t = g.apply(s, g.pass_action)
     assert g.encode(t)[1, 3, 3] == 1 and not g.encode(t)[9].any()
+
+
+def test_area_planes_hold_the_area_count_as_the_board_stands():
+    """Mover's area, opponent's area (stones + empty regions touching one colour only) and
+    tanh(mover's margin with komi / 10); the other planes are the default encoding's."""
+    g, plain = Go(9, area_planes=True), Go(9)
+    rows = ["...OX...."] * 8 + ["...O.X..."]  # E1 touches both colours: nobody's
+    black = g.from_rows(rows, to_play=0)
+    owner = g.area_map(black.board)
+    assert (owner == 1).sum() == 44 and (owner == 2).sum() == 36 and owner[g.point("E1")] == 0
+    assert g._areas(black.board) == (44, 36, 1) and g.area_score(black) == 44 - 36 - 7.5
+    x = g.encode(black)
+    assert x.shape == (14, 9, 9)
+    assert x[8].sum() == 44 and x[9].sum() == 36 and x[8, 0, 4] == 0 and x[9, 0, 4] == 0
+    assert np.allclose(x[10], np.tanh(0.5 / 10))
+    np.testing.assert_array_equal(np.delete(x, [8, 9, 10], axis=0), plain.encode(black))
+    y = g.encode(g.from_rows(rows, to_play=1))
+    assert y[8].sum() == 36 and y[9].sum() == 44 and np.allclose(y[10], np.tanh(-0.5 / 10))
 
 
 def test_encode_tells_whether_a_pass_ends_the_game():
