@@ -178,3 +178,33 @@ def test_exact_feedback_needs_an_exploitability_game(model_dir, tmp_path):
     with pytest.raises(ConfigError, match="exploitability"):
         load_recipe("selfplay_games").main(_args(model_dir, tmp_path / "x", 1, games="nim", feedback="exact"))
     assert not (tmp_path / "x").exists()  # rejected before the output folder is locked
+
+
+def test_target_passes_are_extra_target_only_passes():
+    """On a pure-target batch, 1 pass + 2 target passes = 3 passes (constant learning rate);
+    a batch with no target sample gets no extra pass (weights bit-identical to 0 passes)."""
+    from lm_fixtures import tiny_model, tiny_tokenizer
+
+    from lmselfplay.lm.trajectory import Sample
+    from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
+
+    tok = tiny_tokenizer()
+    targets = [Sample([1, 5, 9], [], [], role="g", target=(0, [4, 7], [0.25, 0.75])),
+               Sample([1, 6], [], [], role="g", target=(0, [3], [1.0]))]
+    played = [Sample([1, 5], [4, 7], [-1.0, -1.0], advantage=1.0, role="g")]
+
+    def weights(samples, **kw):
+        cfg = dict(learning_rate=1e-2, beta=0.1, max_steps=10, lr_scheduler_type="constant", seed=0, **kw)
+        trainer = PolicyTrainer(tiny_model(seed=2), tok, TrainerConfig(**cfg))
+        for _ in range(2):
+            trainer.step(samples)
+        return [p.detach().clone() for p in trainer.unwrapped.parameters()]
+
+    three, extra = weights(targets, num_iterations=3), weights(targets, num_iterations=1, target_passes=2)
+    one = weights(targets, num_iterations=1)
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(three, extra))
+    assert any(not torch.allclose(a, b, atol=1e-4) for a, b in zip(one, extra))
+    plain, none = weights(played, num_iterations=1), weights(played, num_iterations=1, target_passes=3)
+    assert all(torch.equal(a, b) for a, b in zip(plain, none))
+    with pytest.raises(ConfigError):
+        TrainerConfig(target_passes=-1)
