@@ -27,6 +27,14 @@ Variants (the first four add to the one before, as in the issue's probe):
            end (100 supervised steps); printed: the average's exploitability (avg), the
            distilled model's (dist), and the average of the iterates from step S on, for
            every evaluated S (computed from the logged policies, no extra run)
+  exact    games whose exact metric is exploitability are not played: every step the referee
+           computes the exact value of every action at every information set against the
+           policy read off the model, and the magnetic-mirror-descent target (eta 1, alpha 0.3,
+           magnet moved every 10 steps) is distilled into it (feedback: exact; no league: no
+           game is played); 2 passes over the targets per step (the config's num_iterations)
+  exact_6passes  the same with 6 passes per step, so the model gets close to each target before
+           the next is computed; printed for both: the largest |P(read) - P(previous target)|
+           (distill gap) and the largest |P(target) - P(read)| (MMD step), mean of the last 10 steps
 """
 
 from __future__ import annotations
@@ -55,6 +63,10 @@ VARIANTS = {
     "anneal": dict(beta=0.5, beta_schedule="cosine", beta_final_ratio=0.1, ref_update_every=0),
     "anneal_floor": dict(beta=0.5, beta_schedule="cosine", beta_final_ratio=0.3, ref_update_every=0),
     "average": dict(ref_update_every=0, average_policy="true", average_every=5, distill_steps=100),
+    "exact": dict(feedback="exact", mmd_eta=1.0, mmd_alpha=0.3, mmd_magnet_every=10, ref_update_every=0,
+                  league_add_every=0),
+    "exact_6passes": dict(feedback="exact", mmd_eta=1.0, mmd_alpha=0.3, mmd_magnet_every=10, ref_update_every=0,
+                          league_add_every=0, num_iterations=6),
 }
 # Per game: episodes per step (Kuhn hands are 1-3 short turns: cheap, and very noisy) and
 # the level that counts as "reached" (optimal-move prob >=, exploitability <=).
@@ -102,7 +114,16 @@ def summarize(rows, game, target):
            "step_hit": reached[0][0] if reached else float("nan"), "t_hit": reached[0][1] if reached else float("nan"),
            "worst_pos": worst, "win_vs_random": win[-1], "entropy_end": ent[-1] if ent else float("nan"),
            "wall": rows[-1]["wall_s"], "curve": [[s, w, v] for s, w, v in evals]}
-    return {**out, **summarize_average(rows, game, target)}
+    return {**out, **summarize_average(rows, game, target), **summarize_exact(rows, game)}
+
+
+def summarize_exact(rows, game):
+    """With exact feedback: the distillation gap and the MMD step, mean of the last 10 steps."""
+    gaps = [r[f"{game}/distill_gap"] for r in rows if f"{game}/distill_gap" in r][-10:]
+    steps = [r[f"{game}/mmd_step"] for r in rows if f"{game}/mmd_step" in r][-10:]
+    if not gaps:
+        return {}
+    return {"distill_gap_end": sum(gaps) / len(gaps), "mmd_step_end": sum(steps) / len(steps)}
 
 
 def summarize_average(rows, game, target):

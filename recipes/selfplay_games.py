@@ -24,7 +24,11 @@ The algorithm, in order (every rank plays its own games; gradients are averaged)
     with average_policy (games whose exact metric is exploitability): every average_every steps
     the policy at every information set joins a reach-weighted running average (what fictitious
     self-play drives to Nash while the last iterate cycles); its exploitability is reported at
-    every evaluation, and at the end distill_steps supervised steps distil it into the final model
+    every evaluation, and at the end distill_steps supervised steps distil it into the final model.
+    With feedback: exact, the same games are not played: every step the referee (the rules)
+    computes the exact expected return of every action at every information set against the
+    policy read off the model, and the magnetic-mirror-descent target built from them joins the
+    step's batch as supervised targets (lmselfplay/rl/exact_feedback.py); other games keep playing
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ from lmselfplay.lm.policy import PolicyConfig, frozen_policy, load_policy, polic
 from lmselfplay.lm.rollout import Episode, LLMPlayer, RolloutStats, play_episodes
 from lmselfplay.rl.advantages import RoleBaselines, observation_key
 from lmselfplay.rl.average_policy import AverageConfig, AveragePolicy, averageable, distill_samples
+from lmselfplay.rl.exact_feedback import ExactFeedback, FeedbackConfig, exact_feedback_games
 from lmselfplay.rl.league import League, LeagueConfig
 from lmselfplay.rl.trainer import (
     PolicyTrainer,
@@ -73,7 +78,7 @@ from lmselfplay.utils.run import RunConfig, lock_output_dir
 
 
 @dataclass
-class SelfPlayConfig(TrainerConfig, AverageConfig, LeagueConfig, PolicyConfig, EngineConfig, RunConfig):
+class SelfPlayConfig(TrainerConfig, AverageConfig, FeedbackConfig, LeagueConfig, PolicyConfig, EngineConfig, RunConfig):
     games: str = field(default="nim,tictactoe,kuhn_poker", metadata={"help": "comma-separated registry names"})
     game_weights: str = field(default="", metadata={
         "help": "share of each step's episodes per game, e.g. 'kuhn_poker=4' (unlisted games weigh 1)"})
@@ -314,6 +319,29 @@ def make_averages(cfg, games):
     return avg
 
 
+def make_feedback(cfg, games):
+    """Step 1-6 for the games learning from exact feedback (``feedback: exact``): one
+    :class:`ExactFeedback` per exploitability game; none with sampled feedback."""
+    if cfg.feedback != "exact":
+        return {}
+    fb = {g.name: ExactFeedback(g, cfg.mmd_eta, cfg.mmd_alpha, cfg.mmd_magnet_every) for g in exact_feedback_games(games)}
+    if not fb:
+        raise ConfigError("feedback: exact needs a game whose exact_metric is 'exploitability' (kuhn_poker); "
+                          f"games: {[g.name for g in games]}")
+    return fb
+
+
+def exact_targets(feedback, engine, tok, step):
+    """Every exact-feedback game's MMD target samples for this step, and its metrics
+    (``GAME/mmd_step``, ``GAME/distill_gap``, ``GAME/read_exploitability``)."""
+    samples, metrics = [], {}
+    for name, fb in feedback.items():
+        part, m = fb.targets(engine, tok, step)
+        samples += part
+        metrics.update({f"{name}/{'read_exploitability' if k == 'exploitability' else k}": v for k, v in m.items()})
+    return samples, metrics
+
+
 def fold_averages(cfg, averages, engine, tok, step):
     """Read the current policy off every information set and fold it into each game's
     average (weight per ``average_weighting``); returns the policies read (for the log)."""
@@ -356,11 +384,13 @@ def main(argv=None):
     games = make_games(cfg.games)
     check_beta(cfg.beta, games)
     check_shaping(cfg, games)
+    feedback = make_feedback(cfg, games)
     out_dir = Path(cfg.output_dir)
     lock_output_dir(out_dir)  # after the config checks: a bad config never waits on a busy folder
     if cfg.gnugo_level > 0 and any(plays_gtp(g) for g in games) and find_gnugo() is None:
         acc.print("gnugo_level is set but gnugo is not installed (apt-get install gnugo): no GnuGo games")
-    plan = episode_games(games, cfg.game_weights, cfg.episodes_per_step)  # the same every step
+    # the same every step; games with exact feedback learn without playing
+    plan = [g for g in episode_games(games, cfg.game_weights, cfg.episodes_per_step) if g.name not in feedback]
     positions = eval_positions(cfg, games)  # computed once, reused by every evaluation
     model, tok = load_policy(cfg, device=str(acc.device))
     ref = None  # the trainer copies the initial policy, except under ZeRO-3 init (sharded at load)
@@ -379,6 +409,8 @@ def main(argv=None):
         league.load_state_dict(extra["league"])
         for name, state in extra.get("averages", {}).items():
             averages[name].load_state_dict(state)
+        for name, state in extra.get("feedback", {}).items():
+            feedback[name].load_state_dict(state)
         start_step = trainer.step_count
         acc.print(f"resumed from {ckpt} at step {start_step}")
     elif cfg.resume:
@@ -406,6 +438,12 @@ def main(argv=None):
             if acc.is_main_process:
                 logger.log(step, {**result, "wall_s": time.time() - t0})
                 _plot(logger, games)
+        exact = []
+        if feedback:  # the referee's exact values: the policy is read before this step's update
+            with trainer.serving(engine):
+                exact, exact_metrics = exact_targets(feedback, engine, tok, step)
+            if acc.is_main_process:  # measured on the policy before this step's update
+                logger.log(step, exact_metrics)
         # 1-4: play
         episodes = make_episodes(cfg, plan, league, me, tok, step, acc.process_index)
         stats = RolloutStats()
@@ -414,7 +452,7 @@ def main(argv=None):
             finished = list(play_episodes(episodes, sampling, concurrency=cfg.concurrency, retries=cfg.retries,
                                  max_turns=cfg.max_turns, stats=stats))
         trajs = [t for f in finished for t in f.trajectories]
-        samples = training_samples(cfg, finished, baselines)  # 5: advantages
+        samples = training_samples(cfg, finished, baselines) + exact  # 5: advantages
         # 6: update; the engine serves the same (updated) weights next step
         metrics = trainer.step(samples)
         # staleness: trainer vs engine log-probs of the sampled tokens (warning / strict_sync error)
@@ -439,7 +477,8 @@ def main(argv=None):
         # 9: checkpoint
         if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
             trainer.save_checkpoint(out_dir, {"baselines": baselines.state_dict(), "league": league.state_dict(),
-                                              "averages": {k: a.state_dict() for k, a in averages.items()}})
+                                              "averages": {k: a.state_dict() for k, a in averages.items()},
+                                              "feedback": {k: f.state_dict() for k, f in feedback.items()}})
     with trainer.serving(engine):  # every rank evaluates in step (ZeRO-3), rank 0 reports
         if averages and cfg.averaged_at(cfg.max_steps):
             fold_averages(cfg, averages, engine, tok, cfg.max_steps)

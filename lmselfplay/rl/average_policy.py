@@ -163,7 +163,7 @@ def infoset_states(game: Any) -> dict[str, Any]:
     return reps
 
 
-def distill_samples(game: Any, tokenizer: Any, policy: dict[str, Any]) -> list[Sample]:
+def distill_samples(game: Any, tokenizer: Any, policy: dict[str, Any], start: str = "average") -> list[Sample]:
     """Supervised samples that teach ``policy`` (a tabular policy) as the LM's answer
     probabilities normalized over the legal answers (what the exact metrics read): per
     information set, the prompt plus the answers' common prefix (``<move>``) with the
@@ -172,7 +172,7 @@ def distill_samples(game: Any, tokenizer: Any, policy: dict[str, Any]) -> list[S
     legal answer a one-hot target (the rest of the answer with probability 1, so the
     sequence probabilities keep the ratios of the first). No completion tokens: no
     policy-gradient or KL term, only the target cross-entropy. ValueError when one legal
-    answer is a prefix of another (no token tells them apart)."""
+    answer is a prefix of another (no token tells them apart). Roles are ``GAME/pN/START``."""
     from lmselfplay.games.text import format_answer
     from lmselfplay.lm.prompt import encode_completion, encode_prompt
 
@@ -192,7 +192,7 @@ def distill_samples(game: Any, tokenizer: Any, policy: dict[str, Any]) -> list[S
         for a, ids in zip(legal, answers):
             target[ids[k]] = target.get(ids[k], 0.0) + probs[a]
         prompt = encode_prompt(tokenizer, game.observation_text(s, player))
-        role = f"{game.name}/p{player}/average"
+        role = f"{game.name}/p{player}/{start}"
         out.append(Sample(prompt + answers[0][:k], [], [], role=role, task=game.name,
                           target=(0, list(target), list(target.values()))))
         for ids in answers:

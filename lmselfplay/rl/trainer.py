@@ -27,6 +27,8 @@ for the reference forward.
 The last line is the supervised-target term (search distillation): a sample may carry
 a target distribution over the vocabulary at one completion token (``Sample.target``);
 its cross-entropy is averaged over the target samples of the batch (see ``_target_loss``).
+``target_passes`` adds passes over the pure-target samples alone (distillation targets that
+need more optimizer steps than the policy-gradient turns of the same batch should get).
 
 Multi-process: `accelerate launch` with the configs in ``recipes/accelerate/`` (DDP,
 DeepSpeed ZeRO-2/3). On CPU the process group uses gloo.
@@ -71,6 +73,9 @@ class TrainerConfig:
     max_steps: int = field(default=200, metadata={"help": "trainer.step() calls the LR schedule spans"})
     gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per pass"})
     num_iterations: int = field(default=2, metadata={"help": "PPO passes over each batch"})
+    target_passes: int = field(default=0, metadata={
+        "help": "extra passes over the batch's pure supervised-target samples only (distillation targets), after "
+                "the num_iterations passes over the whole batch; the learning-rate schedule does not advance on them"})
     epsilon: float = field(default=0.2, metadata={"help": "PPO clip range"})
     beta: str = field(default=0.1, metadata={  # type: ignore[assignment]  # str on the command line
         "help": "KL coefficient to the reference policy: a number, or one per game / role as "
@@ -97,6 +102,8 @@ class TrainerConfig:
             raise ConfigError(f"beta_final_ratio must be >= 0, got {self.beta_final_ratio}")
         if self.ref_update_every < 0:
             raise ConfigError(f"ref_update_every must be >= 0, got {self.ref_update_every}")
+        if self.target_passes < 0:
+            raise ConfigError(f"target_passes must be >= 0, got {self.target_passes}")
         parent = getattr(super(), "__post_init__", None)  # recipe configs mix in other configs
         if parent is not None:
             parent()
@@ -409,20 +416,12 @@ class PolicyTrainer:
         self._target_total = sum(s.weight for s in samples if s.target is not None)
         self.model.train()
         for it in range(cfg.num_iterations):
-            for mb in self._micro_batches(samples, rng):
-                with acc.accumulate(self.model):
-                    loss, parts = self._micro_loss(mb, total_tokens, ref, first_pass=it == 0)
-                    acc.backward(loss)
-                    if acc.sync_gradients and cfg.max_grad_norm > 0:
-                        gn = acc.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
-                        if gn is not None:
-                            stats["grad_norm"].append(float(gn))
-                    self.optimizer.step()
-                    if acc.sync_gradients:  # once per optimizer step: accelerate's wrapper
-                        self.scheduler.scheduler.step()  # would step num_processes times
-                    self.optimizer.zero_grad()
-                for k, v in parts.items():
-                    stats[k].append(v)
+            self._pass(self._micro_batches(samples, rng), total_tokens, ref, stats, first_pass=it == 0)
+        # the recipes give every rank the same targets (all ranks make these passes or none, in step);
+        # a batch without any makes none (an empty pass would still move the weights: Adam's momentum)
+        targets = [s for s in samples if s.target is not None and not s.completion_ids]
+        for _ in range(cfg.target_passes if targets else 0):
+            self._pass(self._micro_batches(targets, rng), total_tokens, None, stats, schedule=False)
         self.step_count += 1
         if cfg.ref_update_every and self.kl_on and self.step_count % cfg.ref_update_every == 0:
             self.update_reference()
@@ -430,6 +429,26 @@ class PolicyTrainer:
         out.update(samples=float(len(samples)), tokens=float(total_tokens),
                    lr=float(self.scheduler.get_last_lr()[0]))
         return out
+
+    def _pass(self, micro_batches: list[list[Sample]], total_tokens: float, ref: dict[int, list[float]] | None,
+              stats: dict[str, list[float]], first_pass: bool = False, schedule: bool = True) -> None:
+        """One pass: an optimizer step per round of ``gradient_accumulation_steps``
+        micro-batches; the learning-rate schedule advances with it when ``schedule``."""
+        cfg, acc = self.cfg, self.accelerator
+        for mb in micro_batches:
+            with acc.accumulate(self.model):
+                loss, parts = self._micro_loss(mb, total_tokens, ref, first_pass=first_pass)
+                acc.backward(loss)
+                if acc.sync_gradients and cfg.max_grad_norm > 0:
+                    gn = acc.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+                    if gn is not None:
+                        stats["grad_norm"].append(float(gn))
+                self.optimizer.step()
+                if acc.sync_gradients and schedule:  # once per optimizer step: accelerate's wrapper
+                    self.scheduler.scheduler.step()  # would step num_processes times
+                self.optimizer.zero_grad()
+            for k, v in parts.items():
+                stats[k].append(v)
 
     def _micro_loss(self, mb: list[Sample], total_tokens: float, ref: dict[int, list[float]] | None,
                     first_pass: bool = False):
