@@ -63,8 +63,9 @@ def spin_run(recipe, argv, out):
     return rows, wall
 
 
-def control_run(recipe, argv, spin_out, out, epochs):
-    """``epochs`` more epochs of SFT from the SPIN run's theta_0, evaluated like an iteration."""
+def control_run(recipe, argv, spin_out, out, epochs, lr=None):
+    """``epochs`` more epochs of SFT from the SPIN run's theta_0 (at ``lr``, default the SFT
+    phase's), evaluated like an iteration."""
     import datasets
     import torch
     from accelerate import PartialState
@@ -74,7 +75,8 @@ def control_run(recipe, argv, spin_out, out, epochs):
     from lmselfplay.utils.config import parse_config
 
     t0 = time.time()
-    cfg = dataclasses.replace(parse_config(recipe.SpinConfig, argv), sft_epochs=epochs)
+    cfg = parse_config(recipe.SpinConfig, argv)
+    cfg = dataclasses.replace(cfg, sft_epochs=epochs, sft_learning_rate=lr or cfg.sft_learning_rate)
     state = PartialState(cpu=not torch.cuda.is_available())
     start = spin_out / "checkpoint-0" if (spin_out / "checkpoint-0").exists() else resolve_model_path(
         cfg.model_name_or_path)
@@ -107,6 +109,8 @@ def main():
     ap.add_argument("--set", nargs="*", default=[], help="extra key=value for the run")
     ap.add_argument("--control-epochs", type=float, nargs="+", default=[1.0],
                     help="one control per value: that many SFT epochs from theta_0")
+    ap.add_argument("--control-lr", type=float, default=None,
+                    help="learning rate of the controls (default: the config's sft_learning_rate)")
     ap.add_argument("--no-control", action="store_true")
     ap.add_argument("--name", default="bench_spin")
     ap.add_argument("--threads", type=int, default=1)
@@ -123,7 +127,8 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         rows, wall = spin_run(recipe, argv, Path(d) / "spin")
         controls = [] if args.no_control else [
-            {"epochs": e, **control_run(recipe, argv, Path(d) / "spin", Path(d) / f"control-{i}", e)}
+            {"epochs": e, **control_run(recipe, argv, Path(d) / "spin", Path(d) / f"control-{i}", e,
+                                                 args.control_lr)}
             for i, e in enumerate(args.control_epochs)]
     print(f"\nSPIN on held-out prompts ({args.config}, seed {args.seed}, {' '.join(args.set)}); "
           f"wall {wall:.0f} s, load average {load:.1f} -> {os.getloadavg()[0]:.1f}")
@@ -137,7 +142,7 @@ def main():
         print(f"{name:<22} {fmt(c)}  {c['time/iteration_s']:7.0f}")
     save_results(args.name, {"config": args.config, "seed": args.seed, "set": args.set, "wall_s": wall,
                              "load_start": load, "load_end": os.getloadavg()[0], "iterations": rows,
-                             "controls": controls})
+                             "controls": controls, "control_lr": args.control_lr})
 
 
 if __name__ == "__main__":
