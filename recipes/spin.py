@@ -41,7 +41,8 @@ Output (``output_dir``): ``data/`` (the supervised train / held-out sets),
 iteration and the generating checkpoint), ``iter-<t>/trainer`` (DPOTrainer checkpoints,
 for resuming inside an iteration), ``checkpoint-<t+1>`` (theta_{t+1}, atomic),
 ``metrics.jsonl`` + TensorBoard + ``spin_metrics.png`` (held-out margin, answer
-log-likelihood and exact-answer accuracy per iteration).
+log-likelihood and exact-answer accuracy per iteration), ``eval/step-<t>.jsonl`` (the same
+per held-out prompt, for paired comparisons between iterations).
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ from lmselfplay.lm.engines.hf import HFEngine
 from lmselfplay.lm.policy import PolicyConfig, load_policy, load_tokenizer, resolve_model_path
 from lmselfplay.lm.prompt import encode_completion, encode_prompt, format_prompt
 from lmselfplay.spin.data import answers_match, load_supervised
-from lmselfplay.utils.checkpoint import atomic_dir, resume_checkpoint, save_json
+from lmselfplay.utils.checkpoint import atomic_dir, atomic_write_text, resume_checkpoint, save_json
 from lmselfplay.utils.config import ConfigError, parse_config, to_dict
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.metrics_logger import MetricsLogger
@@ -290,31 +291,48 @@ def sft_phase(cfg: SpinConfig, start: str | None, out: Path, prompts: list[list[
 
 # --- evaluation on held-out prompts --------------------------------------------------------
 
-def evaluate(engine: HFEngine, state: PartialState, held: list[dict[str, Any]],
-             prompts: list[list[int]], chosen: list[list[int]], rejected: list[list[int]],
-             gen_len: int, cfg: SpinConfig) -> dict[str, float]:
-    """Under the model in ``engine``: mean margin log p(y|x) - log p(y'|x) (y' from the
-    iteration's opponent), data-answer log-likelihood, and greedy exact-answer accuracy."""
-    idx = list(range(len(held)))
+def held_out_scores(engine: HFEngine, state: PartialState, held: list[dict[str, Any]],
+                    prompts: list[list[int]], chosen: list[list[int]], rejected: list[list[int]],
+                    gen_len: int, cfg: SpinConfig) -> list[dict[str, Any]]:
+    """Per held-out prompt, under the model in ``engine``: log p(y|x) of the data answer,
+    log p(y'|x) of the iteration opponent's answer, the answer length, the greedy answer and
+    whether its final answer is right. Every process takes its share; all get every row."""
 
-    def shard(ii: list[int]) -> list[tuple[float, float, int, bool]]:
+    def shard(ii: list[int]) -> list[dict[str, Any]]:
         ll_y = sequence_logliks(engine, [prompts[i] for i in ii], [chosen[i] for i in ii])
         ll_r = sequence_logliks(engine, [prompts[i] for i in ii], [rejected[i] for i in ii])
         greedy = generate(engine, [prompts[i] for i in ii], SamplingParams(gen_len, temperature=0.0),
                           cfg.generation_batch_size, False, "eval")
-        return [(a, b, len(chosen[i]), answers_match(g.text, held[i]["answer"], held[i]["final"]))
+        return [{"loglik": a, "loglik_rejected": b, "answer_tokens": len(chosen[i]), "greedy": g.text,
+                 "correct": answers_match(g.text, held[i]["answer"], held[i]["final"])}
                 for i, a, b, g in zip(ii, ll_y, ll_r, greedy)]
 
-    rows = sharded(state, idx, shard)
-    n = len(rows)
-    ll = [a for a, _, _, _ in rows]
-    correct = sum(ok for *_, ok in rows)
+    return sharded(state, list(range(len(held))), shard)
+
+
+def summarize(scores: list[dict[str, Any]]) -> dict[str, float]:
+    """Mean margin log p(y|x) - log p(y'|x), data-answer log-likelihood (with its 95%
+    half-width), per-token log-likelihood and greedy exact-answer accuracy (95% Wilson)."""
+    n = len(scores)
+    ll = [s["loglik"] for s in scores]
+    correct = sum(s["correct"] for s in scores)
     lo, hi = wilson(correct, n)
-    return {"eval/margin": sum(a - b for a, b, _, _ in rows) / n,
+    return {"eval/margin": sum(s["loglik"] - s["loglik_rejected"] for s in scores) / n,
             "eval/answer_loglik": sum(ll) / n,
             "eval/answer_loglik_ci": mean_ci_half_width(ll),
-            "eval/answer_loglik_per_token": sum(ll) / sum(k for _, _, k, _ in rows),
+            "eval/answer_loglik_per_token": sum(ll) / sum(s["answer_tokens"] for s in scores),
             "eval/accuracy": correct / n, "eval/accuracy_ci_low": lo, "eval/accuracy_ci_high": hi}
+
+
+def evaluate(engine: HFEngine, state: PartialState, held: list[dict[str, Any]],
+             prompts: list[list[int]], chosen: list[list[int]], rejected: list[list[int]],
+             gen_len: int, cfg: SpinConfig, save_to: Path | None = None) -> dict[str, float]:
+    """:func:`summarize` of :func:`held_out_scores`; the per-prompt rows also go to ``save_to``
+    (JSON lines, main process, atomic) so runs can be compared prompt by prompt (paired)."""
+    scores = held_out_scores(engine, state, held, prompts, chosen, rejected, gen_len, cfg)
+    if save_to is not None and state.is_main_process:
+        atomic_write_text(save_to, "".join(json.dumps(s) + "\n" for s in scores))
+    return summarize(scores)
 
 
 def mean_ci_half_width(xs: list[float], z: float = 1.96) -> float:
@@ -401,7 +419,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         data = load_dataset_dir(it_dir / "data")
         r_held = data["eval"]["rejected_ids"]
         if t == 0:  # theta_0 on the held-out set (every process takes its share)
-            m0 = evaluate(engine, state, held, p_held, y_held, r_held, gen_len, cfg)
+            m0 = evaluate(engine, state, held, p_held, y_held, r_held, gen_len, cfg,
+                          out / "eval" / "step-0.jsonl")
             if logger is not None:
                 logger.log(0, m0)
         same = sum(a == b for a, b in zip(data["train"]["chosen_ids"], data["train"]["rejected_ids"]))
@@ -439,7 +458,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         # Held-out metrics under theta_{t+1} (y' still the opponent theta_t's answers).
         model, _ = load_model(cfg, str(nxt), state, lora=False)
         metrics = evaluate(HFEngine(model, tokenizer, cfg.generation_batch_size, t + 1), state, held,
-                           p_held, y_held, r_held, gen_len, cfg)
+                           p_held, y_held, r_held, gen_len, cfg, out / "eval" / f"step-{t + 1}.jsonl")
         row = {**metrics, **train_stats, "beta": lam, "gen/identical_to_data": same / len(p_train),
                "gen/mean_len": sum(map(len, data["train"]["rejected_ids"])) / len(p_train),
                "time/iteration_s": time.time() - t0}

@@ -219,6 +219,21 @@ def test_two_iterations_end_to_end(two_iterations, model_dir):
     assert rows[2]["eval/answer_loglik"] > rows[0]["eval/answer_loglik"]
 
 
+def test_per_prompt_scores_are_saved_and_summarize_to_the_logged_metrics(two_iterations):
+    out, _, _ = two_iterations
+    recipe = load_recipe()
+    data = load_iteration(out, 0)["eval"]
+    for row in read_jsonl(out / "metrics.jsonl"):
+        scores = read_jsonl(out / "eval" / f"step-{row['step']}.jsonl")
+        assert len(scores) == N_EVAL
+        for s in scores:
+            assert s["loglik"] < 0 and s["loglik_rejected"] < 0 and isinstance(s["correct"], bool)
+        assert [s["answer_tokens"] for s in scores] == [len(c) for c in data["chosen_ids"]]
+        again = recipe.summarize(scores)
+        for key, value in again.items():
+            assert row[key] == pytest.approx(value), key
+
+
 def test_iteration_data_sets_hold_exactly_what_was_generated(two_iterations, model_dir):
     out, _, calls = two_iterations
     tok = tiny_tokenizer()
