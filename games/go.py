@@ -475,14 +475,15 @@ class Go:
         something else), a plane of ones when Black is to move and a plane of ones (the
         board's extent for padded convolutions). Missing earlier boards are empty.
 
-        With ``area_planes`` three more come before the last three: the mover's area and
-        the opponent's area as the board stands (the points :meth:`area_score` counts) and
-        a constant plane tanh(mover's margin with komi / 10). Answering a pass with a pass
-        is right exactly when that margin is positive; a small net does not learn to count
-        the whole board in a 30-minute budget, so it is given the count."""
+        With ``area_planes`` four more come before the last three: the mover's area and
+        the opponent's area as the board stands (the points :meth:`area_score` counts), a
+        constant plane tanh(mover's margin with komi / 10) and a plane of ones when that
+        margin is positive. Answering a pass with a pass wins exactly when it is positive
+        (and loses otherwise); a small net does not learn to count the whole board to the
+        half point in a 30-minute budget, so it is given the count."""
         n = self.size
         me = s.to_play + 1
-        extra = 3 if self.area_planes else 0
+        extra = 4 if self.area_planes else 0
         planes = np.zeros((2 * HISTORY_PLANES + extra + 3, n, n), dtype=np.float32)
         boards = (s.board, *s.recent)
         arr = np.frombuffer(b"".join(boards), dtype=np.uint8).reshape(len(boards), n, n)
@@ -490,11 +491,12 @@ class Go:
         planes[1: 2 * len(boards): 2] = arr == 3 - me
         if extra:
             owner = self.area_map(s.board).reshape(n, n)
-            planes[-6] = owner == me
-            planes[-5] = owner == 3 - me
+            planes[-7] = owner == me
+            planes[-6] = owner == 3 - me
             margin = (float((owner == me).sum()) - float((owner == 3 - me).sum())
                       + (-self.komi if me == 1 else self.komi))
-            planes[-4] = np.tanh(margin / 10.0)
+            planes[-5] = np.tanh(margin / 10.0)
+            planes[-4] = float(margin > 0)
         planes[-3] = float(s.passes == 1)
         planes[-2] = float(s.to_play == 0)
         planes[-1] = 1.0

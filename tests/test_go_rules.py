@@ -212,8 +212,9 @@ def test_encode_planes():
 
 
 def test_area_planes_hold_the_area_count_as_the_board_stands():
-    """Mover's area, opponent's area (stones + empty regions touching one colour only) and
-    tanh(mover's margin with komi / 10); the other planes are the default encoding's."""
+    """Mover's area, opponent's area (stones + empty regions touching one colour only),
+    tanh(mover's margin with komi / 10) and whether that margin is positive; the other
+    planes are the default encoding's."""
     g, plain = Go(9, area_planes=True), Go(9)
     rows = ["...OX...."] * 8 + ["...O.X..."]  # E1 touches both colours: nobody's
     black = g.from_rows(rows, to_play=0)
@@ -221,12 +222,13 @@ def test_area_planes_hold_the_area_count_as_the_board_stands():
     assert (owner == 1).sum() == 44 and (owner == 2).sum() == 36 and owner[g.point("E1")] == 0
     assert g._areas(black.board) == (44, 36, 1) and g.area_score(black) == 44 - 36 - 7.5
     x = g.encode(black)
-    assert x.shape == (14, 9, 9)
+    assert x.shape == (15, 9, 9)
     assert x[8].sum() == 44 and x[9].sum() == 36 and x[8, 0, 4] == 0 and x[9, 0, 4] == 0
-    assert np.allclose(x[10], np.tanh(0.5 / 10))
-    np.testing.assert_array_equal(np.delete(x, [8, 9, 10], axis=0), plain.encode(black))
+    assert np.allclose(x[10], np.tanh(0.5 / 10)) and x[11].all()  # Black is ahead by 0.5
+    np.testing.assert_array_equal(np.delete(x, [8, 9, 10, 11], axis=0), plain.encode(black))
     y = g.encode(g.from_rows(rows, to_play=1))
     assert y[8].sum() == 36 and y[9].sum() == 44 and np.allclose(y[10], np.tanh(-0.5 / 10))
+    assert not y[11].any()
 
 
 def test_encode_tells_whether_a_pass_ends_the_game():
