@@ -48,7 +48,8 @@ import torch
 from lmselfplay.eval.game_metrics import decision_states
 from lmselfplay.games import make
 from lmselfplay.games.solve import optimal_actions
-from lmselfplay.games.text import OPEN
+from lmselfplay.games.text import ANSWER_INSTRUCTION, OPEN
+from lmselfplay.games.tictactoe import MARKS
 from lmselfplay.lm.batching import pad_batch
 from lmselfplay.lm.prompt import encode_prompt
 from lmselfplay.utils.results import save_results
@@ -74,15 +75,45 @@ def mark_splitter(tok, marks=("X", "O")):
     return lambda ids: [t for i in ids for t in glued.get(i, [i])]
 
 
-def move_token_data(tok, game, split_marks=False):
+def _grid(game, s):
+    """Rows of one character per cell ('.' empty): one token per cell in the embedded BPE."""
+    cells = [MARKS[c] for c in s.board]
+    return ["".join(cells[r * 3 : r * 3 + 3]) for r in range(3)]
+
+
+def _named(game, s):
+    """Every cell names itself whatever is on it: ``1X 2O 3.`` per row."""
+    return [" ".join(f"{i + 1}{MARKS[s.board[i]]}" for i in range(r * 3, r * 3 + 3)) for r in range(3)]
+
+
+BOARDS = {"default": lambda g, s: g.board_text(s), "grid": _grid, "named": _named}
+
+
+def render(game, s, player, fmt="default"):
+    """Observation text in format ``fmt`` = BOARD or BOARD_last (BOARD in :data:`BOARDS`).
+    ``default`` is the game's own text; ``*_last`` puts the side and board after the legal
+    list and instruction, just before ``Answer:``, so the answer-to-cell distances do not
+    depend on the list's length. A control only: the game's text is unchanged."""
+    board, last = (fmt[: -len("_last")], True) if fmt.endswith("_last") else (fmt, False)
+    if board not in BOARDS:
+        raise ValueError(f"unknown format {fmt!r}; known: {sorted(BOARDS)} (+ '_last')")
+    side = [f"You play {MARKS[player + 1]}.", *BOARDS[board](game, s)]
+    legal = "Legal moves: " + " ".join(game.action_text(a) for a in game.legal_actions(s))
+    head = f"Game: {game.name}. Get three in a row."
+    lines = [head, legal, ANSWER_INSTRUCTION, *side] if last else [head, *side, legal, ANSWER_INSTRUCTION]
+    return "\n".join(lines)
+
+
+def move_token_data(tok, game, split_marks=False, fmt="default"):
     """(prompt + <move> ids, legal token ids, optimal token ids) per decision position;
-    with ``split_marks`` the prompt's glued space+mark tokens are split (:func:`mark_splitter`)."""
+    with ``split_marks`` the prompt's glued space+mark tokens are split (:func:`mark_splitter`);
+    ``fmt`` re-renders the board (:func:`render`)."""
     open_id = tok.convert_tokens_to_ids(OPEN)
     split = mark_splitter(tok) if split_marks else (lambda ids: ids)
     rows = []
     for s in decision_states(game):
         player = game.current_player(s)
-        ids = split(encode_prompt(tok, game.observation_text(s, player))) + [open_id]
+        ids = split(encode_prompt(tok, render(game, s, player, fmt))) + [open_id]
 
         def token(a):
             t = tok(game.action_text(a), add_special_tokens=False)["input_ids"]
@@ -117,20 +148,23 @@ def measure(model, rows, pad_id, chunk=512):
     return {"p_optimal": sum(p_opt) / n, "argmax_optimal": sum(arg_ok) / n, "min_p_optimal": min(p_opt)}
 
 
-def supervised(model, rows, pad_id, steps, lr, batch, eval_every, seed, label, eval_positions=0):
+def supervised(model, rows, pad_id, steps, lr, batch, eval_every, seed, label, eval_positions=0, warmup=0):
     """Cross-entropy to the uniform distribution over the optimal move tokens. Curves are
     measured on ``eval_positions`` fixed positions (0: all); the last point on all."""
     rng = random.Random(seed)
     probe = random.Random(seed + 1).sample(rows, eval_positions) if 0 < eval_positions < len(rows) else rows
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    curve, t0 = [], time.time()
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: min(1.0, (k + 1) / warmup) if warmup else 1.0)
+    curve, losses, t0 = [], [], time.time()
     for step in range(steps + 1):
         if step % eval_every == 0 or step == steps:
             m = measure(model, rows if step == steps else probe, pad_id)
+            loss = sum(losses) / len(losses) if losses else float("nan")  # training loss since the last point
             curve.append({"step": step, "seconds": round(time.time() - t0, 1),
-                          "positions": len(rows if step == steps else probe), **m})
-            print(f"  [{label}] step {step:4d} {curve[-1]['seconds']:7.1f}s  P(optimal) {m['p_optimal']:.3f}  "
-                  f"argmax {m['argmax_optimal']:.3f}  min {m['min_p_optimal']:.3f}", flush=True)
+                          "positions": len(rows if step == steps else probe), "train_loss": loss, **m})
+            losses = []
+            print(f"  [{label}] step {step:4d} {curve[-1]['seconds']:7.1f}s  loss {loss:.3f}  P(optimal) "
+                  f"{m['p_optimal']:.3f}  argmax {m['argmax_optimal']:.3f}  min {m['min_p_optimal']:.3f}", flush=True)
         if step == steps:
             break
         model.train()
@@ -140,10 +174,12 @@ def supervised(model, rows, pad_id, steps, lr, batch, eval_every, seed, label, e
         for k, (_, _, o) in enumerate(part):
             target[k, o] = 1.0 / len(o)
         loss = -(target * torch.log_softmax(logits, -1)).sum(-1).mean()
+        losses.append(loss.item())
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        sched.step()
     return curve
 
 
@@ -183,6 +219,13 @@ def main() -> None:
     ap.add_argument("--task_weights", default="", help="corpus mix for --pretrain_steps")
     ap.add_argument("--split_marks", action="store_true",
                     help="lever: split BPE's glued ' X' / ' O' tokens so every board cell has a fixed width")
+    ap.add_argument("--format", default="default",
+                    help="lever: board text (default, grid, named; +_last: board just before Answer:)")
+    ap.add_argument("--subset", type=int, default=0,
+                    help="train and measure on this many random positions only (0: all): can it even memorize?")
+    ap.add_argument("--warmup", type=int, default=0, help="linear lr warmup steps")
+    ap.add_argument("--layers", type=int, default=0, help="fresh model's layers (0: the embedded shape)")
+    ap.add_argument("--heads", type=int, default=0, help="fresh model's heads (0: the embedded shape)")
     ap.add_argument("--name", default="bench_ttt_representation")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -192,7 +235,9 @@ def main() -> None:
 
     path = args.model or str(ensure_tiny_model())
     tok = AutoTokenizer.from_pretrained(path)
-    rows = move_token_data(tok, make("tictactoe"), args.split_marks)
+    rows = move_token_data(tok, make("tictactoe"), args.split_marks, args.format)
+    if args.subset:
+        rows = random.Random(args.seed + 2).sample(rows, args.subset)
     print(f"{len(rows)} positions; model {path}", flush=True)
     results = {"positions": len(rows), "args": vars(args), "curves": {}}
     for which in args.which.split(","):
@@ -202,9 +247,10 @@ def main() -> None:
             if args.pretrain_steps:
                 continue_pretraining(model, tok, args.pretrain_steps, args.task_weights, args.pretrain_lr, args.seed)
         else:
-            model = make_model(TinyConfig(), tok)  # same shape, fresh weights
+            shape = {k: v for k, v in (("num_layers", args.layers), ("num_heads", args.heads)) if v}
+            model = make_model(TinyConfig(**shape), tok)  # same shape unless --layers/--heads, fresh weights
         results["curves"][which] = supervised(model, rows, tok.pad_token_id, args.steps, args.lr, args.batch,
-                                              args.eval_every, args.seed, which, args.eval_positions)
+                                              args.eval_every, args.seed, which, args.eval_positions, args.warmup)
     print("\nstep  " + "  ".join(f"{w:>18}" for w in results["curves"]))
     for i, row in enumerate(next(iter(results["curves"].values()))):
         print(f"{row['step']:4d}  " + "  ".join(f"{c[i]['p_optimal']:8.3f} ({c[i]['argmax_optimal']:.3f})"
