@@ -93,14 +93,16 @@ def render(game, s, player, fmt="default"):
     """Observation text in format ``fmt`` = BOARD or BOARD_last (BOARD in :data:`BOARDS`).
     ``default`` is the game's own text; ``*_last`` puts the side and board after the legal
     list and instruction, just before ``Answer:``, so the answer-to-cell distances do not
-    depend on the list's length. A control only: the game's text is unchanged."""
-    board, last = (fmt[: -len("_last")], True) if fmt.endswith("_last") else (fmt, False)
-    if board not in BOARDS:
-        raise ValueError(f"unknown format {fmt!r}; known: {sorted(BOARDS)} (+ '_last')")
+    depend on the list's length; ``*_only`` is the side and board alone (a diagnostic: no
+    other text to read past). A control only: the game's text is unchanged."""
+    board, _, where = fmt.partition("_")
+    if board not in BOARDS or where not in ("", "last", "only"):
+        raise ValueError(f"unknown format {fmt!r}; known: {sorted(BOARDS)} (+ '_last', '_only')")
     side = [f"You play {MARKS[player + 1]}.", *BOARDS[board](game, s)]
     legal = "Legal moves: " + " ".join(game.action_text(a) for a in game.legal_actions(s))
     head = f"Game: {game.name}. Get three in a row."
-    lines = [head, legal, ANSWER_INSTRUCTION, *side] if last else [head, *side, legal, ANSWER_INSTRUCTION]
+    lines = {"": [head, *side, legal, ANSWER_INSTRUCTION], "last": [head, legal, ANSWER_INSTRUCTION, *side],
+             "only": side}[where]
     return "\n".join(lines)
 
 
@@ -220,7 +222,7 @@ def main() -> None:
     ap.add_argument("--split_marks", action="store_true",
                     help="lever: split BPE's glued ' X' / ' O' tokens so every board cell has a fixed width")
     ap.add_argument("--format", default="default",
-                    help="lever: board text (default, grid, named; +_last: board just before Answer:)")
+                    help="lever: board text (default, grid, named; +_last: board just before Answer:, +_only: nothing else)")
     ap.add_argument("--subset", type=int, default=0,
                     help="train and measure on this many random positions only (0: all): can it even memorize?")
     ap.add_argument("--warmup", type=int, default=0, help="linear lr warmup steps")
