@@ -127,6 +127,19 @@ def move_token_data(tok, game, split_marks=False, fmt="default"):
     return rows
 
 
+def target_loss(logits, target, kind="uniform"):
+    """Loss toward the optimal moves; ``target`` is uniform over them (rows sum to 1).
+    ``uniform``: cross-entropy to that distribution (the mass must also split evenly among
+    equal moves); ``set``: ``-log P(optimal)``, only the mass on the set counts, which is
+    what the P(optimal) metric measures."""
+    logp = torch.log_softmax(logits, -1)
+    if kind == "uniform":
+        return -(target * logp).sum(-1).mean()
+    if kind == "set":
+        return -torch.logsumexp(logp.masked_fill(target == 0, float("-inf")), -1).mean()
+    raise ValueError(f"unknown loss {kind!r}: uniform or set")
+
+
 def move_logits(model, rows, pad_id):
     ids, att = pad_batch([r[0] for r in rows], pad_id)
     hidden = model.model(input_ids=ids, attention_mask=att).last_hidden_state
@@ -150,7 +163,8 @@ def measure(model, rows, pad_id, chunk=512):
     return {"p_optimal": sum(p_opt) / n, "argmax_optimal": sum(arg_ok) / n, "min_p_optimal": min(p_opt)}
 
 
-def supervised(model, rows, pad_id, steps, lr, batch, eval_every, seed, label, eval_positions=0, warmup=0):
+def supervised(model, rows, pad_id, steps, lr, batch, eval_every, seed, label, eval_positions=0, warmup=0,
+               loss_kind="uniform"):
     """Cross-entropy to the uniform distribution over the optimal move tokens. Curves are
     measured on ``eval_positions`` fixed positions (0: all); the last point on all."""
     rng = random.Random(seed)
@@ -175,13 +189,51 @@ def supervised(model, rows, pad_id, steps, lr, batch, eval_every, seed, label, e
         target = torch.zeros_like(logits)
         for k, (_, _, o) in enumerate(part):
             target[k, o] = 1.0 / len(o)
-        loss = -(target * torch.log_softmax(logits, -1)).sum(-1).mean()
+        loss = target_loss(logits, target, loss_kind)
         losses.append(loss.item())
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
+    return curve
+
+
+def mlp_reference(game, steps, lr, batch, eval_every, seed, subset=0, loss_kind="uniform"):
+    """The same targets, optimizer and budget for an MLP (27 -> 256 -> 256 -> 9) on the
+    board planes (X, O, side to move): a network that need not READ the board. Its curve
+    is the ceiling the text model could reach if reading were free."""
+    states = list(decision_states(game))
+    if subset:
+        states = random.Random(seed + 2).sample(states, subset)
+    x = torch.tensor([[float(c == m) for m in (1, 2) for c in s.board] + [float(s.player == 0)] * 9 for s in states])
+    legal, target = torch.zeros(len(states), 9, dtype=torch.bool), torch.zeros(len(states), 9)
+    for i, s in enumerate(states):
+        legal[i, game.legal_actions(s)] = True
+        best = optimal_actions(game, s)
+        target[i, best] = 1.0 / len(best)
+    torch.manual_seed(seed)
+    net = torch.nn.Sequential(torch.nn.Linear(27, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256), torch.nn.ReLU(),
+                              torch.nn.Linear(256, 9))
+    opt, rng, curve, t0 = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=0.0), random.Random(seed), [], time.time()
+    for step in range(steps + 1):
+        if step % eval_every == 0 or step == steps:
+            with torch.no_grad():
+                p = torch.softmax(net(x).masked_fill(~legal, -1e9), -1)
+                p_opt = (p * (target > 0)).sum(-1)
+                arg_ok = target.gather(1, p.argmax(-1, keepdim=True)).squeeze(1) > 0
+            curve.append({"step": step, "seconds": round(time.time() - t0, 1), "positions": len(states),
+                          "p_optimal": float(p_opt.mean()), "argmax_optimal": float(arg_ok.float().mean()),
+                          "min_p_optimal": float(p_opt.min())})
+            print(f"  [mlp] step {step:4d}  P(optimal) {curve[-1]['p_optimal']:.3f}  "
+                  f"argmax {curve[-1]['argmax_optimal']:.3f}", flush=True)
+        if step == steps:
+            break
+        part = rng.sample(range(len(states)), batch)
+        loss = target_loss(net(x[part]), target[part], loss_kind)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
     return curve
 
 
@@ -215,7 +267,7 @@ def main() -> None:
     ap.add_argument("--eval_positions", type=int, default=1000, help="positions for the curve (0: all)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--which", default="embedded,fresh", help="embedded, fresh, or both")
+    ap.add_argument("--which", default="embedded,fresh", help="comma list of embedded, fresh, mlp (board-plane MLP: the no-reading ceiling)")
     ap.add_argument("--pretrain_steps", type=int, default=0, help="continue pre-training first (lever test)")
     ap.add_argument("--pretrain_lr", type=float, default=1e-3)
     ap.add_argument("--task_weights", default="", help="corpus mix for --pretrain_steps")
@@ -225,6 +277,8 @@ def main() -> None:
                     help="lever: board text (default, grid, named; +_last: board just before Answer:, +_only: nothing else)")
     ap.add_argument("--subset", type=int, default=0,
                     help="train and measure on this many random positions only (0: all): can it even memorize?")
+    ap.add_argument("--loss", default="uniform", choices=("uniform", "set"),
+                    help="uniform: cross-entropy to uniform over the optimal moves; set: -log P(optimal)")
     ap.add_argument("--warmup", type=int, default=0, help="linear lr warmup steps")
     ap.add_argument("--layers", type=int, default=0, help="fresh model's layers (0: the embedded shape)")
     ap.add_argument("--heads", type=int, default=0, help="fresh model's heads (0: the embedded shape)")
@@ -244,6 +298,10 @@ def main() -> None:
     results = {"positions": len(rows), "args": vars(args), "curves": {}}
     for which in args.which.split(","):
         torch.manual_seed(args.seed)
+        if which == "mlp":
+            results["curves"][which] = mlp_reference(make("tictactoe"), args.steps, args.lr, args.batch,
+                                                     args.eval_every, args.seed, args.subset, args.loss)
+            continue
         if which == "embedded":
             model = AutoModelForCausalLM.from_pretrained(path)
             if args.pretrain_steps:
@@ -252,7 +310,7 @@ def main() -> None:
             shape = {k: v for k, v in (("num_layers", args.layers), ("num_heads", args.heads)) if v}
             model = make_model(TinyConfig(**shape), tok)  # same shape unless --layers/--heads, fresh weights
         results["curves"][which] = supervised(model, rows, tok.pad_token_id, args.steps, args.lr, args.batch,
-                                              args.eval_every, args.seed, which, args.eval_positions, args.warmup)
+                                              args.eval_every, args.seed, which, args.eval_positions, args.warmup, args.loss)
     print("\nstep  " + "  ".join(f"{w:>18}" for w in results["curves"]))
     for i, row in enumerate(next(iter(results["curves"].values()))):
         print(f"{row['step']:4d}  " + "  ".join(f"{c[i]['p_optimal']:8.3f} ({c[i]['argmax_optimal']:.3f})"

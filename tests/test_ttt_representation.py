@@ -47,3 +47,17 @@ def test_rows_end_with_the_move_token_and_name_only_optimal_legal_moves():
     open_id = tok.convert_tokens_to_ids("<move>")
     for ids, legal, opt in rows[:200]:
         assert ids[-1] == open_id and set(opt) <= set(legal) and opt
+
+
+def test_set_loss_is_minus_log_of_the_mass_on_the_optimal_moves():
+    import torch
+
+    from bench_ttt_representation import target_loss
+
+    logits = torch.tensor([[2.0, 0.0, -1.0, 0.5]])
+    target = torch.tensor([[0.5, 0.0, 0.0, 0.5]])
+    p = torch.softmax(logits, -1)[0]
+    assert torch.isclose(target_loss(logits, target, "set"), -torch.log(p[0] + p[3]))
+    assert torch.isclose(target_loss(logits, target, "uniform"), -(torch.log(p[0]) + torch.log(p[3])) / 2)
+    with pytest.raises(ValueError, match="unknown loss"):
+        target_loss(logits, target, "nope")
