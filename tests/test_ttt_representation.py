@@ -51,7 +51,6 @@ def test_rows_end_with_the_move_token_and_name_only_optimal_legal_moves():
 
 def test_set_loss_is_minus_log_of_the_mass_on_the_optimal_moves():
     import torch
-
     from bench_ttt_representation import target_loss
 
     logits = torch.tensor([[2.0, 0.0, -1.0, 0.5]])
