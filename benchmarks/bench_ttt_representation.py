@@ -61,15 +61,17 @@ Reading: (1) the target is a sharpness level: even the MLP, for which reading is
 needs ~3,000 steps at lr 1e-3 to approach 0.95 (argmax is 0.95 at 300); lr 1e-2 or the
 set loss gets it there in ~500-600 steps. (2) The transformer's gap is reading, not
 sharpening or shape: at 300 steps its argmax is 0.67 where the MLP's is 0.95, and the set
-loss, 6 layers or 8 heads change nothing. (3) What stalls reading is a uniform-over-legal basin: with the cell digits anywhere in
-the prompt (the game's own text, the board moved last, cells named, the board with digits
-alone, the digit-free board + the legal list) the fresh model sits at ~0.61, because
-copying a digit from the context (one attention step to a token whose tied embedding IS
-the answer's logit) gives the uniform-over-legal level at once; only the digit-free board
-alone learns (0.70 at 300, 0.83 at 1,500, rising: the model CAN represent the game). And
-training toward uniform over the legal moves first (what the corpus's game turns teach)
-puts even that digit-free model into the basin: 0.615 after 300 + 300 steps, vs 0.700
-after 300 from scratch. The embedded model arrives there already (0.61 whatever the format).
+loss, 6 layers or 8 heads change nothing. (3) What stalls reading is a
+uniform-over-legal basin: with the cell digits anywhere in the prompt (the game's own
+text, the board moved last, cells named, the board with digits alone, the digit-free
+board + the legal list) the fresh model sits at ~0.61 (likely the shortcut of copying a digit from the
+context (one attention step to a token whose tied embedding IS the answer's logit) gives
+the uniform-over-legal level at once); only the digit-free board alone learns (0.70 at
+300, 0.83 at 1,500, rising: the model CAN represent the game). And training toward
+uniform over the legal moves first (what the corpus's game turns teach) puts even that
+digit-free model into the basin: 0.615 after 300 + 300 steps, vs 0.700
+after 300 from scratch. The embedded model arrives there already (0.61 whatever the format). One seed
+per row; step-to-step noise is about +-0.02.
 
     nice -n 15 python benchmarks/bench_ttt_representation.py --which fresh --batch 64 \
         --steps 300 --eval_every 100 --format grid_only --name bench_ttt_representation_fresh_grid_only
