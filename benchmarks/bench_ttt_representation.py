@@ -38,6 +38,7 @@ bench_ttt_representation_<name>.json; uniform over legal moves is ~0.57):
     fresh_named_only          fresh       300     251   0.623   0.693   (1X 2. 3O, nothing else)
     fresh_grid_only           fresh       300      91   0.700   0.793   (board without digits, nothing else)
     fresh_grid_only_legal300  fresh   300+300  92+95   0.615   0.670   (300 steps uniform-over-legal first)
+    fresh_default_only_legal300 fresh 300+300 74+88  0.614   0.673   (same, board with digits)
     fresh_grid_only_1500      fresh      1500     368   0.827   0.937   (still rising)
     fresh_grid_only_8heads    fresh       300     154   0.680   0.781
     fresh_grid_only_6layers   fresh       300     223   0.670   0.767
@@ -64,9 +65,9 @@ sharpening or shape: at 300 steps its argmax is 0.67 where the MLP's is 0.95, an
 loss, 6 layers or 8 heads change nothing. (3) What stalls reading is a
 uniform-over-legal basin: with the cell digits anywhere in the prompt (the game's own
 text, the board moved last, cells named, the board with digits alone, the digit-free
-board + the legal list) the fresh model sits at ~0.61 (likely the shortcut of copying a digit from the
-context (one attention step to a token whose tied embedding IS the answer's logit) gives
-the uniform-over-legal level at once); only the digit-free board alone learns (0.70 at
+board + the legal list) the fresh model sits at ~0.61, likely by copying a digit from the
+context (one attention step to a token whose tied embedding IS the answer's logit), which
+gives the uniform-over-legal level at once; only the digit-free board alone learns (0.70 at
 300, 0.83 at 1,500, rising: the model CAN represent the game). And training toward
 uniform over the legal moves first (what the corpus's game turns teach) puts even that
 digit-free model into the basin: 0.615 after 300 + 300 steps, vs 0.700
