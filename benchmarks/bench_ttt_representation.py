@@ -90,7 +90,7 @@ from lmselfplay.eval.game_metrics import decision_states
 from lmselfplay.games import make
 from lmselfplay.games.solve import optimal_actions
 from lmselfplay.games.text import ANSWER_INSTRUCTION, OPEN
-from lmselfplay.games.tictactoe import MARKS
+from lmselfplay.games.tictactoe import LINES, MARKS
 from lmselfplay.lm.batching import pad_batch
 from lmselfplay.lm.prompt import encode_prompt
 from lmselfplay.utils.results import save_results
@@ -147,6 +147,18 @@ def render(game, s, player, fmt="default"):
     return "\n".join(lines)
 
 
+def threat_moves(s):
+    """Cells that complete a line of the mover's marks, else cells that block one of the
+    opponent's, else every empty cell: reading threats, with no look-ahead."""
+    empty = [i for i, c in enumerate(s.board) if not c]
+    for mark in (s.player + 1, 2 - s.player):
+        hits = [i for i in empty if any(i in line and all(s.board[j] == mark for j in line if j != i)
+                                        for line in LINES)]
+        if hits:
+            return hits
+    return empty
+
+
 def move_token_data(tok, game, split_marks=False, fmt="default"):
     """(prompt + <move> ids, legal token ids, optimal token ids) per decision position;
     with ``split_marks`` the prompt's glued space+mark tokens are split (:func:`mark_splitter`);
@@ -164,7 +176,8 @@ def move_token_data(tok, game, split_marks=False, fmt="default"):
                 raise ValueError(f"move {game.action_text(a)!r} is {len(t)} tokens: this benchmark needs one")
             return t[0]
 
-        rows.append((ids, [token(a) for a in game.legal_actions(s)], [token(a) for a in optimal_actions(game, s)]))
+        rows.append((ids, [token(a) for a in game.legal_actions(s)], [token(a) for a in optimal_actions(game, s)],
+                     [token(a) for a in threat_moves(s)]))
     return rows
 
 
@@ -195,7 +208,7 @@ def measure(model, rows, pad_id, chunk=512):
     for i in range(0, len(rows), chunk):
         part = rows[i : i + chunk]
         logits = move_logits(model, part, pad_id)
-        for lg, (_, legal, opt) in zip(logits, part):
+        for lg, (_, legal, opt, *_) in zip(logits, part):
             p = torch.softmax(lg[legal], 0)
             is_opt = torch.tensor([t in opt for t in legal])
             p_opt.append(float(p[is_opt].sum()))
@@ -228,7 +241,7 @@ def supervised(model, rows, pad_id, steps, lr, batch, eval_every, seed, label, e
         part = rng.sample(rows, batch)
         logits = move_logits(model, part, pad_id)
         target = torch.zeros_like(logits)
-        for k, (_, _, o) in enumerate(part):
+        for k, (_, _, o, *_) in enumerate(part):
             target[k, o] = 1.0 / len(o)
         loss = target_loss(logits, target, loss_kind)
         losses.append(loss.item())
@@ -322,6 +335,8 @@ def main() -> None:
                     help="uniform: cross-entropy to uniform over the optimal moves; set: -log P(optimal)")
     ap.add_argument("--legal_steps", type=int, default=0,
                     help="first train this many steps toward uniform over the LEGAL moves (the corpus's target)")
+    ap.add_argument("--legal_target", default="legal", choices=("legal", "threats"),
+                    help="--legal_steps target: uniform over the legal moves, or over threat_moves")
     ap.add_argument("--warmup", type=int, default=0, help="linear lr warmup steps")
     ap.add_argument("--layers", type=int, default=0, help="fresh model's layers (0: the embedded shape)")
     ap.add_argument("--heads", type=int, default=0, help="fresh model's heads (0: the embedded shape)")
@@ -352,9 +367,10 @@ def main() -> None:
         else:
             shape = {k: v for k, v in (("num_layers", args.layers), ("num_heads", args.heads)) if v}
             model = make_model(TinyConfig(**shape), tok)  # same shape unless --layers/--heads, fresh weights
-        if args.legal_steps:  # the corpus's own kind of target: uniform over the legal moves
+        if args.legal_steps:  # uniform over the legal moves (the corpus's own target) or over threat_moves
+            first = [(r[0], r[1], r[3] if args.legal_target == "threats" else r[1]) for r in rows]
             results["curves"][which + "_legal"] = supervised(
-                model, [(ids, legal, legal) for ids, legal, _ in rows], tok.pad_token_id, args.legal_steps, args.lr,
+                model, first, tok.pad_token_id, args.legal_steps, args.lr,
                 args.batch, args.legal_steps, args.seed, which + " legal", args.eval_positions, args.warmup)
         results["curves"][which] = supervised(model, rows, tok.pad_token_id, args.steps, args.lr, args.batch,
                                               args.eval_every, args.seed, which, args.eval_positions, args.warmup, args.loss)

@@ -45,8 +45,8 @@ def test_rows_end_with_the_move_token_and_name_only_optimal_legal_moves():
     rows = move_token_data(tok, make("tictactoe"), fmt="grid_last")
     assert len(rows) == 4520
     open_id = tok.convert_tokens_to_ids("<move>")
-    for ids, legal, opt in rows[:200]:
-        assert ids[-1] == open_id and set(opt) <= set(legal) and opt
+    for ids, legal, opt, threats in rows[:200]:
+        assert ids[-1] == open_id and set(opt) <= set(legal) and opt and set(threats) <= set(legal)
 
 
 def test_set_loss_is_minus_log_of_the_mass_on_the_optimal_moves():
@@ -60,3 +60,16 @@ def test_set_loss_is_minus_log_of_the_mass_on_the_optimal_moves():
     assert torch.isclose(target_loss(logits, target, "uniform"), -(torch.log(p[0]) + torch.log(p[3])) / 2)
     with pytest.raises(ValueError, match="unknown loss"):
         target_loss(logits, target, "nope")
+
+
+def test_threat_moves_win_first_then_block_then_anything():
+    from bench_ttt_representation import threat_moves
+
+    from lmselfplay.games.tictactoe import TicTacToeState
+
+    # X X . / O O . / . . . : X to move wins at 3 (not the block at 6)
+    assert threat_moves(TicTacToeState((1, 1, 0, 2, 2, 0, 0, 0, 0))) == [2]
+    # X X . / O . . / . . . : O to move must block at 3
+    assert threat_moves(TicTacToeState((1, 1, 0, 2, 0, 0, 0, 0, 0))) == [2]
+    # X . . / . . . / . . . : no threat, every empty cell
+    assert threat_moves(TicTacToeState((1, 0, 0, 0, 0, 0, 0, 0, 0))) == list(range(1, 9))
