@@ -23,7 +23,8 @@ board planes, same targets, optimizer and batches, for which reading the board i
 
 This is a control only: the search recipe never sees exact answers.
 
-Measured (embedded tiny-e897b38dd6b7; 1 thread, nice 15, load 3-5 on 2 cores; lr 1e-3,
+Measured (embedded tiny-e897b38dd6b7; 1 thread, nice 15, load 1-5 on 2 cores, so wall
+times are only indicative; lr 1e-3,
 batch 64, P(optimal) / argmax on all 4,520 positions at the last step; results/
 bench_ttt_representation_<name>.json; uniform over legal moves is ~0.57):
 
@@ -43,6 +44,7 @@ bench_ttt_representation_<name>.json; uniform over legal moves is ~0.57):
     fresh_grid_only_8heads    fresh       300     154   0.680   0.781
     fresh_grid_only_6layers   fresh       300     223   0.670   0.767
     fresh_grid_only_set       fresh       300     133   0.688   0.736   (--loss set)
+    fresh_grid_only_lr3e-3    fresh       600      89   0.653   0.721   (lr 3e-3, warmup 50)
     overfit500                fresh       300     177   0.835   0.928   (500 positions)
     overfit500_grid_last      fresh       300     173   0.741   0.834   (500 positions)
     overfit500_lr3e-3         fresh       300     219   0.702   0.808   (500 positions, warmup 20)
