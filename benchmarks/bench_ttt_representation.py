@@ -24,9 +24,9 @@ board planes, same targets, optimizer and batches, for which reading the board i
 This is a control only: the search recipe never sees exact answers.
 
 Measured (embedded tiny-e897b38dd6b7; 1 thread, nice 15, load 1-5 on 2 cores, so wall
-times are only indicative; lr 1e-3,
-batch 64, P(optimal) / argmax on all 4,520 positions at the last step; results/
-bench_ttt_representation_<name>.json; uniform over legal moves is ~0.57):
+times are only indicative; lr 1e-3, batch 64, P(optimal) / argmax on all 4,520 positions
+at the last step; results/bench_ttt_representation_<name>.json; uniform over the legal
+moves is ~0.57; ``A+B`` steps: A steps toward ``--legal_target`` first, then B optimal):
 
     name                      model     steps  wall s  P(opt)  argmax
     embedded_b64_default      embedded    300     236   0.614   0.672
@@ -40,6 +40,8 @@ bench_ttt_representation_<name>.json; uniform over legal moves is ~0.57):
     fresh_grid_only           fresh       300      91   0.700   0.793   (board without digits, nothing else)
     fresh_grid_only_legal300  fresh   300+300  92+95   0.615   0.670   (300 steps uniform-over-legal first)
     fresh_default_only_legal300 fresh 300+300 74+88  0.614   0.673   (same, board with digits)
+    fresh_grid_only_threats300  fresh 300+300 42+44  0.691   0.793   (win/block targets first)
+    fresh_default_only_threats300 fresh 300+300 51+54 0.692  0.805   (same, board with digits)
     fresh_grid_only_1500      fresh      1500     368   0.827   0.937   (still rising)
     fresh_grid_only_8heads    fresh       300     154   0.680   0.781
     fresh_grid_only_6layers   fresh       300     223   0.670   0.767
@@ -73,7 +75,13 @@ gives the uniform-over-legal level at once; only the digit-free board alone lear
 300, 0.83 at 1,500, rising: the model CAN represent the game). And training toward
 uniform over the legal moves first (what the corpus's game turns teach) puts even that
 digit-free model into the basin: 0.615 after 300 + 300 steps, vs 0.700
-after 300 from scratch. The embedded model arrives there already (0.61 whatever the format). One seed
+after 300 from scratch. The embedded model arrives there already (0.61 whatever the format).
+(4) Targets that need reading get out of it: 300 steps toward :func:`threat_moves` (win,
+else block, else any; no look-ahead) first take the board-with-digits prompt from 0.61 to
+0.69 (argmax 0.81) after 300 optimal steps, as good as the digit-free board; the threat
+phase alone reaches only 0.57 (P of a threat move), so it teaches reading, not the answer.
+Still, nothing measured gets near 0.95 in a few hundred steps: the best transformer is
+0.83 at 1,500 steps. One seed
 per row; step-to-step noise is about +-0.02.
 
     nice -n 15 python benchmarks/bench_ttt_representation.py --which fresh --batch 64 \
