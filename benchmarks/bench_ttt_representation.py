@@ -33,6 +33,7 @@ moves is ~0.57; ``A+B`` steps: A steps toward ``--legal_target`` first, then B o
     embedded_b64_set          embedded    300     410   0.636   0.665   (--loss set)
     embedded_b64_named_last   embedded    300     328   0.616   0.670
     embedded_b64_grid_last    embedded    300     322   0.622   0.688
+    embedded_b64_threats300   embedded 300+300 126+133  0.652   0.744   (win/block targets first)
     fresh_named_last          fresh       300     314   0.618   0.680
     fresh_grid_last           fresh       300     260   0.610   0.669   (board without digits + legal list)
     fresh_default_only        fresh       300     182   0.609   0.658   (board with digits, nothing else)
@@ -78,11 +79,11 @@ digit-free model into the basin: 0.615 after 300 + 300 steps, vs 0.700
 after 300 from scratch. The embedded model arrives there already (0.61 whatever the format).
 (4) Targets that need reading get out of it: 300 steps toward :func:`threat_moves` (win,
 else block, else any; no look-ahead) first take the board-with-digits prompt from 0.61 to
-0.69 (argmax 0.81) after 300 optimal steps, as good as the digit-free board; the threat
+0.69 (argmax 0.81) after 300 optimal steps, as good as the digit-free board (the embedded
+model on the game's own text: 0.614 -> 0.652, argmax 0.672 -> 0.744); the threat
 phase alone reaches only 0.57 (P of a threat move), so it teaches reading, not the answer.
 Still, nothing measured gets near 0.95 in a few hundred steps: the best transformer is
-0.83 at 1,500 steps. One seed
-per row; step-to-step noise is about +-0.02.
+0.83 at 1,500 steps. One seed per row; step-to-step noise is about +-0.02.
 
     nice -n 15 python benchmarks/bench_ttt_representation.py --which fresh --batch 64 \
         --steps 300 --eval_every 100 --format grid_only --name bench_ttt_representation_fresh_grid_only
