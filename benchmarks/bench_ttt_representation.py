@@ -11,30 +11,82 @@ P(optimal) is the probability of an optimal move among the legal move tokens at 
 position (renormalized over legal moves, as ``eval/game_metrics`` does), averaged over all
 positions; ``argmax`` is the rate at which the most probable legal move is optimal.
 
-Levers (``--pretrain_steps N --task_weights ...``): continue the embedded model's
-pre-training for N steps on a changed corpus mix (e.g. with the ``grid_reading`` task of
-:mod:`lmselfplay.models.corpus`) before the supervised control: a cheap test of a corpus
-change without a full rebuild.
+Levers, each a control only (the game's text and the build are unchanged):
+``--pretrain_steps N --task_weights ...`` continues the embedded model's pre-training on a
+changed corpus mix first (e.g. ``grid_reading``); ``--split_marks`` splits BPE's glued
+``' X'`` / ``' O'``; ``--format`` re-renders the board (:func:`render`: ``grid`` one token
+per cell with ``.`` for empty, ``named`` ``1X 2. 3O``, ``*_last`` board just before
+``Answer:``, ``*_only`` side + board and nothing else); ``--layers/--heads`` reshape the
+fresh model; ``--loss set`` trains ``-log P(optimal)``; ``--subset N`` trains and measures
+on N positions (can it even memorize?); ``--which mlp`` is the yardstick: an MLP on the
+board planes, same targets, optimizer and batches, for which reading the board is free.
 
 This is a control only: the search recipe never sees exact answers.
 
-Measured (1 torch thread on a shared 2-core machine at load average 12-22, lr 1e-3, batch
-128; results/bench_ttt_representation.json as of commit c4b6116, and the grid_reading file):
-the embedded model goes 0.567 -> 0.602 (50 steps) -> 0.596 (100) -> 0.617 (150, all 4,520 positions; argmax 0.678); with 100 steps of
-continued pre-training at ``grid_reading=20`` first, 0.569 -> 0.606 (50) -> 0.597 (100)
--> 0.624 (150, all positions; argmax 0.685): within noise of the baseline at this budget. Neither is near 0.95; a freshly initialised model was not rerun
-here (earlier: 0.64 after 1,000 steps at lr 3e-3, no better than the embedded one).
-Those were on the previous embedded model (tiny-a97b02d3ef8c). On the current one
-(tiny-e897b38dd6b7, Go and Taboo in the corpus), 300 steps, curves on 1,000 fixed positions and
-the last point on all 4,520 (results/bench_ttt_representation.json): embedded 0.564 -> 0.602
-(100) -> 0.596 (200) -> 0.630 (300; argmax 0.700); fresh 0.568 -> 0.592 -> 0.606 -> 0.613
-(argmax 0.664). Lever ``--split_marks`` (BPE glues ``' X'`` / ``' O'`` into one token, so a
-board cell's width and every later cell's position depend on what is on it; split, every
-cell has a fixed width; results/bench_ttt_representation_split_marks.json): embedded 0.560 ->
-0.611, fresh 0.568 -> 0.611 at 300 steps: no effect, so the varying cell width is not what
-stops the fit.
+Measured (embedded tiny-e897b38dd6b7; 1 thread, nice 15, load 1-5 on 2 cores, so wall
+times are only indicative; lr 1e-3, batch 64, P(optimal) / argmax on all 4,520 positions
+at the last step; results/bench_ttt_representation_<name>.json; uniform over the legal
+moves is ~0.57; ``A+B`` steps: A steps toward ``--legal_target`` first, then B optimal):
 
-    nice -n 5 python benchmarks/bench_ttt_representation.py --steps 400 --lr 1e-3
+    name                      model     steps  wall s  P(opt)  argmax
+    embedded_b64_default      embedded    300     236   0.614   0.672
+    embedded_b64_set          embedded    300     410   0.636   0.665   (--loss set)
+    embedded_b64_named_last   embedded    300     328   0.616   0.670
+    embedded_b64_grid_last    embedded    300     322   0.622   0.688
+    embedded_b64_threats300   embedded 300+300 126+133  0.652   0.744   (win/block targets first)
+    fresh_named_last          fresh       300     314   0.618   0.680
+    fresh_grid_last           fresh       300     260   0.610   0.669   (board without digits + legal list)
+    fresh_default_only        fresh       300     182   0.609   0.658   (board with digits, nothing else)
+    fresh_named_only          fresh       300     251   0.623   0.693   (1X 2. 3O, nothing else)
+    fresh_grid_only           fresh       300      91   0.700   0.793   (board without digits, nothing else)
+    fresh_grid_only_legal300  fresh   300+300  92+95   0.615   0.670   (300 steps uniform-over-legal first)
+    fresh_default_only_legal300 fresh 300+300 74+88  0.614   0.673   (same, board with digits)
+    fresh_grid_only_threats300  fresh 300+300 42+44  0.691   0.793   (win/block targets first)
+    fresh_default_only_threats300 fresh 300+300 51+54 0.692  0.805   (same, board with digits)
+    fresh_grid_only_1500      fresh      1500     368   0.827   0.937   (still rising)
+    fresh_grid_only_8heads    fresh       300     154   0.680   0.781
+    fresh_grid_only_6layers   fresh       300     223   0.670   0.767
+    fresh_grid_only_set       fresh       300     133   0.688   0.736   (--loss set)
+    fresh_grid_only_lr3e-3    fresh       600      89   0.653   0.721   (lr 3e-3, warmup 50)
+    overfit500                fresh       300     177   0.835   0.928   (500 positions)
+    overfit500_grid_last      fresh       300     173   0.741   0.834   (500 positions)
+    overfit500_lr3e-3         fresh       300     219   0.702   0.808   (500 positions, warmup 20)
+    mlp_b64                   mlp     300/1500      8   0.796/0.903  0.953/0.992
+    mlp_b64_lr1e-2            mlp         600       3   0.909   0.982   (lr 1e-2)
+    mlp_b128                  mlp        3000      16   0.941   1.000   (batch 128)
+    mlp_b128_lr1e-2           mlp         600       4   0.950   0.999   (batch 128, lr 1e-2)
+    mlp_b128_set              mlp     500/600       4   0.951/0.963  0.992/0.996  (batch 128, --loss set)
+
+Earlier, batch 128, 300 steps: embedded 0.630 (argmax 0.700), fresh 0.613 (0.664);
+``--split_marks`` 0.611 / 0.611; 100 steps of pre-training at ``grid_reading=20`` first:
+0.624 at 150 steps (a97b02d3ef8c) - no lever moved the full-prompt model. A fresh model on
+the default prompt at batch 64 was still at 0.597 (argmax 0.638, 1,000 positions) after
+500 steps (stopped there).
+
+Reading: (1) the target is a sharpness level: even the MLP, for which reading is free,
+needs ~3,000 steps at lr 1e-3 to approach 0.95 (argmax is 0.95 at 300); lr 1e-2 or the
+set loss gets it there in ~500-600 steps. (2) The transformer's gap is reading, not
+sharpening or shape: at 300 steps its argmax is 0.67 where the MLP's is 0.95, and the set
+loss, 6 layers or 8 heads change nothing. (3) What stalls reading is a
+uniform-over-legal basin: with the cell digits anywhere in the prompt (the game's own
+text, the board moved last, cells named, the board with digits alone, the digit-free
+board + the legal list) the fresh model sits at ~0.61, likely by copying a digit from the
+context (one attention step to a token whose tied embedding IS the answer's logit), which
+gives the uniform-over-legal level at once; only the digit-free board alone learns (0.70 at
+300, 0.83 at 1,500, rising: the model CAN represent the game). And training toward
+uniform over the legal moves first (what the corpus's game turns teach) puts even that
+digit-free model into the basin: 0.615 after 300 + 300 steps, vs 0.700
+after 300 from scratch. The embedded model arrives there already (0.61 whatever the format).
+(4) Targets that need reading get out of it: 300 steps toward :func:`threat_moves` (win,
+else block, else any; no look-ahead) first take the board-with-digits prompt from 0.61 to
+0.69 (argmax 0.81) after 300 optimal steps, as good as the digit-free board (the embedded
+model on the game's own text: 0.614 -> 0.652, argmax 0.672 -> 0.744); the threat
+phase alone reaches only 0.57 (P of a threat move), so it teaches reading, not the answer.
+Still, nothing measured gets near 0.95 in a few hundred steps: the best transformer is
+0.83 at 1,500 steps. One seed per row; step-to-step noise is about +-0.02.
+
+    nice -n 15 python benchmarks/bench_ttt_representation.py --which fresh --batch 64 \
+        --steps 300 --eval_every 100 --format grid_only --name bench_ttt_representation_fresh_grid_only
 """
 
 from __future__ import annotations
@@ -48,7 +100,8 @@ import torch
 from lmselfplay.eval.game_metrics import decision_states
 from lmselfplay.games import make
 from lmselfplay.games.solve import optimal_actions
-from lmselfplay.games.text import OPEN
+from lmselfplay.games.text import ANSWER_INSTRUCTION, OPEN
+from lmselfplay.games.tictactoe import LINES, MARKS
 from lmselfplay.lm.batching import pad_batch
 from lmselfplay.lm.prompt import encode_prompt
 from lmselfplay.utils.results import save_results
@@ -74,15 +127,59 @@ def mark_splitter(tok, marks=("X", "O")):
     return lambda ids: [t for i in ids for t in glued.get(i, [i])]
 
 
-def move_token_data(tok, game, split_marks=False):
+def _grid(game, s):
+    """Rows of one character per cell ('.' empty): one token per cell in the embedded BPE."""
+    cells = [MARKS[c] for c in s.board]
+    return ["".join(cells[r * 3 : r * 3 + 3]) for r in range(3)]
+
+
+def _named(game, s):
+    """Every cell names itself whatever is on it: ``1X 2O 3.`` per row."""
+    return [" ".join(f"{i + 1}{MARKS[s.board[i]]}" for i in range(r * 3, r * 3 + 3)) for r in range(3)]
+
+
+BOARDS = {"default": lambda g, s: g.board_text(s), "grid": _grid, "named": _named}
+
+
+def render(game, s, player, fmt="default"):
+    """Observation text in format ``fmt`` = BOARD or BOARD_last (BOARD in :data:`BOARDS`).
+    ``default`` is the game's own text; ``*_last`` puts the side and board after the legal
+    list and instruction, just before ``Answer:``, so the answer-to-cell distances do not
+    depend on the list's length; ``*_only`` is the side and board alone (a diagnostic: no
+    other text to read past). A control only: the game's text is unchanged."""
+    board, _, where = fmt.partition("_")
+    if board not in BOARDS or where not in ("", "last", "only"):
+        raise ValueError(f"unknown format {fmt!r}; known: {sorted(BOARDS)} (+ '_last', '_only')")
+    side = [f"You play {MARKS[player + 1]}.", *BOARDS[board](game, s)]
+    legal = "Legal moves: " + " ".join(game.action_text(a) for a in game.legal_actions(s))
+    head = f"Game: {game.name}. Get three in a row."
+    lines = {"": [head, *side, legal, ANSWER_INSTRUCTION], "last": [head, legal, ANSWER_INSTRUCTION, *side],
+             "only": side}[where]
+    return "\n".join(lines)
+
+
+def threat_moves(s):
+    """Cells that complete a line of the mover's marks, else cells that block one of the
+    opponent's, else every empty cell: reading threats, with no look-ahead."""
+    empty = [i for i, c in enumerate(s.board) if not c]
+    for mark in (s.player + 1, 2 - s.player):
+        hits = [i for i in empty if any(i in line and all(s.board[j] == mark for j in line if j != i)
+                                        for line in LINES)]
+        if hits:
+            return hits
+    return empty
+
+
+def move_token_data(tok, game, split_marks=False, fmt="default"):
     """(prompt + <move> ids, legal token ids, optimal token ids) per decision position;
-    with ``split_marks`` the prompt's glued space+mark tokens are split (:func:`mark_splitter`)."""
+    with ``split_marks`` the prompt's glued space+mark tokens are split (:func:`mark_splitter`);
+    ``fmt`` re-renders the board (:func:`render`)."""
     open_id = tok.convert_tokens_to_ids(OPEN)
     split = mark_splitter(tok) if split_marks else (lambda ids: ids)
     rows = []
     for s in decision_states(game):
         player = game.current_player(s)
-        ids = split(encode_prompt(tok, game.observation_text(s, player))) + [open_id]
+        ids = split(encode_prompt(tok, render(game, s, player, fmt))) + [open_id]
 
         def token(a):
             t = tok(game.action_text(a), add_special_tokens=False)["input_ids"]
@@ -90,8 +187,22 @@ def move_token_data(tok, game, split_marks=False):
                 raise ValueError(f"move {game.action_text(a)!r} is {len(t)} tokens: this benchmark needs one")
             return t[0]
 
-        rows.append((ids, [token(a) for a in game.legal_actions(s)], [token(a) for a in optimal_actions(game, s)]))
+        rows.append((ids, [token(a) for a in game.legal_actions(s)], [token(a) for a in optimal_actions(game, s)],
+                     [token(a) for a in threat_moves(s)]))
     return rows
+
+
+def target_loss(logits, target, kind="uniform"):
+    """Loss toward the optimal moves; ``target`` is uniform over them (rows sum to 1).
+    ``uniform``: cross-entropy to that distribution (the mass must also split evenly among
+    equal moves); ``set``: ``-log P(optimal)``, only the mass on the set counts, which is
+    what the P(optimal) metric measures."""
+    logp = torch.log_softmax(logits, -1)
+    if kind == "uniform":
+        return -(target * logp).sum(-1).mean()
+    if kind == "set":
+        return -torch.logsumexp(logp.masked_fill(target == 0, float("-inf")), -1).mean()
+    raise ValueError(f"unknown loss {kind!r}: uniform or set")
 
 
 def move_logits(model, rows, pad_id):
@@ -108,7 +219,7 @@ def measure(model, rows, pad_id, chunk=512):
     for i in range(0, len(rows), chunk):
         part = rows[i : i + chunk]
         logits = move_logits(model, part, pad_id)
-        for lg, (_, legal, opt) in zip(logits, part):
+        for lg, (_, legal, opt, *_) in zip(logits, part):
             p = torch.softmax(lg[legal], 0)
             is_opt = torch.tensor([t in opt for t in legal])
             p_opt.append(float(p[is_opt].sum()))
@@ -117,32 +228,76 @@ def measure(model, rows, pad_id, chunk=512):
     return {"p_optimal": sum(p_opt) / n, "argmax_optimal": sum(arg_ok) / n, "min_p_optimal": min(p_opt)}
 
 
-def supervised(model, rows, pad_id, steps, lr, batch, eval_every, seed, label, eval_positions=0):
+def supervised(model, rows, pad_id, steps, lr, batch, eval_every, seed, label, eval_positions=0, warmup=0,
+               loss_kind="uniform"):
     """Cross-entropy to the uniform distribution over the optimal move tokens. Curves are
     measured on ``eval_positions`` fixed positions (0: all); the last point on all."""
     rng = random.Random(seed)
     probe = random.Random(seed + 1).sample(rows, eval_positions) if 0 < eval_positions < len(rows) else rows
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    curve, t0 = [], time.time()
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: min(1.0, (k + 1) / warmup) if warmup else 1.0)
+    curve, losses, t0 = [], [], time.time()
     for step in range(steps + 1):
         if step % eval_every == 0 or step == steps:
             m = measure(model, rows if step == steps else probe, pad_id)
+            loss = sum(losses) / len(losses) if losses else float("nan")  # training loss since the last point
             curve.append({"step": step, "seconds": round(time.time() - t0, 1),
-                          "positions": len(rows if step == steps else probe), **m})
-            print(f"  [{label}] step {step:4d} {curve[-1]['seconds']:7.1f}s  P(optimal) {m['p_optimal']:.3f}  "
-                  f"argmax {m['argmax_optimal']:.3f}  min {m['min_p_optimal']:.3f}", flush=True)
+                          "positions": len(rows if step == steps else probe), "train_loss": loss, **m})
+            losses = []
+            print(f"  [{label}] step {step:4d} {curve[-1]['seconds']:7.1f}s  loss {loss:.3f}  P(optimal) "
+                  f"{m['p_optimal']:.3f}  argmax {m['argmax_optimal']:.3f}  min {m['min_p_optimal']:.3f}", flush=True)
         if step == steps:
             break
         model.train()
         part = rng.sample(rows, batch)
         logits = move_logits(model, part, pad_id)
         target = torch.zeros_like(logits)
-        for k, (_, _, o) in enumerate(part):
+        for k, (_, _, o, *_) in enumerate(part):
             target[k, o] = 1.0 / len(o)
-        loss = -(target * torch.log_softmax(logits, -1)).sum(-1).mean()
+        loss = target_loss(logits, target, loss_kind)
+        losses.append(loss.item())
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+    return curve
+
+
+def mlp_reference(game, steps, lr, batch, eval_every, seed, subset=0, loss_kind="uniform"):
+    """The same targets, optimizer and budget for an MLP (27 -> 256 -> 256 -> 9) on the
+    board planes (X, O, side to move): a network that need not READ the board. Its curve
+    is the ceiling the text model could reach if reading were free."""
+    states = list(decision_states(game))
+    if subset:
+        states = random.Random(seed + 2).sample(states, subset)
+    x = torch.tensor([[float(c == m) for m in (1, 2) for c in s.board] + [float(s.player == 0)] * 9 for s in states])
+    legal, target = torch.zeros(len(states), 9, dtype=torch.bool), torch.zeros(len(states), 9)
+    for i, s in enumerate(states):
+        legal[i, game.legal_actions(s)] = True
+        best = optimal_actions(game, s)
+        target[i, best] = 1.0 / len(best)
+    torch.manual_seed(seed)
+    net = torch.nn.Sequential(torch.nn.Linear(27, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256), torch.nn.ReLU(),
+                              torch.nn.Linear(256, 9))
+    opt, rng, curve, t0 = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=0.0), random.Random(seed), [], time.time()
+    for step in range(steps + 1):
+        if step % eval_every == 0 or step == steps:
+            with torch.no_grad():
+                p = torch.softmax(net(x).masked_fill(~legal, -1e9), -1)
+                p_opt = (p * (target > 0)).sum(-1)
+                arg_ok = target.gather(1, p.argmax(-1, keepdim=True)).squeeze(1) > 0
+            curve.append({"step": step, "seconds": round(time.time() - t0, 1), "positions": len(states),
+                          "p_optimal": float(p_opt.mean()), "argmax_optimal": float(arg_ok.float().mean()),
+                          "min_p_optimal": float(p_opt.min())})
+            print(f"  [mlp] step {step:4d}  P(optimal) {curve[-1]['p_optimal']:.3f}  "
+                  f"argmax {curve[-1]['argmax_optimal']:.3f}", flush=True)
+        if step == steps:
+            break
+        part = rng.sample(range(len(states)), batch)
+        loss = target_loss(net(x[part]), target[part], loss_kind)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
         opt.step()
     return curve
 
@@ -177,12 +332,25 @@ def main() -> None:
     ap.add_argument("--eval_positions", type=int, default=1000, help="positions for the curve (0: all)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--which", default="embedded,fresh", help="embedded, fresh, or both")
+    ap.add_argument("--which", default="embedded,fresh", help="comma list of embedded, fresh, mlp (board-plane MLP: the no-reading ceiling)")
     ap.add_argument("--pretrain_steps", type=int, default=0, help="continue pre-training first (lever test)")
     ap.add_argument("--pretrain_lr", type=float, default=1e-3)
     ap.add_argument("--task_weights", default="", help="corpus mix for --pretrain_steps")
     ap.add_argument("--split_marks", action="store_true",
                     help="lever: split BPE's glued ' X' / ' O' tokens so every board cell has a fixed width")
+    ap.add_argument("--format", default="default",
+                    help="lever: board text (default, grid, named; +_last: board just before Answer:, +_only: nothing else)")
+    ap.add_argument("--subset", type=int, default=0,
+                    help="train and measure on this many random positions only (0: all): can it even memorize?")
+    ap.add_argument("--loss", default="uniform", choices=("uniform", "set"),
+                    help="uniform: cross-entropy to uniform over the optimal moves; set: -log P(optimal)")
+    ap.add_argument("--legal_steps", type=int, default=0,
+                    help="first train this many steps toward uniform over the LEGAL moves (the corpus's target)")
+    ap.add_argument("--legal_target", default="legal", choices=("legal", "threats"),
+                    help="--legal_steps target: uniform over the legal moves, or over threat_moves")
+    ap.add_argument("--warmup", type=int, default=0, help="linear lr warmup steps")
+    ap.add_argument("--layers", type=int, default=0, help="fresh model's layers (0: the embedded shape)")
+    ap.add_argument("--heads", type=int, default=0, help="fresh model's heads (0: the embedded shape)")
     ap.add_argument("--name", default="bench_ttt_representation")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -192,23 +360,36 @@ def main() -> None:
 
     path = args.model or str(ensure_tiny_model())
     tok = AutoTokenizer.from_pretrained(path)
-    rows = move_token_data(tok, make("tictactoe"), args.split_marks)
+    rows = move_token_data(tok, make("tictactoe"), args.split_marks, args.format)
+    if args.subset:
+        rows = random.Random(args.seed + 2).sample(rows, args.subset)
     print(f"{len(rows)} positions; model {path}", flush=True)
     results = {"positions": len(rows), "args": vars(args), "curves": {}}
     for which in args.which.split(","):
         torch.manual_seed(args.seed)
+        if which == "mlp":
+            results["curves"][which] = mlp_reference(make("tictactoe"), args.steps, args.lr, args.batch,
+                                                     args.eval_every, args.seed, args.subset, args.loss)
+            continue
         if which == "embedded":
             model = AutoModelForCausalLM.from_pretrained(path)
             if args.pretrain_steps:
                 continue_pretraining(model, tok, args.pretrain_steps, args.task_weights, args.pretrain_lr, args.seed)
         else:
-            model = make_model(TinyConfig(), tok)  # same shape, fresh weights
+            shape = {k: v for k, v in (("num_layers", args.layers), ("num_heads", args.heads)) if v}
+            model = make_model(TinyConfig(**shape), tok)  # same shape unless --layers/--heads, fresh weights
+        if args.legal_steps:  # uniform over the legal moves (the corpus's own target) or over threat_moves
+            first = [(r[0], r[1], r[3] if args.legal_target == "threats" else r[1]) for r in rows]
+            results["curves"][which + "_legal"] = supervised(
+                model, first, tok.pad_token_id, args.legal_steps, args.lr,
+                args.batch, args.legal_steps, args.seed, which + " legal", args.eval_positions, args.warmup)
         results["curves"][which] = supervised(model, rows, tok.pad_token_id, args.steps, args.lr, args.batch,
-                                              args.eval_every, args.seed, which, args.eval_positions)
-    print("\nstep  " + "  ".join(f"{w:>18}" for w in results["curves"]))
-    for i, row in enumerate(next(iter(results["curves"].values()))):
+                                              args.eval_every, args.seed, which, args.eval_positions, args.warmup, args.loss)
+    optimal = {w: c for w, c in results["curves"].items() if not w.endswith("_legal")}
+    print("\nstep  " + "  ".join(f"{w:>18}" for w in optimal))
+    for i, row in enumerate(next(iter(optimal.values()))):
         print(f"{row['step']:4d}  " + "  ".join(f"{c[i]['p_optimal']:8.3f} ({c[i]['argmax_optimal']:.3f})"
-                                               for c in results["curves"].values()))
+                                               for c in optimal.values()))
     save_results(args.name, results)
 
 
