@@ -2,14 +2,13 @@
 
 import dataclasses
 import json
-import random
 
 import numpy as np
 import pytest
 import torch
+from kuhn_fixtures import random_policy
 from lm_fixtures import save_tiny, tiny_model, tiny_tokenizer
 
-from lmselfplay.games import make
 from lmselfplay.games.exploitability import exploitability, policy_value
 from lmselfplay.games.kuhn_poker import nash_policy
 from lmselfplay.rl.average_policy import (
@@ -21,20 +20,6 @@ from lmselfplay.rl.average_policy import (
 )
 from lmselfplay.utils.config import ConfigError
 from lmselfplay.utils.recipe_loader import load_recipe
-
-
-@pytest.fixture(scope="module")
-def kuhn():
-    return make("kuhn_poker")
-
-
-def random_policy(game, seed):
-    rng = random.Random(seed)
-    out = {}
-    for key in infoset_states(game):
-        p = rng.random()
-        out[key] = [p, 1 - p]
-    return out
 
 
 def test_two_iterates_by_hand(kuhn):

@@ -4,17 +4,16 @@ recipe option (off: the run is unchanged; on: Kuhn is not played, its targets ar
 
 import json
 import math
-import random
 
 import numpy as np
 import pyspiel
 import pytest
 import torch
+from kuhn_fixtures import random_policy
 from lm_fixtures import save_tiny
 from open_spiel.python import policy as os_policy
 from open_spiel.python.algorithms.action_value import TreeWalkCalculator
 
-from lmselfplay.games import make
 from lmselfplay.games.exploitability import exploitability
 from lmselfplay.games.kuhn_poker import nash_policy
 from lmselfplay.rl.average_policy import infoset_states
@@ -29,20 +28,10 @@ from lmselfplay.utils.config import ConfigError
 from lmselfplay.utils.recipe_loader import load_recipe
 
 
-@pytest.fixture(scope="module")
-def kuhn():
-    return make("kuhn_poker")
-
-
-def random_policy(game, seed):
-    rng = random.Random(seed)
-    return {k: (lambda p: [p, 1 - p])(rng.uniform(0.05, 0.95)) for k in infoset_states(game)}
-
-
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_action_values_match_openspiel(kuhn, seed):
     """q(I, a) = OpenSpiel's sum_h cf_reach(h) Q(h, a) / sum_h cf_reach(h), at all 12 sets."""
-    pol = random_policy(kuhn, seed)
+    pol = random_policy(kuhn, seed, 0.05, 0.95)
     game = pyspiel.load_game("kuhn_poker")
     tab = os_policy.TabularPolicy(game)
     ours = {k: "JQK"[int(k[0])] + ":" + k[1:] for k in tab.state_lookup}
@@ -101,7 +90,7 @@ def test_tabular_mmd_with_a_moving_magnet_reaches_nash(kuhn):
 
 def test_update_moves_the_magnet_and_reports_the_gap(kuhn):
     fb = ExactFeedback(kuhn, 1.0, 0.3, magnet_every=2)
-    pi0, pi1 = random_policy(kuhn, 0), random_policy(kuhn, 1)
+    pi0, pi1 = random_policy(kuhn, 0, 0.05, 0.95), random_policy(kuhn, 1, 0.05, 0.95)
     t0, m0 = fb.update(pi0, 0)
     assert fb.magnet == pi0 and "distill_gap" not in m0 and m0["mmd_step"] > 0
     _, m1 = fb.update(pi1, 1)
