@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import tempfile
 import time
 from pathlib import Path
 
+from lmselfplay.utils.metrics_logger import read_jsonl
 from lmselfplay.utils.results import save_results
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,10 +34,6 @@ def load_recipe():
     from lmselfplay.utils.recipe_loader import load_recipe as _load
 
     return _load("spin")
-
-
-def read_jsonl(path):
-    return [json.loads(x) for x in path.read_text().splitlines()]
 
 
 def paired_change(recipe, after, before, key):

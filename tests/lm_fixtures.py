@@ -49,3 +49,10 @@ def save_tiny(path, seed: int = 0):
     tiny_model(seed=seed).save_pretrained(path)
     tiny_tokenizer().save_pretrained(path)
     return path
+
+
+def saved_weights(path):
+    """The state dict of a model folder a recipe saved (its ``final_model``, say)."""
+    from transformers import AutoModelForCausalLM
+
+    return {k: v.clone() for k, v in AutoModelForCausalLM.from_pretrained(path).state_dict().items()}

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 from fake_engine import ScriptedEngine
-from lm_fixtures import save_tiny
+from lm_fixtures import save_tiny, saved_weights
 
 from lmselfplay.lm.prompt import PLAIN_TEMPLATE
 from lmselfplay.rl.advantages import task_type_advantages
@@ -359,12 +359,6 @@ def _args(model_dir, out, steps, **kw):
     return [x for k, v in base.items() for x in (f"--{k}", str(v))]
 
 
-def _weights(path):
-    from transformers import AutoModelForCausalLM
-
-    return {k: v.clone() for k, v in AutoModelForCausalLM.from_pretrained(path).state_dict().items()}
-
-
 def test_full_loop_two_steps_on_a_tiny_model(model_dir, tmp_path):
     procs_before = _descendants(os.getpid())
     recipe = load_recipe("absolute_zero")
@@ -411,14 +405,14 @@ def test_resume_is_exact_with_buffers(model_dir, tmp_path, monkeypatch):
     recipe.main(_args(model_dir, tmp_path / "full", 2, **kw))
     recipe.main(_args(model_dir, tmp_path / "cut", 1, **kw))  # "killed" after step 1
     recipe.main(_args(model_dir, tmp_path / "cut", 2, **kw) + ["--resume", "true"])
-    a, b = _weights(tmp_path / "full" / "final_model"), _weights(tmp_path / "cut" / "final_model")
+    a, b = saved_weights(tmp_path / "full" / "final_model"), saved_weights(tmp_path / "cut" / "final_model")
     assert all(torch.equal(a[k], b[k]) for k in a)
     full = torch.load(tmp_path / "full" / "checkpoint-2" / "lmselfplay_state.pt", weights_only=False)["extra"]
     cut = torch.load(tmp_path / "cut" / "checkpoint-2" / "lmselfplay_state.pt", weights_only=False)["extra"]
     assert full["buffers"] == cut["buffers"]
     assert len(full["buffers"]) == 1  # one buffer set per rank
     assert all(len(full["buffers"][0][tt]) > 5 for tt in TASK_TYPES)  # proposals entered the buffers
-    init = _weights(model_dir)
+    init = saved_weights(model_dir)
     assert any(not torch.equal(init[k], a[k]) for k in a)
     rows = [json.loads(x) for x in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "train/loss" in r] == [1, 2]

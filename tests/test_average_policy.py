@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 import torch
-from kuhn_fixtures import random_policy
-from lm_fixtures import save_tiny, tiny_model, tiny_tokenizer
+from kuhn_fixtures import random_policy, recipe_args
+from lm_fixtures import save_tiny, saved_weights, tiny_model, tiny_tokenizer
 
 from lmselfplay.games.exploitability import exploitability, policy_value
 from lmselfplay.games.kuhn_poker import nash_policy
@@ -19,6 +19,7 @@ from lmselfplay.rl.average_policy import (
     own_reach,
 )
 from lmselfplay.utils.config import ConfigError
+from lmselfplay.utils.metrics_logger import read_jsonl
 from lmselfplay.utils.recipe_loader import load_recipe
 
 
@@ -168,21 +169,6 @@ def test_distillation_teaches_the_tabular_policy(kuhn):
     assert before > 0.5 and error() < 0.05, (before, error())
 
 
-def _args(model_dir, out, steps, **kw):
-    base = {"model_name_or_path": str(model_dir), "output_dir": str(out), "max_steps": steps,
-            "games": "nim,kuhn_poker", "episodes_per_step": 6, "eval_every": 1, "eval_games": 2,
-            "eval_positions": 5, "checkpoint_every": 1, "league_add_every": 1, "max_new_tokens": 6,
-            "learning_rate": 1e-3}
-    base.update(kw)
-    return [x for k, v in base.items() for x in (f"--{k}", str(v))]
-
-
-def _weights(path):
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(path).state_dict()
-
-
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     return save_tiny(tmp_path_factory.mktemp("model"), seed=3)
@@ -190,41 +176,41 @@ def model_dir(tmp_path_factory):
 
 def test_recipe_option_off_changes_nothing_and_on_reports_both(model_dir, tmp_path):
     recipe = load_recipe("selfplay_games")
-    recipe.main(_args(model_dir, tmp_path / "off", 2))
-    recipe.main(_args(model_dir, tmp_path / "on", 2, average_policy="true", average_every=1, distill_steps=0))
-    off, on = _weights(tmp_path / "off" / "final_model"), _weights(tmp_path / "on" / "final_model")
+    recipe.main(recipe_args(model_dir, tmp_path / "off", 2))
+    recipe.main(recipe_args(model_dir, tmp_path / "on", 2, average_policy="true", average_every=1, distill_steps=0))
+    off, on = saved_weights(tmp_path / "off" / "final_model"), saved_weights(tmp_path / "on" / "final_model")
     for k in off:  # reading the policy to average it does not touch the training path
         assert torch.equal(off[k], on[k]), k
-    rows_off = [json.loads(x) for x in (tmp_path / "off" / "metrics.jsonl").read_text().splitlines()]
+    rows_off = read_jsonl(tmp_path / "off" / "metrics.jsonl")
     assert not any("avg" in k or "distilled" in k for r in rows_off for k in r)
-    rows = [json.loads(x) for x in (tmp_path / "on" / "metrics.jsonl").read_text().splitlines()]
+    rows = read_jsonl(tmp_path / "on" / "metrics.jsonl")
     assert [r["step"] for r in rows if "kuhn_poker/iterate_policy" in r] == [0, 1]  # + the final one
     final = rows[-1]
     assert 0 <= final["kuhn_poker/avg_exploitability"] <= 3
 
-    recipe.main(_args(model_dir, tmp_path / "dist", 2, average_policy="true", average_every=1, distill_steps=3))
-    final = [json.loads(x) for x in (tmp_path / "dist" / "metrics.jsonl").read_text().splitlines()][-1]
+    recipe.main(recipe_args(model_dir, tmp_path / "dist", 2, average_policy="true", average_every=1, distill_steps=3))
+    final = read_jsonl(tmp_path / "dist" / "metrics.jsonl")[-1]
     assert final["kuhn_poker/exploitability"] == rows[-1]["kuhn_poker/exploitability"]  # the last iterate
     assert {"distilled/kuhn_poker/exploitability", "distilled/nim/optimal_move_prob",
             "distilled/target_ce"} <= set(final)
-    dist = _weights(tmp_path / "dist" / "final_model")
+    dist = saved_weights(tmp_path / "dist" / "final_model")
     assert any(not torch.equal(dist[k], on[k]) for k in on)  # the saved model is the distilled one
 
 
 def test_recipe_resume_keeps_the_average(model_dir, tmp_path):
     recipe = load_recipe("selfplay_games")
     kw = dict(games="kuhn_poker", average_policy="true", average_every=1, distill_steps=0)
-    recipe.main(_args(model_dir, tmp_path / "full", 3, **kw))
-    recipe.main(_args(model_dir, tmp_path / "cut", 2, **kw))
-    recipe.main(_args(model_dir, tmp_path / "cut", 3, **kw) + ["--resume", "true"])
-    rows = {name: [json.loads(x) for x in (tmp_path / name / "metrics.jsonl").read_text().splitlines()][-1]
+    recipe.main(recipe_args(model_dir, tmp_path / "full", 3, **kw))
+    recipe.main(recipe_args(model_dir, tmp_path / "cut", 2, **kw))
+    recipe.main(recipe_args(model_dir, tmp_path / "cut", 3, **kw) + ["--resume", "true"])
+    rows = {name: read_jsonl(tmp_path / name / "metrics.jsonl")[-1]
             for name in ("full", "cut")}
     assert rows["full"]["kuhn_poker/avg_exploitability"] == rows["cut"]["kuhn_poker/avg_exploitability"]
 
 
 def test_average_needs_an_exploitability_game(model_dir, tmp_path):
     with pytest.raises(ConfigError, match="exploitability"):
-        load_recipe("selfplay_games").main(_args(model_dir, tmp_path / "x", 1, games="nim", average_policy="true"))
+        load_recipe("selfplay_games").main(recipe_args(model_dir, tmp_path / "x", 1, games="nim", average_policy="true"))
 
 
 def test_pure_target_step_is_the_cross_entropy_step():

@@ -2,15 +2,14 @@
 OpenSpiel), the MMD target (checked by hand), its tabular dynamics on Kuhn poker, and the
 recipe option (off: the run is unchanged; on: Kuhn is not played, its targets are trained)."""
 
-import json
 import math
 
 import numpy as np
 import pyspiel
 import pytest
 import torch
-from kuhn_fixtures import random_policy
-from lm_fixtures import save_tiny
+from kuhn_fixtures import random_policy, recipe_args
+from lm_fixtures import save_tiny, saved_weights
 from open_spiel.python import policy as os_policy
 from open_spiel.python.algorithms.action_value import TreeWalkCalculator
 
@@ -25,6 +24,7 @@ from lmselfplay.rl.exact_feedback import (
     mmd_target,
 )
 from lmselfplay.utils.config import ConfigError
+from lmselfplay.utils.metrics_logger import read_jsonl
 from lmselfplay.utils.recipe_loader import load_recipe
 
 
@@ -108,25 +108,6 @@ def test_config_checks():
             FeedbackConfig(**bad)
 
 
-def _args(model_dir, out, steps, **kw):
-    base = {"model_name_or_path": str(model_dir), "output_dir": str(out), "max_steps": steps,
-            "games": "nim,kuhn_poker", "episodes_per_step": 6, "eval_every": 1, "eval_games": 2,
-            "eval_positions": 5, "checkpoint_every": 1, "league_add_every": 1, "max_new_tokens": 6,
-            "learning_rate": 1e-3}
-    base.update(kw)
-    return [x for k, v in base.items() for x in (f"--{k}", str(v))]
-
-
-def _weights(path):
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(path).state_dict()
-
-
-def _rows(path):
-    return [json.loads(x) for x in (path / "metrics.jsonl").read_text().splitlines()]
-
-
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     return save_tiny(tmp_path_factory.mktemp("model"), seed=3)
@@ -134,38 +115,38 @@ def model_dir(tmp_path_factory):
 
 def test_recipe_sampled_is_the_default_and_exact_trains_kuhn_without_playing(model_dir, tmp_path):
     recipe = load_recipe("selfplay_games")
-    recipe.main(_args(model_dir, tmp_path / "default", 2))
-    recipe.main(_args(model_dir, tmp_path / "sampled", 2, feedback="sampled"))
-    a, b = _weights(tmp_path / "default" / "final_model"), _weights(tmp_path / "sampled" / "final_model")
+    recipe.main(recipe_args(model_dir, tmp_path / "default", 2))
+    recipe.main(recipe_args(model_dir, tmp_path / "sampled", 2, feedback="sampled"))
+    a, b = saved_weights(tmp_path / "default" / "final_model"), saved_weights(tmp_path / "sampled" / "final_model")
     assert all(torch.equal(a[k], b[k]) for k in a)
-    assert not any("mmd_step" in k for r in _rows(tmp_path / "default") for k in r)
+    assert not any("mmd_step" in k for r in read_jsonl(tmp_path / "default" / "metrics.jsonl") for k in r)
 
-    recipe.main(_args(model_dir, tmp_path / "exact", 2, feedback="exact"))
-    rows = _rows(tmp_path / "exact")
+    recipe.main(recipe_args(model_dir, tmp_path / "exact", 2, feedback="exact"))
+    rows = read_jsonl(tmp_path / "exact" / "metrics.jsonl")
     assert [r["step"] for r in rows if "kuhn_poker/mmd_step" in r] == [0, 1]
     assert "kuhn_poker/distill_gap" in [r for r in rows if "kuhn_poker/mmd_step" in r][1]
     trained = [r for r in rows if "train/target_ce" in r]
     assert len(trained) == 2  # Kuhn's targets joined both steps' batches
-    c = _weights(tmp_path / "exact" / "final_model")
+    c = saved_weights(tmp_path / "exact" / "final_model")
     assert any(not torch.equal(a[k], c[k]) for k in a)
 
 
 def test_recipe_exact_kuhn_alone_resumes_exactly(model_dir, tmp_path):
     recipe = load_recipe("selfplay_games")
     kw = dict(games="kuhn_poker", feedback="exact", mmd_magnet_every=2, league_add_every=0)
-    recipe.main(_args(model_dir, tmp_path / "full", 3, **kw))
-    recipe.main(_args(model_dir, tmp_path / "cut", 2, **kw))
-    recipe.main(_args(model_dir, tmp_path / "cut", 3, **kw) + ["--resume", "true"])
-    a, b = _weights(tmp_path / "full" / "final_model"), _weights(tmp_path / "cut" / "final_model")
+    recipe.main(recipe_args(model_dir, tmp_path / "full", 3, **kw))
+    recipe.main(recipe_args(model_dir, tmp_path / "cut", 2, **kw))
+    recipe.main(recipe_args(model_dir, tmp_path / "cut", 3, **kw) + ["--resume", "true"])
+    a, b = saved_weights(tmp_path / "full" / "final_model"), saved_weights(tmp_path / "cut" / "final_model")
     assert all(torch.equal(a[k], b[k]) for k in a)
-    assert _rows(tmp_path / "full")[-1]["kuhn_poker/exploitability"] == \
-        _rows(tmp_path / "cut")[-1]["kuhn_poker/exploitability"]
-    assert not any("rollout/tokens" in r and r["rollout/tokens"] for r in _rows(tmp_path / "full"))  # no hand played
+    assert read_jsonl(tmp_path / "full" / "metrics.jsonl")[-1]["kuhn_poker/exploitability"] == \
+        read_jsonl(tmp_path / "cut" / "metrics.jsonl")[-1]["kuhn_poker/exploitability"]
+    assert not any("rollout/tokens" in r and r["rollout/tokens"] for r in read_jsonl(tmp_path / "full" / "metrics.jsonl"))  # no hand played
 
 
 def test_exact_feedback_needs_an_exploitability_game(model_dir, tmp_path):
     with pytest.raises(ConfigError, match="exploitability"):
-        load_recipe("selfplay_games").main(_args(model_dir, tmp_path / "x", 1, games="nim", feedback="exact"))
+        load_recipe("selfplay_games").main(recipe_args(model_dir, tmp_path / "x", 1, games="nim", feedback="exact"))
     assert not (tmp_path / "x").exists()  # rejected before the output folder is locked
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from lm_fixtures import save_tiny
+from lm_fixtures import save_tiny, saved_weights
 
 from lmselfplay.lm.engines.base import Completion
 from lmselfplay.lm.prompt import encode_completion, encode_prompt
@@ -131,12 +131,6 @@ def test_label_and_reward_accuracy_on_a_scripted_policy(model_dir, tmp_path, mon
     assert not by_q[INJECTION]["well_formed"] and by_q[INJECTION]["reason"] == "injection"
 
 
-def _weights(path):
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(path).state_dict()
-
-
 def test_one_iteration_end_to_end_and_resume_at_the_phase(model_dir, tmp_path):
     """The real loop on a tiny random model (its questions are malformed: scored and
     counted, not fatal; the scripted tests check that weights move); killed after the
@@ -158,7 +152,7 @@ def test_one_iteration_end_to_end_and_resume_at_the_phase(model_dir, tmp_path):
     shutil.rmtree(cut / "phase-0001-2")  # killed during the solver phase
     shutil.rmtree(cut / "final_model")
     R.main(_args(model_dir, cut, **kw) + ["--resume", "true"])
-    a, b = _weights(full / "final_model"), _weights(cut / "final_model")
+    a, b = saved_weights(full / "final_model"), saved_weights(cut / "final_model")
     assert all(torch.equal(a[k], b[k]) for k in a)
     progress = json.loads((cut / "phase-0001-2" / "progress.json").read_text())
     assert progress == json.loads((full / "phase-0001-2" / "progress.json").read_text())
@@ -169,7 +163,7 @@ def test_two_copies_train_separate_models(model_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(R.Run, "generate", scripted_generate)
     out = tmp_path / "two"
     R.main(_args(model_dir, out, two_copies="true"))
-    c, s, init = _weights(out / "final_challenger"), _weights(out / "final_model"), _weights(model_dir)
+    c, s, init = saved_weights(out / "final_challenger"), saved_weights(out / "final_model"), saved_weights(model_dir)
     assert any(not torch.equal(c[k], s[k]) for k in c)
     assert any(not torch.equal(init[k], c[k]) for k in c) and any(not torch.equal(init[k], s[k]) for k in s)
 

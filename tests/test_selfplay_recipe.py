@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from lm_fixtures import save_tiny
+from lm_fixtures import save_tiny, saved_weights
 
 from lmselfplay.games.gtp import find_gnugo
 from lmselfplay.utils.recipe_loader import load_recipe as _load
@@ -34,12 +34,6 @@ def _args(model_dir, out, steps, **kw):
     return argv
 
 
-def _weights(path):
-    from transformers import AutoModelForCausalLM
-
-    return {k: v.clone() for k, v in AutoModelForCausalLM.from_pretrained(path).state_dict().items()}
-
-
 def test_recipe_runs_and_resumes_exactly(model_dir, tmp_path):
     recipe = _recipe()
     recipe.main(_args(model_dir, tmp_path / "full", 3))
@@ -52,7 +46,7 @@ def test_recipe_runs_and_resumes_exactly(model_dir, tmp_path):
     # "killed" after 2 steps (a run that stops there), then --resume to 3
     recipe.main(_args(model_dir, tmp_path / "cut", 2))
     recipe.main(_args(model_dir, tmp_path / "cut", 3) + ["--resume", "true"])
-    a, b = _weights(full / "final_model"), _weights(tmp_path / "cut" / "final_model")
+    a, b = saved_weights(full / "final_model"), saved_weights(tmp_path / "cut" / "final_model")
     assert a.keys() == b.keys()
     for k in a:
         assert torch.equal(a[k], b[k]), k
@@ -61,7 +55,7 @@ def test_recipe_runs_and_resumes_exactly(model_dir, tmp_path):
     assert ckpt["extra"]["baselines"] == ref["extra"]["baselines"]
     assert len(ckpt["extra"]["league"]["ring"]) == 3
     # the weights moved at all
-    init = _weights(model_dir)
+    init = saved_weights(model_dir)
     assert any(not torch.equal(init[k], a[k]) for k in a)
 
 
@@ -106,7 +100,7 @@ def test_recipe_under_accelerate_launch(model_dir, tmp_path, config):
     assert (run / "checkpoint-2").is_dir() and (run / "final_model").is_dir()
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "train/loss" in r] == [1, 2]
-    a, init = _weights(run / "final_model"), _weights(model_dir)
+    a, init = saved_weights(run / "final_model"), saved_weights(model_dir)
     assert any(not torch.equal(init[k], a[k]) for k in a)
     league_state = torch.load(run / "checkpoint-2" / "lmselfplay_state.pt", weights_only=False)["extra"]["league"]
     assert [r[2] for r in league_state["ring"]] == ["step1", "step2"]
