@@ -20,6 +20,8 @@ Variants (the first four add to the one before, as in the issue's probe):
   fixed    full with the KL reference fixed at the initial policy (ref_update_every 0)
   magnet   full + magnetic mirror descent: the KL reference moves to the current policy
            every 10 steps
+  exact_kl fixed with the exact KL(ref || policy) over the vocabulary at every answer token
+           instead of the sampled token's k3 term (kl_estimator: exact)
   anneal   full with the KL to the initial policy annealed: beta 0.5 -> 0.05 (cosine)
   anneal_floor  the same, 0.5 -> 0.15
   average  fixed + the average policy (games whose exact metric is exploitability): the
@@ -60,6 +62,7 @@ VARIANTS = {
     "resets": dict(reset_fraction=0.3),
     "fixed": dict(ref_update_every=0),
     "magnet": dict(ref_update_every=10),
+    "exact_kl": dict(ref_update_every=0, kl_estimator="exact"),
     "anneal": dict(beta=0.5, beta_schedule="cosine", beta_final_ratio=0.1, ref_update_every=0),
     "anneal_floor": dict(beta=0.5, beta_schedule="cosine", beta_final_ratio=0.3, ref_update_every=0),
     "average": dict(ref_update_every=0, average_policy="true", average_every=5, distill_steps=100),

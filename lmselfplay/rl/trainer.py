@@ -10,7 +10,8 @@ samples. The loss, on the policy's own tokens only, per token t of sample i:
     ratio = exp(logp - behaviour_logp)          (also the importance correction for
                                                  rollouts from an engine a step behind)
     pg    = -min(ratio * A_i, clip(ratio, 1-eps, 1+eps) * A_i)
-    kl    = exp(ref - logp) - (ref - logp) - 1  (k3 estimator, to the reference policy)
+    kl    = exp(ref - logp) - (ref - logp) - 1  (k3 estimator, to the reference policy;
+                                                 kl_estimator "exact": see kl_per_token)
     loss  = sum_t w_i * (pg + beta_i(t) * kl - entropy_coef * H_t) / sum_t w_i
           + target_coef * sum_{i with a target} w_i * CE(target_i, softmax(logits_i / T)) / sum w_i
 
@@ -50,13 +51,14 @@ from typing import Any
 
 import torch
 
-from lmselfplay.lm.batching import logprobs_from_logits, pad_batch, token_logprobs
+from lmselfplay.lm.batching import logprobs_from_logits, pad_batch
 from lmselfplay.lm.engines.staleness import mean_abs_logprob_diff
 from lmselfplay.lm.trajectory import Sample, merge_identical
 from lmselfplay.utils.checkpoint import CheckpointWriteError, commit_dir, prune_checkpoints
 from lmselfplay.utils.config import ConfigError
 
 BETA_SCHEDULES = ("constant", "linear", "cosine")
+KL_ESTIMATORS = ("k3", "exact")
 
 
 @dataclass
@@ -88,6 +90,9 @@ class TrainerConfig:
     ref_update_every: int = field(default=0, metadata={
         "help": "M > 0: replace the KL reference with the current policy every M steps (magnetic mirror "
                 "descent's moving magnet); 0: the initial policy throughout"})
+    kl_estimator: str = field(default="k3", metadata={
+        "help": "k3: the sampled token's exp(ref - logp) - (ref - logp) - 1; exact: KL(ref || policy) over the "
+                "whole vocabulary at every completion token (k3's expected gradient without its variance)"})
     entropy_coef: float = field(default=0.0, metadata={"help": "entropy bonus coefficient"})
     temperature: float = field(default=1.0, metadata={"help": "must equal the sampling temperature"})
     merge_identical: bool = field(default=True, metadata={"help": "merge equal (prompt, answer) turns"})
@@ -100,6 +105,8 @@ class TrainerConfig:
             raise ConfigError(f"beta_schedule must be one of {BETA_SCHEDULES}, got {self.beta_schedule!r}")
         if not self.beta_final_ratio >= 0:
             raise ConfigError(f"beta_final_ratio must be >= 0, got {self.beta_final_ratio}")
+        if self.kl_estimator not in KL_ESTIMATORS:
+            raise ConfigError(f"kl_estimator must be one of {KL_ESTIMATORS}, got {self.kl_estimator!r}")
         if self.ref_update_every < 0:
             raise ConfigError(f"ref_update_every must be >= 0, got {self.ref_update_every}")
         if self.target_passes < 0:
@@ -154,6 +161,29 @@ def beta_for(beta: float | dict[str, float], role: str, task: str = "") -> float
         if key and key in beta:
             return beta[key]
     raise KeyError(f"no KL coefficient for role {role!r} (task {task!r}) in beta {beta}: add it or 'default'")
+
+
+def kl_per_token(estimator: str, lp: torch.Tensor, ref_lp: torch.Tensor,
+                 logp_all: torch.Tensor | None = None, ref_all: torch.Tensor | None = None) -> torch.Tensor:
+    """The KL term of each completion token, differentiable in the policy's log-probs.
+
+    ``k3``: ``exp(d) - d - 1`` with ``d = ref_lp - lp`` the sampled tokens' log-ratio. Its
+    value estimates KL(policy || ref), and as a loss its gradient, ``(1 - ref/pi) grad log pi``
+    on the sampled token, is in expectation over on-policy samples the gradient of
+    KL(ref || policy). That expectation hides a variance without bound: a token the policy
+    now finds far less likely than the reference does, once sampled, has a weight
+    ``ref/pi`` of thousands (one such token made a gradient norm of 579 in the main job).
+
+    ``exact``: KL(ref || policy) = sum_v ref(v) (log ref(v) - log pi(v)) over the whole
+    vocabulary at the token's position (``logp_all`` / ``ref_all``: (N, V) log-probs there),
+    whose gradient on the logits, ``pi - ref``, is k3's expected gradient, bounded, and
+    pulls back every move a visited position has collapsed away from, sampled or not."""
+    if estimator == "k3":
+        d = ref_lp - lp
+        return torch.exp(d) - d - 1.0
+    if logp_all is None or ref_all is None:
+        raise ValueError("the exact KL needs the policy's and the reference's log-probs over the vocabulary")
+    return (ref_all.exp() * (ref_all - logp_all)).sum(-1)
 
 
 def beta_factor(cfg: TrainerConfig, step: int) -> float:
@@ -308,23 +338,35 @@ class PolicyTrainer:
 
     @torch.no_grad()
     def _ref_logprobs(self, samples: list[Sample], chunk: int = 64) -> dict[int, list[float]]:
-        """Reference log-probs of every sample's completion, computed once per step."""
+        """Reference log-probs of every sample's completion, computed once per step. With the
+        exact KL also every completion token's reference log-probs over the vocabulary
+        (``self._ref_rows``: (tokens, V) per sample, on the CPU)."""
         out: dict[int, list[float]] = {}
+        self._ref_rows: dict[int, torch.Tensor] = {}
+        exact = self.cfg.kl_estimator == "exact"
         for i in range(0, len(samples), chunk):
             part = samples[i : i + chunk]
             b = collate(part, self.pad_id, self.accelerator.device)
-            if self.ref_model is not None:
-                lp, _ = token_logprobs(self.ref_model, b["input_ids"], b["attention_mask"], self.cfg.temperature)
-            elif self.magnet is not None:  # PEFT, moved magnet: its adapter weights, swapped in
-                with self._adapter_weights(self.magnet):
-                    lp, _ = token_logprobs(self.model, b["input_ids"], b["attention_mask"], self.cfg.temperature)
-            else:
-                with self.unwrapped.disable_adapter():  # PEFT: the base model is the reference
-                    lp, _ = token_logprobs(self.model, b["input_ids"], b["attention_mask"], self.cfg.temperature)
+            logits = self._ref_logits(b["input_ids"], b["attention_mask"])
+            lp, _ = logprobs_from_logits(logits, b["input_ids"], self.cfg.temperature)
+            rows = torch.log_softmax(logits[:, :-1].float() / self.cfg.temperature, dim=-1) if exact else None
             for r, s in enumerate(part):
                 a = len(s.prompt_ids) - 1
                 out[id(s)] = lp[r, a : a + len(s.completion_ids)].float().cpu().tolist()
+                if rows is not None:
+                    self._ref_rows[id(s)] = rows[r, a : a + len(s.completion_ids)].cpu()
         return out
+
+    def _ref_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """The reference policy's logits: the ref model, or under LoRA the moved magnet's
+        adapter swapped in, or the adapter-disabled base model."""
+        if self.ref_model is not None:
+            return self.ref_model(input_ids=input_ids, attention_mask=attention_mask).logits
+        if self.magnet is not None:
+            with self._adapter_weights(self.magnet):
+                return self.model(input_ids=input_ids, attention_mask=attention_mask).logits
+        with self.unwrapped.disable_adapter():
+            return self.model(input_ids=input_ids, attention_mask=attention_mask).logits
 
     # --- the reference (the magnet) --------------------------------------------------
     @contextmanager
@@ -481,8 +523,7 @@ class PolicyTrainer:
         tok = pg
         kl = torch.zeros_like(tok)
         if self.kl_on:
-            d = b["ref"] - lp
-            kl = torch.exp(d) - d - 1.0
+            kl = self._kl(mb, logits, lp, b)
             coef = torch.tensor([self.kl_coef(s) for s in mb], dtype=kl.dtype, device=kl.device)
             tok = tok + coef.unsqueeze(1) * kl
         if need_entropy:
@@ -506,6 +547,19 @@ class PolicyTrainer:
             if target_ce is not None:
                 parts["target_ce"] = target_ce
         return loss, parts
+
+    def _kl(self, mb: list[Sample], logits: torch.Tensor, lp: torch.Tensor, b: dict[str, torch.Tensor]) -> torch.Tensor:
+        """:func:`kl_per_token` on the micro-batch's grid (zero off the completion tokens).
+        The exact KL works on the completion positions only: the reference rows of the
+        step (row-major, as ``mask`` enumerates them) against the policy's there."""
+        if self.cfg.kl_estimator == "k3":
+            return kl_per_token("k3", lp, b["ref"])
+        at = b["mask"].bool()
+        logp_all = torch.log_softmax(logits[:, :-1][at].float() / self.cfg.temperature, dim=-1)
+        ref_all = torch.cat([self._ref_rows[id(s)] for s in mb if s.completion_ids]).to(logp_all.device)
+        kl = torch.zeros_like(lp)
+        kl[at] = kl_per_token("exact", lp[at], b["ref"][at], logp_all, ref_all)
+        return kl
 
     def _target_loss(self, mb: list[Sample], logits: torch.Tensor) -> tuple[torch.Tensor | float, float | None]:
         """Cross-entropy from each sample's target distribution (``Sample.target``: index
