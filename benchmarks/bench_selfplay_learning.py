@@ -29,9 +29,9 @@ Variants (the first four add to the one before, as in the issue's probe):
            end (100 supervised steps); printed: the average's exploitability (avg), the
            distilled model's (dist), and the average of the iterates from step S on, for
            every evaluated S (computed from the logged policies, no extra run)
-  exact    games whose exact metric is exploitability are not played: every step the referee
-           computes the exact value of every action at every information set against the
-           policy read off the model, and the magnetic-mirror-descent target (eta 1, alpha 0.3,
+  exact    the game is not played (exact_games: the game; Kuhn poker or Nim): every step the
+           referee computes the exact value of every action at every information set
+           (Nim: position) against the policy read off the model, and the magnetic-mirror-descent target (eta 1, alpha 0.3,
            magnet moved every 10 steps) is distilled into it (feedback: exact; no league: no
            game is played); 2 passes over the targets per step (the config's num_iterations)
   exact_6passes  the same with 6 passes per step, so the model gets close to each target before
@@ -88,6 +88,8 @@ def run(recipe, game, variant, seed, steps, eval_every, out, extra):
     args = {"games": game, "max_steps": steps, "seed": seed, "eval_every": eval_every, "eval_games": 60,
             "eval_positions": 200, "checkpoint_every": 0, "output_dir": str(out), **GAME_SETTINGS.get(game, {}),
             **VARIANTS[variant], **extra}
+    if args.get("feedback") == "exact":  # the benchmarked game is the one learning from exact feedback
+        args.setdefault("exact_games", game)
     argv = ["--config", str(ROOT / "recipes" / "configs" / "selfplay_games.yaml")]
     for k, v in args.items():
         argv += [f"--{k}", str(v)]

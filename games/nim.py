@@ -48,6 +48,10 @@ class Nim:
     def legal_actions(self, s: NimState) -> list[int]:
         return list(range(min(self.max_take, s.stones))) if s.stones else []
 
+    def information_state(self, s: NimState, player: int) -> str:
+        """Perfect information: the position itself (stones left, player to move)."""
+        return f"{s.stones} stones, player {s.player}"
+
     def chance_outcomes(self, s: NimState) -> list[tuple[int, float]]:
         return []
 

@@ -321,14 +321,15 @@ def make_averages(cfg, games):
 
 def make_feedback(cfg, games):
     """Step 1-6 for the games learning from exact feedback (``feedback: exact``): one
-    :class:`ExactFeedback` per exploitability game; none with sampled feedback."""
+    :class:`ExactFeedback` per game of ``exact_games`` (default: the exploitability games);
+    none with sampled feedback."""
     if cfg.feedback != "exact":
         return {}
-    fb = {g.name: ExactFeedback(g, cfg.mmd_eta, cfg.mmd_alpha, cfg.mmd_magnet_every) for g in exact_feedback_games(games)}
-    if not fb:
-        raise ConfigError("feedback: exact needs a game whose exact_metric is 'exploitability' (kuhn_poker); "
-                          f"games: {[g.name for g in games]}")
-    return fb
+    chosen = exact_feedback_games(games, cfg.exact_games)
+    if not chosen:
+        raise ConfigError("feedback: exact needs a game whose exact_metric is 'exploitability' (kuhn_poker) or "
+                          f"exact_games naming one; games: {[g.name for g in games]}")
+    return {g.name: ExactFeedback(g, cfg.mmd_eta, cfg.mmd_alpha, cfg.mmd_magnet_every) for g in chosen}
 
 
 def exact_targets(feedback, engine, tok, step):

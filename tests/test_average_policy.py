@@ -132,21 +132,26 @@ def test_distillation_teaches_the_tabular_policy(kuhn):
     tok = tiny_tokenizer()
     target = random_policy(kuhn, 7)
     samples = distill_samples(kuhn, tok, target)
-    # per set: the first token where 'pass' and 'bet' answers differ gets the policy's
-    # probabilities, every later token of each answer a one-hot target
+    # per set: every token of the common prefix ('<move>') a one-hot target, the first token
+    # where 'pass' and 'bet' answers differ the policy's probabilities, every later token of
+    # each answer a one-hot target
     from lmselfplay.games.text import format_answer
     from lmselfplay.lm.prompt import encode_completion
 
     answers = [encode_completion(tok, format_answer(w), eos=False) for w in ("pass", "bet")]
     k = next(j for j in range(len(answers[0])) if answers[0][j] != answers[1][j])
-    per_set = 1 + sum(len(x) - k - 1 for x in answers)
+    assert k >= 1  # '<move>' at least
+    per_set = k + 1 + sum(len(x) - k - 1 for x in answers)
     assert len(samples) == 12 * per_set and all(s.completion_ids == [] for s in samples)
     for i, key in enumerate(sorted(infoset_states(kuhn))):  # in key order
-        first, *rest = samples[per_set * i : per_set * (i + 1)]
+        block = samples[per_set * i : per_set * (i + 1)]
+        prefix, first, rest = block[:k], block[k], block[k + 1 :]
+        prompt = first.prompt_ids[: len(first.prompt_ids) - k]
+        assert [(s.prompt_ids, s.target[1:]) for s in prefix] == [
+            (prompt + answers[0][:j], ([answers[0][j]], [1.0])) for j in range(k)]
         assert first.prompt_ids[len(first.prompt_ids) - k:] == answers[0][:k]
         assert first.target[:2] == (0, [answers[0][k], answers[1][k]])
         assert first.target[2] == pytest.approx(target[key])
-        prompt = first.prompt_ids[: len(first.prompt_ids) - k]
         expected = [(prompt + x[:j], [x[j]]) for x in answers for j in range(k + 1, len(x))]
         assert [(s.prompt_ids, s.target[1]) for s in rest] == expected
         assert all(s.target[2] == [1.0] for s in rest)

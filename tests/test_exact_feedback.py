@@ -13,6 +13,7 @@ from lm_fixtures import save_tiny, saved_weights
 from open_spiel.python import policy as os_policy
 from open_spiel.python.algorithms.action_value import TreeWalkCalculator
 
+from lmselfplay.games import make
 from lmselfplay.games.exploitability import exploitability
 from lmselfplay.games.kuhn_poker import nash_policy
 from lmselfplay.rl.average_policy import infoset_states
@@ -20,6 +21,7 @@ from lmselfplay.rl.exact_feedback import (
     ExactFeedback,
     FeedbackConfig,
     action_values,
+    exact_feedback_games,
     mmd_policy,
     mmd_target,
 )
@@ -108,6 +110,64 @@ def test_config_checks():
             FeedbackConfig(**bad)
 
 
+def test_nim_action_values_by_hand():
+    """Perfect information: q at a position is the return of the move, then the policy for
+    both. At 3 stones with P(take 1 | 2 stones) = p: take 3 wins, take 2 leaves 1 (the
+    opponent takes it), take 1 leaves 2, where the opponent takes 1 with p (then we take
+    the last) or 2 with 1 - p: q = 2p - 1."""
+    nim = make("nim", start=3)
+    p = 0.3
+    pi = {nim.information_state(s, nim.current_player(s)): [1.0, 0.0, 0.0] for s in infoset_states(nim).values()}
+    pi["2 stones, player 1"] = [p, 1 - p, 0.0]
+    pi["3 stones, player 0"] = [0.2, 0.3, 0.5]
+    q = action_values(nim, pi)
+    assert q["3 stones, player 0"] == pytest.approx([2 * p - 1, -1.0, 1.0])
+    assert q["1 stones, player 0"] == pytest.approx([1.0, 0.0, 0.0])  # only 'take 1' is legal
+
+
+def test_tabular_mmd_on_nim_reaches_the_optimal_moves():
+    """The recipe's default eta / alpha / magnet, the model replaced by its target: from the
+    uniform policy every optimal move has probability > 0.999 by step 20 (1.0 measured)."""
+    from lmselfplay.games.solve import optimal_actions
+
+    nim, cfg = make("nim"), FeedbackConfig()
+    fb = ExactFeedback(nim, cfg.mmd_eta, cfg.mmd_alpha, cfg.mmd_magnet_every)
+    reps = infoset_states(nim)
+    pi = {k: [1.0 / len(nim.legal_actions(s)) if a in nim.legal_actions(s) else 0.0 for a in range(nim.n_actions)]
+          for k, s in reps.items()}
+    for step in range(20):
+        pi, _ = fb.update(pi, step)
+    p_opt = [sum(pi[k][a] for a in optimal_actions(nim, s)) for k, s in reps.items()]
+    assert len(reps) == 28 and min(p_opt) > 0.999 and exploitability(nim, pi) < 1e-3
+
+
+def test_exact_games_names_played_games_with_information_states():
+    games = [make("nim"), make("tictactoe"), make("kuhn_poker")]
+    assert [g.name for g in exact_feedback_games(games)] == ["kuhn_poker"]
+    assert [g.name for g in exact_feedback_games(games, "nim, kuhn_poker")] == ["nim", "kuhn_poker"]
+    with pytest.raises(ConfigError, match="not a played game"):
+        exact_feedback_games(games, "go")
+    with pytest.raises(ConfigError, match="information states"):
+        exact_feedback_games(games, "tictactoe")
+
+
+def test_distillation_keeps_the_answer_format_at_forced_moves():
+    """At 1 stone the only answer is 'take 1': every one of its tokens gets a one-hot target
+    (no game is played under exact feedback, so nothing else keeps the format)."""
+    from lm_fixtures import tiny_tokenizer
+
+    from lmselfplay.games.text import format_answer
+    from lmselfplay.lm.prompt import encode_completion, encode_prompt
+    from lmselfplay.rl.average_policy import distill_samples
+
+    nim, tok = make("nim", start=1), tiny_tokenizer()
+    samples = distill_samples(nim, tok, {"1 stones, player 0": [1.0, 0.0, 0.0]}, start="exact")
+    answer = encode_completion(tok, format_answer(nim.action_text(0)), eos=False)
+    prompt = encode_prompt(tok, nim.observation_text(nim.new_initial_state(), 0))
+    assert [(s.prompt_ids, s.target) for s in samples] == [(prompt + answer[:j], (0, [answer[j]], [1.0]))
+                                                            for j in range(len(answer))]
+
+
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     return save_tiny(tmp_path_factory.mktemp("model"), seed=3)
@@ -144,7 +204,29 @@ def test_recipe_exact_kuhn_alone_resumes_exactly(model_dir, tmp_path):
     assert not any("rollout/tokens" in r and r["rollout/tokens"] for r in read_jsonl(tmp_path / "full" / "metrics.jsonl"))  # no hand played
 
 
-def test_exact_feedback_needs_an_exploitability_game(model_dir, tmp_path):
+def test_recipe_exact_nim_alone_learns_from_the_positions_without_playing(model_dir, tmp_path):
+    recipe = load_recipe("selfplay_games")
+    recipe.main(recipe_args(model_dir, tmp_path / "nim", 2, games="nim", feedback="exact", exact_games="nim",
+                            league_add_every=0))
+    rows = read_jsonl(tmp_path / "nim" / "metrics.jsonl")
+    assert [r["step"] for r in rows if "nim/mmd_step" in r] == [0, 1]
+    assert [r["nim/read_exploitability"] for r in rows if "nim/read_exploitability" in r][0] > 0.5
+    assert not any(r.get("rollout/tokens") for r in rows)  # no game played
+    assert any("train/target_ce" in r for r in rows)
+
+
+def test_the_main_job_learns_nim_and_kuhn_from_exact_feedback_and_plays_tictactoe():
+    from pathlib import Path
+
+    from lmselfplay.utils.config import parse_config
+
+    recipe = load_recipe("selfplay_games")
+    main_job = Path(__file__).resolve().parents[1] / "recipes" / "configs" / "selfplay_games.yaml"
+    cfg = parse_config(recipe.SelfPlayConfig, ["--config", str(main_job)])
+    assert sorted(recipe.make_feedback(cfg, recipe.make_games(cfg.games))) == ["kuhn_poker", "nim"]
+
+
+def test_exact_feedback_needs_an_exploitability_game_or_exact_games(model_dir, tmp_path):
     with pytest.raises(ConfigError, match="exploitability"):
         load_recipe("selfplay_games").main(recipe_args(model_dir, tmp_path / "x", 1, games="nim", feedback="exact"))
     assert not (tmp_path / "x").exists()  # rejected before the output folder is locked

@@ -165,23 +165,36 @@ def infoset_states(game: Any) -> dict[str, Any]:
 
 def distill_samples(game: Any, tokenizer: Any, policy: dict[str, Any], start: str = "average") -> list[Sample]:
     """Supervised samples that teach ``policy`` (a tabular policy) as the LM's answer
-    probabilities normalized over the legal answers (what the exact metrics read): per
-    information set, the prompt plus the answers' common prefix (``<move>``) with the
-    policy's probabilities on the token where the legal answers first differ as target
-    (moves sharing that token pool their probability), and for every later token of every
-    legal answer a one-hot target (the rest of the answer with probability 1, so the
-    sequence probabilities keep the ratios of the first). No completion tokens: no
-    policy-gradient or KL term, only the target cross-entropy. ValueError when one legal
-    answer is a prefix of another (no token tells them apart). Roles are ``GAME/pN/START``."""
+    probabilities normalized over the legal answers (what the exact metrics read), and keep
+    every answer in the protocol's format: per information set, the prompt plus the answers'
+    common prefix (``<move>``) with the policy's probabilities on the token where the legal
+    answers first differ as target (moves sharing that token pool their probability); a
+    one-hot target on every token of that common prefix and on every later token of every
+    legal answer (the rest of the answer with probability 1, so the sequence probabilities
+    keep the ratios of the first). A forced move (one legal answer) gets one-hot targets on
+    all its tokens. The format targets matter when no game is played: the exact metrics
+    renormalize over the legal answers and would not show a model that stops writing
+    ``<move>``. No completion tokens: no policy-gradient or KL term, only the target
+    cross-entropy. ValueError when one legal answer is a prefix of another (no token tells
+    them apart). Roles are ``GAME/pN/START``."""
     from lmselfplay.games.text import format_answer
     from lmselfplay.lm.prompt import encode_completion, encode_prompt
 
     out = []
     for key, s in sorted(infoset_states(game).items()):
         player, legal = game.current_player(s), game.legal_actions(s)
-        if len(legal) < 2:  # a forced move: nothing to teach
-            continue
         answers = [encode_completion(tokenizer, format_answer(game.action_text(a)), eos=False) for a in legal]
+        prompt = encode_prompt(tokenizer, game.observation_text(s, player))
+        role = f"{game.name}/p{player}/{start}"
+
+        def one_hot(ids: list[int], positions: range, prompt=prompt, role=role) -> list[Sample]:
+            """Each position's next answer token as a target with probability 1."""
+            return [Sample(prompt + ids[:j], [], [], role=role, task=game.name, target=(0, [ids[j]], [1.0]))
+                    for j in positions]
+
+        if len(legal) == 1:  # a forced move: only its format to keep
+            out += one_hot(answers[0], range(len(answers[0])))
+            continue
         k = 0
         while all(len(x) > k for x in answers) and len({x[k] for x in answers}) == 1:
             k += 1
@@ -191,11 +204,9 @@ def distill_samples(game: Any, tokenizer: Any, policy: dict[str, Any], start: st
         target: dict[int, float] = {}
         for a, ids in zip(legal, answers):
             target[ids[k]] = target.get(ids[k], 0.0) + probs[a]
-        prompt = encode_prompt(tokenizer, game.observation_text(s, player))
-        role = f"{game.name}/p{player}/{start}"
+        out += one_hot(answers[0], range(k))
         out.append(Sample(prompt + answers[0][:k], [], [], role=role, task=game.name,
                           target=(0, list(target), list(target.values()))))
         for ids in answers:
-            out += [Sample(prompt + ids[:j], [], [], role=role, task=game.name, target=(0, [ids[j]], [1.0]))
-                    for j in range(k + 1, len(ids))]
+            out += one_hot(ids, range(k + 1, len(ids)))
     return out

@@ -2,7 +2,7 @@
 
 Sampled self-play learns from one sampled return per hand: in Kuhn poker 128 noisy hands a
 step do not teach the model to read the betting line. For a game small enough to enumerate
-(``exact_metric == "exploitability"``: a dozen information sets), the referee -- the game's
+(Kuhn poker's dozen information sets by default; Nim's 28 positions with ``exact_games``), the referee -- the game's
 rules -- can instead give the EXACT expected return of every action at every information set
 against the current policy. This is what Sokota et al. (2022) call full feedback, the setting
 of their tabular experiments. One step, per such game:
@@ -48,10 +48,14 @@ FEEDBACKS = ("sampled", "exact")
 class FeedbackConfig:
     feedback: str = field(default="sampled", metadata={
         "help": "sampled: every game learns from the sampled returns of played games (policy gradient); "
-                "exact: games whose exact_metric is 'exploitability' (Kuhn poker) are not played - each step "
-                "the referee (the rules) computes the exact value of every action at every information set "
-                "against the current policy, and the magnetic-mirror-descent target built from those values "
-                "is distilled into the model; the other games keep sampled feedback"})
+                "exact: the exact_games are not played - each step the referee (the rules) computes the exact "
+                "value of every action at every information set against the current policy, and the "
+                "magnetic-mirror-descent target built from those values is distilled into the model; the other "
+                "games keep sampled feedback"})
+    exact_games: str = field(default="", metadata={
+        "help": "feedback: exact: the games it applies to, comma-separated (each needs information states and a "
+                "tree small enough to walk every step: kuhn_poker, nim); empty: the games whose exact_metric is "
+                "'exploitability'"})
     mmd_eta: float = field(default=1.0, metadata={"help": "exact feedback: MMD step size eta"})
     mmd_alpha: float = field(default=0.3, metadata={
         "help": "exact feedback: MMD regularization alpha (the pull toward the magnet)"})
@@ -70,10 +74,21 @@ class FeedbackConfig:
             parent()
 
 
-def exact_feedback_games(games: list[Any]) -> list[Any]:
-    """The games exact feedback applies to: those whose policy can be read and valued at
-    every information set (``exact_metric == "exploitability"``)."""
-    return [g for g in games if getattr(g, "exact_metric", None) == EXPLOITABILITY]
+def exact_feedback_games(games: list[Any], names: str = "") -> list[Any]:
+    """The games exact feedback applies to: the ``names`` listed (comma-separated), or by
+    default those whose ``exact_metric`` is ``"exploitability"``. ConfigError for a listed
+    name that is not among ``games`` or a game without information states (its policy
+    cannot be read and valued per information set)."""
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    if not wanted:
+        return [g for g in games if getattr(g, "exact_metric", None) == EXPLOITABILITY]
+    by_name = {g.name: g for g in games}
+    for n in wanted:
+        if n not in by_name:
+            raise ConfigError(f"exact_games names {n!r}, which is not a played game ({sorted(by_name)})")
+        if not hasattr(by_name[n], "information_state"):
+            raise ConfigError(f"exact feedback needs information states; {n!r} has none")
+    return [by_name[n] for n in wanted]
 
 
 def action_values(game: Any, policy: PolicyLike) -> dict[str, np.ndarray]:
