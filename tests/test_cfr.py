@@ -135,7 +135,7 @@ def test_cfr_on_a_matrix_game_with_an_illegal_action():
 
 
 def test_rejects_game_without_information_states():
-    from lmselfplay.games.nim import Nim
+    from lmselfplay.games.tictactoe import TicTacToe
 
     with pytest.raises(TypeError, match="information_state"):
-        CFRSolver(Nim())
+        CFRSolver(TicTacToe())
