@@ -25,9 +25,9 @@ The algorithm, in order (every rank plays its own games; gradients are averaged)
     the policy at every information set joins a reach-weighted running average (what fictitious
     self-play drives to Nash while the last iterate cycles); its exploitability is reported at
     every evaluation, and at the end distill_steps supervised steps distil it into the final model.
-    With feedback: exact, the same games are not played: every step the referee (the rules)
-    computes the exact expected return of every action at every information set against the
-    policy read off the model, and the magnetic-mirror-descent target built from them joins the
+    With feedback: exact, the games of exact_games (default: the exploitability games; the main
+    job: nim,kuhn_poker) are not played: every step the referee (the rules) computes the exact
+    expected return of every action at every information set against the policy read off the model, and the magnetic-mirror-descent target built from them joins the
     step's batch as supervised targets (lmselfplay/rl/exact_feedback.py); other games keep playing
 """
 
