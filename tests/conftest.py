@@ -14,3 +14,11 @@ from lmselfplay.games import make  # noqa: E402
 def kuhn():
     """The Kuhn poker game (immutable: one per module)."""
     return make("kuhn_poker")
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A saved tiny model (seed 3) for the recipe tests to start from (one per module)."""
+    from lm_fixtures import save_tiny
+
+    return save_tiny(tmp_path_factory.mktemp("model"), seed=3)

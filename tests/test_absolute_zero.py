@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 from fake_engine import ScriptedEngine
-from lm_fixtures import save_tiny, saved_weights
+from lm_fixtures import saved_weights
 
 from lmselfplay.lm.prompt import PLAIN_TEMPLATE
 from lmselfplay.rl.advantages import task_type_advantages
@@ -45,11 +45,6 @@ LIMITS = ExecutorConfig(timeout_s=1.0, cpu_s=1, memory_mb=512, max_output_bytes=
 def referee():
     with CodeReferee(LIMITS) as r:
         yield r
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return save_tiny(tmp_path_factory.mktemp("model"), seed=3)
 
 
 def _valid(referee, tt, program, inputs, message=""):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 from kuhn_fixtures import random_policy, recipe_args
-from lm_fixtures import save_tiny, saved_weights, tiny_model, tiny_tokenizer
+from lm_fixtures import saved_weights, tiny_model, tiny_tokenizer
 
 from lmselfplay.games.exploitability import exploitability, policy_value
 from lmselfplay.games.kuhn_poker import nash_policy
@@ -172,11 +172,6 @@ def test_distillation_teaches_the_tabular_policy(kuhn):
     for _ in range(30):
         trainer.step(distill_samples(kuhn, tok, flat))
     assert before > 0.5 and error() < 0.05, (before, error())
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return save_tiny(tmp_path_factory.mktemp("model"), seed=3)
 
 
 def test_recipe_option_off_changes_nothing_and_on_reports_both(model_dir, tmp_path):

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from lm_fixtures import save_tiny
 
 from lmselfplay.utils.checkpoint import (
     MARKER,
@@ -93,11 +92,6 @@ def test_failed_write_keeps_the_previous_checkpoint(tmp_path):
 
 
 # --- a real tiny self-play run ------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return save_tiny(tmp_path_factory.mktemp("model"), seed=3)
-
 
 @pytest.fixture(scope="module")
 def runs(model_dir, tmp_path_factory):

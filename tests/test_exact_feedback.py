@@ -9,7 +9,7 @@ import pyspiel
 import pytest
 import torch
 from kuhn_fixtures import random_policy, recipe_args
-from lm_fixtures import save_tiny, saved_weights
+from lm_fixtures import saved_weights
 from open_spiel.python import policy as os_policy
 from open_spiel.python.algorithms.action_value import TreeWalkCalculator
 
@@ -166,11 +166,6 @@ def test_distillation_keeps_the_answer_format_at_forced_moves():
     prompt = encode_prompt(tok, nim.observation_text(nim.new_initial_state(), 0))
     assert [(s.prompt_ids, s.target) for s in samples] == [(prompt + answer[:j], (0, [answer[j]], [1.0]))
                                                             for j in range(len(answer))]
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return save_tiny(tmp_path_factory.mktemp("model"), seed=3)
 
 
 def test_recipe_sampled_is_the_default_and_exact_trains_kuhn_without_playing(model_dir, tmp_path):

@@ -14,15 +14,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from lm_fixtures import save_tiny
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return save_tiny(tmp_path_factory.mktemp("model"), seed=3)
 
 
 def _cmd(model_dir, out, steps, *extra):

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from lm_fixtures import save_tiny, saved_weights
+from lm_fixtures import saved_weights
 
 from lmselfplay.lm.engines.base import Completion
 from lmselfplay.lm.prompt import encode_completion, encode_prompt
@@ -18,11 +18,6 @@ from lmselfplay.models.corpus import QUESTION_WRITE_PROMPT
 from lmselfplay.utils.recipe_loader import load_recipe
 
 R = load_recipe("r_zero")
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return save_tiny(tmp_path_factory.mktemp("model"), seed=3)
 
 
 def test_filter_band_keeps_3_to_7_of_10():

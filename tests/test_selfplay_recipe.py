@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from lm_fixtures import save_tiny, saved_weights
+from lm_fixtures import saved_weights
 
 from lmselfplay.games.gtp import find_gnugo
 from lmselfplay.utils.recipe_loader import load_recipe as _load
@@ -15,11 +15,6 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _recipe():
     return _load("selfplay_games")
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return save_tiny(tmp_path_factory.mktemp("model"), seed=3)
 
 
 def _args(model_dir, out, steps, **kw):
