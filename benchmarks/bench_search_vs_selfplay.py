@@ -66,6 +66,7 @@ def arms(out: Path, model: str | None, seed: int) -> dict[str, list[str]]:
                             "--tensorboard", "false", "--progress", "false", *common],
         "selfplay_games": [sys.executable, str(ROOT / "recipes" / "selfplay_games.py"), "--config",
                            str(ROOT / "recipes" / "configs" / "selfplay_games.yaml"), "--games", "tictactoe",
+                           "--feedback", "sampled",
                            "--output_dir", str(out / "selfplay_games"), "--max_steps", "100000",
                            "--eval_every", "0", "--checkpoint_every", "1", *common],
     }

@@ -85,8 +85,10 @@ def load_recipe():
 
 
 def run(recipe, game, variant, seed, steps, eval_every, out, extra):
+    # sampled feedback and no extra target passes unless a variant says so, whatever the main job's config does
     args = {"games": game, "max_steps": steps, "seed": seed, "eval_every": eval_every, "eval_games": 60,
-            "eval_positions": 200, "checkpoint_every": 0, "output_dir": str(out), **GAME_SETTINGS.get(game, {}),
+            "eval_positions": 200, "checkpoint_every": 0, "output_dir": str(out), "feedback": "sampled",
+            "target_passes": 0, **GAME_SETTINGS.get(game, {}),
             **VARIANTS[variant], **extra}
     if args.get("feedback") == "exact":  # the benchmarked game is the one learning from exact feedback
         args.setdefault("exact_games", game)

@@ -327,8 +327,9 @@ def make_feedback(cfg, games):
         return {}
     chosen = exact_feedback_games(games, cfg.exact_games)
     if not chosen:
-        raise ConfigError("feedback: exact needs a game whose exact_metric is 'exploitability' (kuhn_poker) or "
-                          f"exact_games naming one; games: {[g.name for g in games]}")
+        raise ConfigError("feedback: exact needs a played game whose exact_metric is 'exploitability' "
+                          f"(kuhn_poker) or one named in exact_games ({cfg.exact_games!r}); games: "
+                          f"{[g.name for g in games]}; --feedback sampled plays them all")
     return {g.name: ExactFeedback(g, cfg.mmd_eta, cfg.mmd_alpha, cfg.mmd_magnet_every) for g in chosen}
 
 

@@ -144,9 +144,10 @@ def test_tabular_mmd_on_nim_reaches_the_optimal_moves():
 def test_exact_games_names_played_games_with_information_states():
     games = [make("nim"), make("tictactoe"), make("kuhn_poker")]
     assert [g.name for g in exact_feedback_games(games)] == ["kuhn_poker"]
-    assert [g.name for g in exact_feedback_games(games, "nim, kuhn_poker")] == ["nim", "kuhn_poker"]
-    with pytest.raises(ConfigError, match="not a played game"):
-        exact_feedback_games(games, "go")
+    assert [g.name for g in exact_feedback_games(games, "kuhn_poker, nim")] == ["nim", "kuhn_poker"]
+    assert [g.name for g in exact_feedback_games(games[1:], "nim,kuhn_poker")] == ["kuhn_poker"]  # nim not played
+    with pytest.raises(ConfigError, match="not games"):
+        exact_feedback_games(games, "nim,kuhn")
     with pytest.raises(ConfigError, match="information states"):
         exact_feedback_games(games, "tictactoe")
 

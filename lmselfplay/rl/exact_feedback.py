@@ -75,20 +75,24 @@ class FeedbackConfig:
 
 
 def exact_feedback_games(games: list[Any], names: str = "") -> list[Any]:
-    """The games exact feedback applies to: the ``names`` listed (comma-separated), or by
-    default those whose ``exact_metric`` is ``"exploitability"``. ConfigError for a listed
-    name that is not among ``games`` or a game without information states (its policy
-    cannot be read and valued per information set)."""
+    """The played games exact feedback applies to: those of ``names`` (comma-separated) that
+    are played, or by default those whose ``exact_metric`` is ``"exploitability"``. A listed
+    game that is not played is skipped (the main job's list stays valid for a run on fewer
+    games); ConfigError for a name that is no game at all, or a played game without
+    information states (its policy cannot be read and valued per information set)."""
+    from lmselfplay.games import REGISTRY
+
     wanted = [n.strip() for n in names.split(",") if n.strip()]
     if not wanted:
         return [g for g in games if getattr(g, "exact_metric", None) == EXPLOITABILITY]
-    by_name = {g.name: g for g in games}
-    for n in wanted:
-        if n not in by_name:
-            raise ConfigError(f"exact_games names {n!r}, which is not a played game ({sorted(by_name)})")
-        if not hasattr(by_name[n], "information_state"):
-            raise ConfigError(f"exact feedback needs information states; {n!r} has none")
-    return [by_name[n] for n in wanted]
+    unknown = [n for n in wanted if n not in REGISTRY]
+    if unknown:
+        raise ConfigError(f"exact_games names {unknown}, which are not games ({sorted(REGISTRY)})")
+    chosen = [g for g in games if g.name in wanted]
+    for g in chosen:
+        if not hasattr(g, "information_state"):
+            raise ConfigError(f"exact feedback needs information states; {g.name!r} has none")
+    return chosen
 
 
 def action_values(game: Any, policy: PolicyLike) -> dict[str, np.ndarray]:
