@@ -60,7 +60,7 @@ from lmselfplay.rl.trainer import (
     make_accelerator,
 )
 from lmselfplay.utils.checkpoint import resume_checkpoint
-from lmselfplay.utils.config import ConfigError, parse_config
+from lmselfplay.utils.config import ConfigError, non_negative, parse_config, positive
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.metrics_logger import open_run_log
 from lmselfplay.utils.run import RunConfig, lock_output_dir
@@ -110,6 +110,13 @@ class AbsoluteZeroConfig(TrainerConfig, PolicyConfig, RunConfig):
     save_datasets: bool = field(default=True, metadata={"help": "save each step's proposals and answers (datasets)"})
     output_dir: str = field(default="runs/absolute_zero", metadata={"help": "run folder: metrics, per-step data sets, checkpoints"})
     resume: bool = field(default=False, metadata={"help": "continue from the latest checkpoint in output_dir"})
+
+    def validate(self) -> None:
+        positive(self, "proposals_per_type", "num_generations", "solve_tasks_per_type", "induction_inputs",
+                 "propose_max_new_tokens", "solve_max_new_tokens", "timeout_s", "max_output_bytes",
+                 "executor_workers", "top_p")
+        non_negative(self, "references", "seed_programs", "memory_mb", "eval_every", "eval_tasks_per_type",
+                     "checkpoint_every")
 
 
 def n_inputs(cfg, task_type: str) -> int:

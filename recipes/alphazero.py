@@ -52,14 +52,14 @@ from lmselfplay.alphazero.selfplay import Samples, SelfPlaySettings, alpha_for, 
 from lmselfplay.games import make
 from lmselfplay.games.base import OPTIMAL_MOVES
 from lmselfplay.utils.checkpoint import atomic_dir, prune_checkpoints, resume_checkpoint
-from lmselfplay.utils.config import ConfigError, parse_config, to_dict
+from lmselfplay.utils.config import Config, ConfigError, non_negative, parse_config, positive, to_dict
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.metrics_logger import MetricsLogger
 from lmselfplay.utils.run import RunConfig, lock_output_dir
 
 
 @dataclass
-class AlphaZeroConfig(RunConfig):
+class AlphaZeroConfig(Config, RunConfig):
     game: str = field(default="nim", metadata={"help": "registered game name"})
     game_args: str = field(default="{}", metadata={"help": "JSON dict of game parameters"})
     output_dir: str = field(default="runs/alphazero", metadata={"help": "run folder: metrics, curves, checkpoints"})
@@ -121,17 +121,16 @@ class AlphaZeroConfig(RunConfig):
     torch_threads: int = field(default=1, metadata={"help": "torch CPU threads"})
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
 
-    def __post_init__(self) -> None:
+    def validate(self) -> None:
         try:
             args = json.loads(self.game_args)
         except json.JSONDecodeError as e:
             raise ConfigError(f"game_args must be a JSON object: {e}") from None
         if not isinstance(args, dict):
             raise ConfigError("game_args must be a JSON object, e.g. '{\"start\": 15}'")
-        for name in ("iterations", "games_per_iteration", "n_sims", "train_steps", "batch_size",
-                     "bank_size", "bank_every", "eval_every", "save_every", "replay_window"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        positive(self, "iterations", "games_per_iteration", "n_sims", "train_steps", "batch_size", "bank_size",
+                 "bank_every", "eval_every", "save_every", "replay_window", "hidden", "torch_threads")
+        non_negative(self, "learning_rate", "c_reg", "blocks", "eval_games", "gate_games", "winrate_games")
         for name in ("dirichlet_eps", "reset_fraction", "bank_fraction", "gate_threshold",
                      "score_weight"):
             if not 0.0 <= getattr(self, name) <= 1.0:

@@ -59,7 +59,7 @@ from lmselfplay.utils.checkpoint import (
     resume_checkpoint,
     save_json,
 )
-from lmselfplay.utils.config import parse_config
+from lmselfplay.utils.config import ConfigError, non_negative, parse_config, positive
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.metrics_logger import open_run_log
 from lmselfplay.utils.run import RunConfig, lock_output_dir
@@ -90,11 +90,12 @@ class DebateConfig(TrainerConfig, ProtocolConfig, PolicyConfig, RunConfig):
     output_dir: str = field(default="runs/debate", metadata={"help": "run folder: metrics, transcripts, accuracy tables, checkpoints"})
     resume: bool = field(default=False, metadata={"help": "continue from the latest checkpoint in output_dir"})
 
-    def __post_init__(self):
-        ProtocolConfig.__post_init__(self)
+    def validate(self) -> None:
+        positive(self, "debates_per_step", "train_tasks", "eval_tasks", "top_p")
+        non_negative(self, "eval_every", "checkpoint_every")
         bad = [p for p in self.eval_protocols.split(",") if p.strip() and p.strip() not in PROTOCOLS]
         if bad:
-            raise ValueError(f"unknown eval_protocols {bad}; known: {PROTOCOLS}")
+            raise ConfigError(f"unknown eval_protocols {bad}; known: {PROTOCOLS}")
 
 
 def task_sets(cfg):

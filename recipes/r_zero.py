@@ -58,7 +58,7 @@ from lmselfplay.rl.advantages import group_advantages
 from lmselfplay.rl.rewards import proposer_rewards
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, make_accelerator
 from lmselfplay.utils.checkpoint import MARKER, atomic_dir, checkpoint_dirs, save_json
-from lmselfplay.utils.config import ConfigError, parse_config
+from lmselfplay.utils.config import ConfigError, non_negative, parse_config, positive
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.metrics_logger import MetricsLogger
 from lmselfplay.utils.run import RunConfig, lock_output_dir
@@ -100,7 +100,11 @@ class RZeroConfig(TrainerConfig, PolicyConfig, RunConfig):
     output_dir: str = field(default="runs/r_zero", metadata={"help": "run folder: metrics, per-iteration data sets, checkpoints"})
     resume: bool = field(default=False, metadata={"help": "continue from the latest phase checkpoint"})
 
-    def __post_init__(self):
+    def validate(self) -> None:
+        positive(self, "iterations", "challenger_steps", "num_questions", "challenger_group_size", "num_answers",
+                 "pool_size", "solver_steps", "solver_batch", "solver_group_size", "challenger_max_new_tokens",
+                 "solver_max_new_tokens", "check_timeout_s", "top_p")
+        non_negative(self, "heldout_size")
         if self.task_form not in ("arithmetic", "program"):
             raise ConfigError(f"task_form must be arithmetic or program, got {self.task_form!r}")
         grounded = {"arithmetic": "rules", "program": "executor"}[self.task_form]

@@ -82,7 +82,7 @@ from lmselfplay.lm.search_play import (
 from lmselfplay.rl.league import League, LeagueConfig
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
 from lmselfplay.utils.checkpoint import resume_checkpoint
-from lmselfplay.utils.config import ConfigError, parse_config
+from lmselfplay.utils.config import ConfigError, non_negative, parse_config, positive
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.metrics_logger import MetricsLogger
 from lmselfplay.utils.run import RunConfig, lock_output_dir
@@ -143,18 +143,11 @@ class SearchSelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig, RunConfig)
     league_promote_every: int = 4
     league_capacity: int = 6
 
-    def __post_init__(self) -> None:
-        LeagueConfig.__post_init__(self)
-        for name in ("iterations", "games_per_iteration", "n_sims", "replay_window", "batch_size",
-                     "save_every"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not self.q_lambda > 0:
-            raise ConfigError(f"q_lambda must be > 0, got {self.q_lambda}")
-        if not self.target_tau > 0:
-            raise ConfigError(f"target_tau must be > 0, got {self.target_tau}")
-        if self.eval_every < 0:
-            raise ConfigError(f"eval_every must be >= 0, got {self.eval_every}")
+    def validate(self) -> None:
+        positive(self, "iterations", "games_per_iteration", "n_sims", "replay_window", "batch_size", "save_every",
+                 "value_width", "eval_batch", "q_lambda", "target_tau")
+        non_negative(self, "distill_steps", "value_steps", "value_lr", "eval_every", "eval_games", "eval_positions",
+                     "eval_openings", "opening_plies")
         if any(b < 0 for b in self.eval_budgets):
             raise ConfigError(f"eval_budgets must be >= 0, got {self.eval_budgets}")
         if self.bot_fraction > 0:

@@ -71,7 +71,7 @@ from lmselfplay.rl.trainer import (
     make_accelerator,
 )
 from lmselfplay.utils.checkpoint import resume_checkpoint
-from lmselfplay.utils.config import ConfigError, parse_config, parse_weights
+from lmselfplay.utils.config import ConfigError, non_negative, parse_config, parse_weights, positive
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.metrics_logger import open_run_log
 from lmselfplay.utils.run import RunConfig, lock_output_dir
@@ -118,10 +118,13 @@ class SelfPlayConfig(TrainerConfig, AverageConfig, FeedbackConfig, LeagueConfig,
     output_dir: str = field(default="runs/selfplay_games", metadata={"help": "run folder: metrics, curves, checkpoints, final model"})
     resume: bool = field(default=False, metadata={"help": "continue from the latest checkpoint in output_dir"})
 
-    def __post_init__(self) -> None:
+    def validate(self) -> None:
+        positive(self, "episodes_per_step", "concurrency", "max_new_tokens", "text_max_new_tokens", "max_turns",
+                 "top_p")
+        non_negative(self, "retries", "illegal_penalty", "reset_max_plies", "eval_every", "eval_games",
+                     "gnugo_level", "gnugo_games", "eval_positions", "checkpoint_every")
         if self.baseline_key not in ("role", "observation"):
             raise ConfigError(f"baseline_key must be 'role' or 'observation', got {self.baseline_key!r}")
-        super().__post_init__()
 
 
 def make_games(names: str):

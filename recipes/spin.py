@@ -73,7 +73,7 @@ from lmselfplay.lm.policy import PolicyConfig, load_policy, load_tokenizer, reso
 from lmselfplay.lm.prompt import encode_completion, encode_prompt, format_prompt
 from lmselfplay.spin.data import answers_match, load_supervised
 from lmselfplay.utils.checkpoint import atomic_dir, atomic_write_text, resume_checkpoint, save_json
-from lmselfplay.utils.config import ConfigError, parse_config, to_dict
+from lmselfplay.utils.config import Config, ConfigError, non_negative, parse_config, positive, to_dict
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.metrics_logger import MetricsLogger
 from lmselfplay.utils.run import RunConfig, lock_output_dir
@@ -84,7 +84,7 @@ PLOT_KEYS = ["eval/accuracy", "eval/margin", "eval/answer_loglik", "eval/answer_
 
 
 @dataclass
-class SpinConfig(PolicyConfig, RunConfig):
+class SpinConfig(Config, PolicyConfig, RunConfig):
     # data
     dataset: str | None = field(default=None, metadata={
         "help": "datasets name, .jsonl/.json/.parquet/.csv file or save_to_disk folder with "
@@ -126,24 +126,33 @@ class SpinConfig(PolicyConfig, RunConfig):
     tensorboard: bool = field(default=True, metadata={"help": "also log to TensorBoard"})
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
 
+    def validate(self) -> None:
+        positive(self, "num_train_examples", "spin_iterations", "temperature", "top_p", "generation_batch_size",
+                 "num_train_epochs", "per_device_train_batch_size", "gradient_accumulation_steps",
+                 "logging_steps", "save_steps")
+        non_negative(self, "num_eval_examples", "learning_rate", "warmup_steps", "rpo_alpha", "sft_epochs",
+                     "sft_learning_rate")
+        if self.max_completion_length is not None:
+            positive(self, "max_completion_length")
+        if not self.beta_schedule:
+            raise ConfigError("beta_schedule must hold at least one lambda")
+        bad = [b for b in self.beta_schedule
+               if not (isinstance(b, int | float) and not isinstance(b, bool) and math.isfinite(b) and b > 0)]
+        if bad:
+            raise ConfigError(f"beta_schedule values must be positive, got {bad}")
+
 
 def dpo_losses(cfg: SpinConfig) -> dict[str, Any]:
     """DPOConfig's loss fields: the pairwise loss, plus the NLL on the data answer when
     ``rpo_alpha`` > 0 (loss = pairwise + rpo_alpha * NLL(y | x), as RPO / TRL's MPO weights)."""
-    if not cfg.rpo_alpha >= 0:
-        raise ConfigError(f"rpo_alpha must be >= 0, got {cfg.rpo_alpha}")
     if cfg.rpo_alpha == 0:
         return {"loss_type": [cfg.loss_type]}
     return {"loss_type": [cfg.loss_type, "sft"], "loss_weights": [1.0, float(cfg.rpo_alpha)]}
 
 
 def beta_at(cfg: SpinConfig, t: int) -> float:
-    if not cfg.beta_schedule:
-        raise ConfigError("beta_schedule must hold at least one lambda")
-    lam = float(cfg.beta_schedule[min(t, len(cfg.beta_schedule) - 1)])
-    if not math.isfinite(lam) or lam <= 0:
-        raise ConfigError(f"beta_schedule values must be positive, got {lam}")
-    return lam
+    """lambda_t: the schedule's t-th value, its last one past its end (SpinConfig checked them)."""
+    return float(cfg.beta_schedule[min(t, len(cfg.beta_schedule) - 1)])
 
 
 # --- the pieces every iteration uses ------------------------------------------------------

@@ -30,6 +30,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from lmselfplay.utils.config import Config
 from lmselfplay.verifiers import sandbox_worker
 from lmselfplay.verifiers.sandbox_worker import decode
 
@@ -44,7 +45,7 @@ DEFAULT_PREIMPORT = (
 
 
 @dataclass
-class ExecutorConfig:
+class ExecutorConfig(Config):
     """Limits and policy; the defaults are the safe choice.
 
     ``"auto"`` switches use the protection when the platform allows it and fall back
@@ -77,7 +78,7 @@ class ExecutorConfig:
     uid_lock_dir: str = "/tmp/lmselfplay-sandbox-uids"
     progress_min: int = 200  # run_batch shows a progress bar from this many tasks (progress=None)
 
-    def __post_init__(self):
+    def validate(self) -> None:
         for name in ("timeout_s", "cpu_s", "max_output_bytes", "max_value_bytes",
                      "max_file_bytes", "max_open_files", "max_threads", "max_workers",
                      "scratch_mb"):

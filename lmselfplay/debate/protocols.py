@@ -53,13 +53,14 @@ from typing import Any
 
 from lmselfplay.debate.tasks import DebateTask
 from lmselfplay.lm.prompt import encode_prompt
+from lmselfplay.utils.config import Config, ConfigError, positive
 
 PROTOCOLS = ("debate", "consultancy", "double_consultancy", "none")
 LABELS = ("A", "B")
 
 
 @dataclass
-class ProtocolConfig:
+class ProtocolConfig(Config):
     num_rounds: int = field(default=2, metadata={"help": "speeches per speaker"})
     turn_order: str = field(default="simultaneous", metadata={"help": "simultaneous | sequential (debate)"})
     hidden_context: bool = field(default=True, metadata={"help": "the judge does not see the context"})
@@ -67,13 +68,12 @@ class ProtocolConfig:
     max_speech_chars: int = field(default=600, metadata={"help": "a longer speech is cut (and counted)"})
     max_prompt_tokens: int = field(default=320, metadata={"help": "speech and judge prompts are fitted to this"})
 
-    def __post_init__(self):
+    def validate(self) -> None:
         if self.turn_order not in ("simultaneous", "sequential"):
-            raise ValueError(f"turn_order must be simultaneous or sequential, got {self.turn_order!r}")
-        if self.num_rounds < 1 or self.max_new_tokens < 1 or self.max_speech_chars < 1:
-            raise ValueError("num_rounds, max_new_tokens and max_speech_chars must be >= 1")
+            raise ConfigError(f"turn_order must be simultaneous or sequential, got {self.turn_order!r}")
+        positive(self, "num_rounds", "max_new_tokens", "max_speech_chars")
         if self.max_prompt_tokens < 16:
-            raise ValueError("max_prompt_tokens must be >= 16")
+            raise ConfigError(f"max_prompt_tokens must be >= 16, got {self.max_prompt_tokens}")
 
 
 # --- speeches: quotes and hostile text -------------------------------------------------------

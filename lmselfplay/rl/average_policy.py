@@ -31,13 +31,13 @@ import numpy as np
 from lmselfplay.games.base import CHANCE, EXPLOITABILITY
 from lmselfplay.games.exploitability import action_probs
 from lmselfplay.lm.trajectory import Sample
-from lmselfplay.utils.config import ConfigError
+from lmselfplay.utils.config import Config, ConfigError
 
 WEIGHTINGS = ("uniform", "linear")
 
 
 @dataclass
-class AverageConfig:
+class AverageConfig(Config):
     average_policy: bool = field(default=False, metadata={
         "help": "games with exact_metric 'exploitability': keep the reach-weighted average of the policy "
                 "(read off every information set every average_every steps), report its exploitability, and "
@@ -51,7 +51,7 @@ class AverageConfig:
         "help": "supervised trainer steps at the end distilling the average into the model (0: none); they use "
                 "the trainer's optimizer and its learning rate past max_steps, so the schedule must be constant"})
 
-    def __post_init__(self) -> None:
+    def validate(self) -> None:
         if self.average_every < 1:
             raise ConfigError(f"average_every must be >= 1, got {self.average_every}")
         if self.average_start < 0 or self.distill_steps < 0:
@@ -62,9 +62,6 @@ class AverageConfig:
         if self.average_policy and self.distill_steps and schedule not in ("constant", "constant_with_warmup"):
             raise ConfigError(f"distill_steps run past max_steps, where lr_scheduler_type {schedule!r} has "
                               "decayed: use a constant schedule or distill_steps 0")
-        parent = getattr(super(), "__post_init__", None)  # recipe configs mix in other configs
-        if parent is not None:
-            parent()
 
     def averaged_at(self, step: int) -> bool:
         return step >= self.average_start and (step - self.average_start) % self.average_every == 0

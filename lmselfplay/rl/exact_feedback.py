@@ -39,13 +39,13 @@ import numpy as np
 
 from lmselfplay.games.base import CHANCE, EXPLOITABILITY
 from lmselfplay.games.exploitability import PolicyLike, action_probs
-from lmselfplay.utils.config import ConfigError
+from lmselfplay.utils.config import Config, ConfigError
 
 FEEDBACKS = ("sampled", "exact")
 
 
 @dataclass
-class FeedbackConfig:
+class FeedbackConfig(Config):
     feedback: str = field(default="sampled", metadata={
         "help": "sampled: every game learns from the sampled returns of played games (policy gradient); "
                 "exact: the exact_games are not played - each step the referee (the rules) computes the exact "
@@ -63,15 +63,12 @@ class FeedbackConfig:
         "help": "exact feedback: steps between moves of the magnet to the current policy (0: the initial policy "
                 "throughout, which converges to a regularized equilibrium, not Nash)"})
 
-    def __post_init__(self) -> None:
+    def validate(self) -> None:
         if self.feedback not in FEEDBACKS:
             raise ConfigError(f"feedback must be one of {FEEDBACKS}, got {self.feedback!r}")
         if not self.mmd_eta > 0 or not self.mmd_alpha >= 0 or self.mmd_magnet_every < 0:
             raise ConfigError("mmd_eta must be > 0, mmd_alpha >= 0 and mmd_magnet_every >= 0 "
                               f"(got {self.mmd_eta}, {self.mmd_alpha}, {self.mmd_magnet_every})")
-        parent = getattr(super(), "__post_init__", None)  # recipe configs mix in other configs
-        if parent is not None:
-            parent()
 
 
 def exact_feedback_games(games: list[Any], names: str = "") -> list[Any]:

@@ -30,11 +30,11 @@ import numpy as np
 import torch
 
 from lmselfplay.solvers.matrix_games import META_SOLVERS, meta_strategy
-from lmselfplay.utils.config import ConfigError
+from lmselfplay.utils.config import Config, ConfigError
 
 
 @dataclass
-class LeagueConfig:
+class LeagueConfig(Config):
     league_capacity: int = field(default=12, metadata={"help": "frozen snapshots kept (a ring)"})
     league_add_every: int = field(default=10, metadata={"help": "learner steps between snapshots"})
     league_promote_every: int = field(default=4, metadata={"help": "every k-th snapshot joins the hall of fame"})
@@ -48,7 +48,7 @@ class LeagueConfig:
     league_eval_games: int = field(default=16, metadata={
         "help": "nash meta-solver: games a new snapshot plays against each ring member to fill the payoff table"})
 
-    def __post_init__(self) -> None:
+    def validate(self) -> None:
         fr = [self.mirror_fraction, self.recent_fraction, self.hall_of_fame_fraction, self.bot_fraction]
         if any(f < 0 for f in fr) or abs(sum(fr) - 1.0) > 1e-6:
             raise ConfigError(f"opponent fractions must be >= 0 and sum to 1, got {fr} (sum {sum(fr)})")

@@ -55,14 +55,14 @@ from lmselfplay.lm.batching import logprobs_from_logits, pad_batch
 from lmselfplay.lm.engines.staleness import mean_abs_logprob_diff
 from lmselfplay.lm.trajectory import Sample, merge_identical
 from lmselfplay.utils.checkpoint import CheckpointWriteError, commit_dir, prune_checkpoints
-from lmselfplay.utils.config import ConfigError
+from lmselfplay.utils.config import Config, ConfigError, non_negative, positive
 
 BETA_SCHEDULES = ("constant", "linear", "cosine")
 KL_ESTIMATORS = ("k3", "exact")
 
 
 @dataclass
-class TrainerConfig:
+class TrainerConfig(Config):
     yaml_mappings = ("beta",)  # beta: {nim: 0.1, kuhn_poker: 0.2} in YAML (a mapping per game)
     learning_rate: float = field(default=1e-4, metadata={"help": "AdamW learning rate"})
     adam_beta1: float = 0.9
@@ -99,8 +99,11 @@ class TrainerConfig:
     target_coef: float = field(default=1.0, metadata={"help": "weight of the supervised-target cross-entropy"})
     seed: int = field(default=0, metadata={"help": "seed of micro-batch shuffling and sampling"})
 
-    def __post_init__(self) -> None:
+    def validate(self) -> None:
         self.beta = parse_beta(self.beta)
+        positive(self, "max_steps", "gradient_accumulation_steps", "num_iterations", "temperature")
+        non_negative(self, "learning_rate", "warmup_steps", "weight_decay", "max_grad_norm", "epsilon",
+                     "target_coef")
         if self.beta_schedule not in BETA_SCHEDULES:
             raise ConfigError(f"beta_schedule must be one of {BETA_SCHEDULES}, got {self.beta_schedule!r}")
         if not self.beta_final_ratio >= 0:
@@ -111,9 +114,6 @@ class TrainerConfig:
             raise ConfigError(f"ref_update_every must be >= 0, got {self.ref_update_every}")
         if self.target_passes < 0:
             raise ConfigError(f"target_passes must be >= 0, got {self.target_passes}")
-        parent = getattr(super(), "__post_init__", None)  # recipe configs mix in other configs
-        if parent is not None:
-            parent()
 
 
 def parse_beta(value: Any) -> float | dict[str, float]:

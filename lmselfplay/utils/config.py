@@ -9,6 +9,7 @@ are given as YAML lists or space-separated on the command line.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import sys
 import types
@@ -18,7 +19,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from transformers import HfArgumentParser
 
 from lmselfplay.utils.errors import UserError
 
@@ -27,6 +27,48 @@ T = TypeVar("T")
 
 class ConfigError(UserError, ValueError):
     """A config file or flag that cannot be used; the message says which and why."""
+
+
+class Config:
+    """Base of every config dataclass: building one runs each class's own ``validate(self)``
+    exactly once, base classes first (the MRO reversed), so a recipe config composed of
+    several parents can neither skip nor repeat a parent's checks.
+
+    Rules: a config class checks (and normalises) only its own fields in ``validate``, never
+    calls ``super().validate()``, and defines no ``__post_init__`` (a TypeError when the class
+    is created: an own ``__post_init__`` would replace this one and skip the parents)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for klass in cls.__mro__:
+            if klass is not Config and "__post_init__" in vars(klass):
+                raise TypeError(f"{klass.__name__} defines __post_init__; a Config checks its fields in "
+                                "validate(self), which Config.__post_init__ runs for every class")
+
+    def __post_init__(self) -> None:
+        for klass in reversed(type(self).__mro__):
+            validate = vars(klass).get("validate")
+            if validate is not None:
+                validate(self)
+
+
+def positive(cfg: Any, *names: str) -> None:
+    """ConfigError naming the first field of ``names`` that is not a finite number > 0."""
+    _check_numbers(cfg, names, lambda v: v > 0, "> 0")
+
+
+def non_negative(cfg: Any, *names: str) -> None:
+    """ConfigError naming the first field of ``names`` that is not a finite number >= 0
+    (NaN and inf fail too: a learning rate of NaN trains nothing, silently)."""
+    _check_numbers(cfg, names, lambda v: v >= 0, ">= 0")
+
+
+def _check_numbers(cfg: Any, names: Sequence[str], ok: Any, rule: str) -> None:
+    for name in names:
+        value = getattr(cfg, name)
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not (number and math.isfinite(value) and ok(value)):
+            raise ConfigError(f"{name} must be a finite number {rule}, got {value!r}")
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
@@ -78,6 +120,8 @@ def check_value(cls: type, key: str, value: Any, where: str) -> Any:
 
 def parse_config(cls: type[T], argv: Sequence[str] | None = None) -> T:
     """Build ``cls`` from ``--config FILE`` (optional) and ``--key value`` overrides."""
+    from transformers import HfArgumentParser  # here: the Config base must stay cheap to import (sandbox)
+
     argv = list(sys.argv[1:] if argv is None else argv)
     data: dict[str, Any] = {}
     if "--config" in argv:
