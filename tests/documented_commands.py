@@ -1,0 +1,265 @@
+"""Every command README.md and docs/*.md tell a user to type, and how CI runs it at reduced size.
+
+``tests/test_documented_commands.py`` extracts the commands from the docs (:func:`documented_commands`)
+and fails naming any that is missing here, then runs each entry as a subprocess from the repository
+root and checks its exit code, the files it must write and its output.
+
+An entry's ``documented`` text is the command as the docs write it, normalised (continuation lines
+joined, the ``# comment`` dropped, spaces collapsed, ``a && b`` split in two). What runs is that text
+with ``subs`` applied (placeholders like ``runs/x/checkpoint-200`` replaced) and ``extra`` appended
+(reduced sizes; a later flag wins over the config file's value). In ``subs``, ``extra``, ``files``:
+``{out}`` is a fresh folder for this command, ``{model}`` the embedded model, ``{run}`` the folder
+of the main job's reduced run (the entry with ``makes_run``), ``{data}`` a folder of prepared inputs
+(``samples.jsonl`` for HumanEval, ``outputs.jsonl`` for the reasoning suite). ``skip`` says why a
+command is not run here (a GPU, a network install, an interactive terminal, ...): it stays listed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PROGRAMS = ("python ", ".venv/bin/python ", ".venv/bin/pytest ", "accelerate launch", "lmselfplay ", "bash .ci/",
+            "pip install ")
+# a bare script path is a file reference; with arguments, a command
+SCRIPT_PATH = re.compile(r"^(benchmarks|recipes|scripts)/\S+\.py \S")
+# an interpreter or launcher named alone or with flags only (``python -I``) is prose, not a command
+NO_PROGRAM = re.compile(r"^(?:\S*python(?: -\w+)*|accelerate launch)$")
+ENV_PREFIX = re.compile(r"^(?:[A-Z_][A-Z0-9_]*=\S+ )+")
+
+
+@dataclass(frozen=True)
+class Command:
+    documented: str
+    subs: tuple[tuple[str, str], ...] = ()
+    extra: str = ""
+    files: tuple[str, ...] = ()
+    output: str = ""
+    skip: str = ""
+    slow: bool = False
+    makes_run: bool = False
+    timeout_s: int = 600
+
+    def line(self) -> str:
+        text = self.documented
+        for old, new in self.subs:
+            assert old in text, f"{old!r} is not in {self.documented!r}"
+            text = text.replace(old, new)
+        return f"{text} {self.extra}".strip()
+
+
+def normalise(text: str) -> list[str]:
+    """A documented line (continuations already joined) as the commands it holds."""
+    text = re.sub(r"\s+#.*$", "", text.strip())
+    return [" ".join(part.split()) for part in text.split("&&") if part.strip()]
+
+
+def is_command(text: str) -> bool:
+    bare = ENV_PREFIX.sub("", text)
+    return (bare.startswith(PROGRAMS) or bool(SCRIPT_PATH.match(bare))) and not NO_PROGRAM.match(bare)
+
+
+def fenced_commands(markdown: str) -> list[str]:
+    """Command lines of the shell code blocks (``bash``, ``sh``, ``console`` or no language)."""
+    out, block, lang, pending = [], False, "", ""
+    for raw in markdown.splitlines():
+        if raw.startswith("```"):
+            block, lang, pending = not block, raw[3:].strip(), ""
+            continue
+        if not block or lang not in ("", "bash", "sh", "shell", "console"):
+            continue
+        line = pending + raw.strip()
+        if line.endswith("\\"):
+            pending = line[:-1] + " "
+            continue
+        pending = ""
+        out += [c for c in normalise(line) if is_command(c)]
+    return out
+
+
+def inline_commands(markdown: str) -> list[str]:
+    """Backticked commands outside code blocks (tables and prose)."""
+    prose = re.sub(r"(?ms)^```.*?^```", "", markdown)
+    return [c for span in re.findall(r"`([^`\n]+)`", prose) for c in normalise(span) if is_command(c)]
+
+
+def documented_commands() -> dict[str, list[str]]:
+    """Each command of the docs -> where it is written (file:kind)."""
+    found: dict[str, list[str]] = {}
+    for path in DOCS:
+        text = path.read_text()
+        for kind, commands in (("code block", fenced_commands(text)), ("inline", inline_commands(text))):
+            for c in commands:
+                found.setdefault(c, []).append(f"{path.relative_to(ROOT)} ({kind})")
+    return found
+
+
+# --- the registry ----------------------------------------------------------------------------
+
+GPU = "needs a CUDA GPU"
+MODEL = ("runs/x/checkpoint-200", "{model}")
+NO_TB = "--tensorboard false --progress false"
+MAIN_JOB = ("--output_dir {out} --max_steps 2 --episodes_per_step 6 --eval_every 0 --eval_games 2 "
+            "--eval_positions 10 --checkpoint_every 1 --max_new_tokens 6")
+SELFPLAY_SMALL = "--output_dir {out} --max_steps 1 --episodes_per_step 4 --eval_every 0 --eval_games 2 --eval_positions 10"
+SEARCH_SMALL = (f"--output_dir {{out}} --iterations 1 --games_per_iteration 2 --n_sims 4 --distill_steps 1 "
+                f"--batch_size 8 --value_steps 1 --eval_every 1 --eval_games 2 --eval_budgets 0 --eval_openings 1 "
+                f"--eval_positions 10 {NO_TB}")
+AZ_SMALL = (f"--output_dir {{out}} --iterations 1 --games_per_iteration 4 --n_sims 4 --train_steps 2 --batch_size 8 "
+            f"--eval_games 2 --eval_budgets 0 4 --winrate_games 0 --gate_games 2 {NO_TB}")
+AZR_SMALL = ("--output_dir {out} --max_steps 1 --proposals_per_type 2 --solve_tasks_per_type 2 --num_generations 2 "
+             "--references 1 --seed_programs 4 --eval_tasks_per_type 3 --eval_every 1 --checkpoint_every 1 "
+             "--propose_max_new_tokens 16 --solve_max_new_tokens 12")
+RZERO_SMALL = ("--iterations 1 --challenger_steps 1 --num_questions 4 --challenger_group_size 4 --pool_size 4 "
+               "--num_answers 10 --solver_steps 1 --solver_batch 2 --solver_group_size 10 --heldout_size 4 "
+               "--challenger_max_new_tokens 12 --solver_max_new_tokens 8")
+DEBATE_SMALL = ("--output_dir {out} --max_steps 1 --debates_per_step 2 --train_tasks 8 --eval_tasks 4 "
+                "--eval_protocols debate --max_new_tokens 8 --num_rounds 1 --checkpoint_every 0")
+SPIN_SMALL = (f"--output_dir {{out}} --spin_iterations 1 --num_train_examples 8 --num_eval_examples 4 "
+              f"--max_completion_length 8 --per_device_train_batch_size 4 --num_train_epochs 1 "
+              f"--generation_batch_size 8 --logging_steps 1 {NO_TB}")
+SPIN_SET = ("--set spin_iterations=1 num_train_examples=8 num_eval_examples=4 max_completion_length=8 "
+            "per_device_train_batch_size=4 num_train_epochs=1 generation_batch_size=8")
+CPU_LAUNCH = ("accelerate launch", "accelerate launch --config_file recipes/accelerate/ddp_cpu.yaml --num_processes 1")
+RESULT = r"results: \S+\.json"
+
+REGISTRY: list[Command] = [
+    # quick start
+    Command("bash .ci/setup", skip="installs the environment (network, minutes): CI has just run it"),
+    Command(".venv/bin/python -m pytest -q", skip="the test suite itself: CI runs it"),
+    Command(".venv/bin/python -m pytest -q tests/test_absolute_zero.py", skip="part of the test suite CI runs"),
+    Command(".venv/bin/pytest tests/test_executor.py -q", skip="part of the test suite CI runs"),
+    Command(".venv/bin/python recipes/selfplay_games.py --config recipes/configs/selfplay_games.yaml",
+            extra=MAIN_JOB, files=("metrics.jsonl", "config.json", "checkpoint-2", "final_model"), makes_run=True),
+    # the parts table
+    Command("lmselfplay show kuhn_poker --prompt", output=r"Answer with <move>MOVE</move>"),
+    Command("lmselfplay demo tictactoe", extra="--games 4", output=r"\S"),
+    Command("lmselfplay bootstrap [--force]", subs=(("[--force]", ""),), extra="--quiet"),
+    Command("lmselfplay eval-game nim tictactoe kuhn_poker [--model PATH]",
+            subs=(("[--model PATH]", "--model {run}/final_model"),), extra="--n-games 4 --json {out}/metrics.json",
+            files=("metrics.json",)),
+    Command("lmselfplay play tictactoe", skip="interactive: reads moves from a terminal"),
+    Command("accelerate launch recipes/spin.py --config recipes/configs/spin.yaml", subs=(CPU_LAUNCH,),
+            extra=SPIN_SMALL, files=("metrics.jsonl",)),
+    Command("python recipes/alphazero.py --config recipes/configs/alphazero_nim.yaml", extra=AZ_SMALL,
+            files=("metrics.jsonl",)),
+    Command("lmselfplay gametheory-plots --out plots/", subs=(("plots/", "{out}/plots"),), extra="--T 50",
+            files=("plots",)),
+    Command("python recipes/search_selfplay.py --config recipes/configs/search_selfplay_nim.yaml", extra=SEARCH_SMALL,
+            files=("metrics.jsonl",)),
+    Command(".venv/bin/python recipes/search_selfplay.py --config recipes/configs/search_selfplay_nim.yaml",
+            extra=SEARCH_SMALL, files=("metrics.jsonl",)),
+    Command(".venv/bin/python recipes/search_selfplay.py --config recipes/configs/search_selfplay_tictactoe.yaml",
+            extra=SEARCH_SMALL, files=("metrics.jsonl",)),
+    Command("python recipes/absolute_zero.py --config recipes/configs/absolute_zero.yaml", extra=AZR_SMALL,
+            files=("metrics.jsonl",)),
+    Command(".venv/bin/python recipes/absolute_zero.py --config recipes/configs/absolute_zero.yaml",
+            extra=AZR_SMALL, files=("metrics.jsonl",)),
+    Command("accelerate launch --config_file recipes/accelerate/zero2.yaml --num_processes 8 recipes/absolute_zero.py "
+            "--config recipes/configs/absolute_zero_qwen_coder.yaml", skip=f"{GPU}s (8) and Qwen2.5-Coder-7B weights"),
+    Command("python recipes/r_zero.py --config recipes/configs/r_zero.yaml", extra=f"--output_dir {{out}} {RZERO_SMALL}",
+            files=("metrics.jsonl",)),
+    Command("accelerate launch --config_file recipes/accelerate/zero2.yaml recipes/r_zero.py "
+            "--config recipes/configs/r_zero_qwen3.yaml", skip=f"{GPU}s and Qwen3-4B-Base weights"),
+    Command("lmselfplay referee-study --config recipes/configs/r_zero.yaml",
+            extra=f"--study_dir {{out}} --referees grounded,vote {RZERO_SMALL}", output=r"label_accuracy"),
+    Command("lmselfplay referee-study", extra=f"--study_dir {{out}} --referees grounded {RZERO_SMALL}",
+            output=r"label_accuracy"),
+    Command("python recipes/debate.py --config recipes/configs/debate.yaml", extra=DEBATE_SMALL,
+            files=("metrics.jsonl", "accuracy_table.json")),
+    Command(".venv/bin/python recipes/debate.py --config recipes/configs/debate.yaml", extra=DEBATE_SMALL,
+            files=("metrics.jsonl", "accuracy_table.json")),
+    Command("accelerate launch recipes/debate.py --config recipes/configs/debate_real.yaml --model_name_or_path "
+            "PATH_DEBATER --judge_model_name_or_path PATH_JUDGE", skip=f"{GPU} and two real models (debater, judge)"),
+    Command("accelerate launch --config_file recipes/accelerate/<ddp|zero2|zero3>[_cpu].yaml recipes/<recipe>.py ...",
+            subs=(("<ddp|zero2|zero3>[_cpu]", "ddp_cpu"), ("<recipe>", "r_zero"), ("...", "")),
+            extra=f"--num_processes 1 --output_dir {{out}} {RZERO_SMALL}", files=("metrics.jsonl",)),
+    # evaluation
+    Command("lmselfplay eval reasoning --suite default", subs=(("default", "tiny"),), extra="--out {out}",
+            output=r"\d"),
+    Command("lmselfplay eval reasoning --suite default --model runs/x/checkpoint-200",
+            subs=(("default", "tiny"), MODEL), extra="--out {out}", output=r"\d"),
+    Command("lmselfplay eval reasoning --suite default --samples 8 --k 1,4,8",
+            subs=(("default", "tiny"), ("--samples 8", "--samples 4"), ("1,4,8", "1,4")), extra="--out {out}",
+            output=r"pass@4"),
+    Command("lmselfplay eval reasoning --suite default --completions outputs.jsonl",
+            subs=(("default", "tiny"), ("outputs.jsonl", "{data}/outputs.jsonl")), extra="--out {out}", output=r"\d"),
+    Command("lmselfplay eval humaneval --model runs/x/checkpoint-200", subs=(MODEL,),
+            extra="--limit 2 --max-new-tokens 16 --out {out}", output=r"\d"),
+    Command("lmselfplay eval humaneval --completions samples.jsonl --k 1,10",
+            subs=(("samples.jsonl", "{data}/samples.jsonl"), ("1,10", "1,2")), extra="--out {out}",
+            output=r"pass@1"),
+    Command("lmselfplay arena tictactoe --models runs/x/checkpoint-100 runs/x/checkpoint-200 --bots random,exact",
+            subs=(("runs/x/checkpoint-100", "{run}/checkpoint-2"), MODEL), extra="--games 2 --bootstrap 10 --out {out}",
+            output=r"random"),
+    Command("lmselfplay arena nim --bots random,exact", extra="--models embedded --games 2 --bootstrap 10 --out {out}",
+            output=r"exact"),
+    Command("lmselfplay lm-eval --model lmselfplay --model_args pretrained=runs/x/checkpoint-200 --batch_size 64 "
+            "--tasks gsm8k", skip="downloads the gsm8k dataset from the Hugging Face hub"),
+    Command("lmselfplay lm-eval ...", skip="a template of the command above (lm-eval's own flags follow)"),
+    Command('pip install -e ".[lmeval]"', skip="installs packages (network)"),
+    Command('pip install -e ".[vllm]"', skip=f"installs vLLM for a {GPU}"),
+    Command("python recipes/selfplay_games.py --config recipes/configs/selfplay_games.yaml --engine vllm "
+            "--vllm_gpu_memory_utilization 0.3 [--vllm_enable_sleep_mode true]", skip=f"{GPU} and vLLM"),
+    Command("recipes/selfplay_games.py --config recipes/configs/selfplay_games.yaml --exact_games kuhn_poker",
+            subs=(("recipes/", "python recipes/", ),), extra=f"--feedback exact {SELFPLAY_SMALL} --games kuhn_poker",
+            files=("metrics.jsonl",)),
+    Command("python recipes/selfplay_games.py --config recipes/configs/selfplay_taboo.yaml",
+            extra=SELFPLAY_SMALL.replace("--eval_positions 10", "--text_max_new_tokens 8"), files=("metrics.jsonl",)),
+    # benchmarks (LMSELFPLAY_RESULTS_DIR keeps the cited results files untouched)
+    Command(".venv/bin/python benchmarks/bench_search_selfplay.py", extra="--trees 2 --sims 4", output=RESULT),
+    Command(".venv/bin/python benchmarks/bench_ttt_representation.py",
+            extra="--steps 2 --batch 8 --eval_every 1 --eval_positions 20", output=RESULT),
+    Command(".venv/bin/python benchmarks/bench_search_vs_selfplay.py --minutes 8", subs=(("--minutes 8", "--minutes 0.05"),),
+            extra="--games 4 --out {out}", output=RESULT),
+    Command("benchmarks/bench_search_vs_selfplay.py --minutes 8", subs=(("benchmarks/", "python benchmarks/"),
+                                                                        ("--minutes 8", "--minutes 0.05")),
+            extra="--games 4 --out {out}", output=RESULT),
+    Command("OMP_NUM_THREADS=1 python benchmarks/bench_alphazero_go_vs_gnugo.py --run runs/alphazero_go9 --budgets 0 "
+            "--levels 1 --games 20 --random_games 100 --out benchmarks/results/alphazero_go9_raw.json",
+            skip="needs the gnugo program and a finished 9x9 AlphaZero run (hours)"),
+    Command("OMP_NUM_THREADS=1 python benchmarks/bench_alphazero_go_vs_gnugo.py --run runs/alphazero_go9 --budgets 16 "
+            "32 64 --levels 1 --games 20 --random_games 40 --out benchmarks/results/alphazero_go9_search.json",
+            skip="needs the gnugo program and a finished 9x9 AlphaZero run (hours)"),
+    Command(".venv/bin/python benchmarks/bench_eval_throughput.py", extra="--suite tiny --rounds 1", output=RESULT),
+    Command("benchmarks/bench_eval_throughput.py --rounds 2", subs=(("benchmarks/", "python benchmarks/"),
+                                                                    ("--rounds 2", "--rounds 1")),
+            extra="--suite tiny", output=RESULT),
+    Command(".venv/bin/python benchmarks/bench_rollout.py", extra="--games 4 --sequential-games 1 --max-new-tokens 4",
+            output=RESULT),
+    Command(".venv/bin/python benchmarks/bench_selfplay_learning.py", extra="--steps 1 --eval-every 1 --seeds 0",
+            output=RESULT),
+    Command(".venv/bin/python benchmarks/bench_kuhn_card_reading.py", extra="--steps 1", output=RESULT),
+    Command("benchmarks/bench_kuhn_card_reading.py --model OLD NEW",
+            subs=(("benchmarks/", "python benchmarks/"), ("OLD", "{model}"), ("NEW", "{run}/final_model")),
+            extra="--steps 1", output=RESULT),
+    Command(".venv/bin/python benchmarks/bench_trainer_vs_trl.py",
+            extra="--prompts 2 --num-generations 2 --batches 1 --warmup 0 --no-merge-variant", output=RESULT),
+    Command(".venv/bin/python benchmarks/bench_cfr.py", extra="--iterations 10 --repeats 1", output=RESULT),
+    Command(".venv/bin/python benchmarks/bench_executor.py", extra="--n 20 --naive-n 5 --rounds 1", output=RESULT),
+    Command(".venv/bin/python benchmarks/bench_vllm_gpu.py", skip=f"{GPU} and vLLM"),
+    Command(".venv/bin/python benchmarks/bench_go.py", extra="--games 2 --mask_states 20 --repeats 1 --out {out}/go.json",
+            files=("go.json",)),
+    Command("python benchmarks/bench_go.py", extra="--games 2 --mask_states 20 --repeats 1 --out {out}/go.json",
+            files=("go.json",)),
+    Command(".venv/bin/python benchmarks/bench_spin.py", extra=SPIN_SET, output=RESULT),
+    Command("python benchmarks/bench_spin.py --control-epochs 1 5", subs=(("1 5", "1 2"),), extra=SPIN_SET,
+            output=RESULT),
+    Command(".venv/bin/python benchmarks/bench_leak.py", extra="--steps 2", output=RESULT),
+    Command(".venv/bin/python benchmarks/record_run.py RUN --name NAME", subs=(("RUN", "{run}"), ("NAME", "main_job")),
+            output=RESULT),
+    Command("benchmarks/average_policy_table.py benchmarks/results/kuhn_average_anneal_obs_probe.json --from 40",
+            subs=(("benchmarks/average", "python benchmarks/average"),), extra="--name table", output=RESULT),
+    Command("benchmarks/position_probs.py MODEL", subs=(("benchmarks/", "python benchmarks/"), ("MODEL", "{model}")),
+            extra="--name probs", output=RESULT),
+    Command("python benchmarks/bench_llm_taboo.py --models embedded runs/selfplay_taboo/final_model",
+            subs=(("runs/selfplay_taboo/final_model", "{run}/final_model"),), extra="--games 2 --max_new_tokens 8",
+            output=RESULT),
+    # scripts
+    Command("python scripts/build_taboo_words.py", skip="rebuilds the shipped word list from wordfreq (a dev extra)"),
+    Command("python scripts/ship_embedded_model.py",
+            skip="rewrites the shipped embedded model in the package (minutes); tests/test_shipped_model.py checks it"),
+]

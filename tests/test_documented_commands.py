@@ -1,0 +1,128 @@
+"""Every command the README and docs/*.md tell a user to type runs, at reduced size.
+
+(a) The docs are scanned for commands (code blocks and backticked commands); each must be in the
+registry ``tests/documented_commands.py``, so a newly documented command cannot go untested.
+(b) Each registry entry runs as a subprocess from the repository root, exactly as typed plus its
+size flags: exit code 0, the files it must write, the output it must print. Entries that need a
+GPU, a network install or a terminal are skipped with their reason (and stay listed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from documented_commands import REGISTRY, ROOT, Command, documented_commands, fenced_commands, inline_commands
+
+BIN = Path(sys.executable).parent
+ENV_ASSIGNMENT = re.compile(r"^([A-Z_][A-Z0-9_]*)=(\S*)$")
+
+
+def test_every_documented_command_is_in_the_registry():
+    known = {c.documented for c in REGISTRY}
+    missing = {c: where for c, where in documented_commands().items() if c not in known}
+    assert not missing, "documented commands with no entry in tests/documented_commands.py:\n" + "\n".join(
+        f"  {c!r}  ({', '.join(w)})" for c, w in missing.items())
+
+
+def test_the_registry_lists_only_documented_commands_once():
+    names = [c.documented for c in REGISTRY]
+    assert len(names) == len(set(names)), [n for n in names if names.count(n) > 1]
+    stale = set(names) - set(documented_commands())
+    assert not stale, f"registry entries the docs no longer show: {sorted(stale)}"
+    assert all(c.skip or c.files or c.output for c in REGISTRY), "every run entry checks something"
+
+
+def test_extraction_reads_code_blocks_tables_and_continuations():
+    doc = ("text `lmselfplay show nim` and `recipes/spin.py` and `python -I`\n"
+           "| a | `benchmarks/b.py --n 2` |\n"
+           "```bash\n"
+           "bash .ci/setup && .venv/bin/python recipes/x.py --config c.yaml  # comment\n"
+           "accelerate launch --config_file a.yaml \\\n    recipes/y.py --k 1\n"
+           "```\n"
+           "```python\npython not_a_shell_block.py\n```\n")
+    assert inline_commands(doc) == ["lmselfplay show nim", "benchmarks/b.py --n 2"]
+    assert fenced_commands(doc) == ["bash .ci/setup", ".venv/bin/python recipes/x.py --config c.yaml",
+                                    "accelerate launch --config_file a.yaml recipes/y.py --k 1"]
+
+
+# --- running them ------------------------------------------------------------------------------
+
+def argv_and_env(line: str) -> tuple[list[str], dict[str, str]]:
+    """The command's argv (the documented programs resolved in this venv) and its env additions."""
+    words, env = shlex.split(line), {}
+    while words and ENV_ASSIGNMENT.match(words[0]):
+        key, value = ENV_ASSIGNMENT.match(words.pop(0)).groups()
+        env[key] = value
+    program = words[0]
+    if program in ("python", ".venv/bin/python"):
+        words[0] = sys.executable
+    elif program in ("lmselfplay", "accelerate"):
+        words[0] = str(BIN / program)
+    else:
+        raise AssertionError(f"no rule to run program {program!r} of {line!r}")
+    return words, env
+
+
+def run(cmd: Command, out: Path, values: dict[str, str]) -> subprocess.CompletedProcess:
+    out.mkdir(parents=True, exist_ok=True)
+    line = cmd.line().format(out=out, **values)
+    argv, env = argv_and_env(line)
+    env = {**os.environ, **env, "LMSELFPLAY_RESULTS_DIR": str(out / "results"), "OMP_NUM_THREADS": "1",
+           "TOKENIZERS_PARALLELISM": "false", "MPLBACKEND": "Agg"}
+    try:
+        proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=cmd.timeout_s,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{line!r} ran past {cmd.timeout_s} s")
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"{line!r} exited {proc.returncode}:\n{text[-4000:]}"
+    for name in cmd.files:
+        assert (out / name).exists(), f"{line!r} did not write {name}; it wrote {sorted(os.listdir(out))}"
+    if cmd.output:
+        assert re.search(cmd.output, text), f"{line!r} did not print /{cmd.output}/:\n{text[-3000:]}"
+    return proc
+
+
+@pytest.fixture(scope="session")
+def inputs(tmp_path_factory) -> dict[str, str]:
+    """{model}, {data}: the embedded model; HumanEval samples and reasoning outputs to score."""
+    from lmselfplay.eval.reasoning import build_problems, load_suite
+    from lmselfplay.lm.policy import resolve_model_path
+
+    data = tmp_path_factory.mktemp("inputs")
+    rows = [{"task_id": f"HumanEval/{i}", "completion": "    return None\n"} for i in range(2) for _ in range(2)]
+    (data / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    suite = build_problems(load_suite("tiny"))  # the entries run the tiny suite
+    (data / "outputs.jsonl").write_text("".join(json.dumps({"id": p.id, "completion": "<answer>4</answer>"}) + "\n"
+                                                for p in suite))
+    return {"model": resolve_model_path(None), "data": str(data)}
+
+
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory, inputs) -> Path:
+    """{run}: the main job's command, run once at reduced size (its entry checks it)."""
+    (main_job,) = [c for c in REGISTRY if c.makes_run]
+    out = tmp_path_factory.mktemp("main_job")
+    run(main_job, out, {**inputs, "run": str(out)})
+    return out
+
+
+def entry_param(cmd: Command):
+    marks = [pytest.mark.skip(reason=cmd.skip)] if cmd.skip else []
+    marks += [pytest.mark.slow] if cmd.slow else []
+    return pytest.param(cmd, marks=marks, id=cmd.documented[:90])
+
+
+@pytest.mark.parametrize("cmd", [entry_param(c) for c in REGISTRY])
+def test_documented_command_runs(cmd, inputs, finished_run, tmp_path):
+    if cmd.makes_run:
+        return  # the finished_run fixture ran it, with the same checks
+    run(cmd, tmp_path / "out", {**inputs, "run": str(finished_run)})
