@@ -136,8 +136,8 @@ REGISTRY: list[Command] = [
             extra=MAIN_JOB, files=("metrics.jsonl", "config.json", "checkpoint-2", "final_model"), makes_run=True),
     # the parts table
     Command("lmselfplay show kuhn_poker --prompt", output=r"Answer with <move>MOVE</move>"),
-    Command("lmselfplay demo tictactoe", extra="--games 4", output=r"\S"),
-    Command("lmselfplay bootstrap [--force]", subs=(("[--force]", ""),), extra="--quiet"),
+    Command("lmselfplay demo tictactoe", extra="--games 4", output=r"4 games: solver mean return"),
+    Command("lmselfplay bootstrap [--force]", subs=(("[--force]", ""),), extra="--quiet", output=r"tiny model: /\S+ \("),
     Command("lmselfplay eval-game nim tictactoe kuhn_poker [--model PATH]",
             subs=(("[--model PATH]", "--model {run}/final_model"),), extra="--n-games 4 --json {out}/metrics.json",
             files=("metrics.json",)),

@@ -126,3 +126,21 @@ def test_documented_command_runs(cmd, inputs, finished_run, tmp_path):
     if cmd.makes_run:
         return  # the finished_run fixture ran it, with the same checks
     run(cmd, tmp_path / "out", {**inputs, "run": str(finished_run)})
+
+
+def test_save_results_writes_numpy_and_torch_values(tmp_path, monkeypatch):
+    """bench_trainer_vs_trl printed its table, then died here on a numpy array."""
+    import numpy as np
+    import torch
+
+    from lmselfplay.utils.results import save_results
+
+    monkeypatch.setenv("LMSELFPLAY_RESULTS_DIR", str(tmp_path))
+    path = save_results("x", {"array": np.array([1.5, 2.0]), "matrix": np.eye(2, dtype=np.float32),
+                              "scalar": np.float32(0.25), "count": np.int64(3), "tensor": torch.tensor([1, 2]),
+                              "path": Path("a/b")})
+    assert path == tmp_path / "x.json"
+    assert json.loads(path.read_text())["results"] == {"array": [1.5, 2.0], "matrix": [[1.0, 0.0], [0.0, 1.0]],
+                                                       "scalar": 0.25, "count": 3, "tensor": [1, 2], "path": "a/b"}
+    with pytest.raises(TypeError, match="object is not JSON serializable"):
+        save_results("y", {"bad": object()})
