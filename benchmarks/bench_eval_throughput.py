@@ -22,7 +22,6 @@ import platform
 import resource
 import statistics
 import time
-from pathlib import Path
 
 import torch
 
@@ -32,9 +31,10 @@ from lmselfplay.eval.report import render
 from lmselfplay.lm.engines import HFEngine, SamplingParams
 from lmselfplay.lm.policy import load_policy
 from lmselfplay.lm.prompt import encode_prompt
+from lmselfplay.utils.results import results_dir
 from lmselfplay.verifiers.answers import get_rule
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = results_dir()  # benchmarks/results unless LMSELFPLAY_RESULTS_DIR says otherwise
 
 
 def clock() -> tuple[float, float]:

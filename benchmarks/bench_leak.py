@@ -70,6 +70,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=500)
     ap.add_argument("--config", default=str(ROOT / "recipes" / "configs" / "selfplay_games.yaml"))
+    ap.add_argument("--quick", action="store_true", help="a smoke run: 4 episodes per step, no evaluation or "
+                    "checkpoints (the numbers mean nothing; use with --steps 3)")
     args = ap.parse_args()
     import torch
 
@@ -83,7 +85,8 @@ def main() -> None:
     recipe = load_recipe("selfplay_games")
     with tempfile.TemporaryDirectory() as out:
         t0 = time.time()
-        recipe.main(["--config", args.config, "--max_steps", str(args.steps), "--output_dir", out])
+        quick = ["--episodes_per_step", "4", "--eval_every", "0", "--checkpoint_every", "0"] if args.quick else []
+        recipe.main(["--config", args.config, "--max_steps", str(args.steps), "--output_dir", out, *quick])
         wall = time.time() - t0
     res = summarize(trace, args.steps)
     res["wall_s"] = wall

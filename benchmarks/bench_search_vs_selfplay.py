@@ -53,22 +53,30 @@ from lmselfplay.utils.results import save_results
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def arms(out: Path, model: str | None, seed: int) -> dict[str, list[str]]:
+QUICK = {"search_selfplay": ["--games_per_iteration", "2", "--n_sims", "4", "--distill_steps", "1", "--batch_size", "8",
+                             "--value_steps", "1"],
+         "selfplay_games": ["--episodes_per_step", "4", "--max_new_tokens", "6"]}
+
+
+def arms(out: Path, model: str | None, seed: int, quick: bool = False) -> dict[str, list[str]]:
     """The command line of each arm: its recipe and shipped config, evaluation off (the
     benchmark measures every model the same way afterwards), a checkpoint per round, and
-    more rounds than the budget allows (the budget stops it)."""
+    more rounds than the budget allows (the budget stops it). ``quick``: tiny rounds (QUICK),
+    so that a smoke run of a minute reaches a checkpoint."""
     common = ["--seed", str(seed), "--dtype", "float32"] + (["--model_name_or_path", model] if model else [])
     return {
         "search_selfplay": [sys.executable, str(ROOT / "recipes" / "search_selfplay.py"), "--config",
                             str(ROOT / "recipes" / "configs" / "search_selfplay_tictactoe.yaml"),
                             "--output_dir", str(out / "search_selfplay"), "--iterations", "100000",
                             "--eval_every", "0", "--save_every", "1", "--torch_threads", "1",
-                            "--tensorboard", "false", "--progress", "false", *common],
+                            "--tensorboard", "false", "--progress", "false", *common,
+                            *(QUICK["search_selfplay"] if quick else [])],
         "selfplay_games": [sys.executable, str(ROOT / "recipes" / "selfplay_games.py"), "--config",
                            str(ROOT / "recipes" / "configs" / "selfplay_games.yaml"), "--games", "tictactoe",
                            "--feedback", "sampled",
                            "--output_dir", str(out / "selfplay_games"), "--max_steps", "100000",
-                           "--eval_every", "0", "--checkpoint_every", "1", *common],
+                           "--eval_every", "0", "--checkpoint_every", "1", *common,
+                           *(QUICK["selfplay_games"] if quick else [])],
     }
 
 
@@ -137,13 +145,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--only", choices=["search_selfplay", "selfplay_games"], default=None)
     ap.add_argument("--results", default=None, help="results folder (default benchmarks/results)")
     ap.add_argument("--name", default="search_vs_selfplay", help="results file name (without .json)")
+    ap.add_argument("--quick", action="store_true", help="smoke run: tiny rounds (use with --minutes 1 --games 4)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows: dict[str, dict[str, Any]] = {"start": measure(args.model, args.games, args.seed)}
     print(table(rows), flush=True)
-    for name, cmd in arms(out, args.model, args.seed).items():
+    for name, cmd in arms(out, args.model, args.seed, args.quick).items():
         if args.only and name != args.only:
             continue
         shutil.rmtree(out / name, ignore_errors=True)  # a fresh run, not a resumed one

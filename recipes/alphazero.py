@@ -52,7 +52,14 @@ from lmselfplay.alphazero.selfplay import Samples, SelfPlaySettings, alpha_for, 
 from lmselfplay.games import make
 from lmselfplay.games.base import OPTIMAL_MOVES
 from lmselfplay.utils.checkpoint import atomic_dir, prune_checkpoints, resume_checkpoint
-from lmselfplay.utils.config import Config, ConfigError, non_negative, parse_config, positive, to_dict
+from lmselfplay.utils.config import (
+    Config,
+    ConfigError,
+    non_negative,
+    parse_config,
+    positive,
+    to_dict,
+)
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.metrics_logger import MetricsLogger
 from lmselfplay.utils.run import RunConfig, lock_output_dir

@@ -73,7 +73,14 @@ from lmselfplay.lm.policy import PolicyConfig, load_policy, load_tokenizer, reso
 from lmselfplay.lm.prompt import encode_completion, encode_prompt, format_prompt
 from lmselfplay.spin.data import answers_match, load_supervised
 from lmselfplay.utils.checkpoint import atomic_dir, atomic_write_text, resume_checkpoint, save_json
-from lmselfplay.utils.config import Config, ConfigError, non_negative, parse_config, positive, to_dict
+from lmselfplay.utils.config import (
+    Config,
+    ConfigError,
+    non_negative,
+    parse_config,
+    positive,
+    to_dict,
+)
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.metrics_logger import MetricsLogger
 from lmselfplay.utils.run import RunConfig, lock_output_dir

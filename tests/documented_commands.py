@@ -125,6 +125,7 @@ SPIN_SET = ("--set spin_iterations=1 num_train_examples=8 num_eval_examples=4 ma
             "per_device_train_batch_size=4 num_train_epochs=1 generation_batch_size=8")
 CPU_LAUNCH = ("accelerate launch", "accelerate launch --config_file recipes/accelerate/ddp_cpu.yaml --num_processes 1")
 RESULT = r"results: \S+\.json"
+THROUGHPUT = r"wrote \S+/results/eval_throughput\.json"
 
 REGISTRY: list[Command] = [
     # quick start
@@ -205,7 +206,8 @@ REGISTRY: list[Command] = [
     Command("python recipes/selfplay_games.py --config recipes/configs/selfplay_games.yaml --engine vllm "
             "--vllm_gpu_memory_utilization 0.3 [--vllm_enable_sleep_mode true]", skip=f"{GPU} and vLLM"),
     Command("recipes/selfplay_games.py --config recipes/configs/selfplay_games.yaml --exact_games kuhn_poker",
-            subs=(("recipes/", "python recipes/", ),), extra=f"--feedback exact {SELFPLAY_SMALL} --games kuhn_poker",
+            subs=(("recipes/selfplay_games.py", "python recipes/selfplay_games.py"),),
+            extra=f"--feedback exact {SELFPLAY_SMALL} --games kuhn_poker",
             files=("metrics.jsonl",)),
     Command("python recipes/selfplay_games.py --config recipes/configs/selfplay_taboo.yaml",
             extra=SELFPLAY_SMALL.replace("--eval_positions 10", "--text_max_new_tokens 8"), files=("metrics.jsonl",)),
@@ -213,21 +215,22 @@ REGISTRY: list[Command] = [
     Command(".venv/bin/python benchmarks/bench_search_selfplay.py", extra="--trees 2 --sims 4", output=RESULT),
     Command(".venv/bin/python benchmarks/bench_ttt_representation.py",
             extra="--steps 2 --batch 8 --eval_every 1 --eval_positions 20", output=RESULT),
-    Command(".venv/bin/python benchmarks/bench_search_vs_selfplay.py --minutes 8", subs=(("--minutes 8", "--minutes 0.05"),),
-            extra="--games 4 --out {out}", output=RESULT),
+    Command(".venv/bin/python benchmarks/bench_search_vs_selfplay.py --minutes 8", subs=(("--minutes 8", "--minutes 1"),),
+            extra="--quick --games 4 --out {out}", output=RESULT, slow=True),
     Command("benchmarks/bench_search_vs_selfplay.py --minutes 8", subs=(("benchmarks/", "python benchmarks/"),
-                                                                        ("--minutes 8", "--minutes 0.05")),
-            extra="--games 4 --out {out}", output=RESULT),
+                                                                        ("--minutes 8", "--minutes 1")),
+            extra="--quick --games 4 --out {out}", output=RESULT, slow=True),
     Command("OMP_NUM_THREADS=1 python benchmarks/bench_alphazero_go_vs_gnugo.py --run runs/alphazero_go9 --budgets 0 "
             "--levels 1 --games 20 --random_games 100 --out benchmarks/results/alphazero_go9_raw.json",
             skip="needs the gnugo program and a finished 9x9 AlphaZero run (hours)"),
     Command("OMP_NUM_THREADS=1 python benchmarks/bench_alphazero_go_vs_gnugo.py --run runs/alphazero_go9 --budgets 16 "
             "32 64 --levels 1 --games 20 --random_games 40 --out benchmarks/results/alphazero_go9_search.json",
             skip="needs the gnugo program and a finished 9x9 AlphaZero run (hours)"),
-    Command(".venv/bin/python benchmarks/bench_eval_throughput.py", extra="--suite tiny --rounds 1", output=RESULT),
+    Command(".venv/bin/python benchmarks/bench_eval_throughput.py", extra="--suite tiny --rounds 1 --skip-default",
+            output=THROUGHPUT),
     Command("benchmarks/bench_eval_throughput.py --rounds 2", subs=(("benchmarks/", "python benchmarks/"),
                                                                     ("--rounds 2", "--rounds 1")),
-            extra="--suite tiny", output=RESULT),
+            extra="--suite tiny --skip-default", output=THROUGHPUT),
     Command(".venv/bin/python benchmarks/bench_rollout.py", extra="--games 4 --sequential-games 1 --max-new-tokens 4",
             output=RESULT),
     Command(".venv/bin/python benchmarks/bench_selfplay_learning.py", extra="--steps 1 --eval-every 1 --seeds 0",
@@ -248,7 +251,7 @@ REGISTRY: list[Command] = [
     Command(".venv/bin/python benchmarks/bench_spin.py", extra=SPIN_SET, output=RESULT),
     Command("python benchmarks/bench_spin.py --control-epochs 1 5", subs=(("1 5", "1 2"),), extra=SPIN_SET,
             output=RESULT),
-    Command(".venv/bin/python benchmarks/bench_leak.py", extra="--steps 2", output=RESULT),
+    Command(".venv/bin/python benchmarks/bench_leak.py", extra="--steps 3 --quick", output=RESULT),
     Command(".venv/bin/python benchmarks/record_run.py RUN --name NAME", subs=(("RUN", "{run}"), ("NAME", "main_job")),
             output=RESULT),
     Command("benchmarks/average_policy_table.py benchmarks/results/kuhn_average_anneal_obs_probe.json --from 40",

@@ -59,11 +59,17 @@ def test_recipe_configs_run_every_parents_validation_once(name, monkeypatch):
     validators = own_validators(cls)
     assert cls in validators  # every recipe config checks its own sizes
     calls: list[type] = []
+
+    def spy_on(klass: type):
+        original = vars(klass)["validate"]
+
+        def spy(self) -> None:
+            calls.append(klass)
+            original(self)
+        return spy
+
     for klass in validators:
-        def spy(self, _orig=vars(klass)["validate"], _klass=klass):
-            calls.append(_klass)
-            _orig(self)
-        monkeypatch.setattr(klass, "validate", spy)
+        monkeypatch.setattr(klass, "validate", spy_on(klass))
     sources = [[]] + [["--config", str(p)] for p in YAMLS if fits(cls, p)]
     for argv in sources:
         calls.clear()

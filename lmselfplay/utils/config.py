@@ -120,7 +120,9 @@ def check_value(cls: type, key: str, value: Any, where: str) -> Any:
 
 def parse_config(cls: type[T], argv: Sequence[str] | None = None) -> T:
     """Build ``cls`` from ``--config FILE`` (optional) and ``--key value`` overrides."""
-    from transformers import HfArgumentParser  # here: the Config base must stay cheap to import (sandbox)
+    from transformers import (
+        HfArgumentParser,  # here: the Config base must stay cheap to import (sandbox)
+    )
 
     argv = list(sys.argv[1:] if argv is None else argv)
     data: dict[str, Any] = {}
