@@ -178,8 +178,9 @@ REGISTRY: list[Command] = [
     Command("accelerate launch recipes/debate.py --config recipes/configs/debate_real.yaml --model_name_or_path "
             "PATH_DEBATER --judge_model_name_or_path PATH_JUDGE", skip=f"{GPU} and two real models (debater, judge)"),
     Command("accelerate launch --config_file recipes/accelerate/<ddp|zero2|zero3>[_cpu].yaml recipes/<recipe>.py ...",
-            subs=(("<ddp|zero2|zero3>[_cpu]", "ddp_cpu"), ("<recipe>", "r_zero"), ("...", "")),
-            extra=f"--num_processes 1 --output_dir {{out}} {RZERO_SMALL}", files=("metrics.jsonl",)),
+            subs=(("<ddp|zero2|zero3>[_cpu].yaml", "ddp_cpu.yaml --num_processes 1"), ("<recipe>", "r_zero"),
+                  ("...", "")),
+            extra=f"--output_dir {{out}} {RZERO_SMALL}", files=("metrics.jsonl",)),
     # evaluation
     Command("lmselfplay eval reasoning --suite default", subs=(("default", "tiny"),), extra="--out {out}",
             output=r"\d"),
