@@ -22,7 +22,7 @@ import math
 import sys
 from typing import Any
 
-from lmselfplay.eval.stats import wilson
+from lmselfplay.utils.stats import wilson
 from lmselfplay.games import Invalid, make
 from lmselfplay.games.base import EXPLOITABILITY, OPTIMAL_MOVES, WIN_RATES, all_states
 from lmselfplay.games.bots import reference_bots

@@ -31,7 +31,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from lmselfplay.eval.stats import wilson
+from lmselfplay.utils.stats import wilson
 from lmselfplay.utils.checkpoint import atomic_write_text
 from lmselfplay.utils.config import parse_config
 from lmselfplay.utils.metrics_logger import read_jsonl

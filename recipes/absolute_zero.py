@@ -45,7 +45,7 @@ import numpy as np
 from accelerate.utils import gather_object
 from tqdm.auto import tqdm
 
-from lmselfplay.eval.stats import wilson
+from lmselfplay.utils.stats import wilson
 from lmselfplay.lm.engines import HFEngine, SamplingParams
 from lmselfplay.lm.policy import PolicyConfig, load_policy
 from lmselfplay.lm.prompt import encode_prompt

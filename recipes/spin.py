@@ -66,7 +66,7 @@ from accelerate.utils import gather_object
 from tqdm.auto import tqdm
 from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer
 
-from lmselfplay.eval.stats import wilson
+from lmselfplay.utils.stats import wilson
 from lmselfplay.lm.engines.base import SamplingParams
 from lmselfplay.lm.engines.hf import HFEngine
 from lmselfplay.lm.policy import PolicyConfig, load_policy, load_tokenizer, resolve_model_path

@@ -12,7 +12,7 @@ from lmselfplay.eval.game_metrics import (
     tabular_policy,
     win_rates,
 )
-from lmselfplay.eval.stats import wilson
+from lmselfplay.utils.stats import wilson
 from lmselfplay.games import make
 from lmselfplay.games.bots import random_bot, solver_bot
 from lmselfplay.games.text import format_answer
