@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from lmselfplay.utils.checkpoint import atomic_write_text
-
 from lmselfplay.utils.stats import mean_ci, pass_at_k
 
 

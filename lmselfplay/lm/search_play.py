@@ -29,11 +29,11 @@ import numpy as np
 from lmselfplay.alphazero.batched_mcts import BatchedMCTS
 from lmselfplay.alphazero.mcts import search_policy
 from lmselfplay.alphazero.selfplay import SearchedGame, SelfPlaySettings, play_searched
-from lmselfplay.utils.stats import wilson
 from lmselfplay.games.base import random_legal_reset
 from lmselfplay.games.text import format_answer
 from lmselfplay.lm.prompt import encode_completion
 from lmselfplay.lm.trajectory import Sample
+from lmselfplay.utils.stats import wilson
 
 LEARNER = "learner"
 
