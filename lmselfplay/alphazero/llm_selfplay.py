@@ -1,4 +1,4 @@
-"""Self-play and evaluation with PUCT search over the language model (search distillation).
+"""Search distillation: PUCT self-play and evaluation with the language model as the network.
 
 * :func:`collect` — batched games where every move is chosen by
   :class:`~lmselfplay.alphazero.BatchedMCTS` with an LLM evaluator
