@@ -216,3 +216,16 @@ def test_prompt_format_chat_needs_a_template(standin):
         set_prompt_style(tok, PromptStyle("chat"))
     with pytest.raises(UserError, match="prompt_format 'html'"):
         set_prompt_style(tok, PromptStyle("html"))
+
+
+def test_engines_that_load_the_model_themselves_read_its_end_tokens_and_think_rule(standin):
+    """vLLM engines get every declared end token from the folder, and hand vLLM no stop
+    strings when the policy thinks (they are cut afterwards, after </think>)."""
+    from lmselfplay.lm.engines.base import end_token_ids, native_stops
+
+    llama = load_tokenizer(str(standin("llama-3.1-instruct")))
+    assert set(llama.convert_ids_to_tokens(end_token_ids(llama))) == {"<|end_of_text|>", "<|eom_id|>", "<|eot_id|>"}
+    sp = SamplingParams(stop=["</move>"])
+    assert native_stops(load_tokenizer(str(standin("qwen3"))), sp) is None
+    assert native_stops(load_tokenizer(str(standin("qwen3")), PromptStyle(enable_thinking=False)), sp) == ["</move>"]
+    assert native_stops(load_tokenizer(str(standin("qwen2.5-instruct"))), sp) == ["</move>"]
