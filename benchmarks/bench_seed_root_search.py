@@ -27,7 +27,10 @@ The protocol used here (every choice is stated, none is the seed's by assumption
   random player (uniform play scores exactly 0.500); ``vs_random_greedy`` the same for
   its argmax; ``first_move`` the empty-board probabilities of centre / a corner / an edge
   (means); ``immediate_win`` the mean probability of a winning move over every position
-  that has one, ``immediate_win_argmax`` how often the argmax is one.
+  that has one, ``immediate_win_argmax`` how often the argmax is one, and
+  ``immediate_win_in_play`` the probability of taking an available immediate win in the
+  table's own games against the random player (positions weighted by how likely that play
+  reaches them: what a player of the table sees).
 
 Writes ``benchmarks/results/seed_root_search.json``.
 """
@@ -145,22 +148,51 @@ def train(net: TableNet, samples: list[tuple], epochs: int, lr: float) -> float:
     return stats["loss"]
 
 
-def sampled_vs_random(net: TableNet, face: Any, side: int) -> float:
-    """Exact expected score (win 1, draw 0.5) of the table's policy, sampled, as ``side``
-    against a uniformly random player (both players' moves enumerated with their odds)."""
+def policy_table(net: TableNet, face: Any) -> dict[Pos, np.ndarray]:
+    """The raw policy of every non-terminal position, one batched forward."""
     game = face.game
+    positions = [face.position(s) for s in all_states(game) if not game.is_terminal(s)]
+    return dict(zip(positions, raw_policy(net, face, positions)))
+
+
+def sampled_vs_random(policy: dict[Pos, np.ndarray], face: Any, side: int) -> tuple[float, float, float]:
+    """Exact (expected score, reach-weighted win mass, reach weight) of ``policy``, sampled,
+    as ``side`` against a uniformly random player (both players' moves enumerated with
+    their odds). Score: win 1, draw 0.5. The win mass is the probability the policy puts on
+    a winning move, summed over the positions of its turns that have one, each weighted by
+    how likely play reaches it; divided by the weight it is the rate at which an immediate
+    win is taken IN PLAY."""
+    game = face.game
+
+    def odds(pos: Pos) -> list[tuple[int, float]]:
+        moves = np.flatnonzero(face.legal(pos))
+        if pos.player == side:
+            return [(int(a), float(policy[pos][a])) for a in moves if policy[pos][a] > 0]
+        return [(int(a), 1.0 / len(moves)) for a in moves]
 
     @cache
     def score(pos: Pos) -> float:
         if face.terminal_value(pos) is not None:
             return (game.returns(pos.state)[side] + 1.0) / 2.0
-        moves = np.flatnonzero(face.legal(pos))
-        if pos.player == side:
-            p = raw_policy(net, face, [pos])[0]
-            return sum(p[a] * score(face.next_state(pos, int(a))) for a in moves if p[a] > 0)
-        return sum(score(face.next_state(pos, int(a))) for a in moves) / len(moves)
+        return sum(p * score(face.next_state(pos, a)) for a, p in odds(pos))
 
-    return float(score(face.position(game.new_initial_state())))
+    root = face.position(game.new_initial_state())
+    level, mass, weight = {root: 1.0}, 0.0, 0.0
+    while level:  # reach probabilities, one ply at a time (positions of a ply form a layer)
+        nxt: dict[Pos, float] = {}
+        for pos, prob in level.items():
+            if face.terminal_value(pos) is not None:
+                continue
+            if pos.player == side:
+                wins = winning_moves(pos.state.board, pos.player + 1)
+                if wins:
+                    mass += prob * float(policy[pos][wins].sum())
+                    weight += prob
+            for a, p in odds(pos):
+                child = face.next_state(pos, a)
+                nxt[child] = nxt.get(child, 0.0) + prob * p
+        level = nxt
+    return float(score(root)), mass, weight
 
 
 def winning_moves(board: tuple, mover: int) -> list[int]:
@@ -183,8 +215,11 @@ def measure(net: TableNet, face: Any) -> dict[str, float]:
     mass = [float(p[i, w].sum()) for i, w in enumerate(wins)]
     argmax_ok = [int(np.argmax(p[i])) in w for i, w in enumerate(wins)]
     first = raw_policy(net, face, [face.position(game.new_initial_state())])[0]
+    policy = policy_table(net, face)
+    (sx, mx, wx), (so, mo, wo) = sampled_vs_random(policy, face, 0), sampled_vs_random(policy, face, 1)
     return {
-        "vs_random": (sampled_vs_random(net, face, 0) + sampled_vs_random(net, face, 1)) / 2,
+        "vs_random": (sx + so) / 2,
+        "immediate_win_in_play": float((mx + mo) / (wx + wo)),
         "vs_random_greedy": (raw_vs_random_exact(face, net, 0) + raw_vs_random_exact(face, net, 1)) / 2,
         "first_move": {"centre": float(first[list(CENTRE)].mean()), "corner": float(first[list(CORNERS)].mean()),
                        "edge": float(first[list(EDGES)].mean())},
@@ -195,20 +230,22 @@ def measure(net: TableNet, face: Any) -> dict[str, float]:
 
 
 def run(generations: int = 6, games: int = 200, sims: int = 32, epochs: int = 50, lr: float = 0.1,
-        seed: int = 0) -> dict[str, Any]:
+        seed: int = 0, window: int = 1) -> dict[str, Any]:
+    """``window``: train on the samples of the last this many generations."""
     torch.manual_seed(seed)
     rng = random.Random(seed)
     face = SearchGame(make("tictactoe"))
     net = TableNet(face)
     rows = [{"generation": 0, "seconds": 0.0, **measure(net, face)}]
-    t0 = time.time()
+    t0, recent = time.time(), []
     for g in range(1, generations + 1):
         samples = self_play(net, face, games, sims, rng)
-        loss = train(net, samples, epochs, lr)
+        recent = [*recent, samples][-max(1, window):]
+        loss = train(net, [x for part in recent for x in part], epochs, lr)
         rows.append({"generation": g, "seconds": round(time.time() - t0, 1), "samples": len(samples),
                      "loss": loss, **measure(net, face)})
     return {"protocol": {"generations": generations, "games_per_generation": games, "sims": sims,
-                         "epochs": epochs, "lr": lr, "seed": seed, "c_puct": 1.5,
+                         "epochs": epochs, "lr": lr, "seed": seed, "window": window, "c_puct": 1.5,
                          "root_noise": [0.25, 0.3]},
             "seed_table": SEED_TABLE, "generations": rows}
 
@@ -226,21 +263,24 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=50, help="full-batch Adam steps per generation")
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--window", type=int, default=1, help="train on the last this many generations' samples")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--name", default="seed_root_search")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    out = run(args.generations, args.games, args.sims, args.epochs, args.lr, args.seed)
-    print("gen  vs random (sampled)  vs random (argmax)  centre  corner  edge   immediate win (argmax)")
+    out = run(args.generations, args.games, args.sims, args.epochs, args.lr, args.seed, args.window)
+    print("gen  vs random (sampled)  vs random (argmax)  centre  corner  edge   immediate win: all (argmax), in play")
     for r in out["generations"]:
         fm = r["first_move"]
         print(f"{r['generation']:3d}  {r['vs_random']:19.3f}  {r['vs_random_greedy']:18.3f}  {fm['centre']:6.3f}  "
-              f"{fm['corner']:6.3f}  {fm['edge']:5.3f}  {r['immediate_win']:.3f} ({r['immediate_win_argmax']:.3f})")
+              f"{fm['corner']:6.3f}  {fm['edge']:5.3f}  {r['immediate_win']:.3f} ({r['immediate_win_argmax']:.3f}), "
+              f"{r['immediate_win_in_play']:.3f}")
     first, last = out["generations"][0], out["generations"][-1]
     print("\n| measure | seed 002_f687f2ca8d4e1abd | this run |\n|---|---|---|")
     print(f"| vs random, first -> last generation | 0.496 -> 0.658 | {first['vs_random']:.3f} -> {last['vs_random']:.3f} |")
     print(f"| first-move preference | centre > corners > edges | {order(last['first_move'])} |")
-    print(f"| immediate win taken | 0.959 | {last['immediate_win']:.3f} (argmax {last['immediate_win_argmax']:.3f}) |")
+    print(f"| immediate win taken | 0.959 | in play {last['immediate_win_in_play']:.3f}; over all positions "
+          f"{last['immediate_win']:.3f} (argmax {last['immediate_win_argmax']:.3f}) |")
     save_results(args.name, out)
 
 
