@@ -136,3 +136,12 @@ def test_a_state_of_another_key_or_a_damaged_one_is_ignored(tmp_path):
     assert tiny.load_build_state(state, small_v4().key())["step"] == 1
     (state / tiny.RESUME_FILE).write_bytes(b"not a torch file")
     assert tiny.load_build_state(state, small_v4().key()) is None
+
+
+def test_ensure_tiny_model_continues_a_killed_build(tmp_path):
+    cfg = small_v4(checkpoint_every=2, train_steps=4)
+    state = tiny.resume_dir(tiny.model_dir(cfg, tmp_path))
+    tiny.build_tiny_model(cfg, tmp_path / "killed", progress=False, resume_dir=state, stop_after=2)
+    path = tiny.ensure_tiny_model(cfg=cfg, progress=False, cache_dir=tmp_path)
+    info = json.loads((path / tiny.INFO_FILE).read_text())
+    assert info["resumed_at_step"] == 2 and not state.exists()
