@@ -9,7 +9,15 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from bench_seed_root_search import RootOnly, TableNet, evaluator, measure, self_play, train, winning_moves  # noqa: E402
+from bench_seed_root_search import (  # noqa: E402
+    RootOnly,
+    TableNet,
+    evaluator,
+    measure,
+    self_play,
+    train,
+    winning_moves,
+)
 
 from lmselfplay.alphazero.adapter import SearchGame  # noqa: E402
 from lmselfplay.alphazero.mcts import mcts  # noqa: E402

@@ -4,7 +4,11 @@ built offline on CPU from the project's own synthetic corpus, deterministic from
 Why it exists: every recipe must run on a laptop with no download. ``ensure_tiny_model()``
 returns the cached build (``$LMSELFPLAY_CACHE`` or ``~/.cache/lmselfplay``, one folder per
 config hash) or builds it (a few minutes on 2 cores) and writes it atomically, so a killed
-build never leaves half a model. The result is a normal Hugging Face folder:
+build never leaves half a model; its training state is saved every ``checkpoint_every``
+steps, so the next call continues a killed build where it stopped, to the same weights.
+Builds are named (:data:`BUILDS`, ``lmselfplay bootstrap --build v4``): v3 is the shipped
+default; v4 reads with the "cells" tokenizer (one token per board cell, digit and move
+name) and adds board-reading and judge-format tasks to the corpus. The result is a normal Hugging Face folder:
 ``AutoModelForCausalLM.from_pretrained(path)`` / ``AutoTokenizer.from_pretrained(path)``.
 
 The default config's build also ships inside the package (``lmselfplay/models/embedded/``, a
