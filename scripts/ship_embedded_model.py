@@ -21,9 +21,9 @@ import shutil
 from pathlib import Path
 
 from lmselfplay.models.tiny import (
+    BUILDS,
     EMBEDDED_DIR,
     INFO_FILE,
-    BUILDS,
     TinyConfig,
     build_config,
     build_tiny_model,
