@@ -45,6 +45,7 @@ QWEN2_5_SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_
                    "<|object_ref_end|>", "<|box_start|>", "<|box_end|>", "<|quad_start|>",
                    "<|quad_end|>", "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>",
                    "<|image_pad|>", "<|video_pad|>")
+QWEN_LISTED = QWEN2_5_SPECIAL[1:]  # all but <|endoftext|>, as Qwen's tokenizer_config lists them
 QWEN2_5_ADDED = ("<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>",
                  "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>")
 QWEN3_ADDED = QWEN2_5_ADDED + ("<tool_response>", "</tool_response>", "<think>", "</think>")
@@ -66,6 +67,8 @@ class StandinSpec:
     eos: str = "<|endoftext|>"
     pad: str | None = None
     add_bos: bool = False  # the tokenizer puts BOS in front with add_special_tokens=True
+    # tokenizer_config's additional_special_tokens (Qwen lists its specials; Llama-3 does not)
+    listed_specials: tuple[str, ...] = ()
     chat_template: str | None = None
     # generation_config.json; "eos_token_id"/"bos_token_id"/"pad_token_id" hold token texts
     generation: dict[str, Any] = field(default_factory=dict)
@@ -88,16 +91,16 @@ LLAMA3_1_BASE_GEN = {"bos_token_id": "<|begin_of_text|>", "eos_token_id": "<|end
 
 SPECS: dict[str, StandinSpec] = {s.name: s for s in (
     StandinSpec("qwen2.5-instruct", "Qwen/Qwen2.5-7B-Instruct", "qwen2", QWEN2_5_SPECIAL, QWEN2_5_ADDED,
-                eos="<|im_end|>", pad="<|endoftext|>", chat_template=chat_templates.QWEN2_5,
+                eos="<|im_end|>", pad="<|endoftext|>", chat_template=chat_templates.QWEN2_5, listed_specials=QWEN_LISTED,
                 generation=QWEN_INSTRUCT_GEN, config_eos=("<|im_end|>",)),
     StandinSpec("qwen3", "Qwen/Qwen3-4B", "qwen3", QWEN2_5_SPECIAL, QWEN3_ADDED,
-                eos="<|im_end|>", pad="<|endoftext|>", chat_template=chat_templates.QWEN3,
+                eos="<|im_end|>", pad="<|endoftext|>", chat_template=chat_templates.QWEN3, listed_specials=QWEN_LISTED,
                 generation=QWEN3_GEN, config_eos=("<|im_end|>",)),
     StandinSpec("qwen3-base", "Qwen/Qwen3-4B-Base", "qwen3", QWEN2_5_SPECIAL, QWEN3_ADDED,
-                eos="<|endoftext|>", pad="<|endoftext|>", chat_template=chat_templates.QWEN3,
+                eos="<|endoftext|>", pad="<|endoftext|>", chat_template=chat_templates.QWEN3, listed_specials=QWEN_LISTED,
                 generation=QWEN_BASE_GEN, config_eos=("<|endoftext|>",)),
     StandinSpec("qwen2.5-coder-base", "Qwen/Qwen2.5-Coder-7B", "qwen2", QWEN2_5_SPECIAL, QWEN2_5_ADDED,
-                eos="<|endoftext|>", pad="<|endoftext|>", chat_template=chat_templates.QWEN2_5,
+                eos="<|endoftext|>", pad="<|endoftext|>", chat_template=chat_templates.QWEN2_5, listed_specials=QWEN_LISTED,
                 generation=QWEN_BASE_GEN, config_eos=("<|endoftext|>",)),
     StandinSpec("llama-3.1-base", "meta-llama/Llama-3.1-8B", "llama", LLAMA3_SPECIAL, split=LLAMA3_SPLIT,
                 bos="<|begin_of_text|>", eos="<|end_of_text|>", add_bos=True,
@@ -221,6 +224,7 @@ def build_tokenizer(s: StandinSpec, opts: BuildOptions) -> Any:
     else:
         tok.post_processor = processors.ByteLevel(trim_offsets=False)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=s.bos, eos_token=s.eos, pad_token=s.pad,
+                                   additional_special_tokens=list(s.listed_specials) or None,
                                    clean_up_tokenization_spaces=False, model_max_length=32768)
     if s.chat_template:
         fast.chat_template = s.chat_template
