@@ -299,10 +299,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=MOVE_BUDGET,
                     help="answer budget of a move (tokens); a model that thinks needs hundreds")
     ap.add_argument("--temperature", type=float, default=1.0, help="the played policy's sampling temperature")
-    ap.add_argument("--enable-thinking", action="store_true", help="the chat template's thinking mode (Qwen3)")
+    ap.add_argument("--enable-thinking", choices=("true", "false"), default=None,
+                    help="the chat template's thinking switch (Qwen3); default: the template's default")
     ap.add_argument("--readout", choices=READOUTS, default="auto",
                     help="bare: teacher-forced answers right after the header; sampled: N generated answers "
-                         "per position; auto: sampled iff --enable-thinking")
+                         "per position; auto: sampled iff the policy thinks")
     ap.add_argument("--readout-samples", type=int, default=32, help="answers per position (sampled readout)")
     ap.add_argument("--json", default=None, help="write the results here")
     args = ap.parse_args(argv)
@@ -311,10 +312,12 @@ def main(argv: list[str] | None = None) -> int:
     from lmselfplay.lm.engines.hf import HFEngine
     from lmselfplay.lm.policy import load_policy
 
-    thinking = {"enable_thinking": True} if args.enable_thinking else {}
-    model, tok = load_policy(model_name_or_path=args.model, **thinking)
+    from lmselfplay.lm.prompt import thinks
+
+    thinking = None if args.enable_thinking is None else args.enable_thinking == "true"
+    model, tok = load_policy(model_name_or_path=args.model, enable_thinking=thinking)
     engine = HFEngine(model, tok)
-    readout = resolve_readout(args.readout, args.enable_thinking)
+    readout = resolve_readout(args.readout, thinks(tok))
     results = []
     for name in args.games:
         sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature,

@@ -68,6 +68,7 @@ from lmselfplay.games.base import OPTIMAL_MOVES, random_legal_reset
 from lmselfplay.games.text import MOVE_STOP
 from lmselfplay.lm.engines import HFEngine, SamplingParams
 from lmselfplay.lm.policy import PolicyConfig, frozen_policy, load_policy, policy_weights
+from lmselfplay.lm.prompt import thinks
 from lmselfplay.lm.search_eval import LLMEvaluator, QHead, ValueHead, hidden_size
 from lmselfplay.lm.search_play import (
     LEARNER,
@@ -159,7 +160,7 @@ class SearchSelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig, RunConfig)
             raise ConfigError(f"eval_every must be >= 0, got {self.eval_every}")
         if any(b < 0 for b in self.eval_budgets):
             raise ConfigError(f"eval_budgets must be >= 0, got {self.eval_budgets}")
-        if getattr(self, "enable_thinking", False):  # a policy config field
+        if self.enable_thinking:
             raise ConfigError("search self-play reads the LLM's prior right after <move> (no think block): "
                               "enable_thinking must be false")
         if self.bot_fraction > 0:
@@ -316,6 +317,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     game = make(cfg.game, **json.loads(cfg.game_args))
     face = CachedGame(SearchGame(game))
     model, tok = load_policy(cfg)
+    if thinks(tok):  # a template that thinks by default (Qwen3), which the config alone cannot tell
+        raise ConfigError("search self-play reads the LLM's prior right after <move> (no think block), but this "
+                          "policy's chat template opens one: set enable_thinking: false")
     trainer = PolicyTrainer(model, tok, cfg)
     head = make_head(cfg, trainer.unwrapped, game)
     head_opt = torch.optim.Adam(head.parameters(), lr=cfg.value_lr)

@@ -57,6 +57,7 @@ from lmselfplay.lm.engines import (
     make_engine,
 )
 from lmselfplay.lm.policy import PolicyConfig, frozen_policy, load_policy, policy_weights
+from lmselfplay.lm.prompt import thinks
 from lmselfplay.lm.rollout import Episode, LLMPlayer, RolloutStats, play_episodes
 from lmselfplay.rl.advantages import RoleBaselines, observation_key
 from lmselfplay.rl.average_policy import AverageConfig, AveragePolicy, averageable, distill_samples
@@ -128,7 +129,7 @@ class SelfPlayConfig(TrainerConfig, AverageConfig, FeedbackConfig, LeagueConfig,
     def __post_init__(self) -> None:
         if self.baseline_key not in ("role", "observation"):
             raise ConfigError(f"baseline_key must be 'role' or 'observation', got {self.baseline_key!r}")
-        game_metrics.resolve_readout(self.readout, thinks(self))
+        game_metrics.resolve_readout(self.readout, False)  # a valid name; auto resolves with the model
         for name in ("max_new_tokens", "text_max_new_tokens", "readout_samples"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -137,14 +138,23 @@ class SelfPlayConfig(TrainerConfig, AverageConfig, FeedbackConfig, LeagueConfig,
         super().__post_init__()
 
 
-def thinks(cfg) -> bool:
-    """Whether the policy writes a think block before its answer (the template's thinking mode)."""
-    return bool(getattr(cfg, "enable_thinking", False))
+def readout(cfg, tok) -> str:
+    """The readout of the exact metrics and the average policy: ``bare``, or ``sampled`` when
+    ``readout: auto`` and the policy thinks (its prompt style, on the tokenizer)."""
+    return game_metrics.resolve_readout(cfg.readout, thinks(tok))
 
 
-def readout(cfg) -> str:
-    """The readout of the exact metrics and the average policy: ``bare`` or ``sampled``."""
-    return game_metrics.resolve_readout(cfg.readout, thinks(cfg))
+def check_thinking(cfg, feedback, tok) -> None:
+    """Exact feedback and the average's distillation teach bare answers: ConfigError when the
+    policy thinks (also when the template thinks by default, which the config alone cannot tell)."""
+    if not thinks(tok):
+        return
+    if feedback:
+        raise ConfigError("feedback: exact reads and distils bare answers, but this policy thinks (its chat "
+                          "template opens a think block): use feedback: sampled, or enable_thinking: false")
+    if cfg.average_policy and cfg.distill_steps:
+        raise ConfigError("distill_steps teach bare answers, but this policy thinks (its chat template opens a "
+                          "think block): use distill_steps 0, or enable_thinking: false")
 
 
 def make_games(names: str):
@@ -313,7 +323,7 @@ def evaluate(cfg, games, positions, engine, tok, step):
         game_sampling = sampling if has_enumerable_actions(game) else \
             SamplingParams(**{**vars(sampling), "max_new_tokens": cfg.text_max_new_tokens})
         result = game_metrics.evaluate(engine, tok, game, positions.get(game.name), cfg.eval_games, game_sampling,
-                                       seed=step, max_new_tokens=cfg.max_new_tokens, readout=readout(cfg),
+                                       seed=step, max_new_tokens=cfg.max_new_tokens, readout=readout(cfg, tok),
                                        readout_samples=cfg.readout_samples)
         out.update({f"{game.name}/{k}": v for k, v in result.items()})
         out.update(gnugo_metrics(cfg, game, engine, tok, game_sampling, step))
@@ -375,7 +385,7 @@ def fold_averages(cfg, averages, engine, tok, step):
     sampling = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
                               stop=MOVE_STOP, seed=cfg.seed + step)
     for name, avg in averages.items():
-        out[name] = game_metrics.tabular_policy(engine, tok, avg.game, readout(cfg), cfg.readout_samples, sampling)
+        out[name] = game_metrics.tabular_policy(engine, tok, avg.game, readout(cfg, tok), cfg.readout_samples, sampling)
         avg.add(out[name], cfg.weight_at(step))
     return out
 
@@ -421,6 +431,7 @@ def main(argv=None):
     plan = [g for g in episode_games(games, cfg.game_weights, cfg.episodes_per_step) if g.name not in feedback]
     positions = eval_positions(cfg, games)  # computed once, reused by every evaluation
     model, tok = load_policy(cfg, device=str(acc.device))
+    check_thinking(cfg, feedback, tok)
     ref = None  # the trainer copies the initial policy, except under ZeRO-3 init (sharded at load)
     if kl_enabled(cfg.beta) and not cfg.use_lora and is_partitioned(model):
         ref = load_policy(cfg, device=str(acc.device), use_lora=False)[0]
