@@ -24,7 +24,7 @@ CONFIGS = Path(__file__).resolve().parents[1] / "recipes" / "configs"
 # Tiny sizes per recipe: every size a shipped config sets is overridden here, so a real-model
 # config runs at the same reduced size as the recipe's default one.
 TINY = {
-    "selfplay_games": {"max_steps": 1, "episodes_per_step": 2, "eval_every": 0, "eval_games": 1,
+    "selfplay_games": {"max_steps": 1, "episodes_per_step": 4, "eval_every": 0, "eval_games": 1,
                        "eval_positions": 2, "checkpoint_every": 0, "max_new_tokens": 8, "text_max_new_tokens": 8,
                        "readout_samples": 2, "max_turns": 4, "league_add_every": 100, "concurrency": 8,
                        "engine": "hf", "dtype": "float32", "distill_steps": 0},
@@ -70,6 +70,11 @@ DEFAULT_CELLS = {
 }
 
 
+# The default run's selfplay cell: no tic-tac-toe (enumerating its 4,520 positions for the metrics
+# alone takes ~20 s); Nim is played, Kuhn poker learns from exact feedback, as in the main job.
+DEFAULT_EXTRA = {("selfplay_games", "selfplay_games.yaml"): {"games": "nim,kuhn_poker", "exact_games": "kuhn_poker"}}
+
+
 def cell_params():
     out = []
     for recipe, configs in RECIPE_CONFIGS.items():
@@ -105,6 +110,8 @@ def cell_args(recipe: str, config: str, name: str, model: Path, out: Path, tmp: 
     """argv of one matrix cell: the config, the stand-in, the tiny sizes, and what this stand-in
     needs from a config written for another family (documented in each case)."""
     kw = dict(TINY[recipe])
+    if DEFAULT_CELLS.get((recipe, config)) == name:
+        kw.update(DEFAULT_EXTRA.get((recipe, config), {}))
     cfg_text = (CONFIGS / config).read_text()
     has_template = spec(name).chat_template is not None
     if "prompt_format: chat" in cfg_text and not has_template:
@@ -126,9 +133,11 @@ def metric_rows(out: Path) -> list[dict]:
 
 
 def assert_ran(out: Path, name: str) -> None:
-    """Metrics rows with finite losses; a saved final model keeps the stand-in's eos."""
+    """Metrics rows with finite losses (policy-gradient, DPO, value or target cross-entropy); a
+    saved final model keeps the stand-in's eos."""
     rows = metric_rows(out)
-    losses = [v for r in rows for k, v in r.items() if k.split("/")[-1] == "loss" and isinstance(v, (int, float))]
+    losses = [v for r in rows for k, v in r.items()
+              if k.split("/")[-1].endswith(("loss", "_ce")) and isinstance(v, (int, float))]
     assert losses, f"no loss in {out / 'metrics.jsonl'}"
     assert all(math.isfinite(v) for v in losses), losses
     final = out / "final_model"
@@ -149,7 +158,7 @@ def test_lora_run_on_a_standin(standin, tmp_path):
     """Self-play with LoRA adapters (PEFT) on the Qwen3-Base stand-in: trains, saves, reports."""
     out = tmp_path / "lora"
     args = cell_args("selfplay_games", "selfplay_games.yaml", "qwen3-base", standin("qwen3-base"), out, tmp_path)
-    load_recipe("selfplay_games").main(args + ["--use_lora", "true", "--lora_r", "4", "--games", "nim"])
+    load_recipe("selfplay_games").main(args + ["--use_lora", "true", "--lora_r", "4", "--games", "nim", "--feedback", "sampled"])
     assert_ran(out, "qwen3-base")
 
 
