@@ -36,7 +36,6 @@ import math
 import sys
 from typing import Any
 
-from lmselfplay.eval.stats import wilson
 from lmselfplay.games import Invalid, make
 from lmselfplay.games.base import EXPLOITABILITY, OPTIMAL_MOVES, WIN_RATES, all_states
 from lmselfplay.games.bots import reference_bots
@@ -44,6 +43,7 @@ from lmselfplay.games.text import MOVE_STOP, format_answer
 from lmselfplay.lm.engines.base import SamplingParams
 from lmselfplay.lm.prompt import encode_completion, encode_prompt
 from lmselfplay.utils.config import ConfigError
+from lmselfplay.utils.stats import wilson
 
 READOUTS = ("auto", "bare", "sampled")
 MOVE_BUDGET = 16  # tokens of a bare "<move>X</move>" answer, with room for a word or two
