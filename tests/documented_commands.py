@@ -264,6 +264,7 @@ REGISTRY: list[Command] = [
             subs=(("runs/selfplay_taboo/final_model", "{run}/final_model"),), extra="--games 2 --max_new_tokens 8",
             output=RESULT),
     # scripts
+    Command("python scripts/make_standins.py", output=r"(?m)^\S+\t/\S+$"),  # the cached builds are reused
     Command("python scripts/build_taboo_words.py", skip="rebuilds the shipped word list from wordfreq (a dev extra)"),
     Command("python scripts/ship_embedded_model.py",
             skip="rewrites the shipped embedded model in the package (minutes); tests/test_shipped_model.py checks it"),
