@@ -21,6 +21,7 @@ import ast
 import json
 import math
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -207,14 +208,20 @@ def bwrap_problem() -> str:
     return _BWRAP_PROBLEM["v"]
 
 
-def bwrap_argv(cfg: ExecutorConfig, scratch: str, hidden: Sequence[str], info_fd: int) -> list[str]:
-    """The bubblewrap command around the zygote: new user (no nested ones), network, pid,
-    ipc, uts, cgroup namespaces; the host read-only; only the devices in :data:`DEVICES`; the
-    hidden directories empty, with the Python installation bound back read-only; a private,
-    size-limited tmpfs as scratch; the zygote is pid 1 (no process inside can signal it
-    to death), dies with the host, and runs in its own session with no capabilities."""
-    needed = python_paths(cfg.python)
-    argv = ["bwrap", "--unshare-user", "--unshare-net", "--unshare-pid", "--unshare-ipc",
+def bwrap_argv(cfg: ExecutorConfig, scratch: str, hidden: Sequence[str], info_fd: int,
+               as_uid: int | None) -> list[str]:
+    """The bubblewrap command around the zygote.
+
+    New user (no nested ones), network, pid, ipc, uts, cgroup namespaces; the host
+    read-only; only the devices in :data:`DEVICES`; the hidden directories empty, with the
+    Python installation bound back read-only; a private, size-limited tmpfs as scratch;
+    the zygote is pid 1 (no process inside can signal it to death), dies with the host,
+    and runs in its own session with no capabilities. ``as_uid``: root runs bwrap as this
+    unprivileged uid (:func:`root_launcher`), so root-only files stay unreadable."""
+    needed = python_paths(cfg.python) + [WORKER]
+    hide = {os.path.realpath(h) for h in hidden if os.path.isdir(h)}
+    argv = root_launcher(as_uid, scratch, needed) if as_uid is not None else []
+    argv += ["bwrap", "--unshare-user", "--unshare-net", "--unshare-pid", "--unshare-ipc",
             "--unshare-uts", "--unshare-cgroup-try", "--disable-userns", "--die-with-parent",
             "--new-session", "--as-pid-1", "--cap-drop", "ALL", "--info-fd", str(info_fd),
             "--ro-bind", "/", "/", "--tmpfs", "/dev"]
@@ -222,17 +229,46 @@ def bwrap_argv(cfg: ExecutorConfig, scratch: str, hidden: Sequence[str], info_fd
         if os.path.exists(dev):
             argv += ["--dev-bind", dev, dev]
     argv += ["--proc", "/proc"]
-    for h in sorted({os.path.realpath(h) for h in hidden if os.path.isdir(h)}):
+    for h in _outermost(hide):
         inside = [p for p in needed if p == h or p.startswith(h + "/")]
         if h in inside:  # a needed directory itself: it stays visible
             continue
         argv += ["--tmpfs", h]
         for p in inside:
             argv += ["--ro-bind", p, p]
-    argv += ["--ro-bind", WORKER, WORKER]
     argv += ["--perms", "0700", "--size", str(int(cfg.scratch_mb) << 20), "--tmpfs", scratch,
              "--chdir", "/", "--"]
     return argv
+
+
+def _outermost(dirs: Iterable[str]) -> list[str]:
+    dirs = set(dirs)
+    return sorted(d for d in dirs if not any(d.startswith(o + "/") for o in dirs))
+
+
+def root_launcher(uid: int, scratch: str, needed: Sequence[str]) -> list[str]:
+    """As root: ``unshare --mount`` (a private view for bwrap only), where every directory
+    on the way to ``needed`` that an unprivileged uid cannot enter is covered by an
+    enterable tmpfs with the needed paths bound back; then ``setpriv`` to ``uid`` with no
+    capabilities, and bwrap. Staging binds live in the (host-owned) scratch folder."""
+    blocked = set()
+    for p in needed:
+        parts = p.strip("/").split("/")
+        blocked |= {a for a in ("/" + "/".join(parts[:k]) for k in range(1, len(parts) + 1))
+                    if not os.stat(a).st_mode & 0o001 and os.path.isdir(a)}
+    lines = ["set -e"]
+    for k, a in enumerate(_outermost(blocked)):
+        inside = [p for p in needed if p.startswith(a + "/")]
+        stage = [f"{scratch}/expose{k}-{j}" for j in range(len(inside))]
+        for p, st in zip(inside, stage):
+            lines.append(f"mkdir -p {shlex.quote(st)} && mount --rbind {shlex.quote(p)} {shlex.quote(st)}")
+        lines.append(f"mount -t tmpfs -o mode=0755,size=1m tmpfs {shlex.quote(a)}")
+        for p, st in zip(inside, stage):
+            lines.append(f"mkdir -p {shlex.quote(p)} && mount --rbind {shlex.quote(st)} {shlex.quote(p)}")
+    lines.append('exec "$@"')
+    return ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c",
+            "\n".join(lines), "sh", "setpriv", f"--reuid={uid}", f"--regid={uid}",
+            "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--"]
 
 
 _PYTHON_PATHS: dict[str, list[str]] = {}
@@ -292,6 +328,7 @@ class Executor:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
         self._scratch: str | None = None
+        self._uid_lock: int | None = None
         self.protections: tuple[str, ...] = ()
         self.zygote_pid: int | None = None
         self._next_id = 0
@@ -316,19 +353,26 @@ class Executor:
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
         if cfg.hash_seed is not None:
             env["PYTHONHASHSEED"] = str(cfg.hash_seed)
-        argv = [cfg.python, "-I", WORKER, json.dumps(wcfg)]
-        info_r = info_w = None
+        argv: list[str] = []
+        info_r = info_w = as_uid = None
+        keep: list[int] = []
         if boundary == "bwrap":
+            if os.geteuid() == 0:  # root runs bwrap as an unprivileged uid of its own
+                self._uid_lock, uids = sandbox_worker.claim_uid_block(
+                    {"uid_lock_dir": cfg.uid_lock_dir, "max_workers": 1, "uid_base": cfg.uid_base})
+                as_uid = uids[0]
+                wcfg["outer_protections"].append("uid-drop")
             info_r, info_w = os.pipe()
-            argv = bwrap_argv(cfg, self._scratch, hidden, info_w) + argv
+            argv = bwrap_argv(cfg, self._scratch, hidden, info_w, as_uid)
+            keep.append(info_w)
+        argv += [cfg.python, "-I", WORKER, json.dumps(wcfg)]
         try:
             self._proc = subprocess.Popen(
                 argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd="/",
-                close_fds=True, pass_fds=() if info_w is None else (info_w,),
-                start_new_session=True)
+                close_fds=True, pass_fds=keep, start_new_session=True)
         finally:
-            if info_w is not None:
-                os.close(info_w)
+            for fd in keep:
+                os.close(fd)
         line = self._proc.stdout.readline()
         try:
             hello = json.loads(line)
@@ -346,6 +390,13 @@ class Executor:
         self.zygote_pid = json.loads(info)["child-pid"] if info_r is not None else hello["pid"]
         self.uids = tuple(hello["uids"] or ())
 
+    @property
+    def process_ids(self) -> tuple[int, ...]:
+        """Host pids of the sandbox's own long-lived processes (launcher, zygote)."""
+        if self._proc is None:
+            return ()
+        return tuple(sorted({self._proc.pid, self.zygote_pid}))
+
     def close(self) -> None:
         proc, self._proc = self._proc, None
         if proc is not None:
@@ -362,6 +413,9 @@ class Executor:
         if self._scratch:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
+        lock, self._uid_lock = self._uid_lock, None
+        if lock is not None:
+            os.close(lock)
 
     def __enter__(self) -> Executor:
         return self
