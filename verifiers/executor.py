@@ -32,6 +32,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from lmselfplay.utils.errors import UserError
 from lmselfplay.verifiers import sandbox_worker
 from lmselfplay.verifiers.sandbox_worker import decode
 
@@ -69,7 +70,9 @@ class ExecutorConfig:
     max_workers: int = 2  # tasks running at the same time
     # the OS boundary (see the module docstring); "unsafe-hooks-only" is the explicit opt-in
     # to run model-written code where none is available
-    sandbox: Literal["auto", "namespaces", "bwrap", "unsafe-hooks-only"] = "auto"
+    # (default: $LMSELFPLAY_SANDBOX, else "auto": lets any recipe or CLI verb opt in)
+    sandbox: Literal["auto", "namespaces", "bwrap", "unsafe-hooks-only"] = field(
+        default_factory=lambda: os.environ.get("LMSELFPLAY_SANDBOX", "auto"))
     audit_hook: bool = True  # refuse fork/exec/socket/ctypes/writes outside cwd at Python level
     restrict_reads: bool = True  # audit hook: reads only under sys.path and the working dir
     allow_ctypes: bool = False
@@ -131,7 +134,7 @@ class ExecResult:
         return self.status == "ok"
 
 
-class SandboxError(RuntimeError):
+class SandboxError(UserError, RuntimeError):
     """The sandbox itself could not start (not raised for anything a program does)."""
 
 
