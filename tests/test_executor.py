@@ -16,6 +16,9 @@ from __future__ import annotations
 import math
 import os
 import signal
+import socket
+import sys
+import threading
 import time
 
 import pytest
@@ -64,6 +67,28 @@ def executors():
     yield exs
     for ex in exs.values():
         ex.close()
+
+
+LISTENER_HITS: list[int] = []
+
+
+def _listen() -> int:
+    """A TCP listener on the host's 127.0.0.1 that counts connections from the sandbox."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+
+    def accept():
+        while True:
+            conn, _ = srv.accept()
+            LISTENER_HITS.append(1)
+            conn.close()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return srv.getsockname()[1]
+
+
+LISTENER_PORT = _listen()
 
 
 def _procs():
@@ -123,6 +148,30 @@ def assert_host_unharmed(exs, sentinel):
 
 def every(status):
     return dict.fromkeys(COLUMNS, status)
+
+
+SITE = next(p for p in sys.path if p.endswith("site-packages"))  # a read root of the zygote
+DIRFD_CANARY = os.path.join(SITE, "lmselfplay_pwned.py")
+# load a native module under another package name (the import check once matched exact names)
+LOAD_RENAMED = ("import sys, glob, importlib.util\n"
+                "def load(name):\n"
+                "    so = [f for p in sys.path for f in glob.glob(p + '/' + name + '.*.so')][0]\n"
+                "    spec = importlib.util.spec_from_file_location('x.' + name, so)\n"
+                "    m = importlib.util.module_from_spec(spec)\n"
+                "    spec.loader.exec_module(m)\n"
+                "    return m\n")
+SHELL_VIA_FORK_EXEC = (LOAD_RENAMED + "ps = load('_posixsubprocess')\nimport os\nr, w = os.pipe()\n"
+                       "ps.fork_exec([b'/bin/sh', b'-c', b'touch /tmp/lmselfplay_pwned; setsid sleep 60 &'],"
+                       " [b'/bin/sh'], True, (w,), None, None, -1, -1, -1, -1, -1, -1, r, w, True, True,"
+                       " -1, None, None, None, -1, None, False)\nimport time\ntime.sleep(0.3)")
+
+
+def escaped_here(r):
+    """The unsafe-hooks-only mode's known escape (docs/sandbox.md): the write landed."""
+    landed = os.path.exists(DIRFD_CANARY)
+    if landed:
+        os.remove(DIRFD_CANARY)
+    return landed
 
 
 def has(text):
@@ -230,6 +279,28 @@ BATTERY = [
      has("cannot serialize")),
     ("cyclic value", "def f():\n    a = []\n    a.append(a)\n    return a", every("error"), None),
     ("huge value", "def f():\n    return 'v' * 10**6", every("output-limit"), None),
+    ("dir_fd write into site-packages", "import os\nfd = os.open('{SITE}', os.O_RDONLY | os.O_DIRECTORY)\n"
+     "os.close(os.open('lmselfplay_pwned.py', os.O_CREAT | os.O_WRONLY, dir_fd=fd))",
+     {"full": "error", "os-only": "error", "hooks": "ok"},
+     lambda r: escaped_here(r) == (r.status == "ok")),
+    ("native module under another name", LOAD_RENAMED + "load('_posixsubprocess')",
+     {"full": "error", "os-only": "ok", "hooks": "error"}, None),
+    ("renamed _posixsubprocess: a shell and a setsid survivor", SHELL_VIA_FORK_EXEC,
+     {"full": "error", "os-only": "error", "hooks": "error"}, None),
+    ("renamed _socket: reach a listener on 127.0.0.1", LOAD_RENAMED +
+     "so = load('_socket')\ns = so.socket()\ns.settimeout(1)\ns.connect(('127.0.0.1', {P}))",
+     every("error"), lambda r: not LISTENER_HITS),
+    ("abstract unix socket between tasks", LOAD_RENAMED +
+     "so = load('_socket')\ns = so.socket(so.AF_UNIX, so.SOCK_STREAM)\ns.bind(b'\\0lmselfplay')",
+     every("error"), None),
+    ("ptrace the zygote", "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+     "import os\nassert libc.ptrace(16, os.getppid(), 0, 0) == 0, ctypes.get_errno()",
+     {"full": "error", "os-only": "error", "hooks": "error"}, None),
+    ("new user namespace", "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+     "assert libc.unshare(0x10000000) == 0, os.strerror(ctypes.get_errno())",
+     every("error"), None),
+    ("list the other tasks' folders", "import os\ndef f():\n    return os.listdir('..')",
+     every("error"), None),
     ("environment holds no secrets", "import os\ndef f():\n    return sorted(os.environ)",
      every("ok"), lambda r: set(r.value) <= {"PATH", "LANG", "HOME", "TMPDIR"}),
 ]
@@ -244,7 +315,7 @@ def test_hostile_battery(executors, sentinel, mode, name, code, expected, check)
     if want is None:
         pytest.skip("not meaningful in this mode (see the battery table)")
     ex = executors[mode]
-    code = code.replace("{S}", str(sentinel))
+    code = code.replace("{S}", str(sentinel)).replace("{SITE}", SITE).replace("{P}", str(LISTENER_PORT))
     r = ex.run(code, entry="f" if "def f(" in code else None)
     assert r.status in STATUSES
     assert r.status in (want if isinstance(want, tuple) else (want,)), (r.status, r.error, r.stderr)
