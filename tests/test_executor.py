@@ -281,7 +281,8 @@ BATTERY = [
     ("huge value", "def f():\n    return 'v' * 10**6", every("output-limit"), None),
     ("dir_fd write into site-packages", "import os\nfd = os.open('{SITE}', os.O_RDONLY | os.O_DIRECTORY)\n"
      "os.close(os.open('lmselfplay_pwned.py', os.O_CREAT | os.O_WRONLY, dir_fd=fd))",
-     {"full": "error", "os-only": "error", "hooks": "ok"},
+     # hooks only: the write lands wherever the uid may write (root, or the venv's owner)
+     {"full": "error", "os-only": "error", "hooks": "ok" if ROOT else "error"},
      lambda r: escaped_here(r) == (r.status == "ok")),
     ("native module under another name", LOAD_RENAMED + "load('_posixsubprocess')",
      {"full": "error", "os-only": "ok", "hooks": "error"}, None),
