@@ -8,11 +8,20 @@
         ex.check_output("def f(a, b): return a + b", "f", "1, 2", "3")   # True
         ex.run_batch([Task(code, entry="f", args=(i,)) for i in range(1000)])
 
-One trusted zygote process (``sandbox_worker.py``) sets up the namespaces once and forks a
+One trusted zygote process (``sandbox_worker.py``) sets up the boundary once and forks a
 fresh child per task; see that module and ``docs/sandbox.md`` for what is guaranteed.
-Values travel as canonical JSON of exact built-in types on a dedicated pipe (never stdout)
-and are decoded here into plain built-ins, so the comparison with an expected value cannot
-be influenced by ``__eq__`` overrides or patched builtins in the program.
+Boundaries (``ExecutorConfig.sandbox``): ``namespaces`` (root), ``bwrap`` (bubblewrap, any
+user), ``auto`` (the first of those that works, else :class:`SandboxError`), and the
+explicit opt-in ``unsafe-hooks-only``.
+
+The verdict rule: **a child sends data, never a verdict.** Its result channel (fd 3)
+carries the value it returned or the error it raised; the host decides the status from
+what the zygote observed (a limit it enforced, how the process ended) and only then that
+message, parsed here (malformed -> ``error``, for that task alone). Every referee compares
+the decoded data with what it holds, here. So anything a child can write on its channel
+is at most the same as returning that value; the expected value never enters the child.
+Values travel as canonical JSON of exact built-in types and are decoded here into plain
+built-ins, so ``__eq__`` overrides or patched builtins in the program change nothing.
 """
 
 from __future__ import annotations

@@ -6,23 +6,25 @@ environment variables, no script directory on ``sys.path``) and must not import 
 
 Life of the zygote:
 
-1. Set up once (as root): a new network namespace (no interfaces but a downed loopback),
-   a new mount namespace where every mount is read-only, a private tmpfs for the working
-   directories, the host's private directories hidden under empty tmpfs mounts (only the
-   Python installation is bound back), a ``/proc`` that shows each uid only its own
-   processes. Every step that fails is skipped and left out of the ``protections`` list.
+1. Set up once, as ``cfg["boundary"]`` says: ``namespaces`` (root: a new network namespace,
+   a mount namespace where every mount is read-only, a private tmpfs for the working
+   directories, the host's private directories hidden with only the Python installation
+   bound back, a ``/proc`` that shows each uid only its own processes; any failure is
+   fatal), ``bwrap`` (the host started us inside bubblewrap, which did all that) or
+   ``unsafe-hooks-only`` (nothing). In the first two, prepare Landlock and seccomp.
 2. Read tasks (JSON lines) from stdin. For each task fork a child that: starts a new
-   session, gets stdin from /dev/null and fresh pipes as stdout/stderr/result (fd 3), closes
-   every other descriptor, enters a fresh working directory, sets rlimits, drops to an
-   unprivileged uid owned by its concurrency slot, installs an audit hook, runs the code,
-   serializes the value with the canonical encoder below and writes it to fd 3.
-   A child runs exactly one task and dies (``os._exit``); it is never reused.
+   session, gets stdin from /dev/null and fresh pipes as stdout/stderr/result (fd 3),
+   enters a fresh working directory, enters its Landlock domain, closes every other
+   descriptor, sets rlimits, drops to the slot's uid (``namespaces``), loads its seccomp
+   filter, installs an audit hook, runs the code, serializes the value with the canonical
+   encoder below and writes it to fd 3. A child runs exactly one task and dies
+   (``os._exit``); it is never reused.
 3. Watch every child with a pidfd, enforce the wall timeout and the output caps, kill the
-   whole session and every process of the slot uid when the task ends, remove the working
-   directory, and write one JSON line per finished task to stdout.
+   whole session (and every process of the slot uid) when the task ends, remove the
+   working directory, and write one JSON line per finished task to stdout: what the zygote
+   observed plus the child's result text, unparsed. The host decides the status.
 
-The zygote never unpickles or evaluates anything a child wrote: the result channel is JSON
-text, parsed again by the host.
+The zygote never parses, unpickles or evaluates anything a child wrote.
 """
 
 from __future__ import annotations
