@@ -368,6 +368,12 @@ class Landlock:
             self.read_fds = kept
         finally:
             os.close(probe)
+        # packed once here: a child only makes the syscalls
+        pack = self._struct.pack
+        self.rule_bufs = [ctypes.create_string_buffer(pack("=Qi", rights, fd), 12)
+                          for fd, rights in self.read_fds]
+        self.rule_bufs.append(ctypes.create_string_buffer(
+            pack("=Qi", LL_READ_FILE | LL_WRITE_FILE, self.null_fd), 12))
         self.protections = ["landlock"] + (["landlock-net"] if abi >= 4 else []) + (
             ["landlock-scope"] if abi >= 6 else [])
 
@@ -386,9 +392,10 @@ class Landlock:
         """In the child (after no_new_privs): enter the domain."""
         ruleset = self._call(LL_CREATE_RULESET, self.attr, len(self.attr.raw), 0)
         try:
-            for fd, rights in self.read_fds:
-                self._rule(ruleset, fd, rights)
-            self._rule(ruleset, self.null_fd, LL_READ_FILE | LL_WRITE_FILE)
+            syscall = self.libc.syscall
+            for buf in self.rule_bufs:
+                if syscall(LL_ADD_RULE, ruleset, 1, buf, 0) < 0:
+                    raise OSError(self._ctypes.get_errno(), "landlock_add_rule")
             wd = os.open(workdir, os.O_PATH | os.O_DIRECTORY)
             try:
                 self._rule(ruleset, wd, self.all_fs)
@@ -399,9 +406,13 @@ class Landlock:
             os.close(ruleset)
 
 
+DEV_READABLE = ("null", "zero", "random", "urandom", "fd", "stdin", "stdout", "stderr")
+
+
 def _outside_scratch(scratch):
     """Every entry of every ancestor of ``scratch`` except the ones leading to it: together
-    they cover the whole tree but the scratch directory (and so every task's directory)."""
+    they cover the whole tree but the scratch directory (and so every task's directory).
+    In ``/dev`` only :data:`DEV_READABLE` (fewer rules: each costs every child a syscall)."""
     out, parts = [], os.path.realpath(scratch).strip("/").split("/")
     for depth in range(len(parts)):
         parent = "/" + "/".join(parts[:depth])
@@ -409,6 +420,8 @@ def _outside_scratch(scratch):
             names = os.listdir(parent)
         except OSError:
             continue
+        if parent == "/dev":
+            names = [n for n in names if n in DEV_READABLE]
         out += [os.path.join(parent, n) for n in names if n != parts[depth]]
     return out
 
@@ -435,6 +448,26 @@ SECCOMP_DENY = {  # EPERM: process creation and execution, debugging other proce
 }
 NR_CLONE, NR_CLONE3, NR_KILL, NR_TGKILL = 56, 435, 62, 234
 CLONE_THREAD = 0x00010000
+
+
+_SECCOMP_TEMPLATE = {}
+
+
+def seccomp_filter_bytes(pid):
+    """:func:`seccomp_program` for ``pid``, patched into a template built once."""
+    import struct
+
+    if not _SECCOMP_TEMPLATE:
+        code, n = seccomp_program(0x7FFFFFF0)  # a marker no real pid has
+        marks = [i for i in range(0, len(code), 8)
+                 if struct.unpack_from("I", code, i + 4)[0] in (0x7FFFFFF0, (-0x7FFFFFF0) & 0xFFFFFFFF)]
+        _SECCOMP_TEMPLATE.update(code=code, n=n, marks=marks)
+    t = _SECCOMP_TEMPLATE
+    buf = bytearray(t["code"])
+    for i in t["marks"]:
+        neg = struct.unpack_from("I", buf, i + 4)[0] != 0x7FFFFFF0
+        struct.pack_into("I", buf, i + 4, ((-pid) & 0xFFFFFFFF) if neg else pid)
+    return bytes(buf), t["n"]
 
 
 def seccomp_program(pid):
@@ -473,7 +506,7 @@ def seccomp_available():
 def load_seccomp(libc):
     """In the child, after no_new_privs: install :func:`seccomp_program` for this pid."""
     ctypes = libc._ctypes
-    code, n = seccomp_program(os.getpid())
+    code, n = seccomp_filter_bytes(os.getpid())
     buf = ctypes.create_string_buffer(code, len(code))
 
     class Prog(ctypes.Structure):
@@ -821,6 +854,7 @@ class Zygote:
                 self.landlock = None
             cfg["seccomp"] = seccomp_available()
             if cfg["seccomp"]:
+                seccomp_filter_bytes(1)  # build the template before forking
                 prot.append("seccomp")
         prot.append("rlimits")
         prot.append("session-kill")
