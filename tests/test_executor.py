@@ -288,7 +288,7 @@ BATTERY = [
      {"full": "error", "os-only": "ok", "hooks": "error"}, None),
     ("renamed _posixsubprocess: a shell and a setsid survivor", SHELL_VIA_FORK_EXEC,
      {"full": "error", "os-only": "error", "hooks": "error"}, None),
-    ("renamed _socket: reach a listener on 127.0.0.1", LOAD_RENAMED +
+    ("renamed _socket: reach a listener on the host's loopback", LOAD_RENAMED +
      "so = load('_socket')\ns = so.socket()\ns.settimeout(1)\ns.connect(('127.0.0.1', {P}))",
      every("error"), lambda r: not LISTENER_HITS),
     ("abstract unix socket between tasks", LOAD_RENAMED +
