@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from lmselfplay.lm.engines.base import declared_eos_ids
 from lmselfplay.lm.engines.hf import unwrap
 from lmselfplay.lm.prompt import PromptStyle, resolve_prompt_format, set_prompt_style
 from lmselfplay.utils.errors import UserError
@@ -79,19 +80,6 @@ def prompt_style_of(cfg: PolicyConfig | None) -> PromptStyle:
     if cfg is None:
         return PromptStyle()
     return PromptStyle(cfg.prompt_format, cfg.system_prompt, cfg.enable_thinking)
-
-
-def declared_eos_ids(path: str | Path) -> list[int]:
-    """The eos ids a model folder declares (generation_config.json, config.json), unloaded."""
-    from transformers import AutoConfig, GenerationConfig
-
-    found: list[Any] = []
-    try:
-        found.append(GenerationConfig.from_pretrained(path).eos_token_id)
-    except OSError:  # no generation_config.json
-        pass
-    found.append(getattr(AutoConfig.from_pretrained(path), "eos_token_id", None))
-    return [int(i) for v in found if v is not None for i in (v if isinstance(v, list) else [v])]
 
 
 def load_tokenizer(model_name_or_path: str | None = None, prompt: PromptStyle | None = None) -> Any:

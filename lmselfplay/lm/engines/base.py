@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from lmselfplay.games.text import visible_answer_text
-from lmselfplay.lm.prompt import end_of_turn
+from lmselfplay.lm.prompt import end_of_turn, thinks
 
 
 @dataclass
@@ -48,11 +48,29 @@ class Engine(Protocol):
     def update_weights(self, model: Any, version: int | None = None) -> None: ...
 
 
+def declared_eos_ids(path: Any) -> list[int]:
+    """The eos ids a model folder declares (generation_config.json, config.json), unloaded;
+    [] for anything that is not a local model folder."""
+    from pathlib import Path
+
+    from transformers import AutoConfig, GenerationConfig
+
+    if not path or not (Path(str(path)) / "config.json").is_file():
+        return []
+    found: list[Any] = [getattr(AutoConfig.from_pretrained(path), "eos_token_id", None)]
+    if (Path(str(path)) / "generation_config.json").is_file():
+        found.append(GenerationConfig.from_pretrained(path).eos_token_id)
+    return [int(i) for v in found if v is not None for i in (v if isinstance(v, list | tuple) else [v])]
+
+
 def end_token_ids(tokenizer: Any, model: Any = None) -> list[int]:
     """Every token that ends a turn for this model: the tokenizer's eos, the eos LIST of the
     model's generation_config and config (Qwen: <|im_end|> and <|endoftext|>; Llama-3.1:
-    <|end_of_text|>, <|eom_id|>, <|eot_id|>) and the chat template's end of turn."""
+    <|end_of_text|>, <|eom_id|>, <|eot_id|>) and the chat template's end of turn. Without
+    ``model`` (engines that load it themselves: vLLM) they are read from the tokenizer's folder."""
     found: list[Any] = [tokenizer.eos_token_id]
+    if model is None:
+        found.append(declared_eos_ids(getattr(tokenizer, "name_or_path", None)))
     for holder in (getattr(model, "generation_config", None), getattr(model, "config", None)):
         found.append(getattr(holder, "eos_token_id", None))
     eot = end_of_turn(tokenizer)
@@ -70,6 +88,13 @@ def holds_stop(text: str, stops: list[str]) -> bool:
     after a think block closes (a ``</answer>`` inside ``<think>`` is thinking, not an answer)."""
     visible = visible_answer_text(text)
     return visible is not None and any(s in visible for s in stops)
+
+
+def native_stops(tokenizer: Any, sampling: SamplingParams) -> list[str] | None:
+    """The stop strings to hand an engine's own stop mechanism (vLLM's ``stop``), which cannot
+    skip a think block: none when the policy thinks (the cut is then made afterwards by
+    :func:`completion_length`, at the first stop after ``</think>``), else ``sampling.stop``."""
+    return None if not sampling.stop or thinks(tokenizer) else list(sampling.stop)
 
 
 def completion_length(tokenizer: Any, toks: list[int], eos_id: int | Collection[int] | None,
