@@ -54,6 +54,7 @@ import torch
 from lmselfplay.lm.batching import logprobs_from_logits, pad_batch
 from lmselfplay.lm.engines.staleness import mean_abs_logprob_diff
 from lmselfplay.lm.trajectory import Sample, merge_identical
+from lmselfplay.rl.importance import TruncatedImportance
 from lmselfplay.utils.checkpoint import CheckpointWriteError, commit_dir, prune_checkpoints
 from lmselfplay.utils.config import ConfigError
 
@@ -98,6 +99,10 @@ class TrainerConfig:
     merge_identical: bool = field(default=True, metadata={"help": "merge equal (prompt, answer) turns"})
     target_coef: float = field(default=1.0, metadata={"help": "weight of the supervised-target cross-entropy"})
     seed: int = field(default=0, metadata={"help": "seed of micro-batch shuffling and sampling"})
+    tis_cap: float = field(default=0.0, metadata={
+        "help": "C > 0: truncated importance sampling of the engine's mismatch (lmselfplay/rl/importance.py): the "
+                "PPO ratio against the trainer's own log-probs at the step's start, each token weighted by "
+                "min(exp(trainer - engine log-prob), C); 0: off, the ratio against the engine's log-probs"})
 
     def __post_init__(self) -> None:
         self.beta = parse_beta(self.beta)
@@ -111,6 +116,8 @@ class TrainerConfig:
             raise ConfigError(f"ref_update_every must be >= 0, got {self.ref_update_every}")
         if self.target_passes < 0:
             raise ConfigError(f"target_passes must be >= 0, got {self.target_passes}")
+        if not self.tis_cap >= 0:
+            raise ConfigError(f"tis_cap must be >= 0 (0: off), got {self.tis_cap}")
         parent = getattr(super(), "__post_init__", None)  # recipe configs mix in other configs
         if parent is not None:
             parent()
@@ -259,6 +266,7 @@ class PolicyTrainer:
         self.accelerator = accelerator or make_accelerator(config.gradient_accumulation_steps)
         self.is_peft = hasattr(model, "disable_adapter")
         self.kl_on = kl_enabled(config.beta)
+        self._tis = TruncatedImportance(config.tis_cap)
         if self.kl_on and ref_model is None and not self.is_peft:
             if is_partitioned(model):
                 raise ValueError("the model was loaded partitioned (DeepSpeed ZeRO-3 init): a deep copy of it "
@@ -332,6 +340,7 @@ class PolicyTrainer:
                 engine.update_weights(m, version=self.step_count)
                 yield engine
             return
+        self._served = engine  # sleeps (if it can) when the next step starts: once per step
         if engine.version != self.step_count:  # every rank calls this: ZeRO-3 gathers per bucket
             engine.update_weights(self.model, version=self.step_count)
         yield engine
@@ -447,12 +456,15 @@ class PolicyTrainer:
         Metrics include ``logprob_diff``: mean |current - behaviour| log-prob of the sampled
         tokens in the first pass, before any update (the staleness detector's measure)."""
         cfg, acc = self.cfg, self.accelerator
+        getattr(getattr(self, "_served", None), "sleep", lambda: None)()  # vLLM sleep mode: memory to training
+        self._tis.begin_step()
         if cfg.merge_identical:
             samples = merge_identical(samples)
         rng = random.Random(cfg.seed * 1_000_003 + self.step_count * 7919 + acc.process_index)
         total_tokens = sum(len(s.completion_ids) * s.weight for s in samples)
         stats: dict[str, list[float]] = {k: [] for k in ("loss", "pg_loss", "kl", "entropy", "clip_frac",
-                                                         "ratio", "grad_norm", "logprob_diff", "target_ce")}
+                                                         "ratio", "grad_norm", "logprob_diff", "target_ce",
+                                                         "tis/weight", "tis/capped")}
         scored = [s for s in samples if s.completion_ids]  # pure-target samples have no tokens to score
         ref = self._ref_logprobs(scored) if self.kl_on and scored else None
         self._target_total = sum(s.weight for s in samples if s.target is not None)
@@ -516,10 +528,16 @@ class PolicyTrainer:
             ent = ent.detach()  # logged (collapse shows as entropy -> 0), not optimized
         mask = b["mask"]
         w = b["weight"].unsqueeze(1) * mask
-        ratio = torch.exp(torch.clamp(lp - b["old"], -20, 20))
+        old, tis, tis_parts = b["old"], None, {}
+        if cfg.tis_cap > 0:  # the ratio against the trainer's own start-of-step policy, the mismatch weighted
+            old = self._tis.old_logprobs(mb, lp, mask, first_pass)
+            tis, tis_parts = self._tis.weights(old, b["old"], w)
+        ratio = torch.exp(torch.clamp(lp - old, -20, 20))
         adv = b["adv"].unsqueeze(1)
         unclipped, clipped = ratio * adv, torch.clamp(ratio, 1 - cfg.epsilon, 1 + cfg.epsilon) * adv
         pg = -torch.minimum(unclipped, clipped)
+        if tis is not None:
+            pg = pg * tis
         tok = pg
         kl = torch.zeros_like(tok)
         if self.kl_on:
@@ -544,6 +562,7 @@ class PolicyTrainer:
                 parts["entropy"] = float((ent * w).sum() / wsum)
             if first_pass:  # the weights the engine should have sampled with (staleness detector)
                 parts["logprob_diff"] = mean_abs_logprob_diff(lp, b["old"], w)
+                parts.update(tis_parts)
             if target_ce is not None:
                 parts["target_ce"] = target_ce
         return loss, parts
