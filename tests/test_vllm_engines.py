@@ -543,3 +543,89 @@ def test_real_vllm_server_generates_and_scores_like_hf(tmp_path):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         log.close()
+
+
+# --- start-up, sleep mode and versions (no vLLM needed) ------------------------------------
+
+def test_colocated_max_model_len_is_the_runs_prompt_and_answer_budget():
+    from lmselfplay.lm.engines.factory import colocated_max_model_len
+
+    model = SimpleNamespace(config=SimpleNamespace(max_position_embeddings=131072))  # a 128k-context checkpoint
+    cfg = _cfg(max_new_tokens=12, solve_max_new_tokens=300)
+    assert colocated_max_model_len(cfg, model) == 2048 + 300
+    assert colocated_max_model_len(_cfg(vllm_max_model_len=4096), model) == 4096
+    short = SimpleNamespace(config=SimpleNamespace(max_position_embeddings=1024))
+    assert colocated_max_model_len(cfg, short) == 1024  # never past the model's context
+    from lmselfplay.utils.config import ConfigError
+
+    with pytest.raises(ConfigError, match="vllm_max_model_len"):
+        colocated_max_model_len(_cfg(vllm_max_model_len=-1), model)
+
+
+def test_colocated_sampling_fields_turn_every_other_processor_off():
+    from lmselfplay.lm.engines.vllm import NEUTRAL_SAMPLING, sampling_fields
+
+    f = sampling_fields(SamplingParams(max_new_tokens=5, temperature=0.7, top_p=1.0, stop=["</move>"]), 7)
+    assert {k: f[k] for k in NEUTRAL_SAMPLING} == NEUTRAL_SAMPLING
+    assert (f["temperature"], f["max_tokens"], f["stop"], f["stop_token_ids"]) == (0.7, 5, ["</move>"], [7])
+    with pytest.raises(ValueError, match="repetition_penalty"):
+        check_logprobs_mode("raw_logprobs", SimpleNamespace(temperature=1.0, top_p=1.0, repetition_penalty=1.05))
+
+
+class _FakeLLM:
+    def __init__(self, log):
+        self.log = log
+
+    def sleep(self, level):
+        self.log.append("sleep")
+
+    def wake_up(self, tags=None):
+        self.log.append(f"wake:{','.join(tags) if tags else 'all'}")
+
+    def generate(self, prompts, params, use_tqdm=False):
+        self.log.append("generate")
+        return [SimpleNamespace(outputs=[SimpleNamespace(token_ids=[3], logprobs=[{3: SimpleNamespace(logprob=-1.0)}])])
+                for _ in prompts]
+
+
+def test_sleep_mode_sleeps_once_per_step_and_empties_the_cache_before_waking(monkeypatch):
+    import lmselfplay.lm.engines.vllm as vllm_mod
+
+    log: list[str] = []
+    monkeypatch.setattr(vllm_mod, "empty_cuda_cache", lambda: log.append("empty_cache"))
+    monkeypatch.setattr(vllm_mod, "require_vllm", lambda: SimpleNamespace(SamplingParams=lambda **kw: kw))
+    eng = object.__new__(vllm_mod.VLLMEngine)  # the engine's own logic around a fake vllm.LLM
+    eng.llm, eng.enable_sleep_mode, eng.logprobs_mode, eng.eos_id = _FakeLLM(log), True, "raw_logprobs", None
+    eng.tokenizer, eng._asleep, eng._weights_awake, eng.version = tiny_tokenizer(), False, False, 0
+    trainer = SimpleNamespace(_served=eng)
+    sleep_at_step_start = lambda: getattr(trainer._served, "sleep")()  # noqa: E731 - PolicyTrainer.step's hook
+    for _ in range(2):  # a step: several rollouts (game turns), then the trainer steps
+        for _ in range(3):
+            eng.generate([[1, 2]], SamplingParams(max_new_tokens=1))
+        sleep_at_step_start()
+    assert log.count("sleep") == 2 and log.count("generate") == 6
+    wake = log.index("wake:all")
+    assert log[wake - 1] == "empty_cache" and log.count("wake:all") == 1  # the second step's first rollout
+
+
+def test_the_trainer_puts_the_engine_to_sleep_when_a_step_starts():
+    tok = tiny_tokenizer()
+    trainer = PolicyTrainer(tiny_model(), tok, TrainerConfig(num_iterations=1, beta=0.0))
+    calls = []
+    engine = SimpleNamespace(version=0, sleep=lambda: calls.append("sleep"), update_weights=lambda *a, **k: None)
+    with trainer.serving(engine):
+        pass
+    trainer.step([Sample([1, 2, 3], [4, 5], [-1.0, -1.0], advantage=1.0)])
+    assert calls == ["sleep"]
+
+
+@pytest.mark.parametrize("version, ok", [("0.32.0", True), ("0.26.1", True), ("0.33.0", False),
+                                         ("0.25.2", False), ("0.32.0+cpu", True), ("1.0.0", False)])
+def test_vllm_version_outside_the_tested_matrix_is_refused(version, ok):
+    from lmselfplay.lm.engines.vllm import check_vllm_version
+
+    if ok:
+        check_vllm_version(version)
+    else:
+        with pytest.raises(ImportError, match=r">=0\.26,<0\.33"):
+            check_vllm_version(version)
