@@ -31,7 +31,8 @@ class SimServer:
     """One simulated server (a thread; :meth:`close` or the context manager stops it)."""
 
     def __init__(self, token_delay: float = 0.0, max_batch: int = 256, model: str = "sim",
-                 logprobs_mode: str = "raw_logprobs", eos_id: int | None = None, port: int = 0):
+                 logprobs_mode: str = "raw_logprobs", eos_id: int | None = None, port: int = 0, vocab: int = VOCAB):
+        self.vocab = vocab
         self.token_delay, self.model, self.logprobs_mode, self.eos_id = token_delay, model, logprobs_mode, eos_id
         self.calls: list[tuple] = []
         self.faults: dict[str, Any] = {}
@@ -58,7 +59,7 @@ class SimServer:
     def tokens(self, prompt: list[int], seed: Any, n: int) -> list[int]:
         key = json.dumps([self.weights, prompt, seed]).encode()
         return [int.from_bytes(hashlib.blake2b(key + bytes([k % 256, k // 256]), digest_size=4).digest(), "big")
-                % VOCAB for k in range(n)]
+                % self.vocab for k in range(n)]
 
 
 def _handler(sim: SimServer):
@@ -194,3 +195,24 @@ class SimChannel:
 
     def close(self) -> None:
         pass
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m lmselfplay.lm.engines.sim_server --token_delay S``: one server in its own
+    process (benchmarks: its threads do not share the client's interpreter); prints its URL,
+    stops when stdin closes."""
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--token_delay", type=float, default=0.0)
+    ap.add_argument("--max_batch", type=int, default=256)
+    ap.add_argument("--vocab", type=int, default=VOCAB)
+    args = ap.parse_args(argv)
+    with SimServer(token_delay=args.token_delay, max_batch=args.max_batch, vocab=args.vocab) as sim:
+        print(sim.url, flush=True)
+        sys.stdin.read()
+
+
+if __name__ == "__main__":
+    main()
