@@ -211,3 +211,42 @@ def test_a_server_down_at_start_is_left_out_and_joins_at_the_first_push(servers)
     a.faults.clear()
     eng.update_weights(tiny_model(seed=1), version=1)
     assert [s.in_rotation for s in eng.pool.servers] == [True, True]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow  # ~2 min on 2 shared cores; the protocol's rules run in the quick tests above
+def test_multinode_rehearsal_two_gloo_ranks_two_servers(tmp_path):
+    """`accelerate launch` (2 gloo ranks) against 2 simulated servers in their own processes:
+    every completion is sampled with the weights of its step, no completion reaches a server
+    mid-push, a server failing its push leaves the rotation on both ranks."""
+    import json
+    import subprocess
+    import sys
+    import urllib.request
+
+    from mp_helpers import CONFIGS, ROOT, _env
+
+    servers = [subprocess.Popen([sys.executable, "-m", "lmselfplay.lm.engines.sim_server", "--vocab", "400"],
+                                cwd=ROOT, env=_env(),
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    try:
+        urls = [p.stdout.readline().strip() for p in servers]
+        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CONFIGS / "ddp_cpu.yaml"),
+               str(ROOT / "tests" / "mp_scripts" / "scale_rehearsal.py"), "--out", str(tmp_path),
+               "--urls", ",".join(urls)]
+        r = subprocess.run(cmd, cwd=ROOT, env={**_env(), "ACCELERATE_USE_CPU": "1"}, capture_output=True,
+                           text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-4000:]
+        states = [json.loads(urllib.request.urlopen(u + "/sim/state", timeout=10).read()) for u in urls]
+    finally:
+        for p in servers:
+            p.stdin.close()
+            p.wait(timeout=30)
+    ranks = [json.loads((tmp_path / f"rank{k}.json").read_text()) for k in range(2)]
+    for rk in ranks:
+        assert rk["world"] == 2 and rk["engine_version"] == 2
+        assert [s["versions"] for s in rk["steps"]] == [[0], [1], [2]]  # sampled with the step's weights
+        assert [s["in_rotation"] for s in rk["steps"]] == [[True, True], [True, True], [False, True]]
+    assert [s["refused_mid_update"] for s in states] == [0, 0]  # nobody generated during a push
+    assert states[0]["completions"] > 0 and states[1]["completions"] > 0  # both served
+    assert states[0]["weights"] != states[1]["weights"]  # the first kept its step-1 weights, unused

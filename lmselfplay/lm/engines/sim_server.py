@@ -38,6 +38,7 @@ class SimServer:
         self.faults: dict[str, Any] = {}
         self.weights, self.pending_weights, self.push_digest = "checkpoint", None, hashlib.blake2b(digest_size=8)
         self.updating = self.paused = False
+        self.completions = self.refused = 0
         self.slots = threading.BoundedSemaphore(max_batch)
         self.lock = threading.Lock()
         self.httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
@@ -102,6 +103,9 @@ def _handler(sim: SimServer):
                                                         "weight_transfer_config": {"backend": "sim"}}})
             if path == "/get_world_size":
                 return self._send(200, {"world_size": 1})
+            if path == "/sim/state":
+                return self._send(200, {"weights": sim.weights, "completions": sim.completions,
+                                        "refused_mid_update": sim.refused})
             self._send(404, {"error": "no such endpoint"})
 
         def do_POST(self):
@@ -109,18 +113,28 @@ def _handler(sim: SimServer):
             req = json.loads(self.rfile.read(n)) if n else {}
             path = self.path.split("?")[0]
             sim.calls.append(("POST", path, req))
+            if path == "/sim/faults":  # test control, never faulty itself
+                sim.faults.update(req)
+                return self._send(200, sim.faults)
             if self._fault():
                 return
             handler = {"/v1/completions": self._complete, "/pause": self._pause, "/resume": self._resume,
                        "/start_weight_update": self._start, "/update_weights": self._update,
                        "/finish_weight_update": self._finish, "/reset_prefix_cache": self._reset,
+                       "/sim/load": self._load,
                        "/init_weight_transfer_engine": lambda r: self._send(200, {})}.get(path)
             if handler is None:
                 return self._send(404, {"error": "no such endpoint"})
             handler(req)
 
+        def _load(self, req):  # a bucket's checksum, chained into this push's
+            sim.push_digest.update(req["part"].encode())
+            sim.pending_weights = sim.push_digest.hexdigest()
+            self._send(200, {})
+
         def _complete(self, req):
             if sim.updating:
+                sim.refused += 1
                 return self._send(500, {"error": "generation during a weight update (layers on the meta device)"})
             while sim.paused:
                 time.sleep(0.001)
@@ -133,6 +147,7 @@ def _handler(sim: SimServer):
             with sim.slots:  # decoded with the other requests of the batch
                 time.sleep(sim.token_delay * int(req["max_tokens"]))
             toks = sim.tokens(req["prompt"], req.get("seed"), int(req["max_tokens"]))
+            sim.completions += 1
             self._send(200, {"choices": [{"token_ids": toks, "logprobs": {
                 "token_logprobs": [-0.1 * (k + 1) for k in range(len(toks))]}}]})
 
@@ -195,6 +210,26 @@ class SimChannel:
 
     def close(self) -> None:
         pass
+
+
+class SimHTTPChannel(SimChannel):
+    """:class:`SimChannel` for a server in another process: the checksum travels by ``POST /sim/load``."""
+
+    def __init__(self, url: str):
+        self.url, self.opened = url, 0
+
+    def send(self, bucket: list[tuple[str, Any]]) -> None:
+        import urllib.request
+
+        digest = hashlib.blake2b(digest_size=8)
+        for name, t in bucket:
+            digest.update(name.encode())
+            digest.update(t.detach().float().cpu().numpy().tobytes())
+        body = json.dumps({"part": digest.hexdigest()}).encode()
+        req = urllib.request.Request(self.url + "/sim/load", data=body, method="POST",
+                                     headers={"Content-Type": "application/json"})
+        urllib.request.urlopen(req, timeout=30).read()
+
 
 
 def main(argv: list[str] | None = None) -> None:
