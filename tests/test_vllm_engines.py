@@ -629,3 +629,22 @@ def test_vllm_version_outside_the_tested_matrix_is_refused(version, ok):
     else:
         with pytest.raises(ImportError, match=r">=0\.26,<0\.33"):
             check_vllm_version(version)
+
+
+@pytest.mark.slow  # ~30 s of CPU (over a minute on 2 shared cores)
+def test_gpu_benchmark_dry_run_runs_on_cpu(tmp_path):
+    """benchmarks/bench_vllm_gpu.py --dry_run: the GPU script's whole flow on CPU (no vLLM)."""
+    import sys as _sys
+    from pathlib import Path
+
+    _sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    try:
+        import bench_vllm_gpu
+    finally:
+        _sys.path.pop(0)
+    out = tmp_path / "dry.json"
+    assert bench_vllm_gpu.main(["--dry_run", "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["dry_run"] and res["throughput"]["vllm_tokens_per_s"] > 0 and res["sync"]["max_synced"] < 1e-4
+    assert res["selfplay"][0]["tis_weight"] == pytest.approx(1.0, abs=1e-4)  # the engine has the trainer's weights
+    assert res["peak_memory_bytes"] > 0 and res["sleeps"] == 0
