@@ -151,7 +151,12 @@ def main() -> None:
     ap.add_argument("--train_batch", type=int, default=16)
     ap.add_argument("--train_tokens", type=int, default=16)
     ap.add_argument("--out_dir", default=None)
+    ap.add_argument("--torch_threads", type=int, default=1,
+                    help="intra-op threads of the training (1: a spinning OpenMP pool would fight the client's threads)")
     args = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(args.torch_threads)
     tput = {n: throughput(n, args.prompts, args.tokens, args.token_delay, args.max_batch) for n in (1, 2, 4)}
     for n, v in tput.items():
         print(f"{n} server(s): {v:8.0f} tok/s  = {v / tput[1]:.2f} x one server (target >= {0.9 * n:.1f})")

@@ -16,10 +16,17 @@ Overlap needs an engine with its own copy of the weights (a vLLM server or engin
 sharing the trainer's module (HF) would sample from weights the optimizer is writing, so it is
 refused. The weight push of the next step waits for the background generation's requests in
 flight (the server engine's pause) — it does not interleave with a half-finished batch.
+
+The background thread's many HTTP client threads each need the GIL briefly per request, while
+the training thread holds it between its torch calls: at Python's default 5 ms switch interval
+they queue behind it, and generation slowed the overlapped loop below the serial one
+(benchmarks/bench_scale.py: 0.76x). With overlap on, the interpreter's switch interval is lowered
+to ``SWITCH_INTERVAL_S`` (1.75x in the same benchmark).
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -27,6 +34,8 @@ from typing import Any
 
 from lmselfplay.lm.trajectory import Sample
 from lmselfplay.utils.config import ConfigError
+
+SWITCH_INTERVAL_S = 2e-4
 
 
 def check_overlap(max_staleness: int, engine: Any) -> None:
@@ -55,6 +64,8 @@ class OverlappedRollouts:
     def __init__(self, generate: Callable[[int], list[Sample]], max_staleness: int, engine: Any = None,
                  sync: Callable[[], None] | None = None):
         check_overlap(max_staleness, engine)
+        if max_staleness > 0:
+            sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
         self.generate, self.max_staleness, self.sync = generate, max_staleness, sync or (lambda: None)
         self._ahead: tuple[int, Future] | None = None
         self.dropped = 0
