@@ -112,8 +112,11 @@ def training_loop(max_staleness: int, steps: int, batch: int, tokens: int, delay
         eng.update_weights(trainer.unwrapped, version=0)
         rollouts = OverlappedRollouts(generate, max_staleness, eng, sync=sync)
         t0, dropped, metrics, train_s = time.perf_counter(), 0.0, {}, 0.0
+        wait_s = 0.0
         for step in range(steps):
+            t1 = time.perf_counter()
             samples, m = rollouts.next_batch(step, trainer.step_count, last_step=steps - 1)
+            wait_s += time.perf_counter() - t1
             dropped += m.get("staleness/dropped", 0.0)
             t1 = time.perf_counter()
             metrics = trainer.step(samples)
@@ -123,7 +126,7 @@ def training_loop(max_staleness: int, steps: int, batch: int, tokens: int, delay
     finally:
         sim.close()
     return {"steps_per_s": steps / dt, "dropped": dropped, "final_loss": metrics.get("loss", float("nan")),
-            "train_s_per_step": train_s / steps}
+            "train_s_per_step": train_s / steps, "rollout_wait_s_per_step": wait_s / steps}
 
 
 def time_train_step(batch: int, tokens: int) -> float:
@@ -148,7 +151,7 @@ def main() -> None:
     ap.add_argument("--token_delay", type=float, default=0.01)
     ap.add_argument("--max_batch", type=int, default=8, help="requests one simulated server decodes at once")
     ap.add_argument("--steps", type=int, default=12)
-    ap.add_argument("--train_batch", type=int, default=16)
+    ap.add_argument("--train_batch", type=int, default=64)
     ap.add_argument("--train_tokens", type=int, default=16)
     ap.add_argument("--out_dir", default=None)
     ap.add_argument("--torch_threads", type=int, default=1,
@@ -167,6 +170,7 @@ def main() -> None:
     print(f"train step {train_s:.3f} s, simulated generation {train_s:.3f} s per step")
     for k, r in loops.items():
         print(f"max_staleness {k}: {r['steps_per_s']:.2f} steps/s, train {r['train_s_per_step']:.2f} s/step, "
+              f"waiting for rollouts + push {r['rollout_wait_s_per_step']:.2f} s/step, "
               f"dropped {r['dropped']:.0f}, "
               f"final loss {r['final_loss']:.4f}")
     print(f"max_staleness 1 / 0 = {speedup:.2f}x steps/s (target >= 1.6)")
