@@ -565,9 +565,9 @@ def test_colocated_max_model_len_is_the_runs_prompt_and_answer_budget():
 def test_colocated_sampling_fields_turn_every_other_processor_off():
     from lmselfplay.lm.engines.vllm import NEUTRAL_SAMPLING, sampling_fields
 
-    f = sampling_fields(SamplingParams(max_new_tokens=5, temperature=0.7, top_p=1.0, stop=["</move>"]), 7)
+    f = sampling_fields(SamplingParams(max_new_tokens=5, temperature=0.7, top_p=1.0), [7, 8], ["</move>"])
     assert {k: f[k] for k in NEUTRAL_SAMPLING} == NEUTRAL_SAMPLING
-    assert (f["temperature"], f["max_tokens"], f["stop"], f["stop_token_ids"]) == (0.7, 5, ["</move>"], [7])
+    assert (f["temperature"], f["max_tokens"], f["stop"], f["stop_token_ids"]) == (0.7, 5, ["</move>"], [7, 8])
     with pytest.raises(ValueError, match="repetition_penalty"):
         check_logprobs_mode("raw_logprobs", SimpleNamespace(temperature=1.0, top_p=1.0, repetition_penalty=1.05))
 

@@ -39,7 +39,13 @@ from typing import Any
 
 import torch
 
-from lmselfplay.lm.engines.base import Completion, SamplingParams, to_completion
+from lmselfplay.lm.engines.base import (
+    Completion,
+    SamplingParams,
+    end_token_ids,
+    native_stops,
+    to_completion,
+)
 from lmselfplay.lm.engines.weight_sync import SyncStats, iter_state_buckets, iter_weight_buckets
 
 INSTALL_HINT = "pip install lmselfplay[vllm]"
@@ -83,15 +89,17 @@ NEUTRAL_SAMPLING = {"top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0, "prese
                     "frequency_penalty": 0.0}
 
 
-def sampling_fields(sp: SamplingParams, eos_id: int | None) -> dict[str, Any]:
+def sampling_fields(sp: SamplingParams, end_ids: list[int], stops: list[str] | None) -> dict[str, Any]:
     """Every vLLM sampling field of one request, from the run's SamplingParams alone (the HF
-    engine's rule): temperature / top_p / stop / max tokens as given, every other processor off,
-    the sampled tokens' log-probs returned. The per-request ``seed`` is added by the caller."""
+    engine's rule): temperature / top_p / max tokens as given, ``stops`` (the engine's own stop
+    strings: :func:`~lmselfplay.lm.engines.base.native_stops`) and every end-of-turn token
+    (``end_ids``), every other processor off, the sampled tokens' log-probs returned. The
+    per-request ``seed`` is added by the caller."""
     greedy = sp.temperature <= 0
     fields: dict[str, Any] = {"n": 1, "max_tokens": int(sp.max_new_tokens), "min_tokens": 0,
                               "temperature": 0.0 if greedy else float(sp.temperature),
                               "top_p": 1.0 if greedy else float(sp.top_p), **NEUTRAL_SAMPLING,
-                              "stop": list(sp.stop), "stop_token_ids": [eos_id] if eos_id is not None else [],
+                              "stop": list(stops or []), "stop_token_ids": list(end_ids),
                               "ignore_eos": False, "logprobs": 0, "include_stop_str_in_output": True,
                               "skip_special_tokens": True}
     for name in NEUTRAL_SAMPLING:  # a SamplingParams that gained such a field sets it
@@ -191,6 +199,7 @@ class VLLMEngine:
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         self.eos_id = tokenizer.eos_token_id
+        self.end_ids = end_token_ids(tokenizer)
         self.logprobs_mode = logprobs_mode
         self.bucket_bytes = bucket_bytes
         self.enable_sleep_mode = enable_sleep_mode
@@ -234,7 +243,7 @@ class VLLMEngine:
             return []
         check_logprobs_mode(self.logprobs_mode, sampling)
         vllm = require_vllm()
-        fields = sampling_fields(sampling, self.eos_id)
+        fields = sampling_fields(sampling, self.end_ids, native_stops(self.tokenizer, sampling))
         params = [vllm.SamplingParams(**fields, seed=s) for s in request_seeds(sampling.seed, len(prompts_token_ids))]
         self._wake()
         outs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts_token_ids], params, use_tqdm=False)
@@ -243,7 +252,7 @@ class VLLMEngine:
             seq = o.outputs[0]
             toks = list(seq.token_ids)
             lps = [seq.logprobs[k][t].logprob for k, t in enumerate(toks)] if seq.logprobs is not None else []
-            completions.append(to_completion(self.tokenizer, p, toks, lps, self.eos_id, sampling.stop))
+            completions.append(to_completion(self.tokenizer, p, toks, lps, self.end_ids, sampling.stop))
         return completions
 
     # --- teacher forcing ------------------------------------------------------------

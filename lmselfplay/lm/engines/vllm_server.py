@@ -42,7 +42,13 @@ from concurrent.futures import wait as wait_futures
 from contextlib import contextmanager
 from typing import Any, Callable
 
-from lmselfplay.lm.engines.base import Completion, SamplingParams, to_completion
+from lmselfplay.lm.engines.base import (
+    Completion,
+    SamplingParams,
+    end_token_ids,
+    native_stops,
+    to_completion,
+)
 from lmselfplay.lm.engines.server_pool import Server, ServerError, ServerPool, ServerUnavailable, request_json
 from lmselfplay.lm.engines.vllm import check_logprobs_mode, request_seeds, sampling_fields
 from lmselfplay.lm.engines.weight_sync import SyncStats, iter_weight_buckets, weight_metadata
@@ -205,6 +211,7 @@ class VLLMServerEngine:
                  channel_factory: Callable[[str, int], Any] | None = None):
         self.tokenizer = tokenizer
         self.eos_id = tokenizer.eos_token_id
+        self.end_ids = end_token_ids(tokenizer)
         self.pool = ServerPool([base_urls] if isinstance(base_urls, str) else list(base_urls))
         self.timeout, self.retries, self.backoff = timeout, retries, backoff
         self.max_concurrency, self.bucket_bytes, self.push_timeout = max_concurrency, bucket_bytes, push_timeout
@@ -300,7 +307,7 @@ class VLLMServerEngine:
 
     def generate(self, prompts_token_ids: list[list[int]], sampling: SamplingParams) -> list[Completion]:
         check_logprobs_mode(self.logprobs_mode, sampling)
-        base = {**sampling_fields(sampling, self.eos_id), "return_token_ids": True, "return_tokens_as_token_ids": True}
+        base = {**sampling_fields(sampling, self.end_ids, native_stops(self.tokenizer, sampling)), "return_token_ids": True, "return_tokens_as_token_ids": True}
 
         def one(item):
             prompt, seed = item
@@ -313,7 +320,7 @@ class VLLMServerEngine:
                                   "(is it vLLM with return_token_ids support?)") from None
             if len(lps) != len(toks):
                 raise ServerError(f"vLLM server at {s.url} returned {len(lps)} log-probs for {len(toks)} tokens")
-            c = to_completion(self.tokenizer, prompt, toks, lps, self.eos_id, sampling.stop)
+            c = to_completion(self.tokenizer, prompt, toks, lps, self.end_ids, sampling.stop)
             c.version = s.version
             return c
 
