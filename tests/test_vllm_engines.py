@@ -596,6 +596,7 @@ def test_sleep_mode_sleeps_once_per_step_and_empties_the_cache_before_waking(mon
     monkeypatch.setattr(vllm_mod, "require_vllm", lambda: SimpleNamespace(SamplingParams=lambda **kw: kw))
     eng = object.__new__(vllm_mod.VLLMEngine)  # the engine's own logic around a fake vllm.LLM
     eng.llm, eng.enable_sleep_mode, eng.logprobs_mode, eng.eos_id = _FakeLLM(log), True, "raw_logprobs", None
+    eng.end_ids = []
     eng.tokenizer, eng._asleep, eng._weights_awake, eng.version = tiny_tokenizer(), False, False, 0
     trainer = SimpleNamespace(_served=eng)
     sleep_at_step_start = lambda: getattr(trainer._served, "sleep")()  # noqa: E731 - PolicyTrainer.step's hook
