@@ -599,7 +599,7 @@ def test_sleep_mode_sleeps_once_per_step_and_empties_the_cache_before_waking(mon
     eng.end_ids = []
     eng.tokenizer, eng._asleep, eng._weights_awake, eng.version = tiny_tokenizer(), False, False, 0
     trainer = SimpleNamespace(_served=eng)
-    sleep_at_step_start = lambda: getattr(trainer._served, "sleep")()  # noqa: E731 - PolicyTrainer.step's hook
+    sleep_at_step_start = lambda: trainer._served.sleep()  # noqa: E731 - PolicyTrainer.step's hook
     for _ in range(2):  # a step: several rollouts (game turns), then the trainer steps
         for _ in range(3):
             eng.generate([[1, 2]], SamplingParams(max_new_tokens=1))

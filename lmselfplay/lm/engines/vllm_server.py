@@ -37,10 +37,11 @@ from __future__ import annotations
 
 import threading
 import warnings
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from contextlib import contextmanager
-from typing import Any, Callable
+from typing import Any
 
 from lmselfplay.lm.engines.base import (
     Completion,
@@ -49,7 +50,13 @@ from lmselfplay.lm.engines.base import (
     native_stops,
     to_completion,
 )
-from lmselfplay.lm.engines.server_pool import Server, ServerError, ServerPool, ServerUnavailable, request_json
+from lmselfplay.lm.engines.server_pool import (
+    Server,
+    ServerError,
+    ServerPool,
+    ServerUnavailable,
+    request_json,
+)
 from lmselfplay.lm.engines.vllm import check_logprobs_mode, request_seeds, sampling_fields
 from lmselfplay.lm.engines.weight_sync import SyncStats, iter_weight_buckets, weight_metadata
 
@@ -165,7 +172,9 @@ class NCCLChannel:
 
     def send(self, bucket: list[tuple[str, Any]]) -> None:
         if self.stateful:
-            from vllm.distributed.weight_transfer.packed_tensor import packed_nccl_broadcast_producer
+            from vllm.distributed.weight_transfer.packed_tensor import (
+                packed_nccl_broadcast_producer,
+            )
 
             packed_nccl_broadcast_producer(iterator=iter(bucket), group=self.comm, src=0,
                                            post_iter_func=lambda item: item[1])
