@@ -311,7 +311,6 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--max-new-tokens and --readout-samples must be >= 1, --n-games >= 0")
     from lmselfplay.lm.engines.hf import HFEngine
     from lmselfplay.lm.policy import load_policy
-
     from lmselfplay.lm.prompt import thinks
 
     thinking = None if args.enable_thinking is None else args.enable_thinking == "true"
