@@ -47,7 +47,7 @@ from lmselfplay.eval.reasoning import eval_callback
 from lmselfplay.games import make
 from lmselfplay.games.base import OPTIMAL_MOVES, has_enumerable_actions, random_legal_reset
 from lmselfplay.games.bots import BotPlayer, league_bot
-from lmselfplay.games.gtp import find_gnugo, game_gnugo_player, plays_gtp
+from lmselfplay.games.gtp import GTPError, find_gnugo, game_gnugo_player, plays_gtp
 from lmselfplay.games.text import MOVE_STOP
 from lmselfplay.lm.engines import (
     EngineConfig,
@@ -298,13 +298,19 @@ def evaluate(cfg, games, positions, engine, tok, step):
 
 def gnugo_metrics(cfg, game, engine, tok, sampling, step):
     """Win rate against GnuGo (``gnugo_level`` > 0, Go only, gnugo installed); the engine
-    process lives only for this evaluation."""
+    process lives only for this evaluation. The engine is an outside program and only
+    measures: when it fails (a :class:`GTPError`) the failure is logged as a warning and as
+    ``<key>_failed``, and the run goes on with its step and checkpoint."""
     if cfg.gnugo_level <= 0 or not plays_gtp(game) or find_gnugo() is None:
         return {}
-    with game_gnugo_player(game, cfg.gnugo_level) as gnugo:
-        wr = game_metrics.win_rates(engine, tok, game, BotPlayer(gnugo, gnugo.name), cfg.gnugo_games, sampling,
-                                    seed=step)
     key = f"{game.name}/win_vs_gnugo_l{cfg.gnugo_level}"
+    try:
+        with game_gnugo_player(game, cfg.gnugo_level) as gnugo:
+            wr = game_metrics.win_rates(engine, tok, game, BotPlayer(gnugo, gnugo.name), cfg.gnugo_games,
+                                        sampling, seed=step)
+    except GTPError as e:
+        print(f"warning: step {step}: the evaluation against GnuGo failed ({e}); the run goes on", file=sys.stderr)
+        return {f"{key}_failed": 1}
     return {key: wr["win"], f"{key}_ci_low": wr["win_ci"][0], f"{key}_ci_high": wr["win_ci"][1]}
 
 
