@@ -63,7 +63,7 @@ from lmselfplay.utils.checkpoint import resume_checkpoint
 from lmselfplay.utils.config import ConfigError, parse_config
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.metrics_logger import open_run_log
-from lmselfplay.utils.run import RunConfig, lock_output_dir
+from lmselfplay.utils.run import RunConfig, claim_output_dir
 from lmselfplay.verifiers.code_tasks import (
     TASK_TYPES,
     CodeReferee,
@@ -203,7 +203,7 @@ def main(argv=None):
                           f"and references >= 1 (got {cfg.references})")
     acc = make_accelerator(cfg.gradient_accumulation_steps, timeout_s=cfg.collective_timeout_s)
     out_dir = Path(cfg.output_dir)
-    lock_output_dir(out_dir)
+    claim_output_dir(cfg)
     model, tok = load_policy(cfg, device=str(acc.device))
     ref = None  # the trainer copies the initial policy, except under ZeRO-3 init (sharded at load)
     if kl_enabled(cfg.beta) and not cfg.use_lora and is_partitioned(model):

@@ -62,7 +62,7 @@ from lmselfplay.utils.checkpoint import (
 from lmselfplay.utils.config import parse_config
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.metrics_logger import open_run_log
-from lmselfplay.utils.run import RunConfig, lock_output_dir
+from lmselfplay.utils.run import RunConfig, claim_output_dir
 from lmselfplay.verifiers.judge import judge_transcripts, load_llm_judge, side_rewards
 
 
@@ -147,7 +147,7 @@ def main(argv=None):
     cfg = parse_config(DebateConfig, argv)
     acc = make_accelerator(cfg.gradient_accumulation_steps, timeout_s=cfg.collective_timeout_s)
     out_dir = Path(cfg.output_dir)
-    lock_output_dir(out_dir)
+    claim_output_dir(cfg)
     pool, eval_set = task_sets(cfg)  # 0
     model, tok = load_policy(cfg, device=str(acc.device))
     ref = None  # the trainer copies the initial policy, except under ZeRO-3 init (sharded at load)

@@ -61,7 +61,7 @@ from lmselfplay.utils.checkpoint import MARKER, atomic_dir, checkpoint_dirs, sav
 from lmselfplay.utils.config import ConfigError, parse_config
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.metrics_logger import MetricsLogger
-from lmselfplay.utils.run import RunConfig, lock_output_dir
+from lmselfplay.utils.run import RunConfig, claim_output_dir
 from lmselfplay.verifiers.checkable import Task, arithmetic_task, program_task
 from lmselfplay.verifiers.referees import AnswerMatcher, ExecutorReferee, RulesReferee, make_referee
 
@@ -204,7 +204,7 @@ class Run:
         self.cfg = cfg
         self.acc = make_accelerator(cfg.gradient_accumulation_steps, timeout_s=cfg.collective_timeout_s)
         self.out = Path(cfg.output_dir)
-        lock_output_dir(self.out)
+        claim_output_dir(cfg)
         per_iter = cfg.challenger_steps + cfg.solver_steps
         if cfg.two_copies:
             self.challenger = self._role(dataclasses.replace(cfg, max_steps=cfg.iterations * cfg.challenger_steps))

@@ -74,7 +74,7 @@ from lmselfplay.utils.checkpoint import resume_checkpoint
 from lmselfplay.utils.config import ConfigError, parse_config, parse_weights
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.metrics_logger import open_run_log
-from lmselfplay.utils.run import RunConfig, lock_output_dir
+from lmselfplay.utils.run import RunConfig, claim_output_dir
 
 
 @dataclass
@@ -394,7 +394,7 @@ def main(argv=None):
     check_shaping(cfg, games)
     feedback = make_feedback(cfg, games)
     out_dir = Path(cfg.output_dir)
-    lock_output_dir(out_dir)  # after the config checks: a bad config never waits on a busy folder
+    claim_output_dir(cfg)  # after the config checks: a bad config never waits on a busy folder
     if cfg.gnugo_level > 0 and any(plays_gtp(g) for g in games) and find_gnugo() is None:
         acc.print("gnugo_level is set but gnugo is not installed (apt-get install gnugo): no GnuGo games")
     # the same every step; games with exact feedback learn without playing
