@@ -21,7 +21,7 @@ import pytest
 from lmselfplay.utils import run as run_module
 from lmselfplay.utils.checkpoint import atomic_dir, checkpoint_dirs
 from lmselfplay.utils.config import ConfigError
-from lmselfplay.utils.errors import UserError, run_main
+from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.recipe_loader import load_recipe
 from lmselfplay.utils.run import LOCK_FILE, RunFolderTaken, claim_output_dir, release_output_dir
 
@@ -106,7 +106,7 @@ def test_a_file_or_a_read_only_folder_is_one_line_exit_2(tmp_path, monkeypatch, 
     monkeypatch.setattr(os, "access", lambda p, mode, **kw: Path(p) != tmp_path / "ro" and real_access(p, mode, **kw))
     for out, says in [(tmp_path / "file", "is a file, not a folder"), (tmp_path / "file" / "run", "is a file"),
                       (tmp_path / "ro", "cannot be written: Permission denied")]:
-        assert run_main(lambda argv: claim_output_dir(cfg(out)), []) == 2
+        assert run_main(lambda argv, out=out: claim_output_dir(cfg(out)), []) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith(f"error: output_dir {out} ") and says in err, err
     assert os.listdir(tmp_path / "ro") == []
