@@ -59,7 +59,7 @@ from lmselfplay.rl.trainer import (
     kl_enabled,
     make_accelerator,
 )
-from lmselfplay.utils.checkpoint import resume_checkpoint
+from lmselfplay.utils.checkpoint import resume_checkpoint, save_model
 from lmselfplay.utils.config import ConfigError, parse_config
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.metrics_logger import open_run_log
@@ -250,8 +250,7 @@ def run(cfg, acc, trainer, engine, tok, referee, out_dir: Path):
     final = log_eval(cfg, acc, trainer, engine, tok, referee, heldout, logger, cfg.max_steps, t0)
     state = acc.get_state_dict(trainer.model)  # every rank: gathers ZeRO-3 shards
     if acc.is_main_process:
-        trainer.unwrapped.save_pretrained(out_dir / "final_model", state_dict=state)
-        tok.save_pretrained(out_dir / "final_model")
+        save_model(out_dir / "final_model", trainer.unwrapped, tok, state)
         print("\nheld-out accuracy (greedy, 95% CI):")
         for tt in TASK_TYPES:
             print(f"  {tt:<10} {final[f'heldout/{tt}/accuracy']:.3f} "

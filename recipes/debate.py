@@ -58,6 +58,7 @@ from lmselfplay.utils.checkpoint import (
     atomic_write_text,
     resume_checkpoint,
     save_json,
+    save_model,
 )
 from lmselfplay.utils.config import parse_config
 from lmselfplay.utils.errors import run_main
@@ -218,8 +219,7 @@ def main(argv=None):
         run_eval(cfg.max_steps)  # 6 (after training)
     state = acc.get_state_dict(trainer.model)  # every rank: gathers ZeRO-3 shards
     if acc.is_main_process:
-        trainer.unwrapped.save_pretrained(out_dir / "final_model", state_dict=state)
-        tok.save_pretrained(out_dir / "final_model")
+        save_model(out_dir / "final_model", trainer.unwrapped, tok, state)
         text = format_table(table)
         atomic_write_text(out_dir / "accuracy_table.txt", text + "\n")
         save_json(out_dir / "accuracy_table.json", table)

@@ -70,7 +70,7 @@ from lmselfplay.rl.trainer import (
     kl_enabled,
     make_accelerator,
 )
-from lmselfplay.utils.checkpoint import resume_checkpoint
+from lmselfplay.utils.checkpoint import resume_checkpoint, save_model
 from lmselfplay.utils.config import ConfigError, parse_config, parse_weights
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.metrics_logger import open_run_log
@@ -501,8 +501,7 @@ def main(argv=None):
     if acc.is_main_process:
         logger.log(cfg.max_steps, {**final, "wall_s": time.time() - t0})
         png = _plot(logger, games)
-        trainer.unwrapped.save_pretrained(out_dir / "final_model", state_dict=state)
-        tok.save_pretrained(out_dir / "final_model")
+        save_model(out_dir / "final_model", trainer.unwrapped, tok, state)
         print("\nfinal exact metrics:")
         for k, v in final.items():
             if "ci_" not in k:

@@ -172,3 +172,16 @@ def test_overwrite_replaces_a_finished_run_and_resume_continues_the_new_one(mode
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "train/loss" in r] == [1, 2]
     assert [p.name for p in checkpoint_dirs(out)] == ["checkpoint-1", "checkpoint-2"]
+
+
+@pytest.mark.parametrize("code", ["ENOSPC", "EROFS", "EACCES"])
+def test_any_write_the_storage_refuses_is_one_line_exit_2(code, capsys):
+    """E.g. metrics.jsonl on a full disk: not a checkpoint, still the user's to fix."""
+    import errno
+
+    def main(argv):
+        raise OSError(getattr(errno, code), os.strerror(getattr(errno, code)), "runs/x/metrics.jsonl")
+
+    assert run_main(main, []) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {os.strerror(getattr(errno, code))}: runs/x/metrics.jsonl\n"

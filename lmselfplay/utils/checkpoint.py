@@ -185,6 +185,15 @@ def atomic_dir(final: str | Path) -> Iterator[Path]:
             commit_dir(tmp, final)
 
 
+def save_model(path: str | Path, model: Any, tokenizer: Any, state_dict: dict | None = None) -> Path:
+    """``model.save_pretrained`` + ``tokenizer.save_pretrained`` as one atomic, verified
+    folder (a recipe's ``final_model``): a full disk is one line and leaves nothing half-written."""
+    with atomic_dir(path) as tmp:
+        model.save_pretrained(tmp, state_dict=state_dict)
+        tokenizer.save_pretrained(tmp)
+    return Path(path)
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
