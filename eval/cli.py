@@ -94,15 +94,17 @@ def _cmd_arena(args: argparse.Namespace) -> int:
     print(f"== arena {args.game}: {args.games} games per pair ==")
     print(f"{'player':<32}{'Elo':>8}  95% CI")
     for name, r in out["ratings"].items():
-        print(f"{name:<32}{r['elo']:>8.0f}  [{r['ci'][0]:.0f}, {r['ci'][1]:.0f}]")
+        note = "  (perfect record: the rating is held by the prior alone)" if r["perfect_record"] else ""
+        print(f"{name:<32}{r['elo']:>8.0f}  [{r['ci'][0]:.0f}, {r['ci'][1]:.0f}]{note}")
     for c in out["cycles"]:
         print("warning: non-transitive: " + " > ".join([*c, c[0]]))
     outdir = Path(args.out)
     png = arena.heatmap(res.names, res.score_share(), outdir / f"arena_{args.game}.png",
                         f"{args.game}: score share (row vs column)")
     atomic_write_text(outdir / f"arena_{args.game}.json", json.dumps(out, indent=1))
-    rows = "player,elo,ci_lo,ci_hi,games\n" + "".join(
-        f"{n},{r['elo']:.1f},{r['ci'][0]:.1f},{r['ci'][1]:.1f},{r['games']}\n" for n, r in out["ratings"].items())
+    rows = "player,elo,ci_lo,ci_hi,games,perfect_record\n" + "".join(
+        f"{n},{r['elo']:.1f},{r['ci'][0]:.1f},{r['ci'][1]:.1f},{r['games']},{r['perfect_record']}\n"
+        for n, r in out["ratings"].items())
     atomic_write_text(outdir / f"arena_{args.game}.csv", rows)
     print(f"wrote {outdir}/arena_{args.game}.json, .csv and {png}")
     return 0

@@ -22,13 +22,13 @@ import math
 import sys
 from typing import Any
 
-from lmselfplay.eval.stats import wilson
 from lmselfplay.games import Invalid, make
 from lmselfplay.games.base import EXPLOITABILITY, OPTIMAL_MOVES, WIN_RATES, all_states
 from lmselfplay.games.bots import reference_bots
 from lmselfplay.games.text import MOVE_STOP, format_answer
 from lmselfplay.lm.engines.base import SamplingParams
 from lmselfplay.lm.prompt import encode_completion, encode_prompt
+from lmselfplay.utils.stats import wilson
 
 
 def decision_states(game: Any) -> list[Any]:

@@ -30,7 +30,7 @@ a small head on the hidden state at the end of the prompt
                head (a bounded Q per move; the search's value is V(s) = sum_a pi(a|s) Q(s, a))
                learns the blended target c(a) Q_PUCT(a) + (1 - c(a)) Q_prior(a),
                c(a) = N(a) / (N(a) + q_lambda), plus (z - V)^2
-               (:func:`lmselfplay.lm.search_play.blended_q_target`, ``q_loss``);
+               (:func:`lmselfplay.alphazero.llm_selfplay.blended_q_target`, ``q_loss``);
 6. league    : every ``league_add_every`` iterations the learner joins the ring of frozen
                snapshots; every ``league_promote_every``-th one also the hall of fame;
 7. evaluate  : every ``eval_every`` iterations, deterministic (no noise): at budget 0 the
@@ -61,15 +61,7 @@ from tqdm.auto import tqdm
 
 from lmselfplay.alphazero.adapter import CachedGame, SearchGame
 from lmselfplay.alphazero.evaluate import exact_agent, random_agent
-from lmselfplay.alphazero.selfplay import alpha_for
-from lmselfplay.eval import game_metrics
-from lmselfplay.games import make
-from lmselfplay.games.base import OPTIMAL_MOVES, random_legal_reset
-from lmselfplay.games.text import MOVE_STOP
-from lmselfplay.lm.engines import HFEngine, SamplingParams
-from lmselfplay.lm.policy import PolicyConfig, frozen_policy, load_policy, policy_weights
-from lmselfplay.lm.search_eval import LLMEvaluator, QHead, ValueHead, hidden_size
-from lmselfplay.lm.search_play import (
+from lmselfplay.alphazero.llm_selfplay import (
     LEARNER,
     Record,
     collect,
@@ -79,6 +71,14 @@ from lmselfplay.lm.search_play import (
     q_loss,
     search_agent,
 )
+from lmselfplay.alphazero.selfplay import alpha_for
+from lmselfplay.eval import game_metrics
+from lmselfplay.games import make
+from lmselfplay.games.base import OPTIMAL_MOVES, random_legal_reset
+from lmselfplay.games.text import MOVE_STOP
+from lmselfplay.lm.engines import HFEngine, SamplingParams
+from lmselfplay.lm.policy import PolicyConfig, frozen_policy, load_policy, policy_weights
+from lmselfplay.lm.search_eval import LLMEvaluator, QHead, ValueHead, hidden_size
 from lmselfplay.rl.league import League, LeagueConfig
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
 from lmselfplay.utils.checkpoint import resume_checkpoint
@@ -197,7 +197,7 @@ def engine_factory(template: Any, tok: Any, game: Any, cfg: SearchSelfPlayConfig
 def train_head(head: ValueHead | QHead, opt: torch.optim.Optimizer, evaluator: LLMEvaluator,
                replay: list[Record], cfg: SearchSelfPlayConfig, rng: random.Random) -> dict[str, float]:
     """``value_steps`` steps on minibatches of the window: (z - v)^2 for the value head, or
-    :func:`~lmselfplay.lm.search_play.q_loss` for the Q head. The LLM is frozen here, so
+    :func:`~lmselfplay.alphazero.llm_selfplay.q_loss` for the Q head. The LLM is frozen here, so
     each distinct prompt's hidden state (and its prior over the move tokens) is computed
     once and reused by every step."""
     index: dict[tuple[int, ...], int] = {}

@@ -66,7 +66,6 @@ from accelerate.utils import gather_object
 from tqdm.auto import tqdm
 from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer
 
-from lmselfplay.eval.stats import wilson
 from lmselfplay.lm.engines.base import SamplingParams
 from lmselfplay.lm.engines.hf import HFEngine
 from lmselfplay.lm.policy import PolicyConfig, load_policy, load_tokenizer, resolve_model_path
@@ -77,6 +76,7 @@ from lmselfplay.utils.config import ConfigError, parse_config, to_dict
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.metrics_logger import MetricsLogger
 from lmselfplay.utils.run import RunConfig, claim_output_dir
+from lmselfplay.utils.stats import wilson
 
 IDS = ("prompt_ids", "chosen_ids", "rejected_ids")
 PLOT_KEYS = ["eval/accuracy", "eval/margin", "eval/answer_loglik", "eval/answer_loglik_per_token",

@@ -12,7 +12,6 @@ from lmselfplay.eval.game_metrics import (
     tabular_policy,
     win_rates,
 )
-from lmselfplay.eval.stats import wilson
 from lmselfplay.games import make
 from lmselfplay.games.bots import random_bot, solver_bot
 from lmselfplay.games.text import format_answer
@@ -20,6 +19,7 @@ from lmselfplay.lm.engines import HFEngine, SamplingParams
 from lmselfplay.lm.prompt import PLAIN_TEMPLATE, encode_completion, encode_prompt, format_prompt
 from lmselfplay.lm.rollout import Episode, LLMPlayer, RolloutStats, collect_episodes
 from lmselfplay.lm.trajectory import merge_identical
+from lmselfplay.utils.stats import wilson
 
 
 def _legal_moves(prompt_text: str) -> list[str]:

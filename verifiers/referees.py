@@ -25,10 +25,10 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from lmselfplay.rl.rewards import majority_agreement
 from lmselfplay.verifiers.answers import count_final_marks, extract_final
 from lmselfplay.verifiers.checkable import Task, format_value, safe_eval
 from lmselfplay.verifiers.math_equivalence import MathEquivalence
+from lmselfplay.verifiers.vote import majority_agreement
 
 PROVENANCES = ("rules", "executor", "vote", "judge", "data")
 
