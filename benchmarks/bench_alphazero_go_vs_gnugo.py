@@ -26,12 +26,12 @@ from pathlib import Path
 import torch
 
 from lmselfplay.alphazero.evaluate import net_agent
-from lmselfplay.utils.stats import wilson
 from lmselfplay.games.base import random_legal_reset
 from lmselfplay.games.gtp import gnugo_player
 from lmselfplay.utils.checkpoint import atomic_write_text, latest_checkpoint
 from lmselfplay.utils.config import parse_config
 from lmselfplay.utils.recipe_loader import load_recipe
+from lmselfplay.utils.stats import wilson
 
 
 def play_all(face, me, opponent, starts, me_black: bool) -> list[float]:

@@ -1,8 +1,10 @@
 """Executions per second of trivial programs: the sandbox vs a naive subprocess per task.
 
     .venv/bin/python benchmarks/bench_executor.py [--n 3000] [--naive-n 300] [--workers 2]
+        [--modes namespaces,bwrap,unsafe-hooks-only]
 
-Both sides run the same trivial program with the same concurrency, in one run, interleaved
+Every sandbox mode this machine has (namespaces as root, bwrap where bubblewrap works, and
+unsafe-hooks-only) and the naive side run the same trivial program with the same concurrency, in one run, interleaved
 in rounds so that both see the same background load, and the script prints both rates and
 their ratio (issue 7 goal: >= 200 executions/s on 2 cores, >= 5x naive). It also prints the
 CPU time each execution costs (all processes involved), which does not depend on what else
@@ -78,53 +80,67 @@ def naive_round(pool: ThreadPoolExecutor, lo: int, hi: int, side: Side, bar) -> 
     bar.update(hi - lo)
 
 
+def modes_here() -> list[str]:
+    """Every sandbox mode this machine can run: namespaces needs root, bwrap bubblewrap."""
+    from lmselfplay.verifiers.executor import bwrap_problem
+
+    return (["namespaces"] if os.geteuid() == 0 else []) + ([] if bwrap_problem() else ["bwrap"]) + [
+        "unsafe-hooks-only"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=3000, help="tasks for the sandbox")
+    ap.add_argument("--n", type=int, default=3000, help="tasks for the sandbox, per mode")
     ap.add_argument("--naive-n", type=int, default=300, help="tasks for the naive baseline")
     ap.add_argument("--workers", type=int, default=2, help="concurrency on both sides")
     ap.add_argument("--rounds", type=int, default=6, help="interleaved rounds")
+    ap.add_argument("--modes", default=",".join(modes_here()), help="comma-separated sandbox modes")
     args = ap.parse_args()
 
     load_before = os.getloadavg()[0]
-    t0 = time.perf_counter()
-    ex = Executor(ExecutorConfig(max_workers=args.workers))
-    startup = time.perf_counter() - t0
-    fallback = Executor(ExecutorConfig(max_workers=args.workers, drop_privileges=False,
-                                       filesystem="none", network="audit"))
-    sides = {"default": Side(), "fallback": Side(), "naive": Side()}
-    total = 2 * args.n + args.naive_n
+    modes = [m for m in args.modes.split(",") if m]
+    exs, startup = {}, {}
+    for m in modes:
+        t0 = time.perf_counter()
+        exs[m] = Executor(ExecutorConfig(sandbox=m, max_workers=args.workers))
+        startup[m] = time.perf_counter() - t0
+    sides = {**{m: Side() for m in modes}, "naive": Side()}
+    total = len(modes) * args.n + args.naive_n
     try:
-        for e in (ex, fallback):
+        for e in exs.values():
             e.run_batch([Task(PROGRAM, "f", (i,)) for i in range(20)], progress=False)  # warm
         with ThreadPoolExecutor(args.workers) as pool, tqdm(total=total, desc="bench") as bar:
             for k in range(args.rounds):
                 lo, hi = args.n * k // args.rounds, args.n * (k + 1) // args.rounds
-                sandbox_round(ex, lo, hi, sides["default"], bar)
-                sandbox_round(fallback, lo, hi, sides["fallback"], bar)
+                for m, e in exs.items():
+                    sandbox_round(e, lo, hi, sides[m], bar)
                 nlo = args.naive_n * k // args.rounds
                 naive_round(pool, nlo, args.naive_n * (k + 1) // args.rounds, sides["naive"], bar)
     finally:
-        ex.close()
-        fallback.close()
+        for e in exs.values():
+            e.close()
 
     cpus = os.cpu_count() or 1
     print(f"\nconcurrency {args.workers}, trivial program, {args.n} sandbox tasks per mode, "
           f"{args.naive_n} naive tasks, {args.rounds} interleaved rounds, {cpus} CPUs, load "
           f"average {load_before:.1f} before / {os.getloadavg()[0]:.1f} after")
-    rates = {}
+    rates, cpu_per = {}, {}
     for name, s in sides.items():
         rates[name] = s.n / s.wall
-        cpu_ms = 1000 * s.cpu / s.n
-        print(f"{name:9s}: {rates[name]:7.1f} exec/s measured   {cpu_ms:6.2f} CPU-ms/exec   "
-              f"-> {cpus * 1000 / cpu_ms:7.1f} exec/s if the {cpus} CPUs were free")
-    cpu_ratio = (sides["naive"].cpu / sides["naive"].n) / (sides["default"].cpu / sides["default"].n)
-    print(f"protections (default): {', '.join(ex.protections)};  startup {startup * 1000:.0f} ms")
-    print(f"ratio default/naive: {rates['default'] / rates['naive']:.1f}x measured exec/s, "
-          f"{cpu_ratio:.1f}x CPU per exec   (goal >= 200 exec/s and >= 5x)")
-    save_results("bench_executor", {"exec_per_s": rates, "default_over_naive": rates["default"] / rates["naive"],
-                                    "cpu_ratio_naive_over_default": cpu_ratio, "startup_s": startup,
-                                    "protections": list(ex.protections)})
+        cpu_per[name] = s.cpu / s.n
+        print(f"{name:18s}: {rates[name]:7.1f} exec/s measured   {1000 * cpu_per[name]:6.2f} CPU-ms/exec"
+              f"   -> {cpus / cpu_per[name]:7.1f} exec/s if the {cpus} CPUs were free")
+    out = {"exec_per_s": rates, "cpu_ms_per_exec": {k: 1000 * v for k, v in cpu_per.items()},
+           "exec_per_s_if_cpus_free": {k: cpus / v for k, v in cpu_per.items()},
+           "startup_s": startup, "modes": {}}
+    for m in modes:
+        ratio, cpu_ratio = rates[m] / rates["naive"], cpu_per["naive"] / cpu_per[m]
+        print(f"{m:18s}: {ratio:.1f}x naive measured exec/s, {cpu_ratio:.1f}x less CPU per exec; "
+              f"startup {startup[m] * 1000:.0f} ms; protections: {', '.join(exs[m].protections)}")
+        out["modes"][m] = {"over_naive": ratio, "cpu_ratio_naive_over_mode": cpu_ratio,
+                           "protections": list(exs[m].protections)}
+    print("goal: >= 200 exec/s and >= 5x naive in every mode")
+    save_results("bench_executor", out)
 
 
 if __name__ == "__main__":

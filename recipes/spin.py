@@ -68,7 +68,13 @@ from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer
 
 from lmselfplay.lm.engines.base import SamplingParams
 from lmselfplay.lm.engines.hf import HFEngine
-from lmselfplay.lm.policy import PolicyConfig, load_policy, load_tokenizer, resolve_model_path
+from lmselfplay.lm.policy import (
+    PolicyConfig,
+    load_policy,
+    load_tokenizer,
+    prompt_style_of,
+    resolve_model_path,
+)
 from lmselfplay.lm.prompt import encode_completion, encode_prompt, format_prompt
 from lmselfplay.spin.data import answers_match, load_supervised
 from lmselfplay.utils.checkpoint import atomic_dir, atomic_write_text, resume_checkpoint, save_json
@@ -376,7 +382,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     base = resolve_model_path(cfg.model_name_or_path)  # None -> the embedded model's folder
     last = resume_checkpoint(cfg)
     start = int(last.name.split("-")[1]) if last is not None else 0
-    tokenizer = load_tokenizer(str(last) if last is not None else base)
+    tokenizer = load_tokenizer(str(last) if last is not None else base, prompt_style_of(cfg))
     p_train, y_train, cut_train = tokenize_pairs(tokenizer, train_rows, cfg.max_completion_length)
     gen_len = cfg.max_completion_length or max(len(c) for c in y_train)
     p_held, y_held, _ = tokenize_pairs(tokenizer, held, gen_len)

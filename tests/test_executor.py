@@ -16,6 +16,9 @@ from __future__ import annotations
 import math
 import os
 import signal
+import socket
+import sys
+import threading
 import time
 
 import pytest
@@ -34,11 +37,19 @@ from lmselfplay.verifiers.sandbox_worker import decode, make_encoder
 LIMITS = dict(timeout_s=1.0, cpu_s=1, memory_mb=512, max_output_bytes=4096,
               max_file_bytes=64 * 1024, max_value_bytes=64 * 1024, max_workers=2)
 MODES = {
-    "full": dict(),
-    "fallback": dict(drop_privileges=False, filesystem="none", network="audit"),
-    "os-only": dict(audit_hook=False, allow_ctypes=True),
+    "namespaces": dict(sandbox="namespaces"),
+    "bwrap": dict(sandbox="bwrap"),
+    "namespaces-os": dict(sandbox="namespaces", audit_hook=False, allow_ctypes=True),
+    "bwrap-os": dict(sandbox="bwrap", audit_hook=False, allow_ctypes=True),
+    "hooks": dict(sandbox="unsafe-hooks-only"),
 }
+# Which column of the battery table a mode reads: both boundaries must hold the same way.
+COLUMN = {"namespaces": "full", "bwrap": "full", "namespaces-os": "os-only", "bwrap-os": "os-only",
+          "hooks": "hooks"}
+COLUMNS = ("full", "os-only", "hooks")
 ROOT = os.geteuid() == 0
+DEFAULT = "namespaces" if ROOT else "bwrap"  # what sandbox="auto" picks
+BOUNDARIES = ["namespaces", "bwrap"] if ROOT else ["bwrap"]  # modes with a real OS boundary
 
 
 @pytest.fixture(scope="module")
@@ -51,10 +62,33 @@ def sentinel(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def executors():
-    exs = {name: Executor(ExecutorConfig(**LIMITS, **kw)) for name, kw in MODES.items()}
+    exs = {name: Executor(ExecutorConfig(**LIMITS, **kw)) for name, kw in MODES.items()
+           if ROOT or not name.startswith("namespaces")}
     yield exs
     for ex in exs.values():
         ex.close()
+
+
+LISTENER_HITS: list[int] = []
+
+
+def _listen() -> int:
+    """A TCP listener on the host's 127.0.0.1 that counts connections from the sandbox."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+
+    def accept():
+        while True:
+            conn, _ = srv.accept()
+            LISTENER_HITS.append(1)
+            conn.close()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return srv.getsockname()[1]
+
+
+LISTENER_PORT = _listen()
 
 
 def _procs():
@@ -78,7 +112,7 @@ def leftovers(exs) -> list:
     """Processes that should not exist: descendants of this process other than the zygotes,
     and anything owned by a sandbox uid. Retries briefly: a SIGKILLed process may take a moment
     to disappear from the table."""
-    zygotes = {e.zygote_pid for e in exs}
+    zygotes = {p for e in exs for p in e.process_ids}
     uids = {u for e in exs for u in e.uids}
     for _ in range(50):
         procs = _procs()
@@ -112,11 +146,32 @@ def assert_host_unharmed(exs, sentinel):
 # A program defines f() when the value matters; {S} is replaced by the sentinel path.
 # --------------------------------------------------------------------------------------------
 
-ALL = dict.fromkeys(MODES)
-
-
 def every(status):
-    return dict.fromkeys(MODES, status)
+    return dict.fromkeys(COLUMNS, status)
+
+
+SITE = next(p for p in sys.path if p.endswith("site-packages"))  # a read root of the zygote
+DIRFD_CANARY = os.path.join(SITE, "lmselfplay_pwned.py")
+# load a native module under another package name (the import check once matched exact names)
+LOAD_RENAMED = ("import sys, glob, importlib.util\n"
+                "def load(name):\n"
+                "    so = [f for p in sys.path for f in glob.glob(p + '/' + name + '.*.so')][0]\n"
+                "    spec = importlib.util.spec_from_file_location('x.' + name, so)\n"
+                "    m = importlib.util.module_from_spec(spec)\n"
+                "    spec.loader.exec_module(m)\n"
+                "    return m\n")
+SHELL_VIA_FORK_EXEC = (LOAD_RENAMED + "ps = load('_posixsubprocess')\nimport os\nr, w = os.pipe()\n"
+                       "ps.fork_exec([b'/bin/sh', b'-c', b'touch /tmp/lmselfplay_pwned; setsid sleep 60 &'],"
+                       " [b'/bin/sh'], True, (w,), None, None, -1, -1, -1, -1, -1, -1, r, w, True, True,"
+                       " -1, None, None, None, -1, None, False)\nimport time\ntime.sleep(0.3)")
+
+
+def escaped_here(r):
+    """The unsafe-hooks-only mode's known escape (docs/sandbox.md): the write landed."""
+    landed = os.path.exists(DIRFD_CANARY)
+    if landed:
+        os.remove(DIRFD_CANARY)
+    return landed
 
 
 def has(text):
@@ -130,13 +185,12 @@ BATTERY = [
      "while True: pass", every("timeout"), None),
     ("fork bomb", "import os\nwhile True:\n    os.fork()", every("error"), None),
     ("subprocess", "import subprocess\ndef f():\n    return subprocess.run(['id', '-u'], "
-     "capture_output=True).stdout.decode()", {"full": "error", "fallback": "error",
-                                              "os-only": "ok"},
+     "capture_output=True).stdout.decode()", every("error"),
      lambda r: r.status != "ok" or r.value.strip() != "0"),
     ("os.system", "import os\nos.system('touch /tmp/lmselfplay_pwned')",
-     {"full": "error", "fallback": "error", "os-only": "ok"}, None),
+     {"full": "error", "hooks": "error", "os-only": "ok"}, None),
     ("os.execv replaces the process", "import os\nos.execv('/bin/true', ['true'])",
-     {"full": "error", "fallback": "error", "os-only": "error"}, None),
+     {"full": "error", "hooks": "error", "os-only": "error"}, None),
     ("memory bomb (one block)", "x = bytearray(10**11)", every("memory"), None),
     ("memory bomb (growing)", "x = []\nwhile True:\n    x.append(bytes(10**8))", every("memory"), None),
     ("huge output", "while True:\n    print('x' * 1000)", every("output-limit"),
@@ -167,7 +221,7 @@ BATTERY = [
     ("deep recursion", "def g(n):\n    return g(n + 1)\ng(0)", every("error"), has("RecursionError")),
     ("deep recursion, raised limit",
      "import sys\nsys.setrecursionlimit(10**8)\ndef g(n):\n    return g(n + 1) + 1\ng(0)",
-     {m: ("timeout", "memory", "killed") for m in MODES}, None),
+     every(("timeout", "memory", "killed")), None),
     ("os._exit", "import os\nos._exit(0)", every("error"), has("before returning a result")),
     ("sys.exit", "import sys\nsys.exit(0)", every("error"), has("SystemExit")),
     ("SIGKILL to itself", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)",
@@ -175,24 +229,23 @@ BATTERY = [
     ("SIGSEGV to itself", "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)",
      every("killed"), has("SIGSEGV")),
     ("signal to its parent", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)",
-     {"full": "error", "fallback": None, "os-only": "error"}, None),
+     {"full": "error", "hooks": None, "os-only": "error"}, None),
     ("signal 0 to its parent", "import os\nos.kill(os.getppid(), 0)", every("error"), None),
     # kill(-1) as the slot uid reaches no other process (Linux then reports success)
     ("kill(-1) everything", "import os, signal\nos.kill(-1, signal.SIGKILL)",
-     {"full": "error", "fallback": None, "os-only": "ok"}, None),
-    ("signal 0 to everything", "import os\nos.kill(-1, 0)",
-     {"full": "error", "fallback": "error", "os-only": "ok"}, None),
+     {"full": "error", "hooks": None, "os-only": "error"}, None),
+    ("signal 0 to everything", "import os\nos.kill(-1, 0)", every("error"), None),
     ("killpg its own group", "import os, signal\nos.killpg(0, signal.SIGKILL)",
-     {"full": "error", "fallback": "error", "os-only": "killed"}, None),
+     {"full": "error", "hooks": "error", "os-only": "killed"}, None),
     ("segfault via ctypes", "import ctypes\nctypes.string_at(0)",
-     {"full": "error", "fallback": "error", "os-only": "killed"}, None),
+     {"full": "error", "hooks": "error", "os-only": "killed"}, None),
     ("ctypes libc.fork", "import ctypes\nctypes.CDLL(None).fork()\nimport time\ntime.sleep(5)",
-     {"full": "error", "fallback": "error", "os-only": "timeout"}, None),
+     {"full": "error", "hooks": "error", "os-only": "timeout"}, None),
     ("escape with setsid + double fork", "import os, time\nif os.fork() == 0:\n    os.setsid()\n"
      "    if os.fork() == 0:\n        time.sleep(60)\n    os._exit(0)\ndef f():\n    return 1",
-     {"full": "error", "fallback": "error", "os-only": "ok"}, None),
+     every("error"), None),
     ("grandchild holds stdout open", "import os, time\nif os.fork() == 0:\n    time.sleep(60)\n"
-     "def f():\n    return 2", {"full": "error", "fallback": "error", "os-only": "ok"},
+     "def f():\n    return 2", every("error"),
      lambda r: r.status != "ok" or r.value == 2),
     ("threads that outlive the function", "import threading, time\n"
      "def spin():\n    while True:\n        print('tick')\n        time.sleep(0.01)\n"
@@ -212,11 +265,11 @@ BATTERY = [
      "def f():\n    return 1", every("error"), has("corrupt")),
     ("raise rlimits", "import resource\nresource.setrlimit(resource.RLIMIT_CPU, (10**6, 10**6))",
      every("error"), None),
-    ("tamper via gc", "import gc\ngc.get_objects()", {"full": "error", "fallback": "error",
+    ("tamper via gc", "import gc\ngc.get_objects()", {"full": "error", "hooks": "error",
                                                       "os-only": "ok"}, None),
     ("add an audit hook, then spawn", "import sys, os\nsys.addaudithook(lambda *a: None)\n"
      "os.system('touch /tmp/lmselfplay_pwned')",
-     {"full": "error", "fallback": "error", "os-only": "ok"}, None),
+     {"full": "error", "hooks": "error", "os-only": "ok"}, None),
     ("write /proc/self/mem", "open('/proc/self/mem', 'r+b')", every("error"), None),
     ("stdin is closed", "import sys\ndef f():\n    return sys.stdin.read()", every("ok"),
      lambda r: r.value == ""),
@@ -226,6 +279,29 @@ BATTERY = [
      has("cannot serialize")),
     ("cyclic value", "def f():\n    a = []\n    a.append(a)\n    return a", every("error"), None),
     ("huge value", "def f():\n    return 'v' * 10**6", every("output-limit"), None),
+    ("dir_fd write into site-packages", "import os\nfd = os.open('{SITE}', os.O_RDONLY | os.O_DIRECTORY)\n"
+     "os.close(os.open('lmselfplay_pwned.py', os.O_CREAT | os.O_WRONLY, dir_fd=fd))",
+     # hooks only: the write lands wherever the uid may write (root, or the venv's owner)
+     {"full": "error", "os-only": "error", "hooks": "ok" if ROOT else "error"},
+     lambda r: escaped_here(r) == (r.status == "ok")),
+    ("native module under another name", LOAD_RENAMED + "load('_posixsubprocess')",
+     {"full": "error", "os-only": "ok", "hooks": "error"}, None),
+    ("renamed _posixsubprocess: a shell and a setsid survivor", SHELL_VIA_FORK_EXEC,
+     {"full": "error", "os-only": "error", "hooks": "error"}, None),
+    ("renamed _socket: reach a listener on the host's loopback", LOAD_RENAMED +
+     "so = load('_socket')\ns = so.socket()\ns.settimeout(1)\ns.connect(('127.0.0.1', {P}))",
+     every("error"), lambda r: not LISTENER_HITS),
+    ("abstract unix socket between tasks", LOAD_RENAMED +
+     "so = load('_socket')\ns = so.socket(so.AF_UNIX, so.SOCK_STREAM)\ns.bind(b'\\0lmselfplay')",
+     every("error"), None),
+    ("ptrace the zygote", "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+     "import os\nassert libc.ptrace(16, os.getppid(), 0, 0) == 0, ctypes.get_errno()",
+     {"full": "error", "os-only": "error", "hooks": "error"}, None),
+    ("new user namespace", "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+     "assert libc.unshare(0x10000000) == 0, os.strerror(ctypes.get_errno())",
+     every("error"), None),
+    ("list the other tasks' folders", "import os\ndef f():\n    return os.listdir('..')",
+     every("error"), None),
     ("environment holds no secrets", "import os\ndef f():\n    return sorted(os.environ)",
      every("ok"), lambda r: set(r.value) <= {"PATH", "LANG", "HOME", "TMPDIR"}),
 ]
@@ -234,14 +310,13 @@ BATTERY = [
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("name,code,expected,check", BATTERY, ids=[b[0] for b in BATTERY])
 def test_hostile_battery(executors, sentinel, mode, name, code, expected, check):
-    if not ROOT and mode == "os-only":
-        pytest.skip("OS-level barriers need root; without them this mode would be unsafe")
-    # Without root the default config degrades to the fallback protections: expect the same.
-    want = expected["fallback" if not ROOT and mode == "full" else mode]
+    if not ROOT and mode.startswith("namespaces"):
+        pytest.skip("the namespaces boundary needs root (a normal user gets bwrap)")
+    want = expected[COLUMN[mode]]
     if want is None:
         pytest.skip("not meaningful in this mode (see the battery table)")
     ex = executors[mode]
-    code = code.replace("{S}", str(sentinel))
+    code = code.replace("{S}", str(sentinel)).replace("{SITE}", SITE).replace("{P}", str(LISTENER_PORT))
     r = ex.run(code, entry="f" if "def f(" in code else None)
     assert r.status in STATUSES
     assert r.status in (want if isinstance(want, tuple) else (want,)), (r.status, r.error, r.stderr)
@@ -256,11 +331,20 @@ def test_hostile_battery(executors, sentinel, mode, name, code, expected, check)
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(not ROOT, reason="namespaces and uid drop need root")
-def test_full_mode_protections_and_identity(executors):
-    ex = executors["full"]
-    for p in ("netns", "readonly-fs", "uid-drop", "audit-hook", "rlimits", "hidden-dirs"):
+@pytest.mark.parametrize("mode", BOUNDARIES)
+def test_boundary_protections_and_identity(executors, mode):
+    ex = executors[mode]
+    for p in ("netns", "readonly-fs", "audit-hook", "rlimits", "hidden-dirs", "landlock", "seccomp"):
         assert p in ex.protections
+    assert ("uid-drop" in ex.protections) == ROOT
+    if mode == "bwrap":
+        for p in ("userns", "pidns", "no-nested-userns"):
+            assert p in ex.protections
+    if mode == "namespaces":
+        _assert_slot_identity(ex)
+
+
+def _assert_slot_identity(ex):
     r = ex.run("import os\ndef f():\n    return [os.getuid(), os.getgid(), os.getcwd(), "
                "os.getpgid(0) == os.getpid(), os.getsid(0) == os.getpid()]", entry="f")
     uid, gid, cwd, own_group, own_session = r.value
@@ -269,22 +353,23 @@ def test_full_mode_protections_and_identity(executors):
     assert r.protections == ex.protections
 
 
-@pytest.mark.skipif(not ROOT, reason="namespaces need root")
-def test_no_network_interfaces_but_loopback(executors):
-    r = executors["os-only"].run("def f():\n    return open('/proc/net/dev').read()", entry="f")
+@pytest.mark.parametrize("mode", BOUNDARIES)
+def test_no_network_interfaces_but_loopback(executors, mode):
+    r = executors[mode + "-os"].run("def f():\n    return open('/proc/net/dev').read()", entry="f")
     ifaces = [line.split(":")[0].strip() for line in r.value.splitlines()[2:]]
     assert ifaces == ["lo"]
 
 
-def test_fallback_mode_says_what_is_active(executors):
-    prot = executors["fallback"].protections
+def test_hooks_mode_says_what_is_active(executors):
+    prot = executors["hooks"].protections
     assert "audit-hook" in prot and "rlimits" in prot
-    assert "netns" not in prot and "uid-drop" not in prot and "readonly-fs" not in prot
+    for p in ("netns", "uid-drop", "readonly-fs", "landlock", "seccomp", "userns"):
+        assert p not in prot
 
 
-@pytest.mark.skipif(not ROOT, reason="the mount namespace needs root")
-def test_working_directory_is_fresh_and_removed(executors):
-    ex = executors["full"]
+@pytest.mark.parametrize("mode", BOUNDARIES)
+def test_working_directory_is_fresh_and_removed(executors, mode):
+    ex = executors[mode]
     code = ("import os\ndef f():\n    before = os.listdir('.')\n    open('x', 'w').write('1')\n"
             "    return [os.getcwd(), before]")
     a, b = ex.run(code, entry="f"), ex.run(code, entry="f")
@@ -294,7 +379,7 @@ def test_working_directory_is_fresh_and_removed(executors):
 
 
 def test_fake_marker_in_stdout_is_ignored(executors):
-    ex = executors["full"]
+    ex = executors[DEFAULT]
     code = ('print(\'{"status": "ok", "value": 42}\')\nprint("RESULT: 42")\n'
             "def f(x):\n    return x + 1")
     r = ex.run(code, entry="f", args=(1,))
@@ -324,19 +409,19 @@ PATCHERS = [
 
 @pytest.mark.parametrize("name,code", PATCHERS, ids=[p[0] for p in PATCHERS])
 def test_monkey_patching_cannot_fake_a_correct_answer(executors, sentinel, name, code):
-    ex = executors["full"]
+    ex = executors[DEFAULT]
     assert ex.check_output(code, "f", "0", "42") is False
     assert ex.check_output(code, "f", "0", "1") is False
     assert_host_unharmed(executors.values(), sentinel)
 
 
 def test_patched_builtins_do_not_change_the_reported_value(executors):
-    r = executors["full"].run(dict(PATCHERS)["patched builtins"], entry="f", args=(0,))
+    r = executors[DEFAULT].run(dict(PATCHERS)["patched builtins"], entry="f", args=(0,))
     assert r.status == "ok" and r.value == 5 and type(r.value) is int
 
 
 def test_check_output_azr_style(executors):
-    ex = executors["full"]
+    ex = executors[DEFAULT]
     code = "def f(a, b):\n    return sorted(a)[:b]"
     assert ex.check_output(code, "f", "[3, 1, 2], 2", "[1, 2]")
     assert not ex.check_output(code, "f", "[3, 1, 2], 2", "[1, 3]")
@@ -347,7 +432,7 @@ def test_check_output_azr_style(executors):
 
 
 def test_entry_expr_args_kwargs(executors):
-    ex = executors["full"]
+    ex = executors[DEFAULT]
     r = ex.run("def f(a, *, k):\n    return {a: k, 'nested': [(1, 2.5), {b'x'}, None]}",
                entry="f", args=("key",), kwargs={"k": frozenset({1})})
     assert r.value == {"key": frozenset({1}), "nested": [(1, 2.5), {b"x"}, None]}
@@ -358,7 +443,7 @@ def test_entry_expr_args_kwargs(executors):
 
 
 def test_batch_keeps_order_and_isolates_tasks(executors, sentinel):
-    ex = executors["full"]
+    ex = executors[DEFAULT]
     tasks = []
     for i in range(40):
         if i % 10 == 3:
@@ -381,14 +466,14 @@ def test_batch_keeps_order_and_isolates_tasks(executors, sentinel):
 
 
 def test_batch_progress_bar_and_dicts(executors, capsys):
-    rs = executors["full"].run_batch([{"code": "x=1", "expr": f"x + {i}"} for i in range(5)],
+    rs = executors[DEFAULT].run_batch([{"code": "x=1", "expr": f"x + {i}"} for i in range(5)],
                                      progress=True)
     assert [r.value for r in rs] == [1, 2, 3, 4, 5]
     assert "sandbox" in capsys.readouterr().err
 
 
 def test_hash_seed_fixed_and_random_reseeded(executors):
-    ex = executors["full"]
+    ex = executors[DEFAULT]
     a = ex.run("def f():\n    return list({'apple', 'pear', 'fig', 'kiwi', 'plum'})", entry="f")
     b = ex.run("def f():\n    return list({'apple', 'pear', 'fig', 'kiwi', 'plum'})", entry="f")
     assert a.value == b.value  # PYTHONHASHSEED=0 in the zygote: programs are repeatable
@@ -430,14 +515,14 @@ def test_close_kills_running_tasks(executors):
 def test_config_validation():
     with pytest.raises(ValueError, match="timeout_s"):
         ExecutorConfig(timeout_s=0)
-    with pytest.raises(ValueError, match="network"):
-        ExecutorConfig(network="off")
+    with pytest.raises(ValueError, match="sandbox"):
+        ExecutorConfig(sandbox="off")
     with pytest.raises(ValueError, match="memory_mb"):
         ExecutorConfig(memory_mb=-1)
 
 
 def test_unencodable_task_is_an_error_not_a_crash(executors):
-    r = executors["full"].run_batch([Task("x=1", "f", (object(),)), Task("x=1", expr="x")])
+    r = executors[DEFAULT].run_batch([Task("x=1", "f", (object(),)), Task("x=1", expr="x")])
     assert r[0].status == "error" and "not runnable" in r[0].error
     assert r[1].value == 1
 
@@ -501,28 +586,15 @@ def test_exec_result_fields():
     assert r.ok and r.stdout == "" and r.protections == ()
 
 
-@pytest.mark.skipif(not ROOT, reason="about root without namespaces")
-def test_root_without_mount_namespace_fails_closed_when_python_is_unreadable():
-    import sys
-
-    from lmselfplay.verifiers.executor import SandboxError
-    from lmselfplay.verifiers.sandbox_worker import _world_traversable
-
-    paths = [os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)]
-    if all(_world_traversable(p) for p in paths):
-        pytest.skip("the interpreter is world-readable here: uid drop works without a mount ns")
-    with pytest.raises(SandboxError, match="drop_privileges=False"):
-        Executor(ExecutorConfig(filesystem="none"))
-
-
-@pytest.mark.skipif(not ROOT, reason="the mount namespace needs root")
-def test_host_sockets_and_private_dirs_are_hidden(executors):
+@pytest.mark.parametrize("mode", BOUNDARIES)
+def test_host_sockets_and_private_dirs_are_hidden(executors, mode):
+    # Landlock refuses listing the scratch tree's ancestors (/dev, /dev/shm): list the rest
     code = ("import os\ndef f():\n    return [sorted(os.listdir(p)) for p in "
-            "('/run', '/tmp', '/dev/shm', '/home', '/root')]")
-    ex = executors["os-only"]
+            "('/run', '/tmp', '/home', '/root')]")
+    ex = executors[mode + "-os"]
     r = ex.run(code, entry="f")
     assert r.status == "ok", r.error
-    run, tmp, shm, home, root = r.value
+    run, tmp, home, root = r.value
     # only what leads to the interpreter (e.g. a venv inside a checkout under /tmp) is
     # bound back; everything else in these folders is hidden
     import sys
@@ -538,7 +610,6 @@ def test_host_sockets_and_private_dirs_are_hidden(executors):
 
     assert run == []
     assert set(tmp) <= leading("/tmp") and set(home) <= leading("/home")
-    assert shm == [os.path.basename(ex._scratch)]  # only the scratch tmpfs (mode 0711)
     assert set(root) <= leading("/root") | {".pyenv"}
 
 
@@ -552,9 +623,9 @@ def test_touching_memory_bomb_is_memory_not_host_oom(executors, sentinel):
     assert_host_unharmed(executors.values(), sentinel)
 
 
-@pytest.mark.skipif(not ROOT, reason="slot uids need root")
-def test_concurrent_tasks_cannot_read_each_other(executors):
-    ex = executors["os-only"]  # no audit hook: only the uids and directory modes separate them
+@pytest.mark.parametrize("mode", BOUNDARIES)
+def test_concurrent_tasks_cannot_read_each_other(executors, mode):
+    ex = executors[mode + "-os"]  # no audit hook: Landlock, uids and unguessable names hold
     writer = ("import os, time\nopen('secret', 'w').write('s3cr3t')\ntime.sleep(0.6)\n"
               "def f():\n    return os.path.basename(os.getcwd())")
     thief = ("import os, time\ntime.sleep(0.2)\ndef f():\n    found = []\n"

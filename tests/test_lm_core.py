@@ -37,11 +37,17 @@ def test_plain_format_and_bos():
     assert c[-1] == tok.eos_token_id and tok.decode(c[:-1]) == "<move>3</move>"
 
 
-def test_chat_template_is_used_when_present():
+def test_chat_template_is_used_when_asked_for():
+    """prompt_format chat uses the template; auto does not for a template whose turns do not
+    end with the model's eos (the rule for base models that ship a template)."""
     import copy
+
+    from lmselfplay.lm.prompt import PromptStyle, set_prompt_style
 
     tok = copy.deepcopy(tiny_tokenizer())
     tok.chat_template = "{% for m in messages %}<s>[U]{{ m['content'] }}[/U]{% endfor %}[A]"
+    assert format_prompt(tok, "hi") == PLAIN_TEMPLATE.format(prompt="hi")
+    set_prompt_style(tok, PromptStyle("chat"))
     assert format_prompt(tok, "hi") == "<s>[U]hi[/U][A]"
     assert tok.decode(encode_prompt(tok, "hi")) == "<s>[U]hi[/U][A]"
 

@@ -8,11 +8,20 @@
         ex.check_output("def f(a, b): return a + b", "f", "1, 2", "3")   # True
         ex.run_batch([Task(code, entry="f", args=(i,)) for i in range(1000)])
 
-One trusted zygote process (``sandbox_worker.py``) sets up the namespaces once and forks a
+One trusted zygote process (``sandbox_worker.py``) sets up the boundary once and forks a
 fresh child per task; see that module and ``docs/sandbox.md`` for what is guaranteed.
-Values travel as canonical JSON of exact built-in types on a dedicated pipe (never stdout)
-and are decoded here into plain built-ins, so the comparison with an expected value cannot
-be influenced by ``__eq__`` overrides or patched builtins in the program.
+Boundaries (``ExecutorConfig.sandbox``): ``namespaces`` (root), ``bwrap`` (bubblewrap, any
+user), ``auto`` (the first of those that works, else :class:`SandboxError`), and the
+explicit opt-in ``unsafe-hooks-only``.
+
+The verdict rule: **a child sends data, never a verdict.** Its result channel (fd 3)
+carries the value it returned or the error it raised; the host decides the status from
+what the zygote observed (a limit it enforced, how the process ended) and only then that
+message, parsed here (malformed -> ``error``, for that task alone). Every referee compares
+the decoded data with what it holds, here. So anything a child can write on its channel
+is at most the same as returning that value; the expected value never enters the child.
+Values travel as canonical JSON of exact built-in types and are decoded here into plain
+built-ins, so ``__eq__`` overrides or patched builtins in the program change nothing.
 """
 
 from __future__ import annotations
@@ -21,7 +30,9 @@ import ast
 import json
 import math
 import os
+import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -30,11 +41,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from lmselfplay.utils.errors import UserError
 from lmselfplay.verifiers import sandbox_worker
 from lmselfplay.verifiers.sandbox_worker import decode
 
 WORKER = os.path.abspath(sandbox_worker.__file__)
 STATUSES = ("ok", "error", "timeout", "memory", "output-limit", "killed")
+SANDBOXES = ("auto", "namespaces", "bwrap", "unsafe-hooks-only")
+CHILD_STATUSES = ("ok", "error", "memory", "output-limit")  # what a result message may say
+SCRATCH_PREFIX = "lmselfplay-sandbox-"
+REASONS = {"output-limit": "output limit exceeded",
+           "killed": "sandbox shut down"}
 
 DEFAULT_PREIMPORT = (
     "collections", "itertools", "functools", "math", "re", "heapq", "bisect", "string",
@@ -60,9 +77,11 @@ class ExecutorConfig:
     max_open_files: int = 64  # RLIMIT_NOFILE
     max_threads: int = 32  # RLIMIT_NPROC of the slot uid (threads count too; only with uid-drop)
     max_workers: int = 2  # tasks running at the same time
-    network: Literal["auto", "namespace", "audit"] = "auto"  # new netns, else audit hook only
-    filesystem: Literal["auto", "namespace", "none"] = "auto"  # read-only mount namespace
-    drop_privileges: Literal["auto"] | bool = "auto"  # one unprivileged uid per slot (root only)
+    # the OS boundary (see the module docstring); "unsafe-hooks-only" is the explicit opt-in
+    # to run model-written code where none is available
+    # (default: $LMSELFPLAY_SANDBOX, else "auto": lets any recipe or CLI verb opt in)
+    sandbox: Literal["auto", "namespaces", "bwrap", "unsafe-hooks-only"] = field(
+        default_factory=lambda: os.environ.get("LMSELFPLAY_SANDBOX", "auto"))
     audit_hook: bool = True  # refuse fork/exec/socket/ctypes/writes outside cwd at Python level
     restrict_reads: bool = True  # audit hook: reads only under sys.path and the working dir
     allow_ctypes: bool = False
@@ -88,12 +107,9 @@ class ExecutorConfig:
             raise ValueError("ExecutorConfig.memory_mb must be >= 0 (0 disables the limit)")
         if self.max_workers > 1024:
             raise ValueError("ExecutorConfig.max_workers must be <= 1024")
-        if self.network not in ("auto", "namespace", "audit"):
-            raise ValueError(f"ExecutorConfig.network: unknown value {self.network!r}")
-        if self.filesystem not in ("auto", "namespace", "none"):
-            raise ValueError(f"ExecutorConfig.filesystem: unknown value {self.filesystem!r}")
-        if self.drop_privileges not in ("auto", True, False):
-            raise ValueError(f"ExecutorConfig.drop_privileges: unknown {self.drop_privileges!r}")
+        if self.sandbox not in SANDBOXES:
+            raise ValueError(f"ExecutorConfig.sandbox: unknown value {self.sandbox!r}; "
+                             f"known: {', '.join(SANDBOXES)}")
 
 
 @dataclass
@@ -127,7 +143,7 @@ class ExecResult:
         return self.status == "ok"
 
 
-class SandboxError(RuntimeError):
+class SandboxError(UserError, RuntimeError):
     """The sandbox itself could not start (not raised for anything a program does)."""
 
 
@@ -161,6 +177,161 @@ def values_equal(a: Any, b: Any, float_tol: float = 0.0) -> bool:
     return a == b  # int, str, bytes, bool, None, set, frozenset of hashable built-ins
 
 
+# what bubblewrap gives the zygote (bwrap_argv): the host reports it, the zygote adds its own
+BWRAP_PROTECTIONS = ("userns", "netns", "pidns", "ipcns", "readonly-fs", "tmpfs-scratch",
+                     "hidden-dirs", "no-nested-userns", "die-with-parent")
+DEVICES = ("/dev/null", "/dev/zero", "/dev/random", "/dev/urandom")
+
+
+def resolve_boundary(requested: str) -> str:
+    """``auto``: ``namespaces`` as root (one uid per slot), else ``bwrap`` when bubblewrap
+    can create its namespaces here; without either, refuse (SandboxError, one line) --
+    ``unsafe-hooks-only`` must be asked for by name."""
+    if requested in ("namespaces", "unsafe-hooks-only"):
+        if requested == "namespaces" and os.geteuid() != 0:
+            raise SandboxError("sandbox 'namespaces' needs root; use sandbox: bwrap (bubblewrap)")
+        return requested
+    if requested == "auto" and os.geteuid() == 0:
+        return "namespaces"
+    problem = bwrap_problem()
+    if problem:
+        raise SandboxError(f"no OS sandbox boundary for model-written code: {problem}; install "
+                           "bubblewrap (apt-get install bubblewrap) or, knowing it is unsafe, set "
+                           "sandbox: unsafe-hooks-only")
+    return "bwrap"
+
+
+_BWRAP_PROBLEM: dict[str, str] = {}
+
+
+def bwrap_problem() -> str:
+    """Why bubblewrap cannot be used here ('' when it can); probed once per process."""
+    if "v" not in _BWRAP_PROBLEM:
+        exe = shutil.which("bwrap")
+        if exe is None:
+            _BWRAP_PROBLEM["v"] = "bubblewrap (bwrap) is not installed"
+        else:
+            probe = subprocess.run(
+                [exe, "--unshare-all", "--unshare-user", "--disable-userns", "--ro-bind", "/", "/",
+                 "/bin/true"], capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=30)
+            err = probe.stderr.strip().splitlines()
+            _BWRAP_PROBLEM["v"] = "" if probe.returncode == 0 else (
+                f"bwrap cannot create its namespaces here ({err[-1] if err else probe.returncode})")
+    return _BWRAP_PROBLEM["v"]
+
+
+def bwrap_argv(cfg: ExecutorConfig, scratch: str, hidden: Sequence[str], info_fd: int,
+               as_uid: int | None) -> list[str]:
+    """The bubblewrap command around the zygote.
+
+    New user (no nested ones), network, pid, ipc, uts, cgroup namespaces; the host
+    read-only; only the devices in :data:`DEVICES`; the hidden directories empty, with the
+    Python installation bound back read-only; a private, size-limited tmpfs as scratch;
+    the zygote is pid 1 (no process inside can signal it to death), dies with the host,
+    and runs in its own session with no capabilities. ``as_uid``: root runs bwrap as this
+    unprivileged uid (:func:`root_launcher`), so root-only files stay unreadable."""
+    needed = python_paths(cfg.python) + [WORKER]
+    hide = {os.path.realpath(h) for h in hidden if os.path.isdir(h)}
+    argv = root_launcher(as_uid, scratch, needed) if as_uid is not None else []
+    argv += ["bwrap", "--unshare-user", "--unshare-net", "--unshare-pid", "--unshare-ipc",
+            "--unshare-uts", "--unshare-cgroup-try", "--disable-userns", "--die-with-parent",
+            "--new-session", "--as-pid-1", "--cap-drop", "ALL", "--info-fd", str(info_fd),
+            "--ro-bind", "/", "/", "--tmpfs", "/dev"]
+    for dev in DEVICES:
+        if os.path.exists(dev):
+            argv += ["--dev-bind", dev, dev]
+    argv += ["--proc", "/proc"]
+    for h in _outermost(hide):
+        inside = [p for p in needed if p == h or p.startswith(h + "/")]
+        if h in inside:  # a needed directory itself: it stays visible
+            continue
+        argv += ["--tmpfs", h]
+        for p in inside:
+            argv += ["--ro-bind", p, p]
+    argv += ["--perms", "0700", "--size", str(int(cfg.scratch_mb) << 20), "--tmpfs", scratch,
+             "--chdir", "/", "--"]
+    return argv
+
+
+def _outermost(dirs: Iterable[str]) -> list[str]:
+    dirs = set(dirs)
+    return sorted(d for d in dirs if not any(d.startswith(o + "/") for o in dirs))
+
+
+def root_launcher(uid: int, scratch: str, needed: Sequence[str]) -> list[str]:
+    """As root: ``unshare --mount`` (a private view for bwrap only), where every directory
+    on the way to ``needed`` that an unprivileged uid cannot enter is covered by an
+    enterable tmpfs with the needed paths bound back; then ``setpriv`` to ``uid`` with no
+    capabilities, and bwrap. Staging binds live in the (host-owned) scratch folder."""
+    blocked = set()
+    for p in needed:
+        parts = p.strip("/").split("/")
+        blocked |= {a for a in ("/" + "/".join(parts[:k]) for k in range(1, len(parts) + 1))
+                    if not os.stat(a).st_mode & 0o001 and os.path.isdir(a)}
+    lines = ["set -e"]
+    for k, a in enumerate(_outermost(blocked)):
+        inside = [p for p in needed if p.startswith(a + "/")]
+        stage = [f"{scratch}/expose{k}-{j}" for j in range(len(inside))]
+        for p, st in zip(inside, stage):
+            lines.append(f"mkdir -p {shlex.quote(st)} && mount --rbind {shlex.quote(p)} {shlex.quote(st)}")
+        lines.append(f"mount -t tmpfs -o mode=0755,size=1m tmpfs {shlex.quote(a)}")
+        for p, st in zip(inside, stage):
+            lines.append(f"mkdir -p {shlex.quote(p)} && mount --rbind {shlex.quote(st)} {shlex.quote(p)}")
+    lines.append('exec "$@"')
+    return ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c",
+            "\n".join(lines), "sh", "setpriv", f"--reuid={uid}", f"--regid={uid}",
+            "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--"]
+
+
+_PYTHON_PATHS: dict[str, list[str]] = {}
+
+
+def python_paths(python: str) -> list[str]:
+    """Directories the zygote's interpreter needs: its prefixes and ``sys.path`` under -I."""
+    if python not in _PYTHON_PATHS:
+        code = "import sys, json; print(json.dumps([sys.prefix, sys.base_prefix, *sys.path]))"
+        out = subprocess.run([python, "-I", "-c", code], capture_output=True, text=True,
+                             stdin=subprocess.DEVNULL, timeout=60, check=True).stdout
+        paths = [os.path.realpath(p) for p in json.loads(out) if p]
+        paths.append(os.path.dirname(os.path.realpath(python)))
+        _PYTHON_PATHS[python] = sorted({p for p in paths if os.path.isdir(p)})
+    return _PYTHON_PATHS[python]
+
+
+def remove_stale_scratch(root: str = "/dev/shm") -> list[str]:
+    """Remove the scratch folders of executors whose host process is gone (killed -9, say):
+    ``lmselfplay-sandbox-<pid>-*`` owned by us whose ``<pid>`` no longer exists. A live
+    owner's folder, another user's, or a name of another form is left alone."""
+    removed = []
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return removed
+    for name in names:
+        pid_text = name[len(SCRATCH_PREFIX):].split("-", 1)[0] if name.startswith(SCRATCH_PREFIX) else ""
+        path = os.path.join(root, name)
+        if not pid_text.isdigit() or _alive(int(pid_text)):
+            continue
+        try:
+            if os.lstat(path).st_uid != os.geteuid():
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class Executor:
     """A pool of one-shot sandboxed processes behind one trusted zygote. Thread-safe."""
 
@@ -169,6 +340,7 @@ class Executor:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
         self._scratch: str | None = None
+        self._uid_lock: int | None = None
         self.protections: tuple[str, ...] = ()
         self.zygote_pid: int | None = None
         self._next_id = 0
@@ -177,32 +349,65 @@ class Executor:
     # -- lifecycle -------------------------------------------------------------------------
     def _start(self) -> None:
         cfg = self.config
-        # /dev/shm (tmpfs) when usable: cheap to create and remove directories in, and the
-        # zygote mounts a private tmpfs over it anyway when it has a mount namespace.
+        boundary = resolve_boundary(cfg.sandbox)
+        remove_stale_scratch()
+        # /dev/shm (tmpfs) when usable: cheap to create and remove directories in; the
+        # sandbox mounts a private tmpfs over it anyway. The name carries our pid so that a
+        # later start can tell a dead host's folder from a live one's.
         shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
-        self._scratch = tempfile.mkdtemp(prefix="lmselfplay-sandbox-", dir=shm)
+        self._scratch = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", dir=shm)
         hidden = list(cfg.hidden_paths)
         if cfg.hide_host_cwd and os.getcwd() != "/":
             hidden.append(os.getcwd())
         wcfg = asdict(cfg)
-        wcfg.update(scratch_dir=self._scratch, hidden_paths=hidden, preimport=list(cfg.preimport))
+        wcfg.update(scratch_dir=self._scratch, hidden_paths=hidden, preimport=list(cfg.preimport),
+                    boundary=boundary, outer_protections=list(BWRAP_PROTECTIONS))
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
         if cfg.hash_seed is not None:
             env["PYTHONHASHSEED"] = str(cfg.hash_seed)
-        self._proc = subprocess.Popen(
-            [cfg.python, "-I", WORKER, json.dumps(wcfg)], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, env=env, cwd="/", close_fds=True, start_new_session=True)
+        argv: list[str] = []
+        info_r = info_w = as_uid = None
+        keep: list[int] = []
+        if boundary == "bwrap":
+            if os.geteuid() == 0:  # root runs bwrap as an unprivileged uid of its own
+                self._uid_lock, uids = sandbox_worker.claim_uid_block(
+                    {"uid_lock_dir": cfg.uid_lock_dir, "max_workers": 1, "uid_base": cfg.uid_base})
+                as_uid = uids[0]
+                wcfg["outer_protections"].append("uid-drop")
+            info_r, info_w = os.pipe()
+            argv = bwrap_argv(cfg, self._scratch, hidden, info_w, as_uid)
+            keep.append(info_w)
+        argv += [cfg.python, "-I", WORKER, json.dumps(wcfg)]
+        try:
+            self._proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd="/",
+                close_fds=True, pass_fds=keep, start_new_session=True)
+        finally:
+            for fd in keep:
+                os.close(fd)
         line = self._proc.stdout.readline()
         try:
             hello = json.loads(line)
         except ValueError:
             hello = {"ready": False, "error": f"unreadable greeting {line[:200]!r}"}
+        if info_r is not None:
+            with os.fdopen(info_r) as f:
+                info = f.read() if hello.get("ready") else ""
         if not hello.get("ready"):
             self.close()
-            raise SandboxError(f"sandbox failed to start: {hello.get('error')}")
+            raise SandboxError(f"sandbox ({boundary}) failed to start: {hello.get('error')}")
+        self.boundary = boundary
         self.protections = tuple(hello["protections"])
-        self.zygote_pid = hello["pid"]
+        # the zygote's pid as the host sees it (inside bwrap's pid namespace it is 1)
+        self.zygote_pid = json.loads(info)["child-pid"] if info_r is not None else hello["pid"]
         self.uids = tuple(hello["uids"] or ())
+
+    @property
+    def process_ids(self) -> tuple[int, ...]:
+        """Host pids of the sandbox's own long-lived processes (launcher, zygote)."""
+        if self._proc is None:
+            return ()
+        return tuple(sorted({self._proc.pid, self.zygote_pid}))
 
     def close(self) -> None:
         proc, self._proc = self._proc, None
@@ -220,6 +425,9 @@ class Executor:
         if self._scratch:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
+        lock, self._uid_lock = self._uid_lock, None
+        if lock is not None:
+            os.close(lock)
 
     def __enter__(self) -> Executor:
         return self
@@ -311,18 +519,52 @@ class Executor:
                                             protections=self.protections)
 
     def _to_result(self, msg: dict) -> ExecResult:
-        status = msg.get("status")
-        r = ExecResult(status if status in STATUSES else "error", stdout=msg.get("stdout", ""),
-                       stderr=msg.get("stderr", ""), error=msg.get("error"),
-                       traceback=msg.get("traceback"), duration_s=msg.get("duration_s", 0.0),
-                       cpu_s=msg.get("cpu_s"), exit_code=msg.get("exit_code"),
-                       protections=self.protections)
-        if r.status == "ok":
-            try:
-                r.value = decode(msg.get("value"))
+        """The status, decided here (see the module docstring): what the zygote observed
+        first (a limit it enforced, a signal), then the child's result message, which is
+        data -- a value, or the error it raised -- parsed here, malformed -> ``error``."""
+        r = ExecResult("error", stdout=msg.get("stdout", ""), stderr=msg.get("stderr", ""),
+                       duration_s=msg.get("duration_s", 0.0), cpu_s=msg.get("cpu_s"),
+                       exit_code=msg.get("exit_code"), protections=self.protections)
+        reason, code = msg.get("reason"), msg.get("exit_code")
+        if reason is not None:
+            r.status = reason if reason in STATUSES else "error"
+            r.error = REASONS.get(reason, msg.get("error")) or "sandbox error"
+            if reason == "timeout":
+                r.error = f"wall time limit {msg.get('timeout_s')}s exceeded"
+            return r
+        if msg.get("result_too_large"):
+            r.status, r.error = "output-limit", "result channel over max_value_bytes"
+            return r
+        if msg.get("result") is not None:
+            return self._child_message(r, msg["result"])
+        sig = -code if isinstance(code, int) and code < 0 else None
+        if sig is not None:
+            if sig == signal.SIGXCPU or (sig == signal.SIGKILL and (r.cpu_s or 0.0) >= self.config.cpu_s):
+                r.status, r.error = "timeout", f"CPU limit {self.config.cpu_s}s exceeded"
+            else:
+                r.status, r.error = "killed", f"killed by signal {signal.Signals(sig).name}"
+            return r
+        r.error = f"process exited with code {code} before returning a result"
+        return r
+
+    def _child_message(self, r: ExecResult, text: str) -> ExecResult:
+        try:
+            m = json.loads(text)
+            if not isinstance(m, dict) or m.get("status") not in CHILD_STATUSES:
+                raise ValueError("not a result message")
+            if m["status"] == "ok":
+                if "value" not in m:
+                    raise ValueError("no value")
+                r.value = decode(m["value"])
                 r.value_repr = repr(r.value)
-            except (ValueError, TypeError, KeyError, IndexError, RecursionError) as e:
-                r.status, r.value, r.error = "error", None, f"undecodable value: {e}"
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as e:
+            r.status, r.value, r.error = "error", None, f"sandbox: corrupt result channel ({str(e)[:80]})"
+            return r
+        r.status = m["status"]
+        if r.status != "ok":
+            r.error = str(m.get("error"))[:4000] if m.get("error") is not None else r.status
+            tb = m.get("traceback")
+            r.traceback = tb[-8000:] if isinstance(tb, str) else None
         return r
 
     # -- grading ---------------------------------------------------------------------------

@@ -6,23 +6,25 @@ environment variables, no script directory on ``sys.path``) and must not import 
 
 Life of the zygote:
 
-1. Set up once (as root): a new network namespace (no interfaces but a downed loopback),
-   a new mount namespace where every mount is read-only, a private tmpfs for the working
-   directories, the host's private directories hidden under empty tmpfs mounts (only the
-   Python installation is bound back), a ``/proc`` that shows each uid only its own
-   processes. Every step that fails is skipped and left out of the ``protections`` list.
+1. Set up once, as ``cfg["boundary"]`` says: ``namespaces`` (root: a new network namespace,
+   a mount namespace where every mount is read-only, a private tmpfs for the working
+   directories, the host's private directories hidden with only the Python installation
+   bound back, a ``/proc`` that shows each uid only its own processes; any failure is
+   fatal), ``bwrap`` (the host started us inside bubblewrap, which did all that) or
+   ``unsafe-hooks-only`` (nothing). In the first two, prepare Landlock and seccomp.
 2. Read tasks (JSON lines) from stdin. For each task fork a child that: starts a new
-   session, gets stdin from /dev/null and fresh pipes as stdout/stderr/result (fd 3), closes
-   every other descriptor, enters a fresh working directory, sets rlimits, drops to an
-   unprivileged uid owned by its concurrency slot, installs an audit hook, runs the code,
-   serializes the value with the canonical encoder below and writes it to fd 3.
-   A child runs exactly one task and dies (``os._exit``); it is never reused.
+   session, gets stdin from /dev/null and fresh pipes as stdout/stderr/result (fd 3),
+   enters a fresh working directory, enters its Landlock domain, closes every other
+   descriptor, sets rlimits, drops to the slot's uid (``namespaces``), loads its seccomp
+   filter, installs an audit hook, runs the code, serializes the value with the canonical
+   encoder below and writes it to fd 3. A child runs exactly one task and dies
+   (``os._exit``); it is never reused.
 3. Watch every child with a pidfd, enforce the wall timeout and the output caps, kill the
-   whole session and every process of the slot uid when the task ends, remove the working
-   directory, and write one JSON line per finished task to stdout.
+   whole session (and every process of the slot uid) when the task ends, remove the
+   working directory, and write one JSON line per finished task to stdout: what the zygote
+   observed plus the child's result text, unparsed. The host decides the status.
 
-The zygote never unpickles or evaluates anything a child wrote: the result channel is JSON
-text, parsed again by the host.
+The zygote never parses, unpickles or evaluates anything a child wrote.
 """
 
 from __future__ import annotations
@@ -159,6 +161,7 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1 << 10, 1 << 11, 1 << 21
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 
 
 class Libc:
@@ -184,8 +187,8 @@ class Libc:
         b = lambda s: None if s is None else os.fsencode(s)  # noqa: E731
         self._check(self.libc.mount(b(src), b(target), b(fstype), flags, b(data)), f"mount {target}")
 
-    def prctl(self, option, arg=0):
-        self._check(self.libc.prctl(option, arg, 0, 0, 0), "prctl")
+    def prctl(self, option, arg=0, arg3=0):
+        self._check(self.libc.prctl(option, arg, arg3, 0, 0), "prctl")
 
 
 def _mountinfo():
@@ -301,6 +304,219 @@ def claim_uid_block(cfg):
 
 
 # ----------------------------------------------------------------------------------------------
+# Kernel layers applied in every child before untrusted code: Landlock and seccomp.
+# Both work unprivileged (they need only no_new_privs) and bind the process whatever it does
+# next, native code included.
+# ----------------------------------------------------------------------------------------------
+
+LL_CREATE_RULESET, LL_ADD_RULE, LL_RESTRICT_SELF = 444, 445, 446  # same number on every arch
+LL_EXECUTE, LL_WRITE_FILE, LL_READ_FILE, LL_READ_DIR = 1, 2, 4, 8
+LL_FILE_RIGHTS = {1: 0b111, 3: 0b111 | (1 << 14), 5: 0b111 | (1 << 14) | (1 << 15)}
+LL_ALL_BY_ABI = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1, 5: (1 << 16) - 1}
+LL_NET_TCP = 1 | 2  # bind and connect (ABI 4)
+LL_SCOPES = 1 | 2  # abstract unix sockets and signals (ABI 6)
+
+
+def _by_abi(table, abi):
+    return table[max(k for k in table if k <= abi)]
+
+
+class Landlock:
+    """Per-child Landlock domain: read (and execute) every path outside the scratch tree,
+    read and write only the task's own working directory, write ``/dev/null``; no TCP
+    bind/connect (ABI 4); no signals to and no abstract unix sockets of processes outside
+    the domain, i.e. the zygote and the other tasks (ABI 6).
+
+    The rule targets are opened once in the zygote (O_PATH) and reused by every child.
+    """
+
+    def __init__(self, libc, scratch):
+        import ctypes
+        import struct
+
+        self._ctypes, self._struct, self.libc = ctypes, struct, libc.libc
+        self.libc.syscall.restype = ctypes.c_long
+        abi = self.libc.syscall(LL_CREATE_RULESET, None, 0, 1)  # LANDLOCK_CREATE_RULESET_VERSION
+        if abi < 1:
+            raise OSError(ctypes.get_errno(), "Landlock is not available")
+        self.abi = abi
+        self.all_fs = _by_abi(LL_ALL_BY_ABI, abi)
+        self.file_fs = _by_abi(LL_FILE_RIGHTS, abi)
+        fields = [self.all_fs, LL_NET_TCP if abi >= 4 else 0, LL_SCOPES if abi >= 6 else 0]
+        size = 8 * (1 + (abi >= 4) + (abi >= 6))
+        self.attr = ctypes.create_string_buffer(struct.pack("QQQ", *fields)[:size], size)
+        self.read_fds = []
+        for path in _outside_scratch(scratch):
+            try:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue
+            is_dir = os.path.isdir(f"/proc/self/fd/{fd}")
+            rights = (LL_EXECUTE | LL_READ_FILE | LL_READ_DIR) if is_dir else (LL_EXECUTE | LL_READ_FILE)
+            self.read_fds.append((fd, rights))
+        self.null_fd = os.open("/dev/null", os.O_PATH | os.O_CLOEXEC)
+        # Landlock refuses some targets (pseudo filesystems): keep only the rules it takes
+        probe = self._call(LL_CREATE_RULESET, self.attr, len(self.attr.raw), 0)
+        try:
+            kept = []
+            for fd, rights in self.read_fds:
+                try:
+                    self._rule(probe, fd, rights)
+                    kept.append((fd, rights))
+                except OSError:
+                    os.close(fd)
+            self.read_fds = kept
+        finally:
+            os.close(probe)
+        # packed once here: a child only makes the syscalls
+        pack = self._struct.pack
+        self.rule_bufs = [ctypes.create_string_buffer(pack("=Qi", rights, fd), 12)
+                          for fd, rights in self.read_fds]
+        self.rule_bufs.append(ctypes.create_string_buffer(
+            pack("=Qi", LL_READ_FILE | LL_WRITE_FILE, self.null_fd), 12))
+        self.protections = ["landlock"] + (["landlock-net"] if abi >= 4 else []) + (
+            ["landlock-scope"] if abi >= 6 else [])
+
+    def _call(self, nr, *args):
+        rc = self.libc.syscall(nr, *args)
+        if rc < 0:
+            e = self._ctypes.get_errno()
+            raise OSError(e, f"landlock syscall {nr}: {os.strerror(e)}")
+        return rc
+
+    def _rule(self, ruleset, fd, rights):
+        buf = self._ctypes.create_string_buffer(self._struct.pack("=Qi", rights, fd), 12)
+        self._call(LL_ADD_RULE, ruleset, 1, buf, 0)  # LANDLOCK_RULE_PATH_BENEATH
+
+    def restrict(self, workdir):
+        """In the child (after no_new_privs): enter the domain."""
+        ruleset = self._call(LL_CREATE_RULESET, self.attr, len(self.attr.raw), 0)
+        try:
+            syscall = self.libc.syscall
+            for buf in self.rule_bufs:
+                if syscall(LL_ADD_RULE, ruleset, 1, buf, 0) < 0:
+                    raise OSError(self._ctypes.get_errno(), "landlock_add_rule")
+            wd = os.open(workdir, os.O_PATH | os.O_DIRECTORY)
+            try:
+                self._rule(ruleset, wd, self.all_fs)
+            finally:
+                os.close(wd)
+            self._call(LL_RESTRICT_SELF, ruleset, 0)
+        finally:
+            os.close(ruleset)
+
+
+DEV_READABLE = ("null", "zero", "random", "urandom", "fd", "stdin", "stdout", "stderr")
+
+
+def _outside_scratch(scratch):
+    """Every entry of every ancestor of ``scratch`` except the ones leading to it: together
+    they cover the whole tree but the scratch directory (and so every task's directory).
+    In ``/dev`` only :data:`DEV_READABLE` (fewer rules: each costs every child a syscall)."""
+    out, parts = [], os.path.realpath(scratch).strip("/").split("/")
+    for depth in range(len(parts)):
+        parent = "/" + "/".join(parts[:depth])
+        try:
+            names = os.listdir(parent)
+        except OSError:
+            continue
+        if parent == "/dev":
+            names = [n for n in names if n in DEV_READABLE]
+        out += [os.path.join(parent, n) for n in names if n != parts[depth]]
+    return out
+
+
+# seccomp: a BPF program (x86-64) built per child, since the signal rule names its own pid.
+AUDIT_ARCH_X86_64 = 0xC000003E
+SECCOMP_DENY = {  # EPERM: process creation and execution, debugging other processes, sockets,
+    # namespaces and mounts, kernel interfaces a program never needs
+    "fork": 57, "vfork": 58, "execve": 59, "execveat": 322, "ptrace": 101,
+    "process_vm_readv": 310, "process_vm_writev": 311, "tkill": 200, "rt_sigqueueinfo": 129,
+    "rt_tgsigqueueinfo": 297, "pidfd_send_signal": 424, "pidfd_open": 434, "pidfd_getfd": 438,
+    "socket": 41, "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161,
+    "unshare": 272, "setns": 308, "bpf": 321, "perf_event_open": 298, "userfaultfd": 323,
+    "keyctl": 250, "add_key": 248, "request_key": 249, "kexec_load": 246,
+    "kexec_file_load": 320, "init_module": 175, "finit_module": 313, "delete_module": 176,
+    "iopl": 172, "ioperm": 173, "reboot": 169, "swapon": 167, "swapoff": 168, "acct": 163,
+    "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+    "open_by_handle_at": 304, "name_to_handle_at": 303, "syslog": 103, "quotactl": 179,
+    "mknod": 133, "mknodat": 259, "move_pages": 279, "migrate_pages": 256,
+    "settimeofday": 164, "clock_settime": 227, "adjtimex": 159, "clock_adjtime": 305,
+    "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "move_mount": 429,
+    "open_tree": 428, "mount_setattr": 442, "lookup_dcookie": 212, "personality": 135,
+    "uselib": 134, "vhangup": 153, "kcmp": 312, "process_madvise": 440,
+}
+NR_CLONE, NR_CLONE3, NR_KILL, NR_TGKILL = 56, 435, 62, 234
+CLONE_THREAD = 0x00010000
+
+
+_SECCOMP_TEMPLATE = {}
+
+
+def seccomp_filter_bytes(pid):
+    """:func:`seccomp_program` for ``pid``, patched into a template built once."""
+    import struct
+
+    if not _SECCOMP_TEMPLATE:
+        code, n = seccomp_program(0x7FFFFFF0)  # a marker no real pid has
+        marks = [i for i in range(0, len(code), 8)
+                 if struct.unpack_from("I", code, i + 4)[0] in (0x7FFFFFF0, (-0x7FFFFFF0) & 0xFFFFFFFF)]
+        _SECCOMP_TEMPLATE.update(code=code, n=n, marks=marks)
+    t = _SECCOMP_TEMPLATE
+    buf = bytearray(t["code"])
+    for i in t["marks"]:
+        neg = struct.unpack_from("I", buf, i + 4)[0] != 0x7FFFFFF0
+        struct.pack_into("I", buf, i + 4, ((-pid) & 0xFFFFFFFF) if neg else pid)
+    return bytes(buf), t["n"]
+
+
+def seccomp_program(pid):
+    """The filter: deny :data:`SECCOMP_DENY`; ``clone`` only for threads (``clone3``
+    answers ENOSYS so that libc falls back to ``clone``, whose flags can be read); signals
+    only to this process (``kill`` of pid, 0 or -pid, ``tgkill`` of pid); other
+    architectures' and x32 calls killed/denied. Returns the packed ``sock_filter`` array."""
+    import errno
+    import struct
+
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    allow, kill = 0x7FFF0000, 0x80000000
+    eperm, enosys = 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS
+    nr, arch, arg0 = 0, 4, 16  # offsets in struct seccomp_data (arg0's low word)
+    p = [(ld, 0, 0, arch), (jeq, 1, 0, AUDIT_ARCH_X86_64), (ret, 0, 0, kill),
+         (ld, 0, 0, nr), (jge, 0, 1, 0x40000000), (ret, 0, 0, eperm)]
+    for number in sorted(SECCOMP_DENY.values()):
+        p += [(jeq, 0, 1, number), (ret, 0, 0, eperm)]
+    p += [(jeq, 0, 1, NR_CLONE3), (ret, 0, 0, enosys)]
+    p += [(jeq, 0, 4, NR_CLONE), (ld, 0, 0, arg0), (jset, 0, 1, CLONE_THREAD),
+          (ret, 0, 0, allow), (ret, 0, 0, eperm)]
+    p += [(jeq, 0, 6, NR_KILL), (ld, 0, 0, arg0), (jeq, 3, 0, pid), (jeq, 2, 0, 0),
+          (jeq, 1, 0, (-pid) & 0xFFFFFFFF), (ret, 0, 0, eperm), (ret, 0, 0, allow)]
+    p += [(jeq, 0, 4, NR_TGKILL), (ld, 0, 0, arg0), (jeq, 1, 0, pid), (ret, 0, 0, eperm),
+          (ret, 0, 0, allow)]
+    p.append((ret, 0, 0, allow))
+    return b"".join(struct.pack("HBBI", *ins) for ins in p), len(p)
+
+
+def seccomp_available():
+    import platform
+
+    return platform.machine() == "x86_64"
+
+
+def load_seccomp(libc):
+    """In the child, after no_new_privs: install :func:`seccomp_program` for this pid."""
+    ctypes = libc._ctypes
+    code, n = seccomp_filter_bytes(os.getpid())
+    buf = ctypes.create_string_buffer(code, len(code))
+
+    class Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    prog = Prog(n, ctypes.addressof(buf))
+    libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog))
+
+
+# ----------------------------------------------------------------------------------------------
 # The child: everything after fork and before untrusted code, then the harness.
 # ----------------------------------------------------------------------------------------------
 
@@ -331,14 +547,14 @@ def make_audit_hook(workdir, read_roots, restrict_reads, allow_ctypes):
     """
     _startswith, _norm, _join, _fspath = str.startswith, os.path.normpath, os.path.join, os.fspath
     _getcwd, _getpid, _isinstance, _str, _int, _bytes = os.getcwd, os.getpid, isinstance, str, int, bytes
-    _fsdecode, _PermissionError = os.fsdecode, PermissionError
+    _fsdecode, _PermissionError, _readlink = os.fsdecode, PermissionError, os.readlink
     forbidden, imports, pevents = FORBIDDEN_EVENTS, FORBIDDEN_IMPORTS, PATH_WRITE_EVENTS
     wd = workdir.rstrip("/")
     roots = tuple(r.rstrip("/") for r in read_roots)
     devs = frozenset({"/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"})
     me = _getpid()
 
-    def resolve(p):
+    def resolve(p, dir_fd=None):
         if _isinstance(p, _int):
             return None
         if _isinstance(p, _bytes):
@@ -347,6 +563,11 @@ def make_audit_hook(workdir, read_roots, restrict_reads, allow_ctypes):
             p = _fspath(p)
             if _isinstance(p, _bytes):
                 p = _fsdecode(p)
+        if dir_fd is not None and dir_fd >= 0 and not _startswith(p, "/"):
+            try:  # a relative path under dir_fd: the directory that fd names
+                return _norm(_join(_readlink(f"/proc/self/fd/{dir_fd}"), p))
+            except OSError:
+                return "/"  # unknown: judged as outside
         return _norm(_join(_getcwd(), p))
 
     def inside(p, base):
@@ -374,11 +595,10 @@ def make_audit_hook(workdir, read_roots, restrict_reads, allow_ctypes):
             return
         if event in pevents:
             paths, dirfds = pevents[event]
-            for i in dirfds:
-                if i < len(args) and args[i] is not None:
-                    raise _PermissionError(f"sandbox: {event} with dir_fd is not allowed")
-            for i in paths:
-                p = resolve(args[i])
+            for k, i in enumerate(paths):
+                # CPython passes dir_fd=-1 (or None) when none was given
+                fd = args[dirfds[k]] if k < len(dirfds) and dirfds[k] < len(args) else None
+                p = resolve(args[i], fd if _isinstance(fd, _int) else None)
                 if p is not None and not inside(p, wd):
                     raise _PermissionError(f"sandbox: {event} outside the working directory: {p}")
             return
@@ -393,18 +613,26 @@ def make_audit_hook(workdir, read_roots, restrict_reads, allow_ctypes):
             if event == "os.killpg" or args[0] != me:
                 raise _PermissionError("sandbox: signals to other processes are not allowed")
             return
-        if event == "import" and args[0] in imports:
-            if allow_ctypes and args[0] in ("ctypes", "_ctypes"):
-                return
-            raise _PermissionError(f"sandbox: import of {args[0]} is not allowed")
+        if event == "import":
+            # every dotted component counts: a native module loaded under another package
+            # name (``x._posixsubprocess``) still needs its own init symbol, i.e. its own name
+            names = frozenset(_str(args[0]).split("."))
+            bad = names & imports
+            if bad and not (allow_ctypes and bad <= {"ctypes", "_ctypes"}):
+                raise _PermissionError(f"sandbox: import of {args[0]} is not allowed")
+            return
         if not allow_ctypes and _startswith(event, "ctypes."):
             raise _PermissionError(f"sandbox: {event} is not allowed")
 
     return hook
 
 
-def child_main(task, cfg, uid, workdir, out_w, err_w, res_w, libc):
-    """Runs in the forked child; never returns."""
+def child_main(task, cfg, uid, workdir, out_w, err_w, res_w, libc, landlock):
+    """Runs in the forked child; never returns.
+
+    Order matters: no_new_privs before Landlock and seccomp (both require it), Landlock
+    while the zygote's rule fds are still open, the uid drop before seccomp, every other
+    descriptor closed before the program runs."""
     try:
         signal.set_wakeup_fd(-1)
         os.setsid()
@@ -413,8 +641,12 @@ def child_main(task, cfg, uid, workdir, out_w, err_w, res_w, libc):
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
         os.dup2(res_w, 3)
-        os.closerange(4, 65536)  # close_range(2): the zygote never holds that many fds
         os.chdir(workdir)
+        if libc is not None:
+            libc.prctl(PR_SET_NO_NEW_PRIVS, 1)
+        if landlock is not None:
+            landlock.restrict(workdir)
+        os.closerange(4, 65536)  # close_range(2): the zygote never holds that many fds
         for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGHUP, signal.SIGQUIT):
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -432,15 +664,15 @@ def child_main(task, cfg, uid, workdir, out_w, err_w, res_w, libc):
         for lim in limits:
             soft, hard = lim[1], lim[2] if len(lim) > 2 else lim[1]
             resource.setrlimit(lim[0], (soft, hard))
-        if libc is not None:
-            libc.prctl(PR_SET_NO_NEW_PRIVS, 1)
         if uid is not None:
             os.setgroups([])
             os.setgid(uid)
             os.setuid(uid)
         if libc is not None:
             libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # cleared by setuid: set it after
-        if os.getppid() == 1:
+            if cfg.get("seccomp"):
+                load_seccomp(libc)
+        if os.getppid() != cfg["zygote_pid"]:  # the zygote died before we got here
             os._exit(70)
         os.environ.clear()
         os.environ.update({"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": workdir,
@@ -563,7 +795,9 @@ class Zygote:
         self.orphan_status = {}
         self.counter = 0
         self.libc = None
+        self.landlock = None
         self.uids = None
+        self.inbuf = b""
         self.euid = os.geteuid()
         os.open("/dev/null", os.O_RDONLY)  # keep fd 3 taken so that pipes land above it
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -588,39 +822,40 @@ class Zygote:
         gc.freeze()
 
     def _setup(self):
+        """The boundary named by ``cfg["boundary"]``, failing closed when it cannot be had:
+        ``namespaces`` (root: netns, read-only mount ns, one uid per slot), ``bwrap`` (the
+        host started us inside bubblewrap: it says which namespaces), ``unsafe-hooks-only``
+        (rlimits and the audit hook, nothing else). Landlock and seccomp are added in the
+        first two whenever the kernel has them."""
         cfg, prot = self.cfg, self.protections
         needed = sorted({os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)})
         cfg["read_roots"] = needed
-        if self.euid == 0 and cfg["drop_privileges"] in ("auto", True):
+        cfg["zygote_pid"] = os.getpid()
+        mode = cfg["boundary"]
+        if mode == "namespaces":
+            if self.euid != 0 or self.libc is None:
+                raise RuntimeError("the namespaces sandbox needs root")
             self.lockfd, self.uids = claim_uid_block(cfg)  # before the host turns read-only
             os.chmod(cfg["scratch_dir"], 0o711)
-        elif cfg["drop_privileges"] is True:
-            raise RuntimeError("drop_privileges=True needs root")
-        if self.libc and cfg["network"] in ("auto", "namespace"):
-            try:
-                self.libc.unshare(CLONE_NEWNET)
-                prot.append("netns")
-            except OSError:
-                if cfg["network"] == "namespace":
-                    raise
-        if self.libc and self.euid == 0 and cfg["filesystem"] in ("auto", "namespace"):
-            try:
-                setup_filesystem(self.libc, cfg, needed, prot)
-            except OSError:
-                if cfg["filesystem"] == "namespace":
-                    raise
-        if self.uids and "hidden-dirs" not in prot and cfg["drop_privileges"] == "auto":
-            # No mount namespace to expose the Python installation: if the slot uid could not
-            # traverse to it, imports would fail, so run without the uid drop instead.
-            # Running untrusted code as root with only the audit hook is not a safe default:
-            # fail closed and let the user opt in with drop_privileges=False.
-            if not all(_world_traversable(p) for p in needed):
-                raise RuntimeError(
-                    "the Python installation is not readable for an unprivileged uid and no "
-                    "mount namespace is available to expose it; set drop_privileges=False to "
-                    "run sandboxed code as root behind the audit hook only (unsafe)")
-        if self.uids:
+            self.libc.unshare(CLONE_NEWNET)
+            prot.append("netns")
+            setup_filesystem(self.libc, cfg, needed, prot)
+            if "hidden-dirs" not in prot and not all(_world_traversable(p) for p in needed):
+                raise RuntimeError("the Python installation is not readable for an "
+                                   "unprivileged uid and could not be exposed in the mount namespace")
             prot += ["uid-drop", "rlimit-nproc"]
+        elif mode == "bwrap":
+            prot += cfg["outer_protections"]
+        if mode != "unsafe-hooks-only" and self.libc is not None:
+            try:
+                self.landlock = Landlock(self.libc, cfg["scratch_dir"])
+                prot += self.landlock.protections
+            except (OSError, AttributeError):
+                self.landlock = None
+            cfg["seccomp"] = seccomp_available()
+            if cfg["seccomp"]:
+                seccomp_filter_bytes(1)  # build the template before forking
+                prot.append("seccomp")
         prot.append("rlimits")
         prot.append("session-kill")
         if cfg["audit_hook"]:
@@ -644,7 +879,6 @@ class Zygote:
         signal.signal(signal.SIGCHLD, lambda *a: None)
         signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
         self.sel.register(self.wake_r, selectors.EVENT_READ, "wake")
-        inbuf = b""
         free = list(range(int(self.cfg["max_workers"])))[::-1]
         host_open = True
         while host_open or self.running:
@@ -663,19 +897,7 @@ class Zygote:
                     self.reap_orphans()
                     continue
                 if key.data is None:
-                    try:
-                        chunk = os.read(0, 1 << 20)
-                    except BlockingIOError:
-                        continue
-                    if not chunk:
-                        host_open = False
-                        self.sel.unregister(0)
-                        for r in list(self.running.values()):
-                            self.kill(r, "killed")
-                        continue
-                    inbuf += chunk
-                    *lines, inbuf = inbuf.split(b"\n")
-                    self.pending.extend(json.loads(line) for line in lines if line.strip())
+                    host_open = self.read_host()
                 else:
                     r, kind = key.data
                     if kind == "exit":
@@ -689,6 +911,23 @@ class Zygote:
                     self.kill(r, "timeout")
         self.shutdown()
 
+    def read_host(self):
+        """Queue the tasks the host sent; False at end of input. Task text lives only in
+        ``self.inbuf`` / ``self.pending`` (never in the loop's locals), which a child clears
+        right after fork: a child sees only its own task."""
+        try:
+            chunk = os.read(0, 1 << 20)
+        except BlockingIOError:
+            return True
+        if not chunk:
+            self.sel.unregister(0)
+            for r in list(self.running.values()):
+                self.kill(r, "killed")
+            return False
+        *lines, self.inbuf = (self.inbuf + chunk).split(b"\n")
+        self.pending.extend(json.loads(line) for line in lines if line.strip())
+        return True
+
     def shutdown(self):
         if self.uids:
             for uid in self.uids:
@@ -699,7 +938,8 @@ class Zygote:
         self.counter += 1
         cfg = self.cfg
         uid = self.uids[slot] if self.uids else None
-        workdir = os.path.join(cfg["scratch_dir"], f"t{self.counter}")
+        # unguessable, so that no task can name another's directory
+        workdir = os.path.join(cfg["scratch_dir"], f"t{self.counter}-{os.urandom(8).hex()}")
         os.mkdir(workdir, 0o700)
         if uid is not None:
             os.chown(workdir, uid, uid)
@@ -712,9 +952,11 @@ class Zygote:
                 self.pending.clear()
                 self.running.clear()
                 self.by_pid.clear()
+                self.inbuf = b""
                 for rd, _ in pipes:
                     os.close(rd)
-                child_main(task, cfg, uid, workdir, pipes[0][1], pipes[1][1], pipes[2][1], self.libc)
+                child_main(task, cfg, uid, workdir, pipes[0][1], pipes[1][1], pipes[2][1],
+                           self.libc, self.landlock)
             finally:
                 os._exit(72)
         r = Running()
@@ -798,7 +1040,11 @@ class Zygote:
             shutil.rmtree(r.workdir, ignore_errors=True)
         del self.running[r.tid]
         del self.by_pid[r.pid]
-        self.send(self.verdict(r, status, rusage, duration))
+        try:
+            msg = self.verdict(r, status, rusage, duration)
+            self.send(msg)
+        except Exception as e:  # this task's failure is this task's alone
+            self.send({"id": r.tid, "reason": "sandbox-error", "error": f"{type(e).__name__}: {e}"})
 
     def reap_orphans(self):
         """Reap re-parented grandchildren (we are a subreaper); keep statuses of our tasks."""
@@ -813,45 +1059,18 @@ class Zygote:
                 self.orphan_status[pid] = (status, rusage)
 
     def verdict(self, r, status, rusage, duration):
-        cfg = self.cfg
-        out = b"".join(r.bufs["out"])
-        err = b"".join(r.bufs["err"])
-        cap = int(cfg["max_output_bytes"])
-        res = {"id": r.tid, "duration_s": duration, "stdout": out[:cap].decode("utf-8", "replace"),
-               "stderr": err[:cap].decode("utf-8", "replace"),
-               "cpu_s": (rusage.ru_utime + rusage.ru_stime) if rusage else None,
-               "exit_code": os.waitstatus_to_exitcode(status)}
-        msg = None
+        """What the host decides the task's status from: how the process ended (the
+        zygote's own observations) and the child's result text, passed on unparsed."""
+        cap = int(self.cfg["max_output_bytes"])
         raw = b"".join(r.bufs["res"])
-        if raw and r.sizes["res"] <= int(cfg["max_value_bytes"]) + 64:
-            try:
-                msg = json.loads(raw.decode("utf-8", "surrogatepass"))
-                if not isinstance(msg, dict) or msg.get("status") not in (
-                        "ok", "error", "memory", "output-limit"):
-                    raise ValueError
-            except ValueError:
-                msg = {"status": "error", "error": "sandbox: corrupt result channel"}
-        sig = -res["exit_code"] if res["exit_code"] < 0 else None
-        if r.reason is not None:
-            res["status"] = r.reason
-            res["error"] = {"timeout": f"wall time limit {r.timeout}s exceeded",
-                            "output-limit": "output limit exceeded",
-                            "killed": "sandbox shut down"}[r.reason]
-        elif msg is not None:
-            res["status"] = msg["status"]
-            for k in ("value", "error", "traceback"):
-                if k in msg:
-                    res[k] = msg[k]
-        elif sig is not None:
-            cpu_used = res["cpu_s"] or 0.0
-            if sig == signal.SIGXCPU or (sig == signal.SIGKILL and cpu_used >= cfg["cpu_s"]):
-                res["status"], res["error"] = "timeout", f"CPU limit {cfg['cpu_s']}s exceeded"
-            else:
-                res["status"] = "killed"
-                res["error"] = f"killed by signal {signal.Signals(sig).name}"
-        else:
-            res["status"] = "error"
-            res["error"] = f"process exited with code {res['exit_code']} before returning a result"
+        res = {"id": r.tid, "duration_s": duration, "reason": r.reason, "timeout_s": r.timeout,
+               "stdout": b"".join(r.bufs["out"])[:cap].decode("utf-8", "replace"),
+               "stderr": b"".join(r.bufs["err"])[:cap].decode("utf-8", "replace"),
+               "cpu_s": (rusage.ru_utime + rusage.ru_stime) if rusage else None,
+               "exit_code": os.waitstatus_to_exitcode(status), "result": None,
+               "result_too_large": r.sizes["res"] > int(self.cfg["max_value_bytes"]) + 64}
+        if raw and not res["result_too_large"]:
+            res["result"] = raw.decode("utf-8", "surrogateescape")
         return res
 
 
