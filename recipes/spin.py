@@ -81,7 +81,7 @@ from lmselfplay.utils.checkpoint import atomic_dir, atomic_write_text, resume_ch
 from lmselfplay.utils.config import ConfigError, parse_config, to_dict
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.metrics_logger import MetricsLogger
-from lmselfplay.utils.run import RunConfig, lock_output_dir
+from lmselfplay.utils.run import RunConfig, claim_output_dir
 from lmselfplay.utils.stats import wilson
 
 IDS = ("prompt_ids", "chosen_ids", "rejected_ids")
@@ -359,11 +359,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                          timeout=datetime.timedelta(seconds=cfg.collective_timeout_s))
     on_cpu = state.device.type == "cpu"
     out = Path(cfg.output_dir)
-    lock_output_dir(out)
     for t in range(cfg.spin_iterations):
         beta_at(cfg, t)  # fail on a bad schedule before any work
-    if (out / "data").exists() and not cfg.resume:
-        raise ConfigError(f"{out} already holds a SPIN run: pass --resume to continue it, or a new output_dir")
+    claim_output_dir(cfg)
     torch.manual_seed(cfg.seed)
 
     # Supervised data: generated or loaded once, saved with the run so a resume sees the same set.

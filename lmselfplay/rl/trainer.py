@@ -55,7 +55,7 @@ from lmselfplay.lm.batching import logprobs_from_logits, pad_batch
 from lmselfplay.lm.engines.staleness import mean_abs_logprob_diff
 from lmselfplay.lm.trajectory import Sample, merge_identical
 from lmselfplay.rl.importance import TruncatedImportance
-from lmselfplay.utils.checkpoint import CheckpointWriteError, commit_dir, prune_checkpoints
+from lmselfplay.utils.checkpoint import commit_dir, prune_checkpoints, writing
 from lmselfplay.utils.config import ConfigError
 
 BETA_SCHEDULES = ("constant", "linear", "cosine")
@@ -609,7 +609,8 @@ class PolicyTrainer:
         out = Path(output_dir)
         final = out / f"checkpoint-{self.step_count}"
         tmp = out / f".checkpoint-{self.step_count}.tmp"
-        try:
+        # disk full, permission: one line, no temp dir, the previous checkpoint as it was
+        with writing(final, tmp, remove_tmp=acc.is_main_process):
             if acc.is_main_process:
                 shutil.rmtree(tmp, ignore_errors=True)
                 tmp.mkdir(parents=True)
@@ -627,10 +628,6 @@ class PolicyTrainer:
                 self.tokenizer.save_pretrained(str(tmp / "model"))
                 commit_dir(tmp, final)
                 prune_checkpoints(out, keep)
-        except OSError as e:  # disk full, permission: the previous checkpoint stays as it was
-            if acc.is_main_process:
-                shutil.rmtree(tmp, ignore_errors=True)
-            raise CheckpointWriteError.of(final, e) from e
         acc.wait_for_everyone()
         return final
 
