@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from lmselfplay.alphazero.evaluate import net_agent
-from lmselfplay.eval.stats import wilson
+from lmselfplay.utils.stats import wilson
 from lmselfplay.games.base import random_legal_reset
 from lmselfplay.games.gtp import gnugo_player
 from lmselfplay.utils.checkpoint import atomic_write_text, latest_checkpoint

@@ -57,6 +57,16 @@ moves is ~0.57; ``A+B`` steps: A steps toward ``--legal_target`` first, then B o
     mlp_b128_lr1e-2           mlp         600       4   0.950   0.999   (batch 128, lr 1e-2)
     mlp_b128_set              mlp     500/600       4   0.951/0.963  0.992/0.996  (batch 128, --loss set)
 
+v4 "cells" tokenizer (``lmselfplay bootstrap --build v4 --train_steps 0 --out DIR``: one token
+per cell, digit and move name), a fresh 4 x 128 model on the game's own text, batch 128, lr 1e-3,
+P(optimal) / argmax on 1,000 positions (load 6-12 on 2 cores; stopped by its 1,500 s timeout
+after step 200; log in results/probe_v4tok_fresh_default.log):
+
+    step 0  0.571 / 0.571    step 100  0.605 / 0.672    step 200  0.604 / 0.652
+
+the same basin as the v3 BPE's fresh model (0.613 at 300): position-stable cell tokens alone do
+not get the model out of copying a listed digit.
+
 Earlier, batch 128, 300 steps: embedded 0.630 (argmax 0.700), fresh 0.613 (0.664);
 ``--split_marks`` 0.611 / 0.611; 100 steps of pre-training at ``grid_reading=20`` first:
 0.624 at 150 steps (a97b02d3ef8c) - no lever moved the full-prompt model. A fresh model on

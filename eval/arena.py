@@ -7,8 +7,11 @@ stream of batched rollouts (:func:`lmselfplay.lm.rollout.play`). A draw counts h
 Ratings are the maximum-likelihood Bradley-Terry strengths ``P(i beats j) = 1 / (1 +
 10^((R_j - R_i) / 400))`` with one virtual draw per pair that played (so a perfect record
 gives a finite rating; its weight vanishes as games grow), shifted to mean ``1500``. The
-95% intervals are percentile bootstrap: each pair's games are resampled with replacement
-and the ratings refitted. Self-play can cycle, so "A beats B" (score share > 1/2) is
+95% intervals are percentile bootstrap: each pair's games are resampled and the ratings
+refitted, with the outcome probabilities smoothed by the same virtual draw (half a win each
+way), so a perfect record resamples an occasional loss and gets an interval, not a point.
+A player who won (or lost) every game it played has no maximum-likelihood rating at all: its
+rating is held by the prior alone, and ``rate`` marks it ``perfect_record``. Self-play can cycle, so "A beats B" (score share > 1/2) is
 checked for non-transitivity and any cycle ``A > B > C > A`` is warned about by name.
 """
 
@@ -89,8 +92,9 @@ def bootstrap_intervals(res: Results, n_boot: int = 200, seed: int = 0,
                 m = int(g[i, j])
                 if m == 0:
                     continue
-                p = np.array([res.wins[i, j], res.draws[i, j], res.wins[j, i]], dtype=float) / m
-                wi, dr, wj = rng.multinomial(m, p)
+                half = 0.5 * prior_draws
+                p = np.array([res.wins[i, j] + half, res.draws[i, j], res.wins[j, i] + half])
+                wi, dr, wj = rng.multinomial(m, p / p.sum())
                 w[i, j], w[j, i], d[i, j], d[j, i] = wi, wj, dr, dr
         samples[b] = fit_bradley_terry(w, d, prior_draws)
     return np.percentile(samples, [2.5, 97.5], axis=0).T
@@ -138,6 +142,12 @@ def warn_cycles(names: Sequence[str], share: np.ndarray) -> list[list[str]]:
     return cycles
 
 
+def perfect_record(res: Results, i: int) -> bool:
+    """Player ``i`` won every game it played, or lost every one (no draws either way)."""
+    g = res.games[i].sum()
+    return bool(g > 0 and (res.wins[i].sum() == g or res.wins[:, i].sum() == g))
+
+
 def rate(res: Results, n_boot: int = 200, seed: int = 0) -> dict[str, Any]:
     """Ratings, intervals, the score-share matrix and the cycles of a round robin."""
     ratings = fit_bradley_terry(res.wins, res.draws)
@@ -147,7 +157,8 @@ def rate(res: Results, n_boot: int = 200, seed: int = 0) -> dict[str, Any]:
     order = np.argsort(-ratings)
     return {"names": res.names,
             "ratings": {res.names[i]: {"elo": float(ratings[i]), "ci": [float(ci[i, 0]), float(ci[i, 1])],
-                                       "games": int(res.games[i].sum())} for i in order},
+                                       "games": int(res.games[i].sum()),
+                                       "perfect_record": perfect_record(res, i)} for i in order},
             "score_share": [[None if math.isnan(x) else float(x) for x in row] for row in share],
             "wins": res.wins.astype(int).tolist(), "draws": res.draws.astype(int).tolist(),
             "cycles": cycles}
@@ -161,25 +172,25 @@ def heatmap(names: Sequence[str], share: np.ndarray, path: str | Path, title: st
     import matplotlib.pyplot as plt
 
     n = len(names)
-    fig, ax = plt.subplots(figsize=(1.2 + 0.9 * n, 1.0 + 0.8 * n))
+    fig, ax = plt.subplots(figsize=(max(4.5, 2.0 + 0.9 * n), max(3.8, 1.6 + 0.8 * n)))
     im = ax.imshow(np.ma.masked_invalid(share), vmin=0, vmax=1, cmap="RdBu")
     for i in range(n):
         for j in range(n):
             if not math.isnan(share[i, j]):
-                ax.text(j, i, f"{share[i, j]:.2f}", ha="center", va="center", fontsize=8)
+                ink = "white" if abs(share[i, j] - 0.5) > 0.3 else "black"  # readable on dark cells
+                ax.text(j, i, f"{share[i, j]:.2f}", ha="center", va="center", fontsize=9, color=ink)
     ax.set_xticks(range(n), names, rotation=45, ha="right")
     ax.set_yticks(range(n), names)
     ax.set_xlabel("opponent")
-    ax.set_ylabel("player (score share: win 1, draw 1/2)")
-    fig.colorbar(im, ax=ax, fraction=0.046)
-    ax.set_title(title)
-    fig.tight_layout()
+    ax.set_ylabel("player")
+    fig.colorbar(im, ax=ax, fraction=0.046).set_label("score share (win 1, draw 1/2)", fontsize=8)
+    ax.set_title(title, fontsize=10, wrap=True)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
     os.close(fd)
     try:
-        fig.savefig(tmp, dpi=100)
+        fig.savefig(tmp, dpi=100, bbox_inches="tight")  # long names and titles are never cut
         os.replace(tmp, path)
     finally:
         plt.close(fig)

@@ -81,28 +81,37 @@ def _cmd_humaneval(args: argparse.Namespace) -> int:
 
 def _cmd_arena(args: argparse.Namespace) -> int:
     from lmselfplay.games import make
+    from lmselfplay.games.text import MOVE_STOP
+    from lmselfplay.lm.engines.base import SamplingParams
     from lmselfplay.utils.checkpoint import atomic_write_text
+    from lmselfplay.utils.errors import UserError
 
     from . import arena
 
     game = make(args.game)
     bots = [b.strip() for b in args.bots.split(",") if b.strip()] if args.bots else []
     players = arena.load_players(game, args.models or [], bots, args.device)
-    res = arena.round_robin(game, players, games=args.games, seed=args.seed)
+    if args.max_new_tokens < 1:
+        raise UserError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                              stop=MOVE_STOP, seed=args.seed)
+    res = arena.round_robin(game, players, games=args.games, sampling=sampling, seed=args.seed)
     out = arena.rate(res, n_boot=args.bootstrap, seed=args.seed)
     out["game"] = args.game
     print(f"== arena {args.game}: {args.games} games per pair ==")
     print(f"{'player':<32}{'Elo':>8}  95% CI")
     for name, r in out["ratings"].items():
-        print(f"{name:<32}{r['elo']:>8.0f}  [{r['ci'][0]:.0f}, {r['ci'][1]:.0f}]")
+        note = "  (perfect record: the rating is held by the prior alone)" if r["perfect_record"] else ""
+        print(f"{name:<32}{r['elo']:>8.0f}  [{r['ci'][0]:.0f}, {r['ci'][1]:.0f}]{note}")
     for c in out["cycles"]:
         print("warning: non-transitive: " + " > ".join([*c, c[0]]))
     outdir = Path(args.out)
     png = arena.heatmap(res.names, res.score_share(), outdir / f"arena_{args.game}.png",
                         f"{args.game}: score share (row vs column)")
     atomic_write_text(outdir / f"arena_{args.game}.json", json.dumps(out, indent=1))
-    rows = "player,elo,ci_lo,ci_hi,games\n" + "".join(
-        f"{n},{r['elo']:.1f},{r['ci'][0]:.1f},{r['ci'][1]:.1f},{r['games']}\n" for n, r in out["ratings"].items())
+    rows = "player,elo,ci_lo,ci_hi,games,perfect_record\n" + "".join(
+        f"{n},{r['elo']:.1f},{r['ci'][0]:.1f},{r['ci'][1]:.1f},{r['games']},{r['perfect_record']}\n"
+        for n, r in out["ratings"].items())
     atomic_write_text(outdir / f"arena_{args.game}.csv", rows)
     print(f"wrote {outdir}/arena_{args.game}.json, .csv and {png}")
     return 0
@@ -139,6 +148,8 @@ def add_commands(sub: Any) -> None:
     a.add_argument("--models", nargs="*", default=[], help="model dirs (or 'embedded')")
     a.add_argument("--bots", default="random", help="comma list of random, exact ('' for none)")
     a.add_argument("--games", type=int, default=100, help="games per pair (half per seating)")
+    a.add_argument("--max-new-tokens", type=int, default=16, help="answer budget of a move (tokens)")
+    a.add_argument("--temperature", type=float, default=1.0, help="the models' sampling temperature")
     a.add_argument("--bootstrap", type=int, default=200)
     a.add_argument("--seed", type=int, default=0)
     a.add_argument("--device", default="auto")

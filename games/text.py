@@ -4,6 +4,12 @@ Answer format (documented in the README): the model may write anything, and its 
 the content of the LAST ``<move>...</move>`` in its answer, e.g. ``<move>3</move>``.
 Move names are matched case-insensitively after stripping white space. Parsing never
 raises: anything else is an :class:`~lmselfplay.games.base.Invalid` with a reason.
+
+Thinking: a reasoning model writes ``<think>...</think>`` before its answer. Only the text after
+the think block closes is its answer (:func:`visible_answer_text`); an unclosed think block is no
+answer. Every answer reader (moves here, :mod:`lmselfplay.verifiers.answers`, the code tasks)
+and every engine's stop-string rule use that one function. It lives here, at the bottom
+layer, because games, engines and verifiers all read it.
 """
 
 from __future__ import annotations
@@ -19,6 +25,19 @@ ANSWER_INSTRUCTION = f"Answer with {OPEN}MOVE{CLOSE}."
 # so the model is never trained or judged on what it would write after its move.
 MOVE_STOP = [CLOSE]
 MAX_MOVE_CHARS = 64
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+
+def visible_answer_text(text: str, think_open: bool = False) -> str | None:
+    """The part of a model output that can hold its answer.
+
+    Rules: the text after the LAST ``</think>``; ``None`` while a think block is open (a
+    ``<think>`` with no ``</think>`` after it, or, with ``think_open`` — the prompt itself
+    opened the block — no ``</think>`` at all); the whole text when it never thinks."""
+    close = text.rfind(THINK_CLOSE)
+    if text.rfind(THINK_OPEN) > close or (think_open and close < 0):
+        return None
+    return text[close + len(THINK_CLOSE):] if close >= 0 else text
 
 
 def format_answer(move_name: str) -> str:
@@ -27,12 +46,15 @@ def format_answer(move_name: str) -> str:
 
 
 def extract_move(text: Any, max_chars: int = MAX_MOVE_CHARS) -> str | Invalid:
-    """The content of the last complete ``<move>...</move>``, or an Invalid.
+    """The content of the last complete ``<move>...</move>`` after any think block, or an Invalid.
 
     ``max_chars`` bounds the content: move names are short; games whose moves are free
     text (Taboo's utterances) pass their own, larger bound."""
     if not isinstance(text, str):
         return Invalid(f"answer is not text ({type(text).__name__})")
+    text = visible_answer_text(text)
+    if text is None:
+        return Invalid("the think block never closed (no answer after </think>)")
     end = text.rfind(CLOSE)
     if end < 0:
         return Invalid("no <move>...</move> in the answer")

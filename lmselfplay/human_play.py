@@ -25,7 +25,10 @@ def main(argv: list[str] | None = None, input_fn=input, out=print) -> int:
     ap.add_argument("--seat", type=int, choices=(1, 2), default=1, help="your seat (1 moves first)")
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-new-tokens", type=int, default=16, help="the model's answer budget per move (tokens)")
     args = ap.parse_args(argv)
+    if args.max_new_tokens < 1:
+        ap.error("--max-new-tokens must be >= 1")
     game = make(args.game)
     model, tok = load_policy(model_name_or_path=args.model)
     engine = HFEngine(model, tok)
@@ -48,8 +51,9 @@ def main(argv: list[str] | None = None, input_fn=input, out=print) -> int:
                 continue
         else:
             prompt = encode_prompt(tok, game.observation_text(s, p))
-            (c,) = engine.generate([prompt], SamplingParams(max_new_tokens=16, temperature=args.temperature,
-                                                            seed=rng.randrange(2**31), stop=MOVE_STOP))
+            sp = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                                seed=rng.randrange(2**31), stop=MOVE_STOP)
+            (c,) = engine.generate([prompt], sp)
             a = game.parse_action(s, c.text)
             if isinstance(a, Invalid):
                 out(f"model answered {c.text!r}: {a.reason} -> it forfeits")

@@ -45,7 +45,6 @@ import numpy as np
 from accelerate.utils import gather_object
 from tqdm.auto import tqdm
 
-from lmselfplay.eval.stats import wilson
 from lmselfplay.lm.engines import HFEngine, SamplingParams
 from lmselfplay.lm.policy import PolicyConfig, load_policy
 from lmselfplay.lm.prompt import encode_prompt
@@ -64,6 +63,7 @@ from lmselfplay.utils.config import ConfigError, parse_config
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.metrics_logger import open_run_log
 from lmselfplay.utils.run import RunConfig, lock_output_dir
+from lmselfplay.utils.stats import wilson
 from lmselfplay.verifiers.code_tasks import (
     TASK_TYPES,
     CodeReferee,

@@ -249,10 +249,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     exact = game.exact_metric == OPTIMAL_MOVES  # the solver labels every move: exact opponent and rates
     opt = torch.optim.Adam(net.parameters(), lr=cfg.learning_rate)
     alpha = cfg.dirichlet_alpha or alpha_for(face, game, seed=cfg.seed)
-    settings = SelfPlaySettings(cfg.n_sims, cfg.c_puct, cfg.dirichlet_eps, alpha,
-                                cfg.temperature_moves, cfg.reset_fraction, cfg.reset_max_plies,
-                                cfg.tree_reuse, cfg.score_weight, cfg.score_scale, fpu(cfg),
-                                cfg.prune_root, cfg.pass_injection)
+    settings = SelfPlaySettings(
+        n_sims=cfg.n_sims, c_puct=cfg.c_puct, dirichlet_eps=cfg.dirichlet_eps, dirichlet_alpha=alpha,
+        temperature_moves=cfg.temperature_moves, reset_fraction=cfg.reset_fraction,
+        reset_max_plies=cfg.reset_max_plies, tree_reuse=cfg.tree_reuse, score_weight=cfg.score_weight,
+        score_scale=cfg.score_scale, fpu_reduction=fpu(cfg), prune_root=cfg.prune_root,
+        pass_injection=cfg.pass_injection)
     rng, np_rng = random.Random(cfg.seed), np.random.default_rng(cfg.seed)
     replay: list[Samples] = []
     bank: list[dict[str, torch.Tensor]] = []

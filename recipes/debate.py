@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from lmselfplay.debate.judge import judge_transcripts, load_llm_judge, side_rewards
 from lmselfplay.debate.protocols import PROTOCOLS, ProtocolConfig, Transcript, run_protocol
 from lmselfplay.debate.tasks import make_tasks
 from lmselfplay.eval.debate_metrics import format_table, protocol_metrics
@@ -63,7 +64,6 @@ from lmselfplay.utils.config import parse_config
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.metrics_logger import open_run_log
 from lmselfplay.utils.run import RunConfig, lock_output_dir
-from lmselfplay.verifiers.judge import judge_transcripts, load_llm_judge, side_rewards
 
 
 @dataclass

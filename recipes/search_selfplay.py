@@ -30,7 +30,7 @@ a small head on the hidden state at the end of the prompt
                head (a bounded Q per move; the search's value is V(s) = sum_a pi(a|s) Q(s, a))
                learns the blended target c(a) Q_PUCT(a) + (1 - c(a)) Q_prior(a),
                c(a) = N(a) / (N(a) + q_lambda), plus (z - V)^2
-               (:func:`lmselfplay.lm.search_play.blended_q_target`, ``q_loss``);
+               (:func:`lmselfplay.alphazero.llm_selfplay.blended_q_target`, ``q_loss``);
 6. league    : every ``league_add_every`` iterations the learner joins the ring of frozen
                snapshots; every ``league_promote_every``-th one also the hall of fame;
 7. evaluate  : every ``eval_every`` iterations, deterministic (no noise): at budget 0 the
@@ -61,15 +61,7 @@ from tqdm.auto import tqdm
 
 from lmselfplay.alphazero.adapter import CachedGame, SearchGame
 from lmselfplay.alphazero.evaluate import exact_agent, random_agent
-from lmselfplay.alphazero.selfplay import alpha_for
-from lmselfplay.eval import game_metrics
-from lmselfplay.games import make
-from lmselfplay.games.base import OPTIMAL_MOVES, random_legal_reset
-from lmselfplay.games.text import MOVE_STOP
-from lmselfplay.lm.engines import HFEngine, SamplingParams
-from lmselfplay.lm.policy import PolicyConfig, frozen_policy, load_policy, policy_weights
-from lmselfplay.lm.search_eval import LLMEvaluator, QHead, ValueHead, hidden_size
-from lmselfplay.lm.search_play import (
+from lmselfplay.alphazero.llm_selfplay import (
     LEARNER,
     Record,
     collect,
@@ -79,6 +71,15 @@ from lmselfplay.lm.search_play import (
     q_loss,
     search_agent,
 )
+from lmselfplay.alphazero.selfplay import alpha_for
+from lmselfplay.eval import game_metrics
+from lmselfplay.games import make
+from lmselfplay.games.base import OPTIMAL_MOVES, random_legal_reset
+from lmselfplay.games.text import MOVE_STOP
+from lmselfplay.lm.engines import HFEngine, SamplingParams
+from lmselfplay.lm.policy import PolicyConfig, frozen_policy, load_policy, policy_weights
+from lmselfplay.lm.prompt import thinks
+from lmselfplay.lm.search_eval import LLMEvaluator, QHead, ValueHead, hidden_size
 from lmselfplay.rl.league import League, LeagueConfig
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
 from lmselfplay.utils.checkpoint import resume_checkpoint
@@ -123,6 +124,8 @@ class SearchSelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig, RunConfig)
     eval_openings: int = field(default=10, metadata={"help": "fixed opening positions for the search budgets"})
     opening_plies: int = field(default=2, metadata={"help": "random opening moves of the evaluation games"})
     eval_batch: int = field(default=512, metadata={"help": "positions per LLM forward in evaluation"})
+    max_new_tokens: int = field(default=8, metadata={
+        "help": "answer budget of the raw LLM's greedy moves at budget 0 (tokens)"})
     save_every: int = field(default=1, metadata={"help": "rounds between checkpoints"})
     keep_checkpoints: int = field(default=2, metadata={"help": "checkpoints kept on disk"})
     resume: bool = field(default=False, metadata={"help": "continue from the latest checkpoint"})
@@ -146,7 +149,7 @@ class SearchSelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig, RunConfig)
     def __post_init__(self) -> None:
         LeagueConfig.__post_init__(self)
         for name in ("iterations", "games_per_iteration", "n_sims", "replay_window", "batch_size",
-                     "save_every"):
+                     "save_every", "max_new_tokens"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not self.q_lambda > 0:
@@ -157,6 +160,9 @@ class SearchSelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig, RunConfig)
             raise ConfigError(f"eval_every must be >= 0, got {self.eval_every}")
         if any(b < 0 for b in self.eval_budgets):
             raise ConfigError(f"eval_budgets must be >= 0, got {self.eval_budgets}")
+        if self.enable_thinking:
+            raise ConfigError("search self-play reads the LLM's prior right after <move> (no think block): "
+                              "enable_thinking must be false")
         if self.bot_fraction > 0:
             raise ConfigError("bot_fraction must be 0: a bot gives no search to distil")
         try:
@@ -197,7 +203,7 @@ def engine_factory(template: Any, tok: Any, game: Any, cfg: SearchSelfPlayConfig
 def train_head(head: ValueHead | QHead, opt: torch.optim.Optimizer, evaluator: LLMEvaluator,
                replay: list[Record], cfg: SearchSelfPlayConfig, rng: random.Random) -> dict[str, float]:
     """``value_steps`` steps on minibatches of the window: (z - v)^2 for the value head, or
-    :func:`~lmselfplay.lm.search_play.q_loss` for the Q head. The LLM is frozen here, so
+    :func:`~lmselfplay.alphazero.llm_selfplay.q_loss` for the Q head. The LLM is frozen here, so
     each distinct prompt's hidden state (and its prior over the move tokens) is computed
     once and reused by every step."""
     index: dict[tuple[int, ...], int] = {}
@@ -253,13 +259,13 @@ def evaluate(face: Any, evaluator: LLMEvaluator, model: Any, tok: Any, cfg: Sear
     bots), then every budget from the fixed openings vs random and (if solvable) exact."""
     game = face.game
     out: dict[str, float] = {}
-    greedy = SamplingParams(max_new_tokens=8, temperature=0.0, stop=MOVE_STOP, seed=cfg.seed)
+    greedy = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=0.0, stop=MOVE_STOP, seed=cfg.seed)
     positions = None
     if game.exact_metric == OPTIMAL_MOVES and cfg.eval_positions > 0:
         every = game_metrics.decision_states(game)
         positions = random.Random(f"{cfg.seed}/positions").sample(every, min(cfg.eval_positions, len(every)))
     raw = game_metrics.evaluate(HFEngine(model, tok), tok, game, positions, n_games=cfg.eval_games,
-                                sampling=greedy, seed=cfg.seed)
+                                sampling=greedy, seed=cfg.seed, max_new_tokens=cfg.max_new_tokens)
     out.update({f"eval/raw_{k}": v for k, v in raw.items()})
     if game.exact_metric == OPTIMAL_MOVES:
         out["eval/raw_illegal_mass"] = illegal_mass(evaluator, face)
@@ -311,6 +317,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     game = make(cfg.game, **json.loads(cfg.game_args))
     face = CachedGame(SearchGame(game))
     model, tok = load_policy(cfg)
+    if thinks(tok):  # a template that thinks by default (Qwen3), which the config alone cannot tell
+        raise ConfigError("search self-play reads the LLM's prior right after <move> (no think block), but this "
+                          "policy's chat template opens one: set enable_thinking: false")
     trainer = PolicyTrainer(model, tok, cfg)
     head = make_head(cfg, trainer.unwrapped, game)
     head_opt = torch.optim.Adam(head.parameters(), lr=cfg.value_lr)

@@ -57,6 +57,7 @@ from lmselfplay.lm.engines import (
     make_engine,
 )
 from lmselfplay.lm.policy import PolicyConfig, frozen_policy, load_policy, policy_weights
+from lmselfplay.lm.prompt import thinks
 from lmselfplay.lm.rollout import Episode, LLMPlayer, RolloutStats, play_episodes
 from lmselfplay.rl.advantages import RoleBaselines, observation_key
 from lmselfplay.rl.average_policy import AverageConfig, AveragePolicy, averageable, distill_samples
@@ -109,6 +110,13 @@ class SelfPlayConfig(TrainerConfig, AverageConfig, FeedbackConfig, LeagueConfig,
     eval_every: int = field(default=10, metadata={"help": "steps between evaluations (0: only at the end)"})
     eval_suite: str = field(default="", metadata={
         "help": "a reasoning benchmark suite (e.g. 'tiny', 'default' or a YAML path) also run every eval_every steps"})
+    eval_max_new_tokens: int = field(default=0, metadata={
+        "help": "answer budget of the eval_suite problems (0: the suite's own max_new_tokens)"})
+    readout: str = field(default="auto", metadata={
+        "help": "how the exact metrics (and the average policy) read the policy: bare = teacher-forced answers "
+                "right after the assistant header; sampled = readout_samples answers per position / information "
+                "set, generated as played (thinking included), parsed; auto = sampled iff enable_thinking"})
+    readout_samples: int = field(default=32, metadata={"help": "answers per position of the sampled readout"})
     eval_games: int = field(default=100, metadata={"help": "games per reference bot at each evaluation"})
     gnugo_level: int = field(default=0, metadata={
         "help": "also evaluate Go against GnuGo at this level (0: off; skipped with a note when gnugo is missing)"})
@@ -121,7 +129,32 @@ class SelfPlayConfig(TrainerConfig, AverageConfig, FeedbackConfig, LeagueConfig,
     def __post_init__(self) -> None:
         if self.baseline_key not in ("role", "observation"):
             raise ConfigError(f"baseline_key must be 'role' or 'observation', got {self.baseline_key!r}")
+        game_metrics.resolve_readout(self.readout, False)  # a valid name; auto resolves with the model
+        for name in ("max_new_tokens", "text_max_new_tokens", "readout_samples"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.eval_max_new_tokens < 0:
+            raise ConfigError(f"eval_max_new_tokens must be >= 0, got {self.eval_max_new_tokens}")
         super().__post_init__()
+
+
+def readout(cfg, tok) -> str:
+    """The readout of the exact metrics and the average policy: ``bare``, or ``sampled`` when
+    ``readout: auto`` and the policy thinks (its prompt style, on the tokenizer)."""
+    return game_metrics.resolve_readout(cfg.readout, thinks(tok))
+
+
+def check_thinking(cfg, feedback, tok) -> None:
+    """Exact feedback and the average's distillation teach bare answers: ConfigError when the
+    policy thinks (also when the template thinks by default, which the config alone cannot tell)."""
+    if not thinks(tok):
+        return
+    if feedback:
+        raise ConfigError("feedback: exact reads and distils bare answers, but this policy thinks (its chat "
+                          "template opens a think block): use feedback: sampled, or enable_thinking: false")
+    if cfg.average_policy and cfg.distill_steps:
+        raise ConfigError("distill_steps teach bare answers, but this policy thinks (its chat template opens a "
+                          "think block): use distill_steps 0, or enable_thinking: false")
 
 
 def make_games(names: str):
@@ -290,7 +323,8 @@ def evaluate(cfg, games, positions, engine, tok, step):
         game_sampling = sampling if has_enumerable_actions(game) else \
             SamplingParams(**{**vars(sampling), "max_new_tokens": cfg.text_max_new_tokens})
         result = game_metrics.evaluate(engine, tok, game, positions.get(game.name), cfg.eval_games, game_sampling,
-                                       seed=step, max_new_tokens=cfg.max_new_tokens)
+                                       seed=step, max_new_tokens=cfg.max_new_tokens, readout=readout(cfg, tok),
+                                       readout_samples=cfg.readout_samples)
         out.update({f"{game.name}/{k}": v for k, v in result.items()})
         out.update(gnugo_metrics(cfg, game, engine, tok, game_sampling, step))
     return out
@@ -348,8 +382,10 @@ def fold_averages(cfg, averages, engine, tok, step):
     """Read the current policy off every information set and fold it into each game's
     average (weight per ``average_weighting``); returns the policies read (for the log)."""
     out = {}
+    sampling = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
+                              stop=MOVE_STOP, seed=cfg.seed + step)
     for name, avg in averages.items():
-        out[name] = game_metrics.tabular_policy(engine, tok, avg.game)
+        out[name] = game_metrics.tabular_policy(engine, tok, avg.game, readout(cfg, tok), cfg.readout_samples, sampling)
         avg.add(out[name], cfg.weight_at(step))
     return out
 
@@ -395,6 +431,7 @@ def main(argv=None):
     plan = [g for g in episode_games(games, cfg.game_weights, cfg.episodes_per_step) if g.name not in feedback]
     positions = eval_positions(cfg, games)  # computed once, reused by every evaluation
     model, tok = load_policy(cfg, device=str(acc.device))
+    check_thinking(cfg, feedback, tok)
     ref = None  # the trainer copies the initial policy, except under ZeRO-3 init (sharded at load)
     if kl_enabled(cfg.beta) and not cfg.use_lora and is_partitioned(model):
         ref = load_policy(cfg, device=str(acc.device), use_lora=False)[0]
@@ -436,7 +473,8 @@ def main(argv=None):
             with trainer.serving(engine):
                 result = {**evaluate(cfg, games, positions, engine, tok, step), **average_metrics(averages)}
                 if acc.is_main_process:  # whole weights are served: no collective inside
-                    eval_callback(step, engine, tok, cfg.eval_suite, cfg.eval_every, logger)
+                    eval_callback(step, engine, tok, cfg.eval_suite, cfg.eval_every, logger,
+                                  max_new_tokens=cfg.eval_max_new_tokens or None)
             if acc.is_main_process:
                 logger.log(step, {**result, "wall_s": time.time() - t0})
                 _plot(logger, games)
@@ -500,7 +538,7 @@ def main(argv=None):
         print("\nfinal exact metrics:")
         for k, v in final.items():
             if "ci_" not in k:
-                print(f"  {k:<36} {v:.3f}")
+                print(f"  {k:<36} {v}" if isinstance(v, str) else f"  {k:<36} {v:.3f}")
         print(f"\ncurves: {png}\nmetrics: {logger.path}\nmodel: {out_dir / 'final_model'}")
         logger.close()
     acc.wait_for_everyone()

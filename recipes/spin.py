@@ -66,10 +66,15 @@ from accelerate.utils import gather_object
 from tqdm.auto import tqdm
 from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer
 
-from lmselfplay.eval.stats import wilson
 from lmselfplay.lm.engines.base import SamplingParams
 from lmselfplay.lm.engines.hf import HFEngine
-from lmselfplay.lm.policy import PolicyConfig, load_policy, load_tokenizer, resolve_model_path
+from lmselfplay.lm.policy import (
+    PolicyConfig,
+    load_policy,
+    load_tokenizer,
+    prompt_style_of,
+    resolve_model_path,
+)
 from lmselfplay.lm.prompt import encode_completion, encode_prompt, format_prompt
 from lmselfplay.spin.data import answers_match, load_supervised
 from lmselfplay.utils.checkpoint import atomic_dir, atomic_write_text, resume_checkpoint, save_json
@@ -77,6 +82,7 @@ from lmselfplay.utils.config import ConfigError, parse_config, to_dict
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.metrics_logger import MetricsLogger
 from lmselfplay.utils.run import RunConfig, lock_output_dir
+from lmselfplay.utils.stats import wilson
 
 IDS = ("prompt_ids", "chosen_ids", "rejected_ids")
 PLOT_KEYS = ["eval/accuracy", "eval/margin", "eval/answer_loglik", "eval/answer_loglik_per_token",
@@ -379,7 +385,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     base = resolve_model_path(cfg.model_name_or_path)  # None -> the embedded model's folder
     last = resume_checkpoint(cfg)
     start = int(last.name.split("-")[1]) if last is not None else 0
-    tokenizer = load_tokenizer(str(last) if last is not None else base)
+    tokenizer = load_tokenizer(str(last) if last is not None else base, prompt_style_of(cfg))
     p_train, y_train, cut_train = tokenize_pairs(tokenizer, train_rows, cfg.max_completion_length)
     gen_len = cfg.max_completion_length or max(len(c) for c in y_train)
     p_held, y_held, _ = tokenize_pairs(tokenizer, held, gen_len)

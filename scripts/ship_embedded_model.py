@@ -2,6 +2,11 @@
 
     python scripts/ship_embedded_model.py            # the cached build of TinyConfig()'s key, or build it
     python scripts/ship_embedded_model.py --rebuild  # build afresh even if cached (minutes)
+    python scripts/ship_embedded_model.py --build v4 # ship a named build (tiny.BUILDS) instead
+
+Shipping another build than the default only makes sense together with making it the default
+(``TinyConfig``'s defaults = that build's settings): the package uses the shipped files only
+for ``TinyConfig().key()``, and ``tests/test_shipped_model.py`` fails on any other key.
 
 Re-run after anything that changes ``TinyConfig().key()`` (the corpus, the defaults,
 ``BUILD_VERSION``): ``ensure_tiny_model()`` uses the shipped files only for the key they were
@@ -16,12 +21,15 @@ import shutil
 from pathlib import Path
 
 from lmselfplay.models.tiny import (
+    BUILDS,
     EMBEDDED_DIR,
     INFO_FILE,
     TinyConfig,
+    build_config,
     build_tiny_model,
     is_complete,
     model_dir,
+    resume_dir,
 )
 from lmselfplay.utils.checkpoint import MARKER, atomic_dir
 
@@ -33,8 +41,8 @@ def source_build(cfg: TinyConfig, rebuild: bool) -> Path:
     """The cache folder of ``cfg``'s build (built now, never copied from the package)."""
     path = model_dir(cfg)
     if rebuild or not is_complete(path):
-        with atomic_dir(path) as tmp:
-            build_tiny_model(cfg, tmp)
+        with atomic_dir(path) as tmp:  # a killed build resumes from its last saved step
+            build_tiny_model(cfg, tmp, resume_dir=resume_dir(path))
     return path
 
 
@@ -48,8 +56,9 @@ def ship(src: Path, dest: Path = EMBEDDED_DIR) -> Path:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rebuild", action="store_true", help="build afresh even if the cache holds the key")
+    ap.add_argument("--build", default=None, choices=list(BUILDS), help="a named build (default: TinyConfig())")
     args = ap.parse_args()
-    cfg = TinyConfig()
+    cfg = TinyConfig() if args.build is None else build_config(args.build)
     dest = ship(source_build(cfg, args.rebuild))
     size = sum(p.stat().st_size for p in dest.iterdir()) / 1e6
     print(f"shipped tiny-{cfg.key()} -> {dest} ({size:.1f} MB; marker {dest / MARKER})")

@@ -22,3 +22,12 @@ def model_dir(tmp_path_factory):
     from lm_fixtures import save_tiny
 
     return save_tiny(tmp_path_factory.mktemp("model"), seed=3)
+
+
+@pytest.fixture(scope="session")
+def standin():
+    """``standin(name) -> Path``: the cached folder of a stand-in model (built once, seconds;
+    names in ``lmselfplay.models.standins.STANDINS``; parametrize tests over that list)."""
+    from lmselfplay.models.standins import ensure_standin
+
+    return ensure_standin

@@ -12,6 +12,13 @@ import torch
 from fake_engine import ScriptedEngine
 from lm_fixtures import save_tiny, tiny_model, tiny_tokenizer
 
+from lmselfplay.debate.judge import (
+    JudgeReferee,
+    LLMJudge,
+    RuleJudge,
+    judge_transcripts,
+    side_rewards,
+)
 from lmselfplay.debate.protocols import (
     CUT_TEXT,
     EMPTY_TEXT,
@@ -33,13 +40,6 @@ from lmselfplay.debate.tasks import (
 from lmselfplay.eval.debate_metrics import format_table, protocol_metrics
 from lmselfplay.lm.engines import HFEngine, SamplingParams
 from lmselfplay.utils.recipe_loader import load_recipe
-from lmselfplay.verifiers.judge import (
-    JudgeReferee,
-    LLMJudge,
-    RuleJudge,
-    judge_transcripts,
-    side_rewards,
-)
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTEXT = "The old lighthouse keeper,\n  Mara, counted   41 ships in March.\nThen the storm came."

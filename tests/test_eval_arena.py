@@ -153,3 +153,27 @@ def test_checkpoint_dirs_of_a_run_load_as_models(tmp_path, capsys):
     data = json.loads((tmp_path / "out" / "arena_nim.json").read_text())
     assert set(data["ratings"]) == {"checkpoint-1", "checkpoint-2", "random"}
     assert all(r["games"] == 12 for r in data["ratings"].values())
+
+
+def test_a_perfect_record_gets_an_interval_and_is_marked(tmp_path, capsys):
+    # exact never loses at Nim against random: the ML rating does not exist, the prior holds it
+    assert cli_main(["arena", "nim", "--bots", "random,exact", "--games", "20", "--bootstrap", "50",
+                     "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "arena_nim.json").read_text())
+    exact = data["ratings"]["exact"]
+    assert exact["perfect_record"] and data["ratings"]["random"]["perfect_record"]
+    assert exact["ci"][1] - exact["ci"][0] > 10  # an interval, not the point [1961, 1961]
+    assert exact["ci"][0] < exact["elo"] <= exact["ci"][1] + 1e-9
+    assert "perfect record" in capsys.readouterr().out
+
+
+def test_heatmap_keeps_its_title_and_labels_inside_the_picture(tmp_path):
+    from PIL import Image
+
+    share = np.array([[np.nan, 1.0], [0.0, np.nan]])
+    from lmselfplay.eval.arena import heatmap
+
+    png = heatmap(["random", "exact"], share, tmp_path / "h.png",
+                        "nim: score share (row vs column)")
+    width, height = Image.open(png).size
+    assert width >= 400 and height >= 300

@@ -108,21 +108,60 @@ def test_model_outputs_become_completions(problems):
     assert full.startswith("\ndef has_close_elements(")
 
 
-def test_generation_path_with_scripted_engine(problems, executor):
-    tok = tiny_tokenizer()
-    ids = list(problems)[:6]
+def _scripted_solutions(problems, ids, fenced: bool):
+    """The canonical solution for even problems, a wrong body otherwise (fenced for chat;
+    a plain continuation goes on past the function, as a base model does)."""
     by_prompt = {problems[t]["prompt"].rstrip(): t for t in ids}
 
-    def answer(prompt):  # the canonical solution for even problems, a wrong body otherwise
+    def answer(prompt):
         t = next(t for q, t in by_prompt.items() if q in prompt)
-        k = int(t.split("/")[1])
-        sol = problems[t]["canonical_solution"] if k % 2 == 0 else "    return None\n"
-        return f"```python\n{sol}```"
+        sol = problems[t]["canonical_solution"] if int(t.split("/")[1]) % 2 == 0 else "    return None\n"
+        return f"```python\n{sol}```" if fenced else sol + "\n\ndef unrelated():\n    raise SystemExit(1)\n"
 
-    eng = ScriptedEngine(tok, answer)
+    return answer
+
+
+def test_generation_path_with_scripted_engine(problems, executor):
+    """A model without a chat template continues the prompt; the text after a stop sequence is cut."""
+    tok = tiny_tokenizer()
+    ids = list(problems)[:6]
+    eng = ScriptedEngine(tok, _scripted_solutions(problems, ids, fenced=False))
     res = evaluate_humaneval(eng, tok, limit=6, executor=executor, chunk_size=4)
+    assert res["prompt_format"] == "plain"
     assert res["greedy"]["overall"]["pass@1"] == pytest.approx(0.5)
     assert len(eng.calls) == 2
+    assert tok.decode(eng.calls[0][0], skip_special_tokens=True) in [problems[t]["prompt"] for t in ids]
+
+
+def test_chat_models_are_asked_for_the_code(problems, executor, standin):
+    from lmselfplay.lm.policy import load_tokenizer
+
+    tok = load_tokenizer(str(standin("qwen2.5-instruct")))
+    ids = list(problems)[:4]
+    eng = ScriptedEngine(tok, _scripted_solutions(problems, ids, fenced=True))
+    res = evaluate_humaneval(eng, tok, limit=4, executor=executor)
+    assert res["prompt_format"] == "chat" and res["greedy"]["overall"]["pass@1"] == pytest.approx(0.5)
+    assert tok.decode(eng.calls[0][0]).startswith("<|im_start|>system\nYou are Qwen")
+
+
+def test_base_code_models_get_the_plain_prompt_and_its_stops(problems, executor, standin):
+    """Qwen2.5-Coder base ships a ChatML template; HumanEval must not wrap it in ChatML."""
+    from lmselfplay.lm.policy import load_tokenizer
+
+    tok = load_tokenizer(str(standin("qwen2.5-coder-base")))
+    ids = list(problems)[:2]
+    stops = []
+
+    class Recording(ScriptedEngine):
+        def generate(self, prompts_token_ids, sampling):
+            stops.append(sampling.stop)
+            return super().generate(prompts_token_ids, sampling)
+
+    eng = Recording(tok, _scripted_solutions(problems, ids, fenced=False))
+    res = evaluate_humaneval(eng, tok, limit=2, executor=executor)
+    assert res["prompt_format"] == "plain" and res["greedy"]["overall"]["pass@1"] == pytest.approx(0.5)
+    assert stops == [["\ndef", "\nclass", "\nif", "\nprint", "\n#"]]
+    assert tok.decode(eng.calls[0][0]) in [problems[t]["prompt"] for t in ids]
 
 
 def test_cli_humaneval_completions(problems, tmp_path, capsys):

@@ -12,7 +12,6 @@ from lmselfplay.eval.game_metrics import (
     tabular_policy,
     win_rates,
 )
-from lmselfplay.eval.stats import wilson
 from lmselfplay.games import make
 from lmselfplay.games.bots import random_bot, solver_bot
 from lmselfplay.games.text import format_answer
@@ -20,6 +19,7 @@ from lmselfplay.lm.engines import HFEngine, SamplingParams
 from lmselfplay.lm.prompt import PLAIN_TEMPLATE, encode_completion, encode_prompt, format_prompt
 from lmselfplay.lm.rollout import Episode, LLMPlayer, RolloutStats, collect_episodes
 from lmselfplay.lm.trajectory import merge_identical
+from lmselfplay.utils.stats import wilson
 
 
 def _legal_moves(prompt_text: str) -> list[str]:
@@ -37,11 +37,17 @@ def test_plain_format_and_bos():
     assert c[-1] == tok.eos_token_id and tok.decode(c[:-1]) == "<move>3</move>"
 
 
-def test_chat_template_is_used_when_present():
+def test_chat_template_is_used_when_asked_for():
+    """prompt_format chat uses the template; auto does not for a template whose turns do not
+    end with the model's eos (the rule for base models that ship a template)."""
     import copy
+
+    from lmselfplay.lm.prompt import PromptStyle, set_prompt_style
 
     tok = copy.deepcopy(tiny_tokenizer())
     tok.chat_template = "{% for m in messages %}<s>[U]{{ m['content'] }}[/U]{% endfor %}[A]"
+    assert format_prompt(tok, "hi") == PLAIN_TEMPLATE.format(prompt="hi")
+    set_prompt_style(tok, PromptStyle("chat"))
     assert format_prompt(tok, "hi") == "<s>[U]hi[/U][A]"
     assert tok.decode(encode_prompt(tok, "hi")) == "<s>[U]hi[/U][A]"
 

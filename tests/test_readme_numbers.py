@@ -1,5 +1,6 @@
-"""Every number a README table shows was measured: it appears in a results file under
-``benchmarks/results/`` (written by the benchmark scripts), rounded as the table rounds it."""
+"""Every number a table of the README or of ``docs/`` shows was measured: it appears in a
+results file under ``benchmarks/results/`` (written by the benchmark scripts), rounded as the
+table rounds it."""
 
 from __future__ import annotations
 
@@ -64,7 +65,17 @@ def test_table_parser_reads_body_rows_only():
     assert appears("0.25", [0.2501]) and not appears("0.25", [0.26])
 
 
-def test_every_readme_table_number_is_in_a_results_file():
+def documented_pages() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def test_docs_pages_are_checked():
+    names = {p.name for p in documented_pages()}
+    assert {"README.md", "selfplay_games.md", "spin.md"} <= names
+
+
+def test_every_table_number_is_in_a_results_file():
     values = measured_values(ROOT / "benchmarks" / "results")
-    missing = [n for n in table_numbers((ROOT / "README.md").read_text()) if not appears(n, values)]
-    assert missing == [], f"README table numbers with no results file behind them: {missing}"
+    missing = {page.name: bad for page in documented_pages()
+               if (bad := [n for n in table_numbers(page.read_text()) if not appears(n, values)])}
+    assert missing == {}, f"table numbers with no results file behind them: {missing}"

@@ -8,7 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from lmselfplay.rl.rewards import majority_agreement, proposer_rewards
+from lmselfplay.rl.rewards import proposer_rewards
+from lmselfplay.verifiers.vote import majority_agreement
 
 
 def test_proposer_rewards_known_values():

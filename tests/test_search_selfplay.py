@@ -13,13 +13,7 @@ import torch
 
 from lmselfplay.alphazero.adapter import SearchGame
 from lmselfplay.alphazero.batched_mcts import BatchedMCTS
-from lmselfplay.alphazero.mcts import mcts, uniform_prior, zero_value
-from lmselfplay.eval.game_metrics import answer_distribution, decision_states
-from lmselfplay.games import make
-from lmselfplay.lm.engines.hf import HFEngine
-from lmselfplay.lm.prompt import encode_completion, encode_prompt
-from lmselfplay.lm.search_eval import LLMEvaluator, QHead, ValueHead, load_head, move_tokens
-from lmselfplay.lm.search_play import (
+from lmselfplay.alphazero.llm_selfplay import (
     LEARNER,
     blended_q_target,
     collect,
@@ -27,6 +21,12 @@ from lmselfplay.lm.search_play import (
     plan_games,
     q_loss,
 )
+from lmselfplay.alphazero.mcts import mcts, uniform_prior, zero_value
+from lmselfplay.eval.game_metrics import answer_distribution, decision_states
+from lmselfplay.games import make
+from lmselfplay.lm.engines.hf import HFEngine
+from lmselfplay.lm.prompt import encode_completion, encode_prompt
+from lmselfplay.lm.search_eval import LLMEvaluator, QHead, ValueHead, load_head, move_tokens
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
 from tests.lm_fixtures import tiny_tokenizer
 
@@ -146,7 +146,7 @@ def test_distillation_gradient_equals_hand_computed():
     trainer = PolicyTrainer(model, tok, TrainerConfig(beta=0.0, num_iterations=1, learning_rate=0.0,
                                                       merge_identical=False))
     state = game.apply(game.new_initial_state(), 4)
-    from lmselfplay.lm.search_play import Record
+    from lmselfplay.alphazero.llm_selfplay import Record
 
     legal = game.legal_actions(state)
     pi = np.zeros(game.n_actions)

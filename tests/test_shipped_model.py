@@ -44,7 +44,7 @@ def test_other_key_builds_and_ignores_the_shipped_build(tmp_path, monkeypatch):
     assert cfg.key() != tiny.TinyConfig().key() and tiny.shipped_build(cfg) is None
     built = []
 
-    def fake_build(c, out, progress=True):
+    def fake_build(c, out, progress=True, **kw):
         built.append(c.key())
         (out / "config.json").write_text("{}")
         (out / tiny.INFO_FILE).write_text(json.dumps({"key": c.key()}))

@@ -439,9 +439,9 @@ def test_spag_discards_attacker_slips_like_spag():
 def test_taboo_metrics_on_hand_made_games():
     from types import SimpleNamespace
 
-    from lmselfplay.eval.stats import wilson
     from lmselfplay.eval.taboo_metrics import taboo_metrics
     from lmselfplay.lm.trajectory import Trajectory, Turn
+    from lmselfplay.utils.stats import wilson
 
     g = Taboo()
     s0 = g.state_for("apple")

@@ -207,9 +207,9 @@ def test_cache_reuse_force_and_atomic_failure(tmp_path, monkeypatch):
     calls = []
     real = tiny.build_tiny_model
 
-    def counting(cfg, out_dir, progress=True):
+    def counting(cfg, out_dir, progress=True, **kw):
         calls.append(out_dir)
-        return real(cfg, out_dir, progress=progress)
+        return real(cfg, out_dir, progress=progress, **kw)
 
     monkeypatch.setattr(tiny, "build_tiny_model", counting)
     monkeypatch.setenv("LMSELFPLAY_CACHE", str(tmp_path))
@@ -220,7 +220,7 @@ def test_cache_reuse_force_and_atomic_failure(tmp_path, monkeypatch):
     assert tiny.ensure_tiny_model(force=True, cfg=cfg, progress=False) == p1 and len(calls) == 2
     assert tiny.is_complete(p1)
 
-    def dies(cfg, out_dir, progress=True):
+    def dies(cfg, out_dir, progress=True, **kw):
         (out_dir / "config.json").write_text("{}")
         raise KeyboardInterrupt  # a build killed half-way
 
@@ -270,8 +270,8 @@ def test_config_validation_and_keys():
         tiny.TinyConfig(task_weights="nim=lots").weights()
     w = tiny.TinyConfig().weights()
     assert set(w) == {"nim", "nim_misere", "tictactoe", "kuhn_poker", "go9", "taboo", "arithmetic",
-                      "programs", "reading", "grid_reading"}
-    assert w["grid_reading"] == 0  # a lever, off in the default build
+                      "programs", "reading", "grid_reading", "two_option"}
+    assert w["grid_reading"] == 0 and w["two_option"] == 0  # off in the default build
     assert "taboo" in tiny.TinyConfig(games="all").game_names()  # free text, scripted players
     assert w["tictactoe"] == 8 and w["reading"] == 3
 

@@ -11,7 +11,9 @@ that asks for it, so a prompt and its extraction can never disagree.
 | `raw`     | nothing                                | the whole text, stripped                       |
 
 Rules shared by all: an extractor never raises; anything that is not a ``str`` gives
-``None``; only the last ``MAX_SCAN_CHARS`` characters are looked at (the answer is at the
+``None``; only the text after a closed think block is read, and an unclosed ``<think>`` gives
+``None`` (:func:`lmselfplay.games.text.visible_answer_text`, the rule every answer reader
+shares); only the last ``MAX_SCAN_CHARS`` characters are looked at (the answer is at the
 end, and a 10 MB output then costs the same as a 100 kB one); a missing or unclosed answer
 gives ``None`` (a cut-off answer is no answer). Extraction is not equivalence: whether
 ``"1/2"`` equals ``"0.5"`` is decided by the benchmark's scorer (or math-verify), not here.
@@ -23,6 +25,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from lmselfplay.games.text import visible_answer_text
+
 MAX_SCAN_CHARS = 100_000
 
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{|[{}]")
@@ -31,9 +35,10 @@ _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?:\D|$))")
 
 
 def _tail(text: object) -> str | None:
+    """The visible answer text (after any think block) of the last ``MAX_SCAN_CHARS``, or None."""
     if not isinstance(text, str):
         return None
-    return text[-MAX_SCAN_CHARS:]
+    return visible_answer_text(text[-MAX_SCAN_CHARS:])
 
 
 def extract_boxed(text: object) -> str | None:

@@ -43,6 +43,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from lmselfplay.games.text import visible_answer_text
 from lmselfplay.models.corpus import program_output_prompt, program_write_prompt, python_program
 from lmselfplay.verifiers.executor import (
     STATUSES,
@@ -257,14 +258,17 @@ def _split_bare(text: str) -> tuple[str, list[str], list[str]]:
 ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.S)
 
 
-def _strip_fence(text: str) -> str:
-    """The answer inside ``<answer>...</answer>`` (AZR's tags), else the first fence,
-    else the whole text."""
-    m = ANSWER_TAG.search(text)
-    if m:
-        return m.group(1)
-    m = FENCE.search(text)
-    return m.group(2) if m else text
+def _strip_fence(text: str) -> str | None:
+    """The answer after any think block (None while it is open): inside the LAST
+    ``<answer>...</answer>`` (AZR's tags), else the last fence, else the whole text."""
+    text = visible_answer_text(text)
+    if text is None:
+        return None
+    tagged = ANSWER_TAG.findall(text)
+    if tagged:
+        return tagged[-1]
+    fences = FENCE.findall(text)
+    return fences[-1][1] if fences else text
 
 
 def parse_answer(task_type: str, text: str) -> tuple[Any, str | None]:
@@ -273,7 +277,10 @@ def parse_answer(task_type: str, text: str) -> tuple[Any, str | None]:
     (parsed here, literals only); abduction: a literal argument list; induction: a program."""
     if not isinstance(text, str):
         return None, "not text"
-    body = _strip_fence(text).strip()
+    body = _strip_fence(text)
+    if body is None:
+        return None, "the think block never closed"
+    body = body.strip()
     if not body:
         return None, "empty answer"
     if task_type == "induction":

@@ -25,10 +25,11 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from lmselfplay.rl.rewards import majority_agreement
+from lmselfplay.games.text import visible_answer_text
 from lmselfplay.verifiers.answers import count_final_marks, extract_final
 from lmselfplay.verifiers.checkable import Task, format_value, safe_eval
 from lmselfplay.verifiers.math_equivalence import MathEquivalence
+from lmselfplay.verifiers.vote import majority_agreement
 
 PROVENANCES = ("rules", "executor", "vote", "judge", "data")
 
@@ -57,11 +58,13 @@ def extract_final_answer(text: object) -> tuple[str | None, int]:
 
 
 def program_answer(text: object) -> str | None:
-    """A program-output answer: the marked final answer, else the first non-empty line."""
+    """A program-output answer: the marked final answer, else the first non-empty line of
+    the visible answer (after any think block; none while it is open)."""
     marked, _ = extract_final_answer(text)
     if marked is not None or not isinstance(text, str):
         return marked
-    return next((ln.strip() for ln in text.splitlines() if ln.strip()), None)
+    text = visible_answer_text(text)
+    return None if text is None else next((ln.strip() for ln in text.splitlines() if ln.strip()), None)
 
 
 def literal_key(text: str | None, max_chars: int = 200) -> str | None:

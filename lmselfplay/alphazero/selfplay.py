@@ -16,7 +16,9 @@ Two additions from search-free self-play PPO work:
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -27,7 +29,7 @@ from lmselfplay.alphazero.network import NetEvaluator, PolicyValueNet
 from lmselfplay.games.base import random_legal_reset
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SelfPlaySettings:
     n_sims: int = 32
     c_puct: float = 1.5
@@ -78,14 +80,20 @@ class Samples:
 
 
 @dataclass
-class _Game:
+class SearchedGame:
+    """One game of a batched searched self-play wave (:func:`play_searched`)."""
+
     pos: Any
-    learner: tuple[int, ...]  # players whose moves use (and train) the learner network
-    opponent: int  # index into the opponent list, or -1 for pure self-play
+    learner: tuple[int, ...]  # seats whose moves the learner's evaluator searches (and trains)
+    opponent: Any = None  # the evaluator key of the other seat (unused when both are the learner's)
     ply: int = 0
     result: list[float] | None = None
     target: list[float] | None = None  # value target per player (the result, maybe blended)
     injected: int = 0  # passes played by pass_injection
+
+
+# on_learner_turn(i, g=game, legal=mask, n=root visits, q=root values)
+LearnerTurn = Callable[..., None]
 
 
 def alpha_for(face: Any, game: Any, n_games: int = 20, seed: int = 0) -> float:
@@ -125,10 +133,98 @@ def value_targets(game: Any, final: Any, settings: SelfPlaySettings) -> list[flo
             for r, m in zip(result, margins)]
 
 
+def play_searched(face: Any, games: list[SearchedGame], evaluators: dict[Any, Any], learner_key: Any,
+                  settings: SelfPlaySettings, rng: random.Random, on_learner_turn: LearnerTurn,
+                  progress: Any = None) -> None:
+    """Play ``games`` to the end, every move chosen by batched PUCT: the one self-play loop of
+    AlphaZero (network evaluators) and of search distillation (LLM evaluators).
+
+    Each wave groups the live games by whose evaluator moves (``learner_key`` for the learner's
+    seats, else ``game.opponent``) and searches each group in one :class:`BatchedMCTS`
+    (``n_sims`` simulations, Dirichlet root noise, roots restricted by ``prune_root``); the
+    move is sampled from the visits at tau = 1 for the first ``temperature_moves`` plies, then
+    the most visited one (then maybe replaced by an injected pass). Before the learner's move
+    is played, ``on_learner_turn(i, g=game, legal=mask, n=visits, q=values)`` sees its root. A
+    finished game gets ``result`` (the returns) and ``target`` (:func:`value_targets`)."""
+    n = len(games)
+    reused = None  # one tree per game for the learner, advanced along every move played
+    if settings.tree_reuse:
+        reused = BatchedMCTS(face, evaluators[learner_key], settings.c_puct, settings.dirichlet_eps,
+                             settings.dirichlet_alpha, capacity=n * (settings.n_sims + 1),
+                             fpu_reduction=settings.fpu_reduction)
+        reused.set_roots([g.pos for g in games])
+        _prune(reused, face, range(n), [g.pos for g in games], settings)
+    while True:
+        live = [i for i, g in enumerate(games) if g.result is None]
+        if not live:
+            break
+        groups: dict[Any, list[int]] = {}
+        for i in live:
+            g = games[i]
+            groups.setdefault(learner_key if g.pos.player in g.learner else g.opponent, []).append(i)
+        moves: dict[int, int] = {}
+        for who, idx in groups.items():
+            N, Q = _search_group(face, games, idx, evaluators[who], settings, rng,
+                                 reused if who == learner_key else None)
+            for row, i in enumerate(idx):
+                record = partial(on_learner_turn, i, n=N[row], q=Q[row]) if who == learner_key else None
+                action = _play_move(face, games[i], N[row], settings, rng, record)
+                if action is not None:
+                    moves[i] = action
+        if reused is not None and moves:
+            reused.advance(list(moves), list(moves.values()))
+            _prune(reused, face, list(moves), [games[i].pos for i in moves], settings)
+        if progress is not None:
+            progress.update(len(live))
+
+
+def _search_group(face: Any, games: list[SearchedGame], idx: list[int], evaluate: Any,
+                  settings: SelfPlaySettings, rng: random.Random,
+                  reused: BatchedMCTS | None) -> tuple[np.ndarray, np.ndarray]:
+    """Root visits and values for the games ``idx`` (rows in ``idx`` order)."""
+    seeds = [rng.randrange(2**31) for _ in idx]
+    if reused is not None:
+        active = np.zeros(len(games), dtype=bool)
+        active[idx] = True
+        all_seeds = np.zeros(len(games), dtype=np.int64)
+        all_seeds[idx] = seeds
+        N, Q = reused.search(settings.n_sims, all_seeds.tolist(), active)
+        return N[idx], Q[idx]
+    search = BatchedMCTS(face, evaluate, settings.c_puct, settings.dirichlet_eps, settings.dirichlet_alpha,
+                         capacity=len(idx) * (settings.n_sims + 1), fpu_reduction=settings.fpu_reduction)
+    search.set_roots([games[i].pos for i in idx])
+    # Frozen opponents' roots too: a frozen net that passes anywhere would teach the learner
+    # to answer any pass with a pass, a few points behind or not.
+    _prune(search, face, range(len(idx)), [games[i].pos for i in idx], settings)
+    return search.search(settings.n_sims, seeds)
+
+
+def _play_move(face: Any, g: SearchedGame, n: np.ndarray, settings: SelfPlaySettings,
+               rng: random.Random, record: Callable[..., None] | None) -> int | None:
+    """Sample and play ``g``'s move from its root visits ``n``; the action when the game goes
+    on, None when it ended (``result`` and ``target`` set)."""
+    legal = face.legal(g.pos)
+    tau = 1.0 if g.ply < settings.temperature_moves else 0.0
+    move_p = search_policy(n, tau, legal)
+    action = int(rng.choices(range(face.n_actions), weights=move_p.tolist())[0])
+    if record is not None:  # the learner's turn, before the move is played
+        record(g=g, legal=legal)
+    action = _maybe_pass(face, g, action, settings, rng)
+    nxt = face.next_state(g.pos, action)
+    g.ply += 1
+    g.pos = nxt
+    if face.terminal_value(nxt) is None:
+        return action
+    g.result = list(face.game.returns(nxt.state))
+    g.target = value_targets(face.game, nxt.state, settings)
+    return None
+
+
 def play_games(face: Any, net: PolicyValueNet, n_games: int, settings: SelfPlaySettings,
                rng: random.Random, opponents: list[PolicyValueNet] | None = None,
                bank_fraction: float = 0.0) -> tuple[Samples, dict[str, float]]:
-    """Play ``n_games`` games; return the learner's targets and summary statistics."""
+    """Play ``n_games`` AlphaZero games (a ``bank_fraction`` of them against a random member
+    of ``opponents``, on a random seat); return the learner's targets and summary statistics."""
     game = face.game
     opponents = opponents or []
     games = []
@@ -139,66 +235,16 @@ def play_games(face: Any, net: PolicyValueNet, n_games: int, settings: SelfPlayS
             state = game.new_initial_state()
         if opponents and rng.random() < bank_fraction:
             side = rng.randrange(2)
-            games.append(_Game(face.position(state), (side,), rng.randrange(len(opponents))))
+            games.append(SearchedGame(face.position(state), (side,), 1 + rng.randrange(len(opponents))))
         else:
-            games.append(_Game(face.position(state), (0, 1), -1))
-    evals = [NetEvaluator(net, face)] + [NetEvaluator(o, face) for o in opponents]
+            games.append(SearchedGame(face.position(state), (0, 1)))
+    evals = {k: NetEvaluator(m, face) for k, m in enumerate([net, *opponents])}
     records: list[list[tuple[Any, np.ndarray, int]]] = [[] for _ in games]
-    reused = None  # one tree per game for the learner, advanced along every move played
-    if settings.tree_reuse:
-        reused = BatchedMCTS(face, evals[0], settings.c_puct, settings.dirichlet_eps,
-                             settings.dirichlet_alpha, capacity=n_games * (settings.n_sims + 1),
-                             fpu_reduction=settings.fpu_reduction)
-        reused.set_roots([g.pos for g in games])
-        _prune(reused, face, range(n_games), [g.pos for g in games], settings)
-    while True:
-        live = [i for i, g in enumerate(games) if g.result is None]
-        if not live:
-            break
-        groups: dict[int, list[int]] = {}
-        for i in live:
-            g = games[i]
-            who = 0 if g.pos.player in g.learner else 1 + g.opponent
-            groups.setdefault(who, []).append(i)
-        moves: dict[int, int] = {}
-        for who, idx in groups.items():
-            seeds = [rng.randrange(2**31) for _ in idx]
-            if who == 0 and reused is not None:
-                active = np.zeros(n_games, dtype=bool)
-                active[idx] = True
-                all_seeds = np.zeros(n_games, dtype=np.int64)
-                all_seeds[idx] = seeds
-                N = reused.search(settings.n_sims, all_seeds.tolist(), active)[0][idx]
-            else:
-                search = BatchedMCTS(face, evals[who], settings.c_puct, settings.dirichlet_eps,
-                                     settings.dirichlet_alpha,
-                                     capacity=len(idx) * (settings.n_sims + 1),
-                                     fpu_reduction=settings.fpu_reduction)
-                search.set_roots([games[i].pos for i in idx])
-                # Bank members' roots too: a frozen net that passes anywhere would teach the
-                # learner to answer any pass with a pass, a few points behind or not.
-                _prune(search, face, range(len(idx)), [games[i].pos for i in idx], settings)
-                N, _ = search.search(settings.n_sims, seeds)
-            for row, i in enumerate(idx):
-                g = games[i]
-                legal = face.legal(g.pos)
-                tau = 1.0 if g.ply < settings.temperature_moves else 0.0
-                move_p = search_policy(N[row], tau, legal)
-                action = int(rng.choices(range(face.n_actions), weights=move_p.tolist())[0])
-                if who == 0:
-                    records[i].append((g.pos, search_policy(N[row], 1.0, legal), g.pos.player))
-                action = _maybe_pass(face, g, action, settings, rng)
-                nxt = face.next_state(g.pos, action)
-                g.ply += 1
-                if face.terminal_value(nxt) is not None:
-                    g.result = list(game.returns(nxt.state))
-                    g.target = value_targets(game, nxt.state, settings)
-                else:
-                    moves[i] = action
-                g.pos = nxt
-        if reused is not None and moves:
-            reused.advance(list(moves), list(moves.values()))
-            _prune(reused, face, list(moves), [games[i].pos for i in moves], settings)
+
+    def record(i: int, g: SearchedGame, legal: np.ndarray, n: np.ndarray, q: np.ndarray) -> None:
+        records[i].append((g.pos, search_policy(n, 1.0, legal), g.pos.player))
+
+    play_searched(face, games, evals, 0, settings, rng, record)
     xs, legals, pis, zs = [], [], [], []
     for g, rec in zip(games, records):
         for pos, pi, player in rec:
@@ -214,7 +260,7 @@ def play_games(face: Any, net: PolicyValueNet, n_games: int, settings: SelfPlayS
     return samples, _stats(games, len(zs))
 
 
-def _maybe_pass(face: Any, g: _Game, action: int, settings: SelfPlaySettings, rng: random.Random) -> int:
+def _maybe_pass(face: Any, g: SearchedGame, action: int, settings: SelfPlaySettings, rng: random.Random) -> int:
     """``action``, or with probability ``pass_injection`` the game's pass when it is legal
     and does not end the game (counted in ``g.injected``)."""
     pass_action = getattr(face.game, "pass_action", None)
@@ -228,7 +274,7 @@ def _maybe_pass(face: Any, g: _Game, action: int, settings: SelfPlaySettings, rn
     return pass_action
 
 
-def _stats(games: list[_Game], n_samples: int) -> dict[str, float]:
+def _stats(games: list[SearchedGame], n_samples: int) -> dict[str, float]:
     plies = [g.ply for g in games]
     first = [g.result[0] for g in games if g.learner == (0, 1)]
     bank = [g.result[g.learner[0]] for g in games if len(g.learner) == 1]

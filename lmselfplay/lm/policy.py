@@ -1,7 +1,9 @@
 """Load the policy: a causal LM + its tokenizer, with optional LoRA adapters (PEFT).
 
 The default model is the embedded tiny model (:mod:`lmselfplay.models.tiny`); real models
-are named with ``model_name_or_path``. Prompts are formatted by :mod:`lmselfplay.lm.prompt`.
+are named with ``model_name_or_path``. Prompts are formatted by :mod:`lmselfplay.lm.prompt`,
+in the style the config's ``prompt_format`` / ``system_prompt`` / ``enable_thinking`` set; the
+tokenizer returned carries that style.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from typing import Any
 
 import torch
 
+from lmselfplay.lm.engines.base import declared_eos_ids
 from lmselfplay.lm.engines.hf import unwrap
+from lmselfplay.lm.prompt import PromptStyle, resolve_prompt_format, set_prompt_style
 from lmselfplay.utils.config import ConfigError
 from lmselfplay.utils.errors import UserError
 
@@ -36,6 +40,15 @@ class PolicyConfig:
     lora_alpha: int = field(default=32, metadata={"help": "LoRA scaling alpha"})
     lora_dropout: float = field(default=0.0, metadata={"help": "LoRA dropout"})
     lora_target_modules: str = field(default="all-linear", metadata={"help": "modules that get adapters (PEFT's names; all-linear = every linear layer)"})
+    prompt_format: str = field(default="auto", metadata={
+        "help": "auto | chat | plain: chat = the tokenizer's chat template, plain = a continuation prompt "
+                "(base models); auto = chat iff the model declares the template's end of turn as an eos"})
+    system_prompt: str | None = field(default=None, metadata={
+        "help": "system message of chat prompts (default: the template's own, e.g. Qwen2.5's); "
+                "plain prompts start with it"})
+    enable_thinking: bool | None = field(default=None, metadata={
+        "help": "passed to the chat template (Qwen3); default: the template's default. "
+                "Answers are read after </think> either way"})
 
 
 def resolve_device(device: str = "auto") -> torch.device:
@@ -76,13 +89,25 @@ def resolve_model_path(model_name_or_path: str | None) -> str:
     return name
 
 
-def load_tokenizer(model_name_or_path: str | None = None) -> Any:
+def prompt_style_of(cfg: PolicyConfig | None) -> PromptStyle:
+    if cfg is None:
+        return PromptStyle()
+    return PromptStyle(cfg.prompt_format, cfg.system_prompt, cfg.enable_thinking)
+
+
+def load_tokenizer(model_name_or_path: str | None = None, prompt: PromptStyle | None = None) -> Any:
+    """The tokenizer (left padding; pad = eos when it has none), carrying the run's prompt
+    style with ``auto`` resolved for this model (:mod:`lmselfplay.lm.prompt`)."""
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(resolve_model_path(model_name_or_path))
+    path = resolve_model_path(model_name_or_path)
+    tok = AutoTokenizer.from_pretrained(path)
+    # Resolved before pad is set: an eos doubling as pad says nothing about turns.
+    style = resolve_prompt_format(tok, prompt or PromptStyle(), declared_eos_ids(path))
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"
+    set_prompt_style(tok, style)
     return tok
 
 
@@ -107,7 +132,7 @@ def load_policy(cfg: PolicyConfig | None = None, **overrides: Any) -> tuple[Any,
         model = get_peft_model(model, LoraConfig(
             r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
             target_modules=cfg.lora_target_modules, task_type="CAUSAL_LM"))
-    return model, load_tokenizer(path)
+    return model, load_tokenizer(path, prompt_style_of(cfg))
 
 
 def is_peft_model(model: Any) -> bool:

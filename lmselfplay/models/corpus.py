@@ -317,3 +317,38 @@ def grid_reading_task(game: Any, rng: random.Random, max_reset_plies: int = 12) 
             done.add(holes[0])
     answer = " ".join(cells[i] for i in sorted(done)) or "none"
     return f"{chr(10).join(lines)}\n{GRID_LINE_QUESTION.format(mark=mark)}", answer
+
+
+# --- two-option questions (the judge's format: pick the correct one of two answers) -----
+
+TWO_OPTION_QUESTION = "Which answer is correct? Reply A or B."
+
+
+def near_wrong(value: int, rng: random.Random) -> int:
+    """A wrong answer close to ``value`` (off by 1-3, never negative when value is not)."""
+    while True:
+        wrong = value + rng.choice((-3, -2, -1, 1, 2, 3))
+        if wrong != value and (wrong >= 0 or value < 0):
+            return wrong
+
+
+def two_option_task(rng: random.Random) -> tuple[str, str]:
+    """(prompt, label): an arithmetic word problem WITH its worked lines, two labelled final
+    answers (the correct one and a near miss, in random order) and the question which is
+    correct; the label is ``A`` or ``B``.
+
+    Why: the debate judge reads exactly this shape (question, evidence, ``A: ..``, ``B: ..``,
+    "Reply A or B") and a model never trained on it answers at chance whatever the
+    speeches say. The worked lines are in the prompt, so the task is reading the evidence
+    and matching it to an option (the last line's number), not solving the problem.
+    """
+    p = arithmetic_problem(rng)
+    right = int(p["final"])
+    options = [str(right), str(near_wrong(right, rng))]
+    first = rng.random() < 0.5
+    if not first:
+        options.reverse()
+    work = p["answer"].rsplit("####", 1)[0].strip()
+    lines = [f"Question: {p['prompt']}", "Context:", work, f"A: {options[0]}", f"B: {options[1]}",
+             TWO_OPTION_QUESTION]
+    return "\n".join(lines), "A" if first else "B"

@@ -4,7 +4,11 @@ built offline on CPU from the project's own synthetic corpus, deterministic from
 Why it exists: every recipe must run on a laptop with no download. ``ensure_tiny_model()``
 returns the cached build (``$LMSELFPLAY_CACHE`` or ``~/.cache/lmselfplay``, one folder per
 config hash) or builds it (a few minutes on 2 cores) and writes it atomically, so a killed
-build never leaves half a model. The result is a normal Hugging Face folder:
+build never leaves half a model; its training state is saved every ``checkpoint_every``
+steps, so the next call continues a killed build where it stopped, to the same weights.
+Builds are named (:data:`BUILDS`, ``lmselfplay bootstrap --build v4``): v3 is the shipped
+default; v4 reads with the "cells" tokenizer (one token per board cell, digit and move
+name) and adds board-reading and judge-format tasks to the corpus. The result is a normal Hugging Face folder:
 ``AutoModelForCausalLM.from_pretrained(path)`` / ``AutoTokenizer.from_pretrained(path)``.
 
 The default config's build also ships inside the package (``lmselfplay/models/embedded/``, a
@@ -64,8 +68,30 @@ BUILD_VERSION = 3  # 2: reading tasks; 3: soft targets along multi-token moves, 
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>")
 MOVE_TOKENS = ("<move>", "</move>")
 INFO_FILE = "tiny_build.json"
-NON_SEMANTIC = ("num_threads",)  # fields that do not enter the cache key
+NON_SEMANTIC = ("num_threads", "checkpoint_every")  # fields that do not enter the cache key
+# Fields added after builds shipped: they enter the key only when set away from these values,
+# so every earlier key (and the shipped build) stays valid.
+LATER_FIELDS = {"tokenizer": "bpe"}
+TOKENIZERS = ("bpe", "cells")
 EMBEDDED_DIR = Path(__file__).resolve().parent / "embedded"  # the shipped default build
+
+
+# Named builds: the fields each one sets on top of TinyConfig's defaults (v3, shipped).
+# v4 (issue 30): the "cells" tokenizer (one token per board cell, digit and move name),
+# reading targets on the board (grid_reading), more arithmetic and program tasks and the
+# judge's two-option questions; its step count is a plan, not yet a measured choice.
+BUILDS: dict[str, dict[str, Any]] = {
+    "v3": {},
+    "v4": {"tokenizer": "cells", "train_steps": 3000,
+           "task_weights": "tictactoe=8,reading=3,grid_reading=4,arithmetic=3,programs=3,two_option=2"},
+}
+
+
+def build_config(build: str = "v3", **overrides: Any) -> TinyConfig:
+    """The TinyConfig of a named build (:data:`BUILDS`), with ``overrides`` on top."""
+    if build not in BUILDS:
+        raise ValueError(f"unknown build {build!r}; known: {list(BUILDS)}")
+    return TinyConfig(**(BUILDS[build] | overrides))
 
 
 @dataclass
@@ -92,6 +118,12 @@ class TinyConfig:
     task_weights: str = "tictactoe=8,reading=3"
     nim_max_start: int = 31  # games with a `start` parameter get random starts 1..this
     tokenizer_texts: int = 6000  # examples the BPE is trained on
+    # "bpe": byte-level BPE (words glue their leading space: " X" and "X" differ);
+    # "cells": every whitespace and punctuation character and every digit is its own token,
+    # and every move name of the corpus games is one token (see train_tokenizer)
+    tokenizer: str = "bpe"
+    # a resumable build saves its state every this many steps (not in the cache key)
+    checkpoint_every: int = 100
     # torch threads while building (not in the cache key; 1 = reproducible, and faster than 2
     # on a shared 2-core machine: 8k vs 3.6k tok/s measured with one core busy elsewhere)
     num_threads: int = 1
@@ -111,16 +143,21 @@ class TinyConfig:
     def weights(self) -> dict[str, float]:
         """Sampling weight of every task kind (games by name, 'arithmetic', 'programs',
         'reading': a line-copy question about a random game's observation; 'grid_reading':
-        a cell / line question about a board game's board, weight 0 unless given)."""
+        a cell / line question about a board game's board and 'two_option': a judge-format
+        A/B question, both weight 0 unless given)."""
         from lmselfplay.utils.config import parse_weights
 
         kinds = {g: 1.0 for g in self.game_names()} | {"arithmetic": 1.0, "programs": 1.0, "reading": 1.0}
         kinds["grid_reading"] = 0.0  # a lever (corpus.grid_reading_task), off in the default build
+        kinds["two_option"] = 0.0  # corpus.two_option_task, off in the default build
         return parse_weights(self.task_weights, kinds, "task_weights")
 
     def key(self) -> str:
         """Short hash of everything that changes the built model."""
-        d = {k: v for k, v in dataclasses.asdict(self).items() if k not in NON_SEMANTIC}
+        if self.tokenizer not in TOKENIZERS:
+            raise ValueError(f"unknown tokenizer {self.tokenizer!r}; known: {list(TOKENIZERS)}")
+        d = {k: v for k, v in dataclasses.asdict(self).items()
+             if k not in NON_SEMANTIC and LATER_FIELDS.get(k, object()) != v}
         d["games"] = self.game_names()
         d["build_version"] = BUILD_VERSION
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
@@ -180,9 +217,12 @@ class Corpus:
             if self.rng.random() < 0.75:
                 return st.program_output_prompt(t), t["output"], None
             return st.program_write_prompt(t), t["code"].rstrip("\n"), None
+        if kind == "two_option":
+            prompt, label = st.two_option_task(self.rng)
+            return prompt, label, None
         if kind == "grid_reading":  # board games only: retry until a game shows a square board
             for _ in range(1000):
-                game = self.rng.choice(self.variants[self.rng.choice(sorted(self.games))])
+                game = self.rng.choice(self.variants[self.rng.choice(self.move_games)])
                 task = st.grid_reading_task(game, self.rng)
                 if task is not None:
                     return task[0], task[1], None
@@ -207,26 +247,60 @@ class Corpus:
 
 # --- tokenizer --------------------------------------------------------------------------
 
-def train_tokenizer(cfg: TinyConfig, texts: list[str]) -> Any:
-    """Byte-level BPE (digits split one by one) wrapped as a PreTrainedTokenizerFast."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+def train_tokenizer(cfg: TinyConfig, texts: list[str], move_names: list[str] = ()) -> Any:
+    """A byte-level BPE (digits split one by one) wrapped as a PreTrainedTokenizerFast.
+
+    ``cfg.tokenizer == "bpe"``: words carry their leading space (GPT-2's split), so a board
+    cell ``X`` is ``" X"`` mid-row but ``"X"`` at a row's start. ``"cells"``: every
+    whitespace character, punctuation character and digit is a token of its own and BPE
+    merges only inside words, so a one-character board cell is one token whatever its
+    neighbours, a board row of n cells is always 2n tokens and a cell's distance to the
+    answer depends only on the layout; ``move_names`` (every corpus game's move names) are
+    added as whole-word tokens, so every move is ONE token (``D4``, ``pass``).
+    """
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tk = Tokenizer(models.BPE())
-    tk.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-    ])
+    if cfg.tokenizer == "cells":
+        tk.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(r"\s"), behavior="isolated"),
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.Punctuation(behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ])
+    else:
+        tk.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ])
     tk.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=cfg.vocab_size, min_frequency=2, special_tokens=list(SPECIAL_TOKENS),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tk.train_from_iterator(texts, trainer=trainer)
     tk.add_tokens([AddedToken(t, special=False, normalized=False) for t in MOVE_TOKENS])
+    if cfg.tokenizer == "cells":
+        tk.add_tokens([AddedToken(m, special=False, normalized=False, single_word=True)
+                       for m in move_names if len(m) > 1])
     pad, bos, eos = SPECIAL_TOKENS
     return PreTrainedTokenizerFast(
         tokenizer_object=tk, bos_token=bos, eos_token=eos, pad_token=pad,
         padding_side="left", model_max_length=cfg.max_seq_len, clean_up_tokenization_spaces=False)
+
+
+def move_names(cfg: TinyConfig) -> list[str]:
+    """Every move name of the corpus games with enumerable moves (default variants), in
+    order of first appearance."""
+    from lmselfplay import games
+    from lmselfplay.games.base import has_enumerable_actions
+
+    names: dict[str, None] = {}
+    for g in cfg.game_names():
+        game = games.make(g)
+        if has_enumerable_actions(game):
+            names.update((game.action_text(a), None) for a in range(game.n_actions))
+    return list(names)
 
 
 # --- model and training -----------------------------------------------------------------
@@ -290,34 +364,61 @@ SoftTarget = tuple[int, int, list[int], list[float]]  # (row, position, token id
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[SoftTarget]]
 
 
-def batches(cfg: TinyConfig, tok: Any, corpus: Any, rng: random.Random, chunk: int = 8) -> Iterator[Batch]:
+class batches:  # noqa: N801 - an iterator used like the generator function it replaces
     """(input_ids, attention_mask, loss_weight, soft targets) batches, right-padded,
     length-bucketed; soft targets are (row, position, token ids, probabilities).
 
     ``chunk`` batches worth of examples are sorted by length and cut into batches (then
     shuffled), so that short game turns and long programs are rarely padded together.
+    ``state_dict()`` / ``load_state_dict()`` hold everything the next batches depend on
+    (both random streams, the corpus's turn buffers, the batches not yet served), so a
+    resumed build sees exactly the batches an uninterrupted one would.
     """
-    while True:
-        examples = []
-        while len(examples) < chunk * cfg.batch_size:
-            prompt, answer, alternatives = corpus.sample()
-            ids, is_answer = encode_example(tok, prompt, answer)
+
+    def __init__(self, cfg: TinyConfig, tok: Any, corpus: Any, rng: random.Random, chunk: int = 8):
+        self.cfg, self.tok, self.corpus, self.rng, self.chunk = cfg, tok, corpus, rng, chunk
+        self.pending: list[list[Any]] = []
+
+    def __iter__(self) -> batches:
+        return self
+
+    def __next__(self) -> Batch:
+        if not self.pending:
+            self.pending = self._group()
+        return self._collate(self.pending.pop(0))
+
+    def _group(self) -> list[list[Any]]:
+        cfg, examples = self.cfg, []
+        while len(examples) < self.chunk * cfg.batch_size:
+            prompt, answer, alternatives = self.corpus.sample()
+            ids, is_answer = encode_example(self.tok, prompt, answer)
             if len(ids) <= cfg.max_seq_len:
-                examples.append((ids, is_answer, soft_target(tok, prompt, answer, alternatives)))
+                examples.append((ids, is_answer, soft_target(self.tok, prompt, answer, alternatives)))
         examples.sort(key=lambda e: len(e[0]))
         group = [examples[i : i + cfg.batch_size] for i in range(0, len(examples), cfg.batch_size)]
-        rng.shuffle(group)
-        for b in group:
-            ids_t, att = pad_batch([ids for ids, _, _ in b], tok.pad_token_id)
-            w = torch.zeros(ids_t.shape, dtype=torch.float32)
-            soft = []
-            for i, (ids, is_answer, st_) in enumerate(b):
-                w[i, : len(ids)] = torch.tensor(
-                    [1.0 if a else cfg.prompt_loss_weight for a in is_answer])
-                for pos, toks, probs in st_:
-                    w[i, pos] = 0.0  # replaced by the soft target below
-                    soft.append((i, pos, toks, probs))
-            yield ids_t, att, w, soft
+        self.rng.shuffle(group)
+        return group
+
+    def _collate(self, b: list[Any]) -> Batch:
+        ids_t, att = pad_batch([ids for ids, _, _ in b], self.tok.pad_token_id)
+        w = torch.zeros(ids_t.shape, dtype=torch.float32)
+        soft = []
+        for i, (ids, is_answer, st_) in enumerate(b):
+            w[i, : len(ids)] = torch.tensor([1.0 if a else self.cfg.prompt_loss_weight for a in is_answer])
+            for pos, toks, probs in st_:
+                w[i, pos] = 0.0  # replaced by the soft target below
+                soft.append((i, pos, toks, probs))
+        return ids_t, att, w, soft
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"rng": self.rng.getstate(), "corpus_rng": self.corpus.rng.getstate(),
+                "buffers": self.corpus.buffers, "pending": self.pending}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.rng.setstate(state["rng"])
+        self.corpus.rng.setstate(state["corpus_rng"])
+        self.corpus.buffers = state["buffers"]
+        self.pending = state["pending"]
 
 
 def weighted_lm_loss(model: Any, ids: torch.Tensor, att: torch.Tensor, weight: torch.Tensor,
@@ -357,21 +458,52 @@ def _torch_threads(n: int) -> Iterator[None]:
         torch.set_num_threads(old)
 
 
-def build_tiny_model(cfg: TinyConfig, out_dir: str | Path, progress: bool = True) -> dict[str, Any]:
+RESUME_FILE = "build_state.pt"
+
+
+def save_build_state(resume_dir: Path, state: dict[str, Any]) -> None:
+    """Write the build's state atomically (a kill mid-write keeps the previous one)."""
+    resume_dir.mkdir(parents=True, exist_ok=True)
+    tmp = resume_dir / f".{RESUME_FILE}.tmp"
+    torch.save(state, tmp)
+    os.replace(tmp, resume_dir / RESUME_FILE)
+
+
+def load_build_state(resume_dir: Path | None, key: str) -> dict[str, Any] | None:
+    """The saved state of a killed build of ``key``, or None (none saved, another key's,
+    or unreadable: then the build starts from step 0)."""
+    if resume_dir is None or not (resume_dir / RESUME_FILE).is_file():
+        return None
+    try:
+        state = torch.load(resume_dir / RESUME_FILE, weights_only=False)
+    except Exception:  # noqa: BLE001 - a damaged state file only costs the steps it held
+        return None
+    return state if isinstance(state, dict) and state.get("key") == key else None
+
+
+def build_tiny_model(cfg: TinyConfig, out_dir: str | Path, progress: bool = True,
+                     resume_dir: str | Path | None = None, stop_after: int | None = None) -> dict[str, Any]:
     """Build tokenizer + model into ``out_dir`` (written as is: callers make it atomic).
 
-    Deterministic from ``cfg.seed`` for a given thread count and library versions.
+    Deterministic from ``cfg.seed`` for a given thread count and library versions. With
+    ``resume_dir``, the training state (weights, optimizer, schedule, data stream) is saved
+    there every ``cfg.checkpoint_every`` steps and a build that finds a state of its own key
+    continues from it, so a killed build loses at most that many steps and ends with the
+    same weights as an uninterrupted one; the state is deleted when the build is done.
+    ``stop_after`` ends the run after that many steps WITHOUT writing the model (saving
+    the state first): what a kill at that step leaves.
     Returns the build info that is also saved as ``tiny_build.json``.
     """
     from tqdm.auto import tqdm
 
     out_dir = Path(out_dir)
+    resume_dir = Path(resume_dir) if resume_dir is not None else None
     t0 = time.time()
     rng = random.Random(cfg.seed)
     tok_corpus = Corpus(cfg, random.Random(rng.random()))
     texts = [format_prompt(None, p) + a
              for p, a, _ in (tok_corpus.sample() for _ in range(cfg.tokenizer_texts))]
-    tok = train_tokenizer(cfg, texts)
+    tok = train_tokenizer(cfg, texts, move_names(cfg))
     with _torch_threads(cfg.num_threads):
         torch.manual_seed(cfg.seed)
         model = make_model(cfg, tok)
@@ -388,9 +520,19 @@ def build_tiny_model(cfg: TinyConfig, out_dir: str | Path, progress: bool = True
 
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
         stream = batches(cfg, tok, Corpus(cfg, random.Random(rng.random())), random.Random(rng.random()))
-        tokens, ema = 0, None
-        bar = tqdm(range(cfg.train_steps), desc="tiny model", disable=not progress, unit="step")
-        for _ in bar:
+        start, tokens, ema, spent = 0, 0, None, 0.0
+        saved = load_build_state(resume_dir, cfg.key())
+        if saved is not None:
+            model.load_state_dict(saved["model"])
+            opt.load_state_dict(saved["optimizer"])
+            sched.load_state_dict(saved["scheduler"])
+            stream.load_state_dict(saved["stream"])
+            start, tokens, ema, spent = saved["step"], saved["tokens"], saved["ema"], saved["seconds"]
+        t_run = time.time()
+        last = cfg.train_steps if stop_after is None else min(cfg.train_steps, stop_after)
+        bar = tqdm(range(start, last), desc="tiny model", disable=not progress, unit="step",
+                   initial=start, total=cfg.train_steps)
+        for step in bar:
             ids, att, w, soft = next(stream)
             loss = weighted_lm_loss(model, ids, att, w, soft)
             opt.zero_grad(set_to_none=True)
@@ -400,8 +542,17 @@ def build_tiny_model(cfg: TinyConfig, out_dir: str | Path, progress: bool = True
             sched.step()
             tokens += int(att.sum())
             ema = loss.item() if ema is None else 0.95 * ema + 0.05 * loss.item()
-            bar.set_postfix(loss=f"{ema:.3f}", tok_s=f"{tokens / (time.time() - t0):.0f}")
+            bar.set_postfix(loss=f"{ema:.3f}", tok_s=f"{(tokens) / (spent + time.time() - t_run + 1e-9):.0f}")
+            done = step + 1
+            if resume_dir is not None and (done % max(1, cfg.checkpoint_every) == 0 or done == last):
+                save_build_state(resume_dir, {
+                    "key": cfg.key(), "step": done, "tokens": tokens, "ema": ema,
+                    "seconds": spent + time.time() - t_run, "model": model.state_dict(),
+                    "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+                    "stream": stream.state_dict()})
         bar.close()
+    if last < cfg.train_steps:
+        return {"key": cfg.key(), "stopped_at": last}
     model.eval()
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)
@@ -410,7 +561,11 @@ def build_tiny_model(cfg: TinyConfig, out_dir: str | Path, progress: bool = True
             "n_params": n_params, "tokens_seen": tokens, "final_loss_ema": ema,
             "build_seconds": round(time.time() - t0, 1), "torch_threads": cfg.num_threads,
             "torch": torch.__version__}
+    if saved is not None:
+        info["resumed_at_step"] = start
     (out_dir / INFO_FILE).write_text(json.dumps(info, indent=1))
+    if resume_dir is not None:
+        shutil.rmtree(resume_dir, ignore_errors=True)
     return info
 
 
@@ -453,8 +608,13 @@ def ensure_tiny_model(force: bool = False, cfg: TinyConfig | None = None, progre
         if progress:
             print(f"building the embedded tiny model into {path} (once; a few minutes on CPU)")
         with atomic_dir(path) as tmp:
-            build_tiny_model(cfg, tmp, progress=progress)
+            build_tiny_model(cfg, tmp, progress=progress, resume_dir=resume_dir(path))
     return path
+
+
+def resume_dir(path: Path) -> Path:
+    """Where the build of ``path`` keeps its training state until it is done."""
+    return path.parent / f".{path.name}.resume"
 
 
 def shipped_build(cfg: TinyConfig, folder: Path | None = None) -> Path | None:
@@ -478,19 +638,23 @@ def bootstrap_main(argv: list[str] | None = None) -> Path:
                     help="cache root (default: $LMSELFPLAY_CACHE or ~/.cache/lmselfplay)")
     ap.add_argument("--out", default=None, help="build into exactly this folder instead")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
-    defaults = TinyConfig()
-    for name in ("seed", "num_layers", "hidden_size", "num_heads", "intermediate_size",
-                 "train_steps", "batch_size", "num_threads", "vocab_size", "max_seq_len",
-                 "tokenizer_texts", "warmup_steps"):
-        ap.add_argument(f"--{name}", type=int, default=getattr(defaults, name))
+    ap.add_argument("--build", default="v3", choices=list(BUILDS),
+                    help="named build whose settings the other options default to (v3: the shipped one)")
+    int_fields = ("seed", "num_layers", "hidden_size", "num_heads", "intermediate_size",
+                  "train_steps", "batch_size", "num_threads", "vocab_size", "max_seq_len",
+                  "tokenizer_texts", "warmup_steps", "checkpoint_every")
+    for name in int_fields:  # None = the build's value
+        ap.add_argument(f"--{name}", type=int, default=None)
     for name in ("lr", "prompt_loss_weight"):
-        ap.add_argument(f"--{name}", type=float, default=getattr(defaults, name))
+        ap.add_argument(f"--{name}", type=float, default=None)
     for name in ("games", "task_weights"):
-        ap.add_argument(f"--{name}", default=getattr(defaults, name))
+        ap.add_argument(f"--{name}", default=None)
+    ap.add_argument("--tokenizer", default=None, choices=list(TOKENIZERS))
     args = ap.parse_args(argv)
-    cfg = TinyConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TinyConfig)
-                        if hasattr(args, f.name)})
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(TinyConfig)
+             if getattr(args, f.name, None) is not None}
     try:
+        cfg = build_config(args.build, **given)
         cfg.key()  # validates games / weights before any work
         cfg.weights()
     except ValueError as e:
@@ -501,7 +665,7 @@ def bootstrap_main(argv: list[str] | None = None) -> Path:
             path = out
         else:
             with atomic_dir(out) as tmp:
-                build_tiny_model(cfg, tmp, progress=not args.quiet)
+                build_tiny_model(cfg, tmp, progress=not args.quiet, resume_dir=resume_dir(out))
             path = out
     else:
         path = ensure_tiny_model(force=args.force, cfg=cfg, progress=not args.quiet,

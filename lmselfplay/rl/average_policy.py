@@ -14,8 +14,9 @@ the same for every history in I). An information set that no iterate reaches has
 w-weighted mean of the probabilities (it is never played, any policy there is equivalent).
 
 Only small imperfect-information games can be averaged this way (``exact_metric ==
-"exploitability"``: the policy is read off every information set exactly, see
-:func:`lmselfplay.eval.game_metrics.tabular_policy`). :func:`distill_samples` turns the
+"exploitability"``: the policy is read off every information set, see
+:func:`lmselfplay.eval.game_metrics.tabular_policy`: exactly from bare answers, or for a
+policy that thinks by sampling its answers, the recipe's ``readout``). :func:`distill_samples` turns the
 average into supervised targets for :class:`~lmselfplay.rl.trainer.PolicyTrainer`'s
 target cross-entropy: one sample per information set, the target a distribution over the
 legal moves' tokens where their answers first differ.
@@ -58,6 +59,10 @@ class AverageConfig:
             raise ConfigError("average_start and distill_steps must be >= 0")
         if self.average_weighting not in WEIGHTINGS:
             raise ConfigError(f"average_weighting must be one of {WEIGHTINGS}, got {self.average_weighting!r}")
+        if self.average_policy and self.distill_steps and getattr(self, "enable_thinking", False):
+            raise ConfigError("distill_steps teach bare answers (<move> right after the assistant header), which "
+                              "would train a thinking policy to stop thinking: use distill_steps 0 (the average is "
+                              "still read by sampling and reported) or enable_thinking: false")
         schedule = getattr(self, "lr_scheduler_type", "constant")  # a trainer config mixed in
         if self.average_policy and self.distill_steps and schedule not in ("constant", "constant_with_warmup"):
             raise ConfigError(f"distill_steps run past max_steps, where lr_scheduler_type {schedule!r} has "

@@ -9,7 +9,10 @@ of their tabular experiments. One step, per such game:
 
 1. ``pi``: the LM's policy read exactly at every information set (teacher-forced answer
    probabilities normalized over the legal moves, one batched scoring call:
-   :func:`lmselfplay.eval.game_metrics.tabular_policy`);
+   :func:`lmselfplay.eval.game_metrics.tabular_policy`, the ``bare`` readout). That is the
+   policy only of a model that answers at once, and step 4 teaches bare answers: a policy
+   that thinks (``enable_thinking``) is refused (ConfigError) rather than trained to stop
+   thinking; sampled feedback serves it;
 2. ``q(I, a)`` (:func:`action_values`): the expected return, to the player acting at ``I``,
    of playing ``a`` there and following ``pi`` afterwards, both seats following ``pi``,
    averaged over the histories in ``I`` weighted by their chance-and-opponent reach (the
@@ -66,6 +69,10 @@ class FeedbackConfig:
     def __post_init__(self) -> None:
         if self.feedback not in FEEDBACKS:
             raise ConfigError(f"feedback must be one of {FEEDBACKS}, got {self.feedback!r}")
+        if self.feedback == "exact" and getattr(self, "enable_thinking", False):  # a policy config mixed in
+            raise ConfigError("feedback: exact reads and distils a bare answer (<move> right after the assistant "
+                              "header), which is not what a thinking policy plays and would train it to stop "
+                              "thinking: use feedback: sampled, or enable_thinking: false")
         if not self.mmd_eta > 0 or not self.mmd_alpha >= 0 or self.mmd_magnet_every < 0:
             raise ConfigError("mmd_eta must be > 0, mmd_alpha >= 0 and mmd_magnet_every >= 0 "
                               f"(got {self.mmd_eta}, {self.mmd_alpha}, {self.mmd_magnet_every})")

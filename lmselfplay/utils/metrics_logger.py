@@ -1,7 +1,7 @@
 """Metrics: one logger writes JSONL (always), TensorBoard (when installed) and PNG curves.
 
 ``MetricsLogger(out_dir).log(step, {"loss": ...})`` appends one JSON line per call to
-``metrics.jsonl``; ``plot(keys, "curves.png")`` draws those keys against the step.
+``metrics.jsonl``; ``plot(keys, "curves.png")`` draws those keys against the step as one grid.
 Appending is resume-safe: a resumed run drops lines past its restored step.
 """
 
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from lmselfplay.utils.checkpoint import save_json
+from lmselfplay.utils.curves import plot_curves
 
 
 class MetricsLogger:
@@ -82,27 +83,6 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
 
 
 def plot_jsonl(path: str | Path, keys: list[str], out_png: str | Path, title: str = "") -> Path | None:
-    """One panel per key, value vs step. Returns the PNG path (None if nothing to plot)."""
-    rows = read_jsonl(path)
-    keys = [k for k in keys if any(k in r for r in rows)]
-    if not keys:
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(len(keys), 1, figsize=(6, 2.2 * len(keys)), squeeze=False)
-    for ax, k in zip(axes[:, 0], keys):
-        pts = [(r["step"], r[k]) for r in rows if k in r and isinstance(r[k], (int, float))]
-        if pts:
-            ax.plot(*zip(*pts), marker=".")
-        ax.set_ylabel(k, fontsize=8)
-        ax.grid(alpha=0.3)
-    axes[-1, 0].set_xlabel("step")
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout(rect=(0, 0, 1, 0.97 if title else 1))
-    fig.savefig(out_png, dpi=100)
-    plt.close(fig)
-    return Path(out_png)
+    """The curves of ``keys`` in a metrics file, as one grid (:mod:`lmselfplay.utils.curves`).
+    Returns the PNG path (None if nothing to plot)."""
+    return plot_curves(read_jsonl(path), keys, out_png, title)

@@ -10,8 +10,12 @@ relies on that for its importance ratios.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
+
+from lmselfplay.games.text import visible_answer_text
+from lmselfplay.lm.prompt import end_of_turn, thinks
 
 
 @dataclass
@@ -44,22 +48,75 @@ class Engine(Protocol):
     def update_weights(self, model: Any, version: int | None = None) -> None: ...
 
 
-def completion_length(tokenizer: Any, toks: list[int], eos_id: int | None, stops: list[str]) -> tuple[int, str]:
-    """(tokens kept, finish reason) of a sample: up to the first EOS (kept), or the shortest
-    prefix whose text holds a stop string (kept), else all of it ("length"). Every engine
-    cuts with this rule, so all return the same tokens for the same sample."""
+def declared_eos_ids(path: Any) -> list[int]:
+    """The eos ids a model folder declares (generation_config.json, config.json), unloaded;
+    [] for anything that is not a local model folder."""
+    from pathlib import Path
+
+    from transformers import AutoConfig, GenerationConfig
+
+    if not path or not (Path(str(path)) / "config.json").is_file():
+        return []
+    found: list[Any] = [getattr(AutoConfig.from_pretrained(path), "eos_token_id", None)]
+    if (Path(str(path)) / "generation_config.json").is_file():
+        found.append(GenerationConfig.from_pretrained(path).eos_token_id)
+    return [int(i) for v in found if v is not None for i in (v if isinstance(v, list | tuple) else [v])]
+
+
+def end_token_ids(tokenizer: Any, model: Any = None) -> list[int]:
+    """Every token that ends a turn for this model: the tokenizer's eos, the eos LIST of the
+    model's generation_config and config (Qwen: <|im_end|> and <|endoftext|>; Llama-3.1:
+    <|end_of_text|>, <|eom_id|>, <|eot_id|>) and the chat template's end of turn. Without
+    ``model`` (engines that load it themselves: vLLM) they are read from the tokenizer's folder."""
+    found: list[Any] = [tokenizer.eos_token_id]
+    if model is None:
+        found.append(declared_eos_ids(getattr(tokenizer, "name_or_path", None)))
+    for holder in (getattr(model, "generation_config", None), getattr(model, "config", None)):
+        found.append(getattr(holder, "eos_token_id", None))
+    eot = end_of_turn(tokenizer)
+    found.append(None if eot is None else tokenizer.convert_tokens_to_ids(eot))
+    ids: list[int] = []
+    for v in found:
+        for i in (v if isinstance(v, list | tuple) else [v]):
+            if i is not None and int(i) not in ids:
+                ids.append(int(i))
+    return ids
+
+
+def holds_stop(text: str, stops: list[str]) -> bool:
+    """Whether a stop string occurs in the visible part of ``text``: stop strings apply only
+    after a think block closes (a ``</answer>`` inside ``<think>`` is thinking, not an answer)."""
+    visible = visible_answer_text(text)
+    return visible is not None and any(s in visible for s in stops)
+
+
+def native_stops(tokenizer: Any, sampling: SamplingParams) -> list[str] | None:
+    """The stop strings to hand an engine's own stop mechanism (vLLM's ``stop``), which cannot
+    skip a think block: none when the policy thinks (the cut is then made afterwards by
+    :func:`completion_length`, at the first stop after ``</think>``), else ``sampling.stop``."""
+    return None if not sampling.stop or thinks(tokenizer) else list(sampling.stop)
+
+
+def completion_length(tokenizer: Any, toks: list[int], eos_id: int | Collection[int] | None,
+                      stops: list[str]) -> tuple[int, str]:
+    """(tokens kept, finish reason) of a sample: up to the first end token (``eos_id``: one id
+    or all of :func:`end_token_ids`; kept), or the shortest prefix whose text holds a stop
+    string after any think block (:func:`holds_stop`; kept), else all of it ("length"). Every
+    engine cuts with this rule, so all return the same tokens for the same sample."""
+    ends = set() if eos_id is None else {eos_id} if isinstance(eos_id, int) else set(eos_id)
     n, reason = len(toks), "length"
-    if eos_id is not None and eos_id in toks:
-        n, reason = toks.index(eos_id) + 1, "eos"
-    if stops and any(s in tokenizer.decode(toks[:n], skip_special_tokens=True) for s in stops):
+    first_end = next((i for i, t in enumerate(toks) if t in ends), None)
+    if first_end is not None:
+        n, reason = first_end + 1, "eos"
+    if stops and holds_stop(tokenizer.decode(toks[:n], skip_special_tokens=True), stops):
         for k in range(1, n + 1):
-            if any(s in tokenizer.decode(toks[:k], skip_special_tokens=True) for s in stops):
+            if holds_stop(tokenizer.decode(toks[:k], skip_special_tokens=True), stops):
                 return k, "stop"
     return n, reason
 
 
-def to_completion(tokenizer: Any, prompt: list[int], toks: list[int], lps: list[float], eos_id: int | None,
-                  stops: list[str]) -> Completion:
+def to_completion(tokenizer: Any, prompt: list[int], toks: list[int], lps: list[float],
+                  eos_id: int | Collection[int] | None, stops: list[str]) -> Completion:
     """A Completion of ``toks`` (and their log-probs) cut by :func:`completion_length`."""
     n, reason = completion_length(tokenizer, toks, eos_id, stops)
     toks = list(toks[:n])

@@ -1,19 +1,35 @@
 """The default engine: batched ``transformers`` generate (left padding) on CPU or GPU.
 
-One ``generate`` call per batch of prompts (chunks of ``max_batch_size``). Behaviour
-log-probs come from the raw logits HF returns (``output_logits=True``), scaled by the
-temperature, so they match :meth:`HFEngine.score` (teacher forcing).
+One ``generate`` call per batch of prompts (chunks of ``max_batch_size``). Rules:
+
+* The run's :class:`SamplingParams` alone decide the sampling distribution. A model's own
+  generation_config defaults (Qwen2.5: ``repetition_penalty`` 1.05, ``top_k`` 20, ...) are
+  blanked for the call, so the sampled tokens come from ``softmax(logits / T)`` (top-p
+  truncated when asked) — the distribution whose log-probs are recorded.
+* Behaviour log-probs are ``log_softmax(logits / T)`` of each sampled token, computed step
+  by step by a logits processor that keeps one step's row (never every step's logits), so
+  they match :meth:`HFEngine.score` (teacher forcing) and memory stays O(batch x vocab).
+* Generation stops at every end token the model declares (:func:`end_token_ids`), and at a
+  stop string only once it appears after any think block (:func:`holds_stop`; a
+  StoppingCriteria, because HF's ``stop_strings`` would also fire inside ``<think>``).
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 
 from lmselfplay.lm.batching import pad_batch, sequence_logprobs
-from lmselfplay.lm.engines.base import Completion, SamplingParams, completion_length
+from lmselfplay.lm.engines.base import (
+    Completion,
+    SamplingParams,
+    completion_length,
+    end_token_ids,
+    holds_stop,
+)
 
 
 def unwrap(model: Any) -> Any:
@@ -21,6 +37,77 @@ def unwrap(model: Any) -> Any:
     while hasattr(model, "module"):
         model = model.module
     return model
+
+
+def _generating_model(model: Any) -> Any:
+    """The transformers model whose ``generate`` runs (under a PEFT wrapper, its base)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+@contextlib.contextmanager
+def neutral_generation_defaults(model: Any) -> Iterator[None]:
+    """``generate`` fills every unset value from ``model.generation_config``: blank it for
+    the call so that only the values passed explicitly apply."""
+    from transformers import GenerationConfig
+
+    inner = _generating_model(model)
+    saved = inner.generation_config
+    inner.generation_config = GenerationConfig()
+    try:
+        yield
+    finally:
+        inner.generation_config = saved
+
+
+class SampledLogprobs:
+    """A logits processor (first and only one) that records ``log_softmax(logits / T)`` of
+    each sampled token and returns the scores HF samples from: ``logits / T``, top-p truncated.
+
+    HF calls it once per step with the tokens so far; the token sampled at the previous step
+    is their last column, so one step's log-probs are kept until then, and :meth:`finish`
+    gathers the last step's once generation is over."""
+
+    def __init__(self, temperature: float, top_p: float):
+        from transformers import TopPLogitsWarper
+
+        self.temperature = temperature if temperature > 0 else 1.0
+        self.top_p = TopPLogitsWarper(top_p) if temperature > 0 and top_p < 1.0 else None
+        self.previous: torch.Tensor | None = None
+        self.picked: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self.previous is not None:
+            self.picked.append(self.previous.gather(1, input_ids[:, -1:]).squeeze(1))
+        scaled = scores.float() / self.temperature
+        self.previous = torch.log_softmax(scaled, dim=-1)
+        return self.top_p(input_ids, scaled) if self.top_p is not None else scaled
+
+    def finish(self, last_tokens: torch.Tensor) -> torch.Tensor:
+        """(batch, steps) log-probs of the sampled tokens; ``last_tokens`` = the final step's."""
+        if self.previous is not None:
+            self.picked.append(self.previous.gather(1, last_tokens[:, None]).squeeze(1))
+            self.previous = None
+        return torch.stack(self.picked, dim=1) if self.picked else torch.zeros(len(last_tokens), 0)
+
+
+class StopAfterThink:
+    """A stopping criterion: a row is done once a stop string appears in its text after any
+    think block (:func:`holds_stop`). Text is accumulated one decoded token at a time; the
+    exact cut is :func:`completion_length`'s, on the full decode."""
+
+    def __init__(self, tokenizer: Any, stops: list[str]):
+        self.tokenizer, self.stops = tokenizer, list(stops)
+        self.texts: list[str] = []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        pieces = self.tokenizer.batch_decode(input_ids[:, -1:].tolist(), skip_special_tokens=True)
+        if not self.texts:
+            self.texts = [""] * len(pieces)
+        done = []
+        for r, piece in enumerate(pieces):
+            self.texts[r] += piece
+            done.append(holds_stop(self.texts[r], self.stops))
+        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
 
 class HFEngine:
@@ -35,6 +122,7 @@ class HFEngine:
             tokenizer.pad_token = tokenizer.eos_token
         self.pad_id = tokenizer.pad_token_id
         self.eos_id = tokenizer.eos_token_id
+        self.end_ids = end_token_ids(tokenizer, _generating_model(self.model))
 
     @property
     def device(self) -> torch.device:
@@ -51,45 +139,53 @@ class HFEngine:
                 out += self._generate_batch(prompts_token_ids[i : i + self.max_batch_size], sampling)
         return out
 
+    def generation_config(self, sp: SamplingParams) -> Any:
+        """The whole configuration of a ``generate`` call, from ``sp`` alone: no penalty, no
+        top-k (the recorded distribution is the model's, scaled by T; top-p is applied by
+        :class:`SampledLogprobs`)."""
+        from transformers import GenerationConfig
+
+        return GenerationConfig(
+            max_new_tokens=sp.max_new_tokens, do_sample=sp.temperature > 0, temperature=1.0,
+            top_k=0 if sp.temperature > 0 else None, top_p=1.0, typical_p=1.0, repetition_penalty=1.0,
+            no_repeat_ngram_size=0, num_beams=1,
+            eos_token_id=self.end_ids, pad_token_id=self.pad_id, bos_token_id=self.tokenizer.bos_token_id,
+            return_dict_in_generate=False, output_logits=False, output_scores=False)
+
     @torch.no_grad()
     def _generate_batch(self, prompts: list[list[int]], sp: SamplingParams) -> list[Completion]:
+        from transformers import LogitsProcessorList, StoppingCriteriaList
+
         if not prompts:
             return []
         ids, mask = pad_batch(prompts, self.pad_id, side="left")
         width = ids.shape[1]
-        greedy = sp.temperature <= 0
-        kwargs: dict[str, Any] = dict(
-            max_new_tokens=sp.max_new_tokens, do_sample=not greedy, pad_token_id=self.pad_id,
-            eos_token_id=self.eos_id, return_dict_in_generate=True, output_logits=True,
-            # Each rank generates for its own games (different numbers of calls and lengths):
-            # under ZeRO-3 transformers would otherwise sync every token across ranks
-            # (synced_gpus) and hang. Engines serve whole (gathered or frozen) weights.
-            synced_gpus=False)
-        if not greedy:
-            kwargs.update(temperature=sp.temperature, top_p=sp.top_p, top_k=0)
-        if sp.stop:
-            kwargs.update(stop_strings=list(sp.stop), tokenizer=self.tokenizer)
+        recorder = SampledLogprobs(sp.temperature, sp.top_p)
+        stopping = StoppingCriteriaList([StopAfterThink(self.tokenizer, sp.stop)] if sp.stop else [])
         was_training = self.model.training
         self.model.eval()
         try:
-            res = self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device), **kwargs)
+            with neutral_generation_defaults(self.model):
+                seqs = self.model.generate(
+                    input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                    generation_config=self.generation_config(sp), logits_processor=LogitsProcessorList([recorder]),
+                    stopping_criteria=stopping,
+                    # Each rank generates for its own games (different numbers of calls and lengths):
+                    # under ZeRO-3 transformers would otherwise sync every token across ranks
+                    # (synced_gpus) and hang. Engines serve whole (gathered or frozen) weights.
+                    synced_gpus=False)
         finally:
             self.model.train(was_training)
-        new = res.sequences[:, width:].cpu()
-        logits = torch.stack(res.logits, dim=1).float().cpu() if res.logits else None
-        t = 1.0 if greedy else sp.temperature
+        new = seqs[:, width:]
+        lps = recorder.finish(new[:, -1]).cpu() if new.shape[1] else torch.zeros(len(prompts), 0)
+        new = new.cpu()
         completions = []
         for r, p in enumerate(prompts):
-            # HF pads a row after its EOS or stop string: cut there (kept), as every engine does
-            n, reason = completion_length(self.tokenizer, new[r].tolist(), self.eos_id, sp.stop)
+            # HF pads a row after its end token or stop string: cut there (kept), as every engine does
+            n, reason = completion_length(self.tokenizer, new[r].tolist(), self.end_ids, sp.stop)
             toks = new[r, :n].tolist()
             text = self.tokenizer.decode(toks, skip_special_tokens=True)
-            if logits is not None and n:
-                lp = torch.log_softmax(logits[r, :n] / t, dim=-1)
-                lps = lp.gather(1, torch.tensor(toks).unsqueeze(1)).squeeze(1).tolist()
-            else:
-                lps = []
-            completions.append(Completion(list(p), toks, text, lps, reason))
+            completions.append(Completion(list(p), toks, text, lps[r, :n].tolist(), reason))
         return completions
 
     # --- teacher forcing ------------------------------------------------------------

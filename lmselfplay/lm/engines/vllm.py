@@ -38,7 +38,13 @@ from typing import Any
 
 import torch
 
-from lmselfplay.lm.engines.base import Completion, SamplingParams, to_completion
+from lmselfplay.lm.engines.base import (
+    Completion,
+    SamplingParams,
+    end_token_ids,
+    native_stops,
+    to_completion,
+)
 from lmselfplay.lm.engines.weight_sync import SyncStats, iter_state_buckets, iter_weight_buckets
 
 INSTALL_HINT = "pip install lmselfplay[vllm]"
@@ -137,6 +143,7 @@ class VLLMEngine:
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         self.eos_id = tokenizer.eos_token_id
+        self.end_ids = end_token_ids(tokenizer)
         self.logprobs_mode = logprobs_mode
         self.bucket_bytes = bucket_bytes
         self.enable_sleep_mode = enable_sleep_mode
@@ -183,8 +190,8 @@ class VLLMEngine:
         greedy = sampling.temperature <= 0
         params = [vllm.SamplingParams(
             n=1, max_tokens=sampling.max_new_tokens, temperature=0.0 if greedy else sampling.temperature,
-            top_p=1.0 if greedy else sampling.top_p, seed=s, logprobs=0, stop=list(sampling.stop) or None,
-            include_stop_str_in_output=True, stop_token_ids=[self.eos_id] if self.eos_id is not None else None,
+            top_p=1.0 if greedy else sampling.top_p, seed=s, logprobs=0, stop=native_stops(self.tokenizer, sampling),
+            include_stop_str_in_output=True, stop_token_ids=self.end_ids or None,
             skip_special_tokens=True)
             for s in request_seeds(sampling.seed, len(prompts_token_ids))]
         self._wake()
@@ -198,7 +205,7 @@ class VLLMEngine:
             seq = o.outputs[0]
             toks = list(seq.token_ids)
             lps = [seq.logprobs[k][t].logprob for k, t in enumerate(toks)] if seq.logprobs is not None else []
-            completions.append(to_completion(self.tokenizer, p, toks, lps, self.eos_id, sampling.stop))
+            completions.append(to_completion(self.tokenizer, p, toks, lps, self.end_ids, sampling.stop))
         return completions
 
     # --- teacher forcing ------------------------------------------------------------

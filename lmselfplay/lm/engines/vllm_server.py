@@ -31,7 +31,13 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from lmselfplay.lm.engines.base import Completion, SamplingParams, to_completion
+from lmselfplay.lm.engines.base import (
+    Completion,
+    SamplingParams,
+    end_token_ids,
+    native_stops,
+    to_completion,
+)
 from lmselfplay.lm.engines.vllm import check_logprobs_mode, request_seeds
 from lmselfplay.lm.engines.weight_sync import SyncStats, iter_weight_buckets, weight_metadata
 
@@ -53,6 +59,7 @@ class VLLMServerEngine:
                  version: int = 0):
         self.tokenizer = tokenizer
         self.eos_id = tokenizer.eos_token_id
+        self.end_ids = end_token_ids(tokenizer)
         self.base_url = base_url.rstrip("/")
         self.timeout, self.retries, self.backoff = timeout, retries, backoff
         self.max_concurrency, self.group_port, self.bucket_bytes = max_concurrency, group_port, bucket_bytes
@@ -141,11 +148,13 @@ class VLLMServerEngine:
         base = {"max_tokens": sampling.max_new_tokens, "temperature": 0.0 if greedy else sampling.temperature,
                 "top_p": 1.0 if greedy else sampling.top_p, "logprobs": 0, "return_token_ids": True,
                 "return_tokens_as_token_ids": True, "skip_special_tokens": True,
-                "include_stop_str_in_output": True}
-        if sampling.stop:
-            base["stop"] = list(sampling.stop)
-        if self.eos_id is not None:
-            base["stop_token_ids"] = [self.eos_id]
+                "include_stop_str_in_output": True,
+                # the server would fill these from the model's generation_config (Qwen: 1.05, 20)
+                "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0}
+        if native_stops(self.tokenizer, sampling):
+            base["stop"] = native_stops(self.tokenizer, sampling)
+        if self.end_ids:
+            base["stop_token_ids"] = list(self.end_ids)
 
         def one(item):
             prompt, seed = item
@@ -158,7 +167,7 @@ class VLLMServerEngine:
             if len(lps) != len(toks):
                 raise ServerError(f"vLLM server at {self.base_url} returned {len(lps)} log-probs for {len(toks)} "
                                   "tokens")
-            return to_completion(self.tokenizer, prompt, toks, lps, self.eos_id, sampling.stop)
+            return to_completion(self.tokenizer, prompt, toks, lps, self.end_ids, sampling.stop)
 
         return self._pool_map(one, list(zip(prompts_token_ids, request_seeds(sampling.seed, len(prompts_token_ids)))))
 

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from lmselfplay.eval.stats import mean_ci, pass_at_k, wilson
+from lmselfplay.utils.stats import mean_ci, pass_at_k, wilson
 
 
 @pytest.mark.parametrize("n, c, k, want", [

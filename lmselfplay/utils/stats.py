@@ -1,4 +1,5 @@
-"""Confidence intervals for win rates (Wilson score interval)."""
+"""Statistics shared by training and evaluation: Wilson intervals for rates, the unbiased
+pass@k estimator, normal intervals of a mean."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Self-play and evaluation with PUCT search over the language model (search distillation).
+"""Search distillation: PUCT self-play and evaluation with the language model as the network.
 
 * :func:`collect` — batched games where every move is chosen by
   :class:`~lmselfplay.alphazero.BatchedMCTS` with an LLM evaluator
@@ -28,11 +28,12 @@ import numpy as np
 
 from lmselfplay.alphazero.batched_mcts import BatchedMCTS
 from lmselfplay.alphazero.mcts import search_policy
-from lmselfplay.eval.stats import wilson
+from lmselfplay.alphazero.selfplay import SearchedGame, SelfPlaySettings, play_searched
 from lmselfplay.games.base import random_legal_reset
 from lmselfplay.games.text import format_answer
 from lmselfplay.lm.prompt import encode_completion
 from lmselfplay.lm.trajectory import Sample
+from lmselfplay.utils.stats import wilson
 
 LEARNER = "learner"
 
@@ -78,17 +79,8 @@ def q_loss(q: Any, prior: Any, legal: Any, q_target: Any, z: Any) -> Any:
     return (per_move + (z - q_value(q, prior, legal)) ** 2).mean()
 
 
-@dataclass
-class _Game:
-    pos: Any
-    learner: tuple[int, ...]  # seats the learner plays
-    opponent: str  # "mirror" or a frozen snapshot's name
-    ply: int = 0
-    result: list[float] | None = None
-
-
 def plan_games(face: Any, n_games: int, rng: random.Random, opponents: Callable[[random.Random], str],
-               reset_fraction: float = 0.0, reset_max_plies: int = 4) -> list[_Game]:
+               reset_fraction: float = 0.0, reset_max_plies: int = 4) -> list[SearchedGame]:
     """``n_games`` starts: a fraction from random legal resets; the opponent of each from
     ``opponents(rng)`` ("mirror" or a frozen snapshot's name, which takes a random seat)."""
     out = []
@@ -97,58 +89,38 @@ def plan_games(face: Any, n_games: int, rng: random.Random, opponents: Callable[
             else face.game.new_initial_state()
         opp = opponents(rng)
         seats = (0, 1) if opp == "mirror" else (rng.randrange(2),)
-        out.append(_Game(face.position(state), seats, opp))
+        out.append(SearchedGame(face.position(state), seats, opp))
     return out
 
 
-def collect(face: Any, games: list[_Game], evaluators: dict[str, Any], n_sims: int, rng: random.Random,
+def collect(face: Any, games: list[SearchedGame], evaluators: dict[str, Any], n_sims: int, rng: random.Random,
             c_puct: float = 1.5, eps: float = 0.25, alpha: float = 0.3,
             temperature_moves: int = 4, progress: Any = None,
             target_tau: float = 1.0, q_lambda: float = 4.0) -> tuple[list[Record], dict[str, float]]:
-    """Play ``games`` to the end; ``evaluators[LEARNER]`` and one per frozen opponent name.
-    Returns the learner's records (z filled in) and summary statistics. A record's pi is
-    the root visit distribution at temperature ``target_tau`` (1: AlphaZero's N / sum N;
-    below 1 sharper, so a policy that matches it puts more mass on the most visited move).
-    When the learner's evaluator has a Q head, a record also holds the blended Q target
+    """Play ``games`` to the end through the one searched self-play loop
+    (:func:`lmselfplay.alphazero.selfplay.play_searched`); ``evaluators[LEARNER]`` and one per
+    frozen opponent name. Returns the learner's records (z filled in) and summary statistics.
+    A record's pi is the root visit distribution at temperature ``target_tau`` (1: AlphaZero's
+    N / sum N; below 1 sharper, so a policy that matches it puts more mass on the most visited
+    move). When the learner's evaluator has a Q head, a record also holds the blended Q target
     (:func:`blended_q_target` with ``lam = q_lambda``; Q_prior: the head's Q at the root)."""
-    records: list[list[Record]] = [[] for _ in games]
-    players: list[list[int]] = [[] for _ in games]
-    while True:
-        live = [i for i, g in enumerate(games) if g.result is None]
-        if not live:
-            break
-        groups: dict[str, list[int]] = {}
-        for i in live:
-            g = games[i]
-            groups.setdefault(LEARNER if g.pos.player in g.learner else g.opponent, []).append(i)
-        for who, idx in groups.items():
-            search = BatchedMCTS(face, evaluators[who], c_puct, eps, alpha, capacity=len(idx) * (n_sims + 1))
-            search.set_roots([games[i].pos for i in idx])
-            N, Q = search.search(n_sims, [rng.randrange(2**31) for _ in idx])
-            for row, i in enumerate(idx):
-                g = games[i]
-                legal = face.legal(g.pos)
-                tau = 1.0 if g.ply < temperature_moves else 0.0
-                p = search_policy(N[row], tau, legal)
-                action = int(rng.choices(range(face.n_actions), weights=p.tolist())[0])
-                if who == LEARNER:
-                    ev = evaluators[LEARNER]
-                    q_target = blended_q_target(N[row], Q[row], ev.q_values([g.pos])[0], legal, q_lambda) \
-                        if getattr(ev, "has_q", False) else np.zeros(0)
-                    records[i].append(Record(ev.prompt_ids(g.pos.state), np.flatnonzero(legal).tolist(),
-                                             search_policy(N[row], target_tau, legal).tolist(), Q[row].tolist(),
-                                             opponent=g.opponent, q_target=q_target.tolist()))
-                    players[i].append(g.pos.player)
-                g.pos = face.next_state(g.pos, action)
-                g.ply += 1
-                if face.terminal_value(g.pos) is not None:
-                    g.result = list(face.game.returns(g.pos.state))
-        if progress is not None:
-            progress.update(len(live))
+    records: list[list[tuple[Record, int]]] = [[] for _ in games]
+    ev = evaluators[LEARNER]
+
+    def record(i: int, g: SearchedGame, legal: np.ndarray, n: np.ndarray, q: np.ndarray) -> None:
+        q_target = blended_q_target(n, q, ev.q_values([g.pos])[0], legal, q_lambda) \
+            if getattr(ev, "has_q", False) else np.zeros(0)
+        records[i].append((Record(ev.prompt_ids(g.pos.state), np.flatnonzero(legal).tolist(),
+                                  search_policy(n, target_tau, legal).tolist(), q.tolist(),
+                                  opponent=g.opponent, q_target=q_target.tolist()), g.pos.player))
+
+    settings = SelfPlaySettings(n_sims=n_sims, c_puct=c_puct, dirichlet_eps=eps, dirichlet_alpha=alpha,
+                                temperature_moves=temperature_moves)
+    play_searched(face, games, evaluators, LEARNER, settings, rng, record, progress)
     out = []
-    for g, recs, who in zip(games, records, players):
-        for r, p in zip(recs, who):
-            r.z = float(g.result[p])
+    for g, recs in zip(games, records):
+        for r, player in recs:
+            r.z = float(g.result[player])
             out.append(r)
     mirror = [g.result[0] for g in games if g.opponent == "mirror"]
     frozen = [g.result[g.learner[0]] for g in games if g.opponent != "mirror"]
