@@ -21,7 +21,7 @@ the call, with glibc told to map every block of 64 KB or more on its own
 its default heap, memory freed between micro-batches stays resident and the peak measures the
 allocator's fragmentation instead of what the step holds.
 
-    python benchmarks/bench_memory.py [--quick] [--batches 4 16 64] [--cap 256] [--out FILE]
+    python benchmarks/bench_memory.py [--quick] [--batches 4 16 64] [--cap 256] [--parts ...] [--out FILE]
 """
 
 from __future__ import annotations
@@ -196,6 +196,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--completion-len", type=int, default=16)
     ap.add_argument("--cap", type=int, default=256, help="max_tokens_per_micro_batch of the capped rows")
     ap.add_argument("--out", default=None, help="results file (default benchmarks/results/memory.json)")
+    ap.add_argument("--parts", nargs="+", default=["trainer", "logprobs", "generation"], choices=list(CASES))
     ap.add_argument("--case", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -211,7 +212,7 @@ def main(argv: list[str] | None = None) -> None:
     plan = {"trainer": [args.cap, 0], "logprobs": ["blocks", "full"], "generation": [rows_of_cap, 256]}
     results: dict = {"device": device.type, "cap_tokens": args.cap, "fresh_process_per_case": not args.quick,
                      **shape}
-    for part, caps in plan.items():
+    for part, caps in ((p, plan[p]) for p in args.parts):
         results[part] = [{"part": part, "batch": b, "cap": cap, **shape} for b in args.batches for cap in caps]
         for r in results[part]:
             r["peak_mb"] = run_case(r, not args.quick, device)
