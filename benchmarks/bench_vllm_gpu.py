@@ -15,10 +15,16 @@ in seconds). The small vocabulary drops ~135M embedding parameters, so the defau
   3. weight-sync time per step (bucketed push + prefix-cache reset), 0.5B params  goal < 1 s
   4. the staleness detector over ``--syncs`` steps with a push after each (should stay
      low), then ``--stale_steps`` steps whose push is skipped (should jump: the negative control)
+  5. every step is TIS-corrected (``--tis_cap``, lmselfplay/rl/importance.py): ``tis/weight`` and
+     ``tis/capped`` against the bf16 engine's log-probs, per step
+  6. peak GPU memory (trainer + colocated engine), and whether sleep mode (``--sleep_mode``)
+     slept once per step
 
 Prints the ratios and writes JSON to ``benchmarks/results/vllm_gpu.json``. Without CUDA it
 stops with a clear message; ``--allow_cpu`` runs the same flow on vLLM's CPU build with tiny
-sizes to check the script's logic (its numbers mean nothing).
+sizes to check the script's logic (its numbers mean nothing); ``--dry_run`` runs it on CPU with
+tiny sizes and an HF engine holding its own copy of the weights in vLLM's place (no vLLM needed:
+the tests run it so the script cannot rot).
 """
 
 from __future__ import annotations
@@ -39,6 +45,55 @@ from lmselfplay.lm.engines import HFEngine, SamplingParams, StalenessDetector
 from lmselfplay.lm.trajectory import Sample
 
 RESULTS = Path(__file__).resolve().parent / "results" / "vllm_gpu.json"
+
+
+DRY_SIZES = {"layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2, "mlp": 128, "prompts": 8, "new_tokens": 8,
+             "selfplay_steps": 1, "episodes": 4, "syncs": 2, "sync_prompts": 4, "stale_steps": 1}
+
+
+class DryRunEngine(HFEngine):
+    """``--dry_run``: an HF engine on its own copy of the weights, pushed like vLLM's (timed)."""
+
+    def __init__(self, model, tok):
+        import copy
+
+        from lmselfplay.lm.engines.weight_sync import SyncStats
+
+        super().__init__(copy.deepcopy(model), tok)
+        self.last_sync = SyncStats()
+
+    def update_weights(self, model, version=None):
+        from lmselfplay.lm.engines.weight_sync import SyncStats
+
+        t = time.perf_counter()
+        super().update_weights(model, version)
+        self.last_sync = SyncStats(tensors=len(self.model.state_dict()), seconds=time.perf_counter() - t,
+                                   bytes=sum(v.numel() * v.element_size() for v in self.model.state_dict().values()))
+
+    def close(self):
+        pass
+
+
+def count_sleeps(engine) -> list[int]:
+    """A live count of the engine's ``sleep`` calls that put it to sleep (sleep mode)."""
+    count = [0]
+    sleep = getattr(engine, "sleep", None)
+    if sleep is None:
+        return count
+
+    def counted():
+        count[0] += int(getattr(engine, "enable_sleep_mode", False) and not getattr(engine, "_asleep", True))
+        sleep()
+    engine.sleep = counted
+    return count
+
+
+def peak_memory_bytes(device: str) -> int:
+    if device == "cuda":
+        return int(torch.cuda.max_memory_allocated())
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
 def build_tokenizer(n_texts: int = 3000):
@@ -107,7 +162,7 @@ def selfplay_steps(engine, trainer, tok, steps: int, episodes: int, max_new_toke
     """Steps 1-6 of recipes/selfplay_games.py with the vLLM engine (mirror self-play)."""
     from lmselfplay.games import make
     from lmselfplay.games.text import MOVE_STOP
-    from lmselfplay.lm.rollout import Episode, LLMPlayer, RolloutStats, play
+    from lmselfplay.lm.rollout import Episode, LLMPlayer, RolloutStats, play_episodes
     from lmselfplay.rl.advantages import RoleBaselines
 
     me = LLMPlayer(engine, tok, learner=True)
@@ -119,7 +174,7 @@ def selfplay_steps(engine, trainer, tok, steps: int, episodes: int, max_new_toke
         eps = [Episode(games[i % 3], (me, me), seed=step * 10_000 + i) for i in range(episodes)]
         stats = RolloutStats()
         t = time.perf_counter()
-        finished = list(play(eps, sp, concurrency=episodes, stats=stats))
+        finished = list(play_episodes(eps, sp, concurrency=episodes, stats=stats))
         t_roll = time.perf_counter() - t
         trajs = [tr for f in finished for tr in f.trajectories]
         adv = baselines.advantages([tr.role for tr in trajs], [tr.reward for tr in trajs])
@@ -130,7 +185,9 @@ def selfplay_steps(engine, trainer, tok, steps: int, episodes: int, max_new_toke
         engine.update_weights(trainer.unwrapped, version=trainer.step_count)
         rows.append({"step": step + 1, "rollout_s": t_roll, "train_s": t_train, "sync_s": engine.last_sync.seconds,
                      "generated_tokens": stats.generated_tokens, "invalid_rate": stats.as_dict()["invalid_rate"],
-                     "samples": len(samples), "logprob_diff": metrics.get("logprob_diff", float("nan"))})
+                     "samples": len(samples), "logprob_diff": metrics.get("logprob_diff", float("nan")),
+                     "tis_weight": metrics.get("tis/weight", float("nan")),
+                     "tis_capped": metrics.get("tis/capped", float("nan"))})
         print(f"  self-play step {step + 1}: {stats.generated_tokens} tokens in {t_roll:.2f} s, "
               f"train {t_train:.2f} s, sync {engine.last_sync.seconds:.3f} s, "
               f"logprob_diff {rows[-1]['logprob_diff']:.4f}", flush=True)
@@ -184,32 +241,47 @@ def main(argv=None) -> int:
     ap.add_argument("--gpu_memory_utilization", type=float, default=0.35)
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--allow_cpu", action="store_true", help="logic check on vLLM's CPU build (tiny sizes)")
+    ap.add_argument("--dry_run", action="store_true", help="CPU, tiny sizes, an HF engine in vLLM's place")
+    ap.add_argument("--tis_cap", type=float, default=2.0, help="truncated importance sampling cap of every step")
+    ap.add_argument("--sleep_mode", action="store_true", help="colocated engine with sleep mode on")
     args = ap.parse_args(argv)
+    if args.dry_run:
+        for k, v in DRY_SIZES.items():
+            setattr(args, k, v)
 
-    if not torch.cuda.is_available() and not args.allow_cpu:
+    if not torch.cuda.is_available() and not (args.allow_cpu or args.dry_run):
         print("bench_vllm_gpu.py needs a CUDA GPU (torch.cuda.is_available() is False here); run it on a GPU "
               "machine after `pip install -e \".[vllm]\"` (--allow_cpu only checks the logic on vLLM's CPU build)",
               file=sys.stderr)
         return 2
-    from lmselfplay.lm.engines.vllm import VLLMEngine, require_vllm
     from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
 
-    vllm = require_vllm()
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = "cuda" if torch.cuda.is_available() and not args.dry_run else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    tok = build_tokenizer()
+    tok = build_tokenizer(300 if args.dry_run else 3000)
     model = build_model(tok, args.layers, args.hidden, args.heads, args.kv_heads, args.mlp, device, dtype)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"model: Qwen2-0.5B-shaped, {args.layers} layers, vocab {model.config.vocab_size}, "
           f"{n_params / 1e6:.0f}M parameters, {dtype}, {device}", flush=True)
     trainer = PolicyTrainer(model, tok, TrainerConfig(learning_rate=args.learning_rate, beta=0.0, num_iterations=1,
-                                                      max_grad_norm=1.0, temperature=1.0, merge_identical=False))
+                                                      max_grad_norm=1.0, temperature=1.0, merge_identical=False,
+                                                      tis_cap=args.tis_cap))
     t = time.perf_counter()
-    engine = VLLMEngine(trainer.unwrapped, tok, gpu_memory_utilization=args.gpu_memory_utilization,
-                        logprobs_mode="raw_logprobs", max_model_len=1024, enforce_eager=device == "cpu")
+    if args.dry_run:
+        engine, version = DryRunEngine(trainer.unwrapped, tok), "none (dry run: HF engine with its own weights)"
+    else:
+        from lmselfplay.lm.engines.vllm import VLLMEngine, require_vllm
+
+        version = require_vllm().__version__
+        engine = VLLMEngine(trainer.unwrapped, tok, gpu_memory_utilization=args.gpu_memory_utilization,
+                            logprobs_mode="raw_logprobs", max_model_len=1024, enforce_eager=device == "cpu",
+                            enable_sleep_mode=args.sleep_mode)
     t_build = time.perf_counter() - t
+    sleeps = count_sleeps(engine)
     hf = HFEngine(trainer.unwrapped, tok, max_batch_size=args.prompts)
-    print(f"vLLM {vllm.__version__} engine built in {t_build:.1f} s (first push {engine.last_sync.seconds:.3f} s)",
+    with trainer.serving(engine):  # the trainer knows its engine (sleep mode: once per step)
+        pass
+    print(f"vLLM {version} engine built in {t_build:.1f} s (first push {engine.last_sync.seconds:.3f} s)",
           flush=True)
 
     # 1. tokens/s on the same batch
@@ -239,16 +311,25 @@ def main(argv=None) -> int:
           f"{args.stale_steps} skipped pushes: {series['stale_logprob_diff']:.4f} "
           f"({'tripped' if series['stale_over_threshold'] else 'NOT tripped'}; "
           f"{series['stale_logprob_diff'] / max(statistics.fmean(series['logprob_diff']), 1e-12):.1f}x the synced mean)")
+    tis = [r["tis_weight"] for r in rows]
+    print(f"TIS (cap {args.tis_cap}) on every step: mean weight per self-play step {[round(x, 4) for x in tis]}, "
+          f"capped share {[round(r['tis_capped'], 4) for r in rows]}")
+    peak = peak_memory_bytes(device)
+    steps_run = args.selfplay_steps + args.syncs + args.stale_steps + 1
+    print(f"peak memory ({'GPU allocated' if device == 'cuda' else 'process RSS'}): {peak / 2**30:.2f} GiB; "
+          f"sleep mode {'on' if args.sleep_mode else 'off'}: {sleeps[0]} sleeps over {steps_run} trainer steps "
+          f"(at most one per step)")
 
     result = {
         "device": torch.cuda.get_device_name(0) if device == "cuda" else platform.processor() or "cpu",
-        "vllm": vllm.__version__, "torch": torch.__version__, "params": n_params, "layers": args.layers,
+        "vllm": version, "torch": torch.__version__, "params": n_params, "layers": args.layers,
         "dtype": str(dtype), "engine_build_s": t_build,
         "throughput": {"prompts": len(prompts), "new_tokens": args.new_tokens, "vllm_tokens_per_s": vllm_tps,
                        "hf_tokens_per_s": hf_tps, "ratio": vllm_tps / hf_tps, "goal": 10.0},
         "invariant_mean_abs_diff": inv, "selfplay": rows,
         "sync": {"median_s": sync_med, "per_0_5b_params_s": per_half_b, "goal_s": 1.0, **series},
-        "cpu_logic_check": device == "cpu"}
+        "tis_cap": args.tis_cap, "peak_memory_bytes": peak, "sleep_mode": args.sleep_mode, "sleeps": sleeps[0],
+        "trainer_steps": steps_run, "cpu_logic_check": device == "cpu", "dry_run": args.dry_run}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".json.tmp")

@@ -1,10 +1,17 @@
 """A Go engine speaking GTP (the Go Text Protocol) as a bot seat, e.g. GnuGo.
 
-``GTPEngine`` owns one engine process: it sends a command and reads the reply
-(``= ...`` or ``? ...`` followed by a blank line) with a timeout, kills the process on a
-hang, restarts it when it has died, and always kills it on ``close`` (context manager,
-and a finalizer that also runs at interpreter exit). An engine is untrusted: a reply that
-is not GTP, a timeout or a dead process is a :class:`GTPError`, never a hang.
+``GTPEngine`` owns one engine process. An engine is untrusted; its rules:
+
+* Every command has one deadline for its whole reply (``= ...`` or ``? ...`` up to a blank
+  line): an engine that drips a line every half second fails like one that never answers.
+* At most :data:`MAX_REPLY_BYTES` are buffered per reply: an engine that never sends a
+  newline fails at that size, it never grows our memory.
+* A reply that is not GTP, a timeout or a dead process is a :class:`GTPError`, never a hang;
+  the engine is killed and the next ``start`` restarts it.
+* The engine runs under a keeper (:mod:`lmselfplay.utils.process_tree`): ``close`` (the
+  context manager, a finalizer at garbage collection and at interpreter exit) kills its
+  whole tree, ``setsid`` and double-forked grandchildren included; when the host dies
+  without closing it (SIGTERM, SIGKILL) the keeper kills the tree by itself.
 
 ``GTPPlayer`` is a bot (``(game, state, rng) -> action``, like ``BotPlayer.act``): before
 each ``genmove`` it replays the game's moves into the engine (only the new ones when the
@@ -14,19 +21,24 @@ both colours. A crashed or hung engine is restarted and the game replayed, once 
 
 from __future__ import annotations
 
+import contextlib
 import os
-import queue
+import select
 import shutil
 import signal
 import subprocess
-import threading
+import time
 import weakref
 from collections.abc import Sequence
 from typing import Any
 
 from lmselfplay.games.go import Go, GoState
+from lmselfplay.utils.process_tree import kept_command
 
 GNUGO_PATHS = ("gnugo", "/usr/games/gnugo")
+MAX_REPLY_BYTES = 1 << 20  # GnuGo's longest replies (showboard, list_commands) are a few KB
+READ_CHUNK = 1 << 16
+KEEPER_GRACE_S = 5.0  # how long close() waits for the keeper to kill the tree
 
 
 class GTPError(RuntimeError):
@@ -65,31 +77,23 @@ def gnugo_command(level: int = 1, size: int = 9, komi: float = 7.5) -> list[str]
 
 
 def _kill(proc: subprocess.Popen) -> None:
-    """Kill the engine's process group (it was started in its own session) and reap it."""
+    """End the engine's whole tree and reap it: SIGTERM to its keeper (which kills every
+    descendant, see :mod:`lmselfplay.utils.process_tree`), then SIGKILL to the process group
+    as the last resort (and the only means where there is no keeper)."""
     if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            proc.kill()
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass
-    for f in (proc.stdin, proc.stdout):
-        try:
-            f.close()
-        except OSError:
+            proc.wait(timeout=KEEPER_GRACE_S)
+        except subprocess.TimeoutExpired:
             pass
-
-
-def _pump(stream: Any, lines: queue.Queue) -> None:
-    """Reader thread: every line of the engine's stdout, then None at end of file."""
-    try:
-        for line in iter(stream.readline, ""):
-            lines.put(line)
-    except (OSError, ValueError):
-        pass
-    lines.put(None)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)  # the session it leads, keeper or engine
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5)
+    for f in (proc.stdin, proc.stdout):
+        with contextlib.suppress(OSError):
+            f.close()
 
 
 class GTPEngine:
@@ -102,22 +106,24 @@ class GTPEngine:
         self.setup = list(setup)  # commands re-sent after every (re)start
         self.starts = 0
         self.proc: subprocess.Popen | None = None
-        self._lines: queue.Queue = queue.Queue()
+        self._buffer = bytearray()  # what the engine sent that no reply has consumed yet
         self._finalizer: weakref.finalize | None = None
 
     def start(self) -> None:
         self.close()
+        if shutil.which(self.command[0]) is None:  # the keeper would only report it as an exit
+            raise GTPError(f"cannot start {self.command[0]!r}: not found or not executable")
         try:
-            proc = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=subprocess.DEVNULL, text=True, bufsize=1,
-                                    start_new_session=True)
+            proc = subprocess.Popen(kept_command(self.command), stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0,
+                                    start_new_session=True)  # a Ctrl-C reaches the host only
         except OSError as e:
             raise GTPError(f"cannot start {self.command[0]!r}: {e}") from None
-        self.proc, self._lines = proc, queue.Queue()
+        self.proc, self._buffer = proc, bytearray()
         self.starts += 1
-        # Runs on close(), on garbage collection and at interpreter exit, whichever is first.
+        # Runs on close(), on garbage collection and at interpreter exit, whichever is first;
+        # when the host dies without running it, the keeper's PDEATHSIG does the same.
         self._finalizer = weakref.finalize(self, _kill, proc)
-        threading.Thread(target=_pump, args=(proc.stdout, self._lines), daemon=True).start()
         for cmd in self.setup:
             self.send(cmd)
 
@@ -131,13 +137,14 @@ class GTPEngine:
         return self.proc is not None and self.proc.poll() is None
 
     def send(self, command: str, timeout: float | None = None) -> str:
-        """Send one command; return the reply text after '= '. Any failure kills the engine
-        (the next ``send`` on a dead engine raises until ``restart``)."""
+        """Send one command; return the reply text after '= '. The whole reply must arrive
+        within ``timeout`` seconds (default ``self.timeout``) and within
+        :data:`MAX_REPLY_BYTES`. Any failure kills the engine (the next ``send`` on a dead
+        engine raises until ``start``)."""
         if not self.alive:
             raise GTPError(f"GTP engine is not running (command {command!r})")
         try:
-            self.proc.stdin.write(command.strip() + "\n")
-            self.proc.stdin.flush()
+            self.proc.stdin.write((command.strip() + "\n").encode())
             return self._reply(command, self.timeout if timeout is None else timeout)
         except (OSError, ValueError) as e:
             self.close()
@@ -149,22 +156,20 @@ class GTPEngine:
             raise
 
     def _reply(self, command: str, timeout: float) -> str:
-        lines: list[str] = []
-        while True:
-            try:
-                line = self._lines.get(timeout=timeout)
-            except queue.Empty:
-                raise GTPError(f"GTP engine did not answer {command!r} within {timeout:g}s") from None
-            if line is None:
+        """Read until one whole reply is buffered, by one deadline for the whole command."""
+        deadline = time.monotonic() + timeout
+        fd = self.proc.stdout.fileno()
+        while (lines := _take_reply(self._buffer)) is None:
+            if len(self._buffer) > MAX_REPLY_BYTES:
+                raise GTPError(f"GTP engine sent more than {MAX_REPLY_BYTES} bytes without ending "
+                               f"its reply to {command!r}")
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise GTPError(f"GTP engine did not answer {command!r} within {timeout:g}s")
+            chunk = os.read(fd, READ_CHUNK)
+            if not chunk:
                 raise GTPError(f"GTP engine exited during {command!r}")
-            line = line.rstrip("\r\n")
-            if not lines and not line.strip():
-                continue  # blank lines before a reply
-            if not line.strip():
-                break
-            lines.append(line)
-            if len(lines) > 10_000:
-                raise GTPError(f"GTP engine flooded the reply to {command!r}")
+            self._buffer += chunk
         head = lines[0]
         if head.startswith("?"):
             raise _ErrorReply(f"GTP engine refused {command!r}: {head[1:].strip()}")
@@ -179,6 +184,22 @@ class GTPEngine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _take_reply(buffer: bytearray) -> list[str] | None:
+    """Remove one complete reply from the front of ``buffer`` and return its lines (blank
+    lines before it are skipped; a blank line ends it); None while it is incomplete."""
+    text = buffer.replace(b"\r", b"")
+    start = 0
+    while start < len(text) and text[start:start + 1].isspace():
+        start += 1
+    end = text.find(b"\n\n", start)
+    if end < 0 or start == len(text):
+        return None
+    lines = text[start:end].decode(errors="replace").split("\n")
+    del buffer[:]
+    buffer += text[end + 2:]
+    return lines
 
 
 class _ErrorReply(GTPError):

@@ -58,11 +58,11 @@ from lmselfplay.rl.trainer import (
     kl_enabled,
     make_accelerator,
 )
-from lmselfplay.utils.checkpoint import resume_checkpoint
+from lmselfplay.utils.checkpoint import resume_checkpoint, save_model
 from lmselfplay.utils.config import ConfigError, non_negative, parse_config, positive
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.metrics_logger import open_run_log
-from lmselfplay.utils.run import RunConfig, lock_output_dir
+from lmselfplay.utils.run import RunConfig, claim_output_dir
 from lmselfplay.utils.stats import wilson
 from lmselfplay.verifiers.code_tasks import (
     TASK_TYPES,
@@ -210,7 +210,7 @@ def main(argv=None):
                           f"and references >= 1 (got {cfg.references})")
     acc = make_accelerator(cfg.gradient_accumulation_steps, timeout_s=cfg.collective_timeout_s)
     out_dir = Path(cfg.output_dir)
-    lock_output_dir(out_dir)
+    claim_output_dir(cfg)
     model, tok = load_policy(cfg, device=str(acc.device))
     ref = None  # the trainer copies the initial policy, except under ZeRO-3 init (sharded at load)
     if kl_enabled(cfg.beta) and not cfg.use_lora and is_partitioned(model):
@@ -257,8 +257,7 @@ def run(cfg, acc, trainer, engine, tok, referee, out_dir: Path):
     final = log_eval(cfg, acc, trainer, engine, tok, referee, heldout, logger, cfg.max_steps, t0)
     state = acc.get_state_dict(trainer.model)  # every rank: gathers ZeRO-3 shards
     if acc.is_main_process:
-        trainer.unwrapped.save_pretrained(out_dir / "final_model", state_dict=state)
-        tok.save_pretrained(out_dir / "final_model")
+        save_model(out_dir / "final_model", trainer.unwrapped, tok, state)
         print("\nheld-out accuracy (greedy, 95% CI):")
         for tt in TASK_TYPES:
             print(f"  {tt:<10} {final[f'heldout/{tt}/accuracy']:.3f} "

@@ -62,7 +62,7 @@ from lmselfplay.utils.config import (
 )
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.metrics_logger import MetricsLogger
-from lmselfplay.utils.run import RunConfig, lock_output_dir
+from lmselfplay.utils.run import RunConfig, claim_output_dir
 
 
 @dataclass
@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     cfg = parse_config(AlphaZeroConfig, argv)
     torch.set_num_threads(cfg.torch_threads)
     out = Path(cfg.output_dir)
-    lock_output_dir(out)
+    claim_output_dir(cfg)
     torch.manual_seed(cfg.seed)
     game, face, net = build(cfg)
     exact = game.exact_metric == OPTIMAL_MOVES  # the solver labels every move: exact opponent and rates

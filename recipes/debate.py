@@ -59,11 +59,12 @@ from lmselfplay.utils.checkpoint import (
     atomic_write_text,
     resume_checkpoint,
     save_json,
+    save_model,
 )
 from lmselfplay.utils.config import ConfigError, non_negative, parse_config, positive
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.metrics_logger import open_run_log
-from lmselfplay.utils.run import RunConfig, lock_output_dir
+from lmselfplay.utils.run import RunConfig, claim_output_dir
 
 
 @dataclass
@@ -148,7 +149,7 @@ def main(argv=None):
     cfg = parse_config(DebateConfig, argv)
     acc = make_accelerator(cfg.gradient_accumulation_steps, timeout_s=cfg.collective_timeout_s)
     out_dir = Path(cfg.output_dir)
-    lock_output_dir(out_dir)
+    claim_output_dir(cfg)
     pool, eval_set = task_sets(cfg)  # 0
     model, tok = load_policy(cfg, device=str(acc.device))
     ref = None  # the trainer copies the initial policy, except under ZeRO-3 init (sharded at load)
@@ -219,8 +220,7 @@ def main(argv=None):
         run_eval(cfg.max_steps)  # 6 (after training)
     state = acc.get_state_dict(trainer.model)  # every rank: gathers ZeRO-3 shards
     if acc.is_main_process:
-        trainer.unwrapped.save_pretrained(out_dir / "final_model", state_dict=state)
-        tok.save_pretrained(out_dir / "final_model")
+        save_model(out_dir / "final_model", trainer.unwrapped, tok, state)
         text = format_table(table)
         atomic_write_text(out_dir / "accuracy_table.txt", text + "\n")
         save_json(out_dir / "accuracy_table.json", table)

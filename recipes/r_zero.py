@@ -57,11 +57,19 @@ from lmselfplay.models import corpus
 from lmselfplay.rl.advantages import group_advantages
 from lmselfplay.rl.rewards import proposer_rewards
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, make_accelerator
-from lmselfplay.utils.checkpoint import MARKER, atomic_dir, checkpoint_dirs, save_json
+from lmselfplay.utils.checkpoint import (
+    MARKER,
+    atomic_dir,
+    checkpoint_dirs,
+    commit_dir,
+    newest_intact,
+    save_json,
+    writing,
+)
 from lmselfplay.utils.config import ConfigError, non_negative, parse_config, positive
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.metrics_logger import MetricsLogger
-from lmselfplay.utils.run import RunConfig, lock_output_dir
+from lmselfplay.utils.run import RunConfig, claim_output_dir
 from lmselfplay.verifiers.checkable import Task, arithmetic_task, program_task
 from lmselfplay.verifiers.referees import AnswerMatcher, ExecutorReferee, RulesReferee, make_referee
 
@@ -208,7 +216,7 @@ class Run:
         self.cfg = cfg
         self.acc = make_accelerator(cfg.gradient_accumulation_steps, timeout_s=cfg.collective_timeout_s)
         self.out = Path(cfg.output_dir)
-        lock_output_dir(self.out)
+        claim_output_dir(cfg)
         per_iter = cfg.challenger_steps + cfg.solver_steps
         if cfg.two_copies:
             self.challenger = self._role(dataclasses.replace(cfg, max_steps=cfg.iterations * cfg.challenger_steps))
@@ -468,37 +476,41 @@ def save_phase(run: Run, it: int, phase: int) -> None:
     state + the progress; the dir name orders them (phase-IIII-P)."""
     acc, out = run.acc, run.out
     final, tmp = out / f"phase-{it:04d}-{phase}", out / f".phase-{it:04d}-{phase}.tmp"
-    if acc.is_main_process:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+    with writing(final, tmp, remove_tmp=acc.is_main_process):
+        if acc.is_main_process:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+        acc.wait_for_everyone()
+        for name, role in run.roles():
+            role.trainer.save_checkpoint(tmp / name, keep=1)
+        if acc.is_main_process:
+            save_json(tmp / "progress.json", {"iteration": it, "phase": phase, "global_step": run.global_step,
+                                              "bad": dict(run.bad), "engine_versions": {
+                                                  n: r.engine.version for n, r in run.roles()}})
+            commit_dir(tmp, final)  # the marker holds every file's digest
+            for old in phase_dirs(out)[:-2]:
+                shutil.rmtree(old, ignore_errors=True)
     acc.wait_for_everyone()
-    for name, role in run.roles():
-        role.trainer.save_checkpoint(tmp / name, keep=1)
-    if acc.is_main_process:
-        save_json(tmp / "progress.json", {"iteration": it, "phase": phase, "global_step": run.global_step,
-                                          "bad": dict(run.bad), "engine_versions": {
-                                              n: r.engine.version for n, r in run.roles()}})
-        (tmp / MARKER).write_text("ok\n")
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)
-        for old in sorted(p for p in out.glob("phase-*") if (p / MARKER).exists())[:-2]:
-            shutil.rmtree(old, ignore_errors=True)
-    acc.wait_for_everyone()
+
+
+def phase_dirs(out: Path) -> list[Path]:
+    """Complete phase checkpoints (marker present, not verified), oldest first."""
+    return sorted(p for p in out.glob("phase-*") if (p / MARKER).exists())
 
 
 def resume(run: Run) -> tuple[int, int]:
     """(iteration, next phase) from the latest complete phase checkpoint; (1, 0) if none."""
-    done = sorted(p for p in run.out.glob("phase-*") if (p / MARKER).exists())
-    if not done:
+    last = newest_intact(phase_dirs(run.out), run.out, run.cfg.resume_fallback)
+    if last is None:
         run.acc.print(f"--resume: no phase checkpoint in {run.out}, starting fresh")
         return 1, 0
-    progress = json.loads((done[-1] / "progress.json").read_text())
+    progress = json.loads((last / "progress.json").read_text())
     for name, role in run.roles():
-        role.trainer.load_checkpoint(checkpoint_dirs(done[-1] / name)[-1])
+        role.trainer.load_checkpoint(checkpoint_dirs(last / name)[-1])
         role.engine.version = progress["engine_versions"][name]
     run.global_step, run.bad = progress["global_step"], Counter(progress["bad"])
     it, phase = progress["iteration"], progress["phase"] + 1
-    run.acc.print(f"resumed from {done[-1]}: iteration {it}, phase {PHASES[phase] if phase < 3 else 'next'}")
+    run.acc.print(f"resumed from {last}: iteration {it}, phase {PHASES[phase] if phase < 3 else 'next'}")
     return (it + 1, 0) if phase == len(PHASES) else (it, phase)
 
 

@@ -86,7 +86,7 @@ from lmselfplay.utils.checkpoint import resume_checkpoint
 from lmselfplay.utils.config import ConfigError, non_negative, parse_config, positive
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.metrics_logger import MetricsLogger
-from lmselfplay.utils.run import RunConfig, lock_output_dir
+from lmselfplay.utils.run import RunConfig, claim_output_dir
 
 HEAD_PREFIX = "head."  # the value / Q head's entries in a league snapshot
 
@@ -306,7 +306,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     torch.set_num_threads(cfg.torch_threads)
     torch.manual_seed(cfg.seed)
     out = Path(cfg.output_dir)
-    lock_output_dir(out)
+    claim_output_dir(cfg)
     game = make(cfg.game, **json.loads(cfg.game_args))
     face = CachedGame(SearchGame(game))
     model, tok = load_policy(cfg)

@@ -47,7 +47,7 @@ from lmselfplay.eval.reasoning import eval_callback
 from lmselfplay.games import make
 from lmselfplay.games.base import OPTIMAL_MOVES, has_enumerable_actions, random_legal_reset
 from lmselfplay.games.bots import BotPlayer, league_bot
-from lmselfplay.games.gtp import find_gnugo, game_gnugo_player, plays_gtp
+from lmselfplay.games.gtp import GTPError, find_gnugo, game_gnugo_player, plays_gtp
 from lmselfplay.games.text import MOVE_STOP
 from lmselfplay.lm.engines import (
     EngineConfig,
@@ -71,11 +71,11 @@ from lmselfplay.rl.trainer import (
     kl_enabled,
     make_accelerator,
 )
-from lmselfplay.utils.checkpoint import resume_checkpoint
+from lmselfplay.utils.checkpoint import resume_checkpoint, save_model
 from lmselfplay.utils.config import ConfigError, non_negative, parse_config, parse_weights, positive
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.metrics_logger import open_run_log
-from lmselfplay.utils.run import RunConfig, lock_output_dir
+from lmselfplay.utils.run import RunConfig, claim_output_dir
 
 
 @dataclass
@@ -332,13 +332,19 @@ def evaluate(cfg, games, positions, engine, tok, step):
 
 def gnugo_metrics(cfg, game, engine, tok, sampling, step):
     """Win rate against GnuGo (``gnugo_level`` > 0, Go only, gnugo installed); the engine
-    process lives only for this evaluation."""
+    process lives only for this evaluation. The engine is an outside program and only
+    measures: when it fails (a :class:`GTPError`) the failure is logged as a warning and as
+    ``<key>_failed``, and the run goes on with its step and checkpoint."""
     if cfg.gnugo_level <= 0 or not plays_gtp(game) or find_gnugo() is None:
         return {}
-    with game_gnugo_player(game, cfg.gnugo_level) as gnugo:
-        wr = game_metrics.win_rates(engine, tok, game, BotPlayer(gnugo, gnugo.name), cfg.gnugo_games, sampling,
-                                    seed=step)
     key = f"{game.name}/win_vs_gnugo_l{cfg.gnugo_level}"
+    try:
+        with game_gnugo_player(game, cfg.gnugo_level) as gnugo:
+            wr = game_metrics.win_rates(engine, tok, game, BotPlayer(gnugo, gnugo.name), cfg.gnugo_games,
+                                        sampling, seed=step)
+    except GTPError as e:
+        print(f"warning: step {step}: the evaluation against GnuGo failed ({e}); the run goes on", file=sys.stderr)
+        return {f"{key}_failed": 1}
     return {key: wr["win"], f"{key}_ci_low": wr["win_ci"][0], f"{key}_ci_high": wr["win_ci"][1]}
 
 
@@ -424,7 +430,7 @@ def main(argv=None):
     check_shaping(cfg, games)
     feedback = make_feedback(cfg, games)
     out_dir = Path(cfg.output_dir)
-    lock_output_dir(out_dir)  # after the config checks: a bad config never waits on a busy folder
+    claim_output_dir(cfg)  # after the config checks: a bad config never waits on a busy folder
     if cfg.gnugo_level > 0 and any(plays_gtp(g) for g in games) and find_gnugo() is None:
         acc.print("gnugo_level is set but gnugo is not installed (apt-get install gnugo): no GnuGo games")
     # the same every step; games with exact feedback learn without playing
@@ -533,8 +539,7 @@ def main(argv=None):
     if acc.is_main_process:
         logger.log(cfg.max_steps, {**final, "wall_s": time.time() - t0})
         png = _plot(logger, games)
-        trainer.unwrapped.save_pretrained(out_dir / "final_model", state_dict=state)
-        tok.save_pretrained(out_dir / "final_model")
+        save_model(out_dir / "final_model", trainer.unwrapped, tok, state)
         print("\nfinal exact metrics:")
         for k, v in final.items():
             if "ci_" not in k:

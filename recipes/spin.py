@@ -88,7 +88,7 @@ from lmselfplay.utils.config import (
 )
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.metrics_logger import MetricsLogger
-from lmselfplay.utils.run import RunConfig, lock_output_dir
+from lmselfplay.utils.run import RunConfig, claim_output_dir
 from lmselfplay.utils.stats import wilson
 
 IDS = ("prompt_ids", "chosen_ids", "rejected_ids")
@@ -126,7 +126,6 @@ class SpinConfig(Config, PolicyConfig, RunConfig):
     rpo_alpha: float = field(default=0.0, metadata={
         "help": "weight of an NLL term on the chosen (data) answer (RPO's alpha; TRL's loss_type 'sft' "
                 "beside loss_type): keeps DPO from lowering the data likelihood along with y'"})
-    gradient_checkpointing: bool = field(default=False, metadata={"help": "trade compute for memory"})
     logging_steps: int = field(default=10, metadata={"help": "optimizer steps between log rows"})
     save_steps: int = field(default=50, metadata={"help": "optimizer steps between in-iteration checkpoints"})
     # optional SFT phase -> theta_0 (when the model has not been fine-tuned on the data)
@@ -297,6 +296,8 @@ def sft_phase(cfg: SpinConfig, start: str | None, out: Path, prompts: list[list[
     import datasets
 
     model, _ = load_model(cfg, start, state, lora=cfg.use_lora)
+    if not cfg.use_lora:
+        model.float()  # float32 master weights (AdamW loses bf16 updates); bf16=True autocasts
     sft = datasets.Dataset.from_dict({
         "input_ids": [p + y for p, y in zip(prompts, answers)],
         "completion_mask": [[0] * len(p) + [1] * len(y) for p, y in zip(prompts, answers)]})
@@ -375,11 +376,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                          timeout=datetime.timedelta(seconds=cfg.collective_timeout_s))
     on_cpu = state.device.type == "cpu"
     out = Path(cfg.output_dir)
-    lock_output_dir(out)
     for t in range(cfg.spin_iterations):
         beta_at(cfg, t)  # fail on a bad schedule before any work
-    if (out / "data").exists() and not cfg.resume:
-        raise ConfigError(f"{out} already holds a SPIN run: pass --resume to continue it, or a new output_dir")
+    claim_output_dir(cfg)
     torch.manual_seed(cfg.seed)
 
     # Supervised data: generated or loaded once, saved with the run so a resume sees the same set.
@@ -455,6 +454,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             ref_model = None  # reference = adapter disabled = theta_t (TRL does this for PEFT)
         else:
             ref_model = copy.deepcopy(model).eval().requires_grad_(False)
+            model.float()  # float32 master weights (AdamW loses bf16 updates); bf16=True autocasts
         args = DPOConfig(**trainer_args(cfg, it_dir / "trainer", on_cpu,
                                         num_train_epochs=cfg.num_train_epochs,
                                         learning_rate=cfg.learning_rate),

@@ -205,6 +205,12 @@ REGISTRY: list[Command] = [
             "--tasks gsm8k", skip="downloads the gsm8k dataset from the Hugging Face hub"),
     Command("lmselfplay lm-eval ...", skip="a template of the command above (lm-eval's own flags follow)"),
     Command('pip install -e ".[lmeval]"', skip="installs packages (network)"),
+    Command('pip install .[vllm]', skip=f"installs vLLM for a {GPU}"),
+    Command("accelerate launch --config_file recipes/accelerate/zero3.yaml --num_machines 2 --num_processes 16 "
+            "--machine_rank $RANK --main_process_ip $HEAD --main_process_port 29500 recipes/selfplay_games.py "
+            "--config my_run.yaml", skip="two machines of 8 CUDA GPUs each and the user's own config"),
+    Command("python benchmarks/bench_scale.py", extra="--prompts 8 --tokens 8 --steps 2 --train_batch 8 --out_dir {out}",
+            files=("bench_scale.json",)),
     Command('pip install -e ".[vllm]"', skip=f"installs vLLM for a {GPU}"),
     Command("python recipes/selfplay_games.py --config recipes/configs/selfplay_games.yaml --engine vllm "
             "--vllm_gpu_memory_utilization 0.3 [--vllm_enable_sleep_mode true]", skip=f"{GPU} and vLLM"),

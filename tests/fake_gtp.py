@@ -4,8 +4,12 @@ It answers the usual commands and plays the first free point (A1, B1, ...) on ge
 except as MODE says: ``hang`` never answers genmove, ``crash`` exits on genmove,
 ``garbage`` answers genmove with noise, ``badmove`` answers an occupied point; the
 ``-once`` variants (``crash-once``, ``hang-once``) misbehave only while the file MARKER
-does not exist (they create it), so a restarted engine works. ``final_score`` answers
-the contents of the environment variable FAKE_SCORE (default "B+1.5").
+does not exist (they create it), so a restarted engine works. Hostile modes:
+``drip`` answers genmove with one more line every 0.5 s, never ending the reply;
+``nonewline`` answers genmove with bytes and never a newline; ``setsid`` starts a
+detached grandchild first (double fork + ``setsid``, still holding our stdout) and
+writes "ENGINE_PID GRANDCHILD_PID" to MARKER. ``final_score`` answers the contents of the
+environment variable FAKE_SCORE (default "B+1.5").
 """
 
 import os
@@ -13,6 +17,29 @@ import sys
 import time
 
 COLUMNS = "ABCDEFGHJKLMNOPQRST"
+
+
+def detach(marker: str) -> None:
+    """A grandchild in its own session whose parent has exited (re-parented away from us)."""
+    read, write = os.pipe()
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.write(write, str(os.getpid()).encode())
+            time.sleep(3600)
+        os._exit(0)
+    os.wait()
+    os.close(write)
+    grandchild = os.read(read, 32).decode()
+    with open(marker, "w") as f:
+        f.write(f"{os.getpid()} {grandchild}\n")
+
+
+def drip() -> None:
+    print("= A1", flush=True)
+    while True:
+        time.sleep(0.5)
+        print("still thinking", flush=True)
 
 
 def main() -> None:
@@ -24,6 +51,8 @@ def main() -> None:
         else:
             open(marker, "w").close()
             mode = mode[: -len("-once")]
+    if mode == "setsid":
+        detach(marker)
     size, stones = 19, set()
     for line in sys.stdin:
         words = line.split()
@@ -46,6 +75,12 @@ def main() -> None:
                 time.sleep(3600)
             if mode == "crash":
                 sys.exit(3)
+            if mode == "drip":
+                drip()
+            if mode == "nonewline":
+                while True:
+                    sys.stdout.write("x" * 65536)
+                    sys.stdout.flush()
             if mode == "garbage":
                 print("I like turtles\n", flush=True)
                 continue

@@ -69,15 +69,80 @@ def test_damage_is_named_and_skipped(tmp_path, how):
         latest_checkpoint(tmp_path, fallback=False)
 
 
-def test_nothing_intact_is_a_clear_error_and_old_markers_still_read(tmp_path):
+def test_nothing_intact_is_a_clear_error(tmp_path):
     first, newest = _two_checkpoints(tmp_path)
     (first / "state.json").unlink()
     (newest / "state.json").write_text("{}")
     with pytest.raises(CheckpointDamaged, match="no intact checkpoint"):
         latest_checkpoint(tmp_path, warn=lambda m: None)
-    (newest / MARKER).write_text("ok\n")  # written before markers held digests: unverified, complete
-    assert latest_checkpoint(tmp_path) == newest
     assert latest_checkpoint(tmp_path / "nothing-here") is None
+
+
+DIGEST = "0" * 64
+BAD_MARKERS = {
+    "legacy ok": "ok\n",
+    "not json": "{",
+    "a list": "[1]",
+    "null": "null",
+    "files a list": '{"files": []}',
+    "entry a number": '{"files": {"state.json": 5}}',
+    "three values": f'{{"files": {{"state.json": [5, "{DIGEST}", 1]}}}}',
+    "size a float": f'{{"files": {{"state.json": [5.0, "{DIGEST}"]}}}}',
+    "digest a number": '{"files": {"state.json": [5, 7]}}',
+    "outside": f'{{"files": {{"../../etc/passwd": [5, "{DIGEST}"]}}}}',
+    "absolute": f'{{"files": {{"/etc/passwd": [5, "{DIGEST}"]}}}}',
+    "nested": "[" * 100_000 + "]" * 100_000,
+}
+
+
+@pytest.mark.parametrize("kind", BAD_MARKERS)
+def test_a_marker_is_never_trusted_blindly(tmp_path, kind):
+    """No digests (the legacy ``ok``) or a malformed marker: damaged, skipped like a corrupt
+    file (never read as complete, never a TypeError), the error when nothing else is intact."""
+    first, newest = _two_checkpoints(tmp_path)
+    (newest / MARKER).write_text(BAD_MARKERS[kind])
+    problem = verify_checkpoint(newest)
+    assert problem is not None and str(newest / MARKER) in problem
+    assert ("without digests" if kind == "legacy ok" else "damaged marker") in problem
+    warnings = []
+    assert latest_checkpoint(tmp_path, warn=warnings.append) == first
+    assert "checkpoint-2 is damaged" in warnings[0]
+    shutil.rmtree(first)
+    with pytest.raises(CheckpointDamaged, match="no intact checkpoint"):
+        latest_checkpoint(tmp_path, warn=lambda m: None)
+
+
+def _safetensors_full():
+    from safetensors import SafetensorError
+
+    return SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+
+WRITE_FAILURES = {  # what each writer raises on a full disk (measured on a full tmpfs)
+    "OSError": lambda: OSError(errno.ENOSPC, "No space left on device"),
+    "SafetensorError": _safetensors_full,
+    "torch.save": lambda: RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534"),
+}
+
+
+@pytest.mark.parametrize("kind", WRITE_FAILURES)
+def test_every_write_failure_is_one_line_and_leaves_no_temp_dir(tmp_path, kind):
+    first, newest = _two_checkpoints(tmp_path)
+    before = (newest / MARKER).read_text()
+    with pytest.raises(CheckpointWriteError) as e, atomic_dir(newest) as tmp:
+        (tmp / "half").write_bytes(b"x" * 10)
+        raise WRITE_FAILURES[kind]()
+    assert str(newest) in str(e.value) and "\n" not in str(e.value)
+    assert "No space left" in str(e.value) or "inline_container" in str(e.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-1", "checkpoint-2"]
+    assert (newest / MARKER).read_text() == before and verify_checkpoint(newest) is None
+
+
+def test_a_bug_while_writing_keeps_its_traceback_and_leaves_no_temp_dir(tmp_path):
+    with pytest.raises(KeyError), atomic_dir(tmp_path / "checkpoint-1") as tmp:
+        (tmp / "half").write_bytes(b"x")
+        raise KeyError("a bug, not the disk")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_failed_write_keeps_the_previous_checkpoint(tmp_path):
@@ -160,6 +225,29 @@ def test_disk_full_mid_save_stops_cleanly_and_resumes(runs, model_dir, tmp_path,
     _same_final(runs / "full", out)
 
 
+def test_full_disk_in_the_weights_write_stops_cleanly(model_dir, tmp_path, monkeypatch):
+    """safetensors raises SafetensorError (not an OSError) when the disk fills while the
+    trainer writes checkpoint-2's weights: one line, no ``.checkpoint-2.tmp``, checkpoint-1
+    intact."""
+    import transformers.modeling_utils as mu
+
+    real = mu.safe_save_file
+
+    def full_disk(tensors, filename, *a, **kw):
+        if "checkpoint-2" in str(filename):
+            Path(filename).write_bytes(b"half")
+            raise _safetensors_full()
+        return real(tensors, filename, *a, **kw)
+
+    monkeypatch.setattr(mu, "safe_save_file", full_disk)
+    out = tmp_path / "run"
+    with pytest.raises(CheckpointWriteError, match="No space left on device") as e:
+        load_recipe("selfplay_games").main(_args(model_dir, out, 2))
+    assert "checkpoint-2" in str(e.value) and "\n" not in str(e.value)
+    assert not [p for p in out.iterdir() if ".tmp" in p.name]
+    assert [p.name for p in checkpoint_dirs(out)] == ["checkpoint-1"] and verify_checkpoint(out / "checkpoint-1") is None
+
+
 def test_disk_full_is_one_line_exit_2_from_the_command_line(tmp_path):
     """What the user sees: the run's stderr ends with one ``error:`` line, exit status 2."""
     first, newest = _two_checkpoints(tmp_path / "ck")
@@ -174,3 +262,30 @@ def test_disk_full_is_one_line_exit_2_from_the_command_line(tmp_path):
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and r.stderr.startswith("error: could not write checkpoint")
     assert verify_checkpoint(newest) is None
+
+
+@pytest.mark.slow
+def test_r_zero_phase_checkpoints_verify_and_resume_falls_back(model_dir, tmp_path, capsys):
+    """R-Zero's phase checkpoints carry digests like every checkpoint: a corrupted newest
+    phase is skipped with a warning and the run resumes from the phase before it, ending
+    with the uninterrupted run's weights."""
+    from lm_fixtures import saved_weights
+
+    recipe = load_recipe("r_zero")
+    args = {"model_name_or_path": model_dir, "iterations": 1, "challenger_steps": 1, "num_questions": 8,
+            "challenger_group_size": 4, "pool_size": 8, "num_answers": 4, "filter_low": 1, "filter_high": 3,
+            "solver_steps": 1, "solver_batch": 4, "solver_group_size": 2, "heldout_size": 4,
+            "learning_rate": 1e-3, "challenger_max_new_tokens": 12, "solver_max_new_tokens": 8}
+    argv = [a for k, v in args.items() for a in (f"--{k}", str(v))]
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    recipe.main(argv + ["--output_dir", str(full)])
+    assert verify_checkpoint(full / "phase-0001-2") is None and '"files"' in (full / "phase-0001-2" / MARKER).read_text()
+    shutil.copytree(full, cut)
+    shutil.rmtree(cut / "final_model")
+    damage(next((cut / "phase-0001-2").rglob("model.safetensors")), "corrupt")
+    with pytest.raises(CheckpointDamaged, match="model.safetensors"):
+        recipe.main(argv + ["--output_dir", str(cut), "--resume", "true", "--resume_fallback", "false"])
+    recipe.main(argv + ["--output_dir", str(cut), "--resume", "true"])
+    assert "phase-0001-2 is damaged" in capsys.readouterr().err
+    a, b = saved_weights(full / "final_model"), saved_weights(cut / "final_model")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

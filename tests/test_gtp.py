@@ -1,7 +1,11 @@
-"""GTP seat: a scripted fake engine (hang, crash, garbage) and the real GnuGo."""
+"""GTP seat: a scripted fake engine (hang, crash, garbage, drip, no newline, a detached
+grandchild) and the real GnuGo."""
 
+import contextlib
 import os
 import random
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -19,12 +23,54 @@ def fake(mode="ok", *extra):
 
 
 def gone(pid):
-    """True when no process has this id any more (it was killed and reaped)."""
+    """True when no process has this id any more, or only its zombie (it was killed)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+    except OSError:
+        pass
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return True
     return False
+
+
+def all_gone(pids, within=10.0):
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if all(gone(p) for p in pids):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@contextlib.contextmanager
+def fails_after(seconds):
+    """The test fails (instead of hanging) when the body runs longer than ``seconds``."""
+    def expired(signum, frame):
+        raise AssertionError(f"still running after {seconds}s: a hang")
+
+    old = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def detached_pids(marker, within=10.0):
+    """(engine pid, grandchild pid) that a ``setsid`` fake engine wrote to ``marker``."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        words = marker.read_text().split() if marker.exists() else []
+        if len(words) == 2:
+            return tuple(int(w) for w in words)
+        time.sleep(0.05)
+    raise AssertionError("the fake engine never wrote its pids")
 
 
 def play_game(game, black, white, seed=0, max_plies=None):
@@ -91,6 +137,88 @@ def test_error_reply_keeps_the_engine_and_context_manager_kills_it():
         assert e.alive and e.send("name") == ""
         raise RuntimeError("boom")
     assert gone(pid) and e.proc is None
+
+
+def test_dripping_engine_fails_by_one_deadline_per_command():
+    """One line every 0.5 s, never the blank line that ends a reply: 2 s for the command."""
+    with GTPEngine(fake("drip"), timeout=5) as e, fails_after(20):
+        t0 = time.monotonic()
+        with pytest.raises(GTPError, match=r"did not answer 'genmove B' within 2s"):
+            e.send("genmove B", timeout=2)
+        assert time.monotonic() - t0 < 4
+        assert e.proc is None
+
+
+NO_NEWLINE = """
+import sys
+from lmselfplay.games.gtp import GTPEngine, GTPError
+e = GTPEngine([sys.executable, sys.argv[1], "nonewline"])
+e.start()
+try:
+    e.send("genmove B", timeout=3)
+except GTPError as err:
+    print(err)
+# VmHWM: this process's peak RSS (ru_maxrss would carry the forking parent's across exec)
+print(next(int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("VmHWM")) // 1024)
+"""
+
+
+def test_engine_without_newline_is_one_error_at_bounded_memory():
+    r = subprocess.run([sys.executable, "-c", NO_NEWLINE, FAKE], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    message, peak_mb = r.stdout.strip().splitlines()
+    assert int(peak_mb) < 150  # the interpreter and this module: ~30 MB; unbounded: hundreds
+    assert message == "GTP engine sent more than 1048576 bytes without ending its reply to 'genmove B'"
+
+
+CLOSE = """
+import sys
+from lmselfplay.games.gtp import GTPEngine
+e = GTPEngine([sys.executable, sys.argv[1], "setsid", sys.argv[2]], timeout=5)
+e.start()
+assert e.send("name") == ""
+e.close()
+print("closed", flush=True)
+"""
+
+
+def test_close_kills_a_detached_grandchild(tmp_path):
+    """In a subprocess: a close() that blocks on the grandchild's open pipe is a failure."""
+    marker = tmp_path / "pids"
+    try:
+        r = subprocess.run([sys.executable, "-c", CLOSE, FAKE, str(marker)], capture_output=True, text=True,
+                           timeout=30)
+    finally:
+        engine, grandchild = detached_pids(marker)
+    assert r.returncode == 0 and r.stdout.strip() == "closed", r.stderr[-2000:]
+    assert all_gone([engine, grandchild], within=2)
+
+
+HOST = """
+import sys, time
+from lmselfplay.games.gtp import GTPEngine
+e = GTPEngine([sys.executable, sys.argv[1], "setsid", sys.argv[2]])
+e.start()
+print(e.proc.pid, flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT", "SIGKILL"])
+def test_engine_tree_dies_with_its_host(tmp_path, how):
+    """The host never closes the engine: it is killed (its finalizer cannot run, or, for
+    SIGINT, runs at exit). Nothing it started is left: keeper, engine, grandchild."""
+    marker = tmp_path / "pids"
+    host = subprocess.Popen([sys.executable, "-c", HOST, FAKE, str(marker)], stdout=subprocess.PIPE, text=True)
+    try:
+        keeper = int(host.stdout.readline())
+        engine, grandchild = detached_pids(marker)
+        host.send_signal(getattr(signal, how))
+        host.wait(timeout=30)
+        assert all_gone([keeper, engine, grandchild]), how
+    finally:
+        host.kill()
+        host.wait()
 
 
 def test_missing_binary_is_a_gtp_error():

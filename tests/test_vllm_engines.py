@@ -298,6 +298,8 @@ class FakeVLLM(BaseHTTPRequestHandler):
             return self._send(200, {"data": [{"id": "tiny"}]})
         if self.path.startswith("/server_info"):
             return self._send(200, {"vllm_config": {"model_config": {"logprobs_mode": st["mode"]}}})
+        if self.path == "/get_world_size":
+            return self._send(200, {"world_size": 1})
         self._send(404, {"error": "no such endpoint"})
 
     def do_POST(self):
@@ -350,7 +352,7 @@ class _Tok:  # token ids are their own text: enough for the client's cutting rul
 
 def test_server_generate_score_and_health(fake_server):
     url, st = fake_server
-    eng = VLLMServerEngine(_Tok(), base_url=url + "/", timeout=5)
+    eng = VLLMServerEngine(_Tok(), base_urls=url + "/", timeout=5)
     assert eng.healthy() and eng.model == "tiny" and eng.logprobs_mode == "raw_logprobs"
     outs = eng.generate([[1, 2], [10], [10]], SamplingParams(max_new_tokens=3, temperature=1.0, seed=7))
     assert [o.token_ids for o in outs] == [[3, 4, 5], [11, 12, 13], [11, 12, 13]]
@@ -358,6 +360,7 @@ def test_server_generate_score_and_health(fake_server):
     assert sorted(st["seeds"]) == [7, 8, 9]  # identical prompts get their own seeds
     req = [c[2] for c in st["calls"] if c[0] == "POST"][0]
     assert req["logprobs"] == 0 and req["include_stop_str_in_output"] and req["stop_token_ids"] == [999]
+    assert req["top_k"] == -1 and req["repetition_penalty"] == 1.0 and req["min_p"] == 0.0
     stop = eng.generate([[1, 2]], SamplingParams(max_new_tokens=3, temperature=1.0, stop=["4"]))
     assert stop[0].token_ids == [3, 4] and stop[0].finish_reason == "stop"
     assert eng.score([[5, 6], [1]], [[7, 8], [2]]) == [pytest.approx([-0.07, -0.08]), pytest.approx([-0.02])]
@@ -367,18 +370,19 @@ def test_server_generate_score_and_health(fake_server):
         eng.generate([[1]], SamplingParams(temperature=0.7))
     with pytest.raises(ServerError, match=r"HTTP 400.*max_tokens"):  # a bad request is not retried
         eng.generate([[1]], SamplingParams(max_new_tokens=-1))
+    assert eng.pool.servers[0].in_rotation  # the request's fault, not the server's
 
 
 def test_server_down_is_one_clear_error_naming_the_url():
     url = f"http://127.0.0.1:{_free_port()}"
     with pytest.raises(ServerUnavailable) as e:
-        VLLMServerEngine(_Tok(), base_url=url, retries=1, backoff=0.01)
+        VLLMServerEngine(_Tok(), base_urls=url, retries=1, backoff=0.01)
     assert url in str(e.value) and "\n" not in str(e.value)
 
 
 def test_server_timeout_names_the_url(fake_server):
     url, st = fake_server
-    eng = VLLMServerEngine(_Tok(), base_url=url, timeout=0.3)
+    eng = VLLMServerEngine(_Tok(), base_urls=url, timeout=0.3)
     st["sleep"] = 1.0
     with pytest.raises(ServerUnavailable, match=rf"{url} did not answer POST /v1/completions within 0.3 s"):
         eng.generate([[1]], SamplingParams(max_new_tokens=1))
@@ -386,20 +390,21 @@ def test_server_timeout_names_the_url(fake_server):
 
 def test_server_busy_or_restarting_is_retried_and_reconnects(fake_server):
     url, st = fake_server
-    eng = VLLMServerEngine(_Tok(), base_url=url, backoff=0.01, retries=3)
+    eng = VLLMServerEngine(_Tok(), base_urls=url, backoff=0.01, retries=3)
     st["fail_next"] = 2  # two 503s, then the answer: a new connection each attempt
     assert eng.generate([[1]], SamplingParams(max_new_tokens=2))[0].token_ids == [2, 3]
     st["fail_next"] = 10
-    with pytest.raises(ServerUnavailable, match="HTTP 503"):
+    with pytest.raises(ServerUnavailable, match=f"no vLLM server is usable.*{url}.*HTTP 503"):
         eng.generate([[1]], SamplingParams(max_new_tokens=2))
-    st["fail_next"] = 0
-    assert eng.generate([[1]], SamplingParams(max_new_tokens=1))[0].token_ids == [2]
+    st["fail_next"] = 0  # it may have restarted with other weights: out until a push re-syncs it
+    with pytest.raises(ServerUnavailable, match="no vLLM server is usable"):
+        eng.generate([[1]], SamplingParams(max_new_tokens=1))
 
 
 def test_server_waits_for_health(fake_server):
     url, st = fake_server
     st["fail_next"] = 2  # /health answers 503 twice while the server loads
-    VLLMServerEngine(_Tok(), base_url=url, wait_for_server=10, backoff=0.01)
+    VLLMServerEngine(_Tok(), base_urls=url, wait_for_server=10, backoff=0.01)
     assert [c[1] for c in st["calls"][:3]] == ["/health"] * 3
 
 
@@ -407,7 +412,7 @@ def test_server_weight_push_needs_cuda(fake_server):
     if torch.cuda.is_available():
         pytest.skip("this checks the CPU error")
     url, _ = fake_server
-    eng = VLLMServerEngine(tiny_tokenizer(), base_url=url)
+    eng = VLLMServerEngine(tiny_tokenizer(), base_urls=url)
     with pytest.raises(RuntimeError, match=rf"{url} goes over NCCL and needs a CUDA device"):
         eng.update_weights(tiny_model())
 
@@ -427,11 +432,11 @@ def test_factory_picks_engines_by_config(fake_server):
         make_engine(_cfg(engine="vllm", temperature=0.7, top_p=0.9), model, tok)
     down = f"http://127.0.0.1:{_free_port()}"
     with pytest.raises(ServerUnavailable, match=down):
-        make_engine(_cfg(engine="vllm-server", vllm_server_url=down), model, tok)
+        make_engine(_cfg(engine="vllm-server", vllm_server_urls=[down]), model, tok)
     url, _ = fake_server
     if not torch.cuda.is_available():  # the server engine pushes the learner's weights first
         with pytest.raises(RuntimeError, match="CUDA"):
-            make_engine(_cfg(engine="vllm-server", vllm_server_url=url), model, tok)
+            make_engine(_cfg(engine="vllm-server", vllm_server_urls=[url]), model, tok)
 
 
 def test_factory_names_the_extra_when_vllm_is_missing():
@@ -515,7 +520,7 @@ def test_real_vllm_server_generates_and_scores_like_hf(tmp_path):
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                             env={**os.environ, "VLLM_SERVER_DEV_MODE": "1"})
     try:
-        eng = VLLMServerEngine(tok, base_url=f"http://127.0.0.1:{port}", timeout=120, wait_for_server=300)
+        eng = VLLMServerEngine(tok, base_urls=f"http://127.0.0.1:{port}", timeout=120, wait_for_server=300)
         assert eng.logprobs_mode == "raw_logprobs"
         hf = HFEngine(model, tok)
         prompts = [tok(f"Nim: {k} stones left")["input_ids"] for k in range(6)] * 2
@@ -538,3 +543,109 @@ def test_real_vllm_server_generates_and_scores_like_hf(tmp_path):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         log.close()
+
+
+# --- start-up, sleep mode and versions (no vLLM needed) ------------------------------------
+
+def test_colocated_max_model_len_is_the_runs_prompt_and_answer_budget():
+    from lmselfplay.lm.engines.factory import colocated_max_model_len
+
+    model = SimpleNamespace(config=SimpleNamespace(max_position_embeddings=131072))  # a 128k-context checkpoint
+    cfg = _cfg(max_new_tokens=12, solve_max_new_tokens=300)
+    assert colocated_max_model_len(cfg, model) == 2048 + 300
+    assert colocated_max_model_len(_cfg(vllm_max_model_len=4096), model) == 4096
+    short = SimpleNamespace(config=SimpleNamespace(max_position_embeddings=1024))
+    assert colocated_max_model_len(cfg, short) == 1024  # never past the model's context
+    from lmselfplay.utils.config import ConfigError
+
+    with pytest.raises(ConfigError, match="vllm_max_model_len"):
+        colocated_max_model_len(_cfg(vllm_max_model_len=-1), model)
+
+
+def test_colocated_sampling_fields_turn_every_other_processor_off():
+    from lmselfplay.lm.engines.vllm import NEUTRAL_SAMPLING, sampling_fields
+
+    f = sampling_fields(SamplingParams(max_new_tokens=5, temperature=0.7, top_p=1.0), [7, 8], ["</move>"])
+    assert {k: f[k] for k in NEUTRAL_SAMPLING} == NEUTRAL_SAMPLING
+    assert (f["temperature"], f["max_tokens"], f["stop"], f["stop_token_ids"]) == (0.7, 5, ["</move>"], [7, 8])
+    with pytest.raises(ValueError, match="repetition_penalty"):
+        check_logprobs_mode("raw_logprobs", SimpleNamespace(temperature=1.0, top_p=1.0, repetition_penalty=1.05))
+
+
+class _FakeLLM:
+    def __init__(self, log):
+        self.log = log
+
+    def sleep(self, level):
+        self.log.append("sleep")
+
+    def wake_up(self, tags=None):
+        self.log.append(f"wake:{','.join(tags) if tags else 'all'}")
+
+    def generate(self, prompts, params, use_tqdm=False):
+        self.log.append("generate")
+        return [SimpleNamespace(outputs=[SimpleNamespace(token_ids=[3], logprobs=[{3: SimpleNamespace(logprob=-1.0)}])])
+                for _ in prompts]
+
+
+def test_sleep_mode_sleeps_once_per_step_and_empties_the_cache_before_waking(monkeypatch):
+    import lmselfplay.lm.engines.vllm as vllm_mod
+
+    log: list[str] = []
+    monkeypatch.setattr(vllm_mod, "empty_cuda_cache", lambda: log.append("empty_cache"))
+    monkeypatch.setattr(vllm_mod, "require_vllm", lambda: SimpleNamespace(SamplingParams=lambda **kw: kw))
+    eng = object.__new__(vllm_mod.VLLMEngine)  # the engine's own logic around a fake vllm.LLM
+    eng.llm, eng.enable_sleep_mode, eng.logprobs_mode, eng.eos_id = _FakeLLM(log), True, "raw_logprobs", None
+    eng.end_ids = []
+    eng.tokenizer, eng._asleep, eng._weights_awake, eng.version = tiny_tokenizer(), False, False, 0
+    trainer = SimpleNamespace(_served=eng)
+    sleep_at_step_start = lambda: trainer._served.sleep()  # noqa: E731 - PolicyTrainer.step's hook
+    for _ in range(2):  # a step: several rollouts (game turns), then the trainer steps
+        for _ in range(3):
+            eng.generate([[1, 2]], SamplingParams(max_new_tokens=1))
+        sleep_at_step_start()
+    assert log.count("sleep") == 2 and log.count("generate") == 6
+    wake = log.index("wake:all")
+    assert log[wake - 1] == "empty_cache" and log.count("wake:all") == 1  # the second step's first rollout
+
+
+def test_the_trainer_puts_the_engine_to_sleep_when_a_step_starts():
+    tok = tiny_tokenizer()
+    trainer = PolicyTrainer(tiny_model(), tok, TrainerConfig(num_iterations=1, beta=0.0))
+    calls = []
+    engine = SimpleNamespace(version=0, sleep=lambda: calls.append("sleep"), update_weights=lambda *a, **k: None)
+    with trainer.serving(engine):
+        pass
+    trainer.step([Sample([1, 2, 3], [4, 5], [-1.0, -1.0], advantage=1.0)])
+    assert calls == ["sleep"]
+
+
+@pytest.mark.parametrize("version, ok", [("0.32.0", True), ("0.26.1", True), ("0.33.0", False),
+                                         ("0.25.2", False), ("0.32.0+cpu", True), ("1.0.0", False)])
+def test_vllm_version_outside_the_tested_matrix_is_refused(version, ok):
+    from lmselfplay.lm.engines.vllm import check_vllm_version
+
+    if ok:
+        check_vllm_version(version)
+    else:
+        with pytest.raises(ImportError, match=r">=0\.26,<0\.33"):
+            check_vllm_version(version)
+
+
+@pytest.mark.slow  # ~30 s of CPU (over a minute on 2 shared cores)
+def test_gpu_benchmark_dry_run_runs_on_cpu(tmp_path):
+    """benchmarks/bench_vllm_gpu.py --dry_run: the GPU script's whole flow on CPU (no vLLM)."""
+    import sys as _sys
+    from pathlib import Path
+
+    _sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    try:
+        import bench_vllm_gpu
+    finally:
+        _sys.path.pop(0)
+    out = tmp_path / "dry.json"
+    assert bench_vllm_gpu.main(["--dry_run", "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["dry_run"] and res["throughput"]["vllm_tokens_per_s"] > 0 and res["sync"]["max_synced"] < 1e-4
+    assert res["selfplay"][0]["tis_weight"] == pytest.approx(1.0, abs=1e-4)  # the engine has the trainer's weights
+    assert res["peak_memory_bytes"] > 0 and res["sleeps"] == 0

@@ -2,10 +2,15 @@
 
 Input: :class:`~lmselfplay.lm.trajectory.Sample` s with advantages (games, Absolute Zero,
 R-Zero, debate all produce them). Per optimizer step it runs ``num_iterations`` passes
-(PPO epochs) over the batch; each pass is exactly ``gradient_accumulation_steps``
-micro-batches on every rank (empty ones are padded with a zero-loss forward) so that
-DDP / DeepSpeed collectives always line up even when ranks hold different numbers of
-samples. The loss, on the policy's own tokens only, per token t of sample i:
+(PPO epochs) over the batch, one optimizer step each. A pass cuts the batch into
+``gradient_accumulation_steps`` groups and each group into micro-batches of at most
+``max_tokens_per_micro_batch`` padded tokens, so memory per forward stays bounded however
+large the batch; every rank makes the same number of micro-batches (empty ones are padded
+with a zero-loss forward) so that DDP / DeepSpeed collectives always line up even when ranks
+hold different numbers of samples. The loss is a sum over the whole batch divided by its
+token count, so the micro-batching does not change it. Trained weights are float32 (master
+weights, :func:`master_weights`). The loss, on the policy's own tokens only, per token t of
+sample i:
 
     ratio = exp(logp - behaviour_logp)          (also the importance correction for
                                                  rollouts from an engine a step behind)
@@ -37,6 +42,7 @@ DeepSpeed ZeRO-2/3). On CPU the process group uses gloo.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime
 import math
@@ -47,14 +53,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import MethodType
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
-from lmselfplay.lm.batching import logprobs_from_logits, pad_batch
+from lmselfplay.lm.batching import logprobs_from_logits, over_positions, pad_batch
 from lmselfplay.lm.engines.staleness import mean_abs_logprob_diff
 from lmselfplay.lm.trajectory import Sample, merge_identical
-from lmselfplay.utils.checkpoint import CheckpointWriteError, commit_dir, prune_checkpoints
+from lmselfplay.rl.importance import TruncatedImportance
+from lmselfplay.utils.checkpoint import commit_dir, prune_checkpoints, writing
 from lmselfplay.utils.config import Config, ConfigError, non_negative, positive
 
 BETA_SCHEDULES = ("constant", "linear", "cosine")
@@ -98,8 +107,17 @@ class TrainerConfig(Config):
     merge_identical: bool = field(default=True, metadata={"help": "merge equal (prompt, answer) turns"})
     target_coef: float = field(default=1.0, metadata={"help": "weight of the supervised-target cross-entropy"})
     seed: int = field(default=0, metadata={"help": "seed of micro-batch shuffling and sampling"})
+    tis_cap: float = field(default=0.0, metadata={
+        "help": "C > 0: truncated importance sampling of the engine's mismatch (lmselfplay/rl/importance.py): the "
+                "PPO ratio against the trainer's own log-probs at the step's start, each token weighted by "
+                "min(exp(trainer - engine log-prob), C); 0: off, the ratio against the engine's log-probs"})
+    max_tokens_per_micro_batch: int = field(default=8192, metadata={
+        "help": "cap on the padded tokens (rows x longest sequence) of one forward/backward: a step's samples are "
+                "cut into as many micro-batches as the cap needs (at least gradient_accumulation_steps), the loss "
+                "unchanged; a sample longer than the cap is a micro-batch of its own; 0: no cap"})
 
     def validate(self) -> None:
+        check_micro_batch_fields(self)
         self.beta = parse_beta(self.beta)
         positive(self, "max_steps", "gradient_accumulation_steps", "num_iterations", "temperature")
         non_negative(self, "learning_rate", "warmup_steps", "weight_decay", "max_grad_norm", "epsilon",
@@ -114,6 +132,15 @@ class TrainerConfig(Config):
             raise ConfigError(f"ref_update_every must be >= 0, got {self.ref_update_every}")
         if self.target_passes < 0:
             raise ConfigError(f"target_passes must be >= 0, got {self.target_passes}")
+        if not self.tis_cap >= 0:
+            raise ConfigError(f"tis_cap must be >= 0 (0: off), got {self.tis_cap}")
+
+
+def check_micro_batch_fields(cfg: TrainerConfig) -> None:
+    """ConfigError naming the field: ``max_tokens_per_micro_batch`` must be an integer >= 0."""
+    cap = cfg.max_tokens_per_micro_batch
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
+        raise ConfigError(f"max_tokens_per_micro_batch must be an integer >= 0 (0: no cap), got {cap!r}")
 
 
 def parse_beta(value: Any) -> float | dict[str, float]:
@@ -163,7 +190,7 @@ def beta_for(beta: float | dict[str, float], role: str, task: str = "") -> float
     raise KeyError(f"no KL coefficient for role {role!r} (task {task!r}) in beta {beta}: add it or 'default'")
 
 
-def kl_per_token(estimator: str, lp: torch.Tensor, ref_lp: torch.Tensor,
+def kl_per_token(estimator: str, lp: torch.Tensor | None, ref_lp: torch.Tensor | None,
                  logp_all: torch.Tensor | None = None, ref_all: torch.Tensor | None = None) -> torch.Tensor:
     """The KL term of each completion token, differentiable in the policy's log-probs.
 
@@ -249,6 +276,65 @@ def collate(samples: list[Sample], pad_id: int, device: torch.device,
                                              ref=ref_lp, adv=adv, weight=weight).items()}
 
 
+def split_by_tokens(samples: list[Sample], max_tokens: int) -> list[list[Sample]]:
+    """``samples`` cut, in order, into runs whose right-padded batch (rows x longest
+    ``prompt + completion``) holds at most ``max_tokens`` tokens; a sample longer than the cap is
+    a run of its own (a sequence is never split). ``max_tokens`` 0: one run. No sample: no run."""
+    runs: list[list[Sample]] = []
+    width = 0
+    for s in samples:
+        n = len(s.prompt_ids) + len(s.completion_ids)
+        if runs and (not max_tokens or (len(runs[-1]) + 1) * max(width, n) <= max_tokens):
+            runs[-1].append(s)
+            width = max(width, n)
+        else:
+            runs.append([s])
+            width = n
+    return runs
+
+
+def master_weights(model: Any, accelerator: Any) -> torch.dtype | None:
+    """Hold the trained parameters in float32 and return the dtype the forward should compute in
+    (``None``: as the weights are).
+
+    AdamW on bfloat16 weights loses every update smaller than half a weight's last bit: at lr
+    1e-6 only ~2% of the weights move at all. So trainable bfloat16 / float16 parameters are
+    upcast here, before the optimizer sees them; on a GPU the forward then runs in their old dtype
+    under autocast (what accelerate's ``mixed_precision`` does: it is used instead when set), on a
+    CPU in float32 (a CPU run never computes in bfloat16). LoRA adapters are float32 already (PEFT).
+    Under DeepSpeed its bf16 / fp16 mode keeps float32 master weights itself. ConfigError for mixed
+    precision on a CPU run, and for low-precision weights under DeepSpeed without mixed precision."""
+    low = {p.dtype for p in model.parameters() if p.requires_grad} & {torch.bfloat16, torch.float16}
+    mp = str(accelerator.mixed_precision)
+    on_cpu = accelerator.device.type == "cpu"
+    if on_cpu and mp not in ("no", "None"):
+        raise ConfigError(f"mixed_precision {mp} on a CPU run: CPU training computes in float32; "
+                          f"set mixed_precision 'no' in the accelerate config")
+    if not low:
+        return None
+    if getattr(accelerator.state, "deepspeed_plugin", None) is not None:
+        if mp not in ("bf16", "fp16"):
+            raise ConfigError(f"{low.pop()} weights under DeepSpeed without mixed precision would be updated in "
+                              f"place; set mixed_precision bf16 in the accelerate config or dtype float32")
+        return None
+    if on_cpu:
+        model.float()
+        return None
+    for p in model.parameters():
+        if p.requires_grad:
+            p.data = p.data.float()
+    return None if mp != "no" else low.pop()
+
+
+def autocast_forward(model: Any, dtype: torch.dtype | None) -> None:
+    """Run ``model``'s forward (and so ``generate``'s) under CUDA autocast in ``dtype``, as
+    accelerate's mixed precision does; bound as a method so a deep copy autocasts its own forward."""
+    if dtype is None:
+        return
+    forward = torch.autocast(device_type="cuda", dtype=dtype)(model.forward.__func__)
+    model.forward = MethodType(forward, model)
+
+
 class PolicyTrainer:
     def __init__(self, model: Any, tokenizer: Any, config: TrainerConfig, accelerator: Any = None,
                  ref_model: Any = None):
@@ -259,12 +345,17 @@ class PolicyTrainer:
         self.accelerator = accelerator or make_accelerator(config.gradient_accumulation_steps)
         self.is_peft = hasattr(model, "disable_adapter")
         self.kl_on = kl_enabled(config.beta)
+        self._tis = TruncatedImportance(config.tis_cap)
         if self.kl_on and ref_model is None and not self.is_peft:
             if is_partitioned(model):
                 raise ValueError("the model was loaded partitioned (DeepSpeed ZeRO-3 init): a deep copy of it "
                                  "is not a reference model; load a second copy and pass ref_model=")
             ref_model = copy.deepcopy(model)  # the initial policy, frozen
         self._fill_deepspeed_config()
+        compute_dtype = master_weights(model, self.accelerator)
+        autocast_forward(model, compute_dtype)
+        if ref_model is not None:
+            autocast_forward(ref_model, compute_dtype)  # the reference computes as the policy does
         params = [p for p in model.parameters() if p.requires_grad]
         opt = torch.optim.AdamW(params, lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2),
                                 weight_decay=config.weight_decay)
@@ -332,41 +423,50 @@ class PolicyTrainer:
                 engine.update_weights(m, version=self.step_count)
                 yield engine
             return
+        self._served = engine  # sleeps (if it can) when the next step starts: once per step
         if engine.version != self.step_count:  # every rank calls this: ZeRO-3 gathers per bucket
             engine.update_weights(self.model, version=self.step_count)
         yield engine
 
     @torch.no_grad()
-    def _ref_logprobs(self, samples: list[Sample], chunk: int = 64) -> dict[int, list[float]]:
-        """Reference log-probs of every sample's completion, computed once per step. With the
+    def _ref_logprobs(self, samples: list[Sample]) -> dict[int, list[float]]:
+        """Reference log-probs of every sample's completion, computed once per step in forwards
+        of at most ``max_tokens_per_micro_batch`` tokens (64 samples without a cap). With the
         exact KL also every completion token's reference log-probs over the vocabulary
         (``self._ref_rows``: (tokens, V) per sample, on the CPU)."""
         out: dict[int, list[float]] = {}
         self._ref_rows: dict[int, torch.Tensor] = {}
         exact = self.cfg.kl_estimator == "exact"
-        for i in range(0, len(samples), chunk):
-            part = samples[i : i + chunk]
+        cap = self.cfg.max_tokens_per_micro_batch
+        parts = split_by_tokens(samples, cap) if cap else [samples[i : i + 64] for i in range(0, len(samples), 64)]
+        for part in parts:
             b = collate(part, self.pad_id, self.accelerator.device)
             logits = self._ref_logits(b["input_ids"], b["attention_mask"])
-            lp, _ = logprobs_from_logits(logits, b["input_ids"], self.cfg.temperature)
-            rows = torch.log_softmax(logits[:, :-1].float() / self.cfg.temperature, dim=-1) if exact else None
+            lp, _ = logprobs_from_logits(logits, b["input_ids"], self.cfg.temperature, where=b["mask"])
+            if exact:
+                where = F.pad(b["mask"].bool(), (0, 1))
+                _, _, (rows,) = over_positions(logits, where, self._log_softmax_cpu)
+                rows = rows.split([len(s.completion_ids) for s in part])
             for r, s in enumerate(part):
                 a = len(s.prompt_ids) - 1
                 out[id(s)] = lp[r, a : a + len(s.completion_ids)].float().cpu().tolist()
-                if rows is not None:
-                    self._ref_rows[id(s)] = rows[r, a : a + len(s.completion_ids)].cpu()
+                if exact:
+                    self._ref_rows[id(s)] = rows[r]
         return out
+
+    def _log_softmax_cpu(self, x: torch.Tensor) -> tuple[torch.Tensor]:
+        return (torch.log_softmax(x / self.cfg.temperature, dim=-1).cpu(),)
 
     def _ref_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """The reference policy's logits: the ref model, or under LoRA the moved magnet's
         adapter swapped in, or the adapter-disabled base model."""
         if self.ref_model is not None:
-            return self.ref_model(input_ids=input_ids, attention_mask=attention_mask).logits
+            return self.ref_model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
         if self.magnet is not None:
             with self._adapter_weights(self.magnet):
-                return self.model(input_ids=input_ids, attention_mask=attention_mask).logits
+                return self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
         with self.unwrapped.disable_adapter():
-            return self.model(input_ids=input_ids, attention_mask=attention_mask).logits
+            return self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
 
     # --- the reference (the magnet) --------------------------------------------------
     @contextmanager
@@ -435,11 +535,21 @@ class PolicyTrainer:
         return beta_for(self.cfg.beta, sample.role, sample.task) * beta_factor(self.cfg, step)
 
     def _micro_batches(self, samples: list[Sample], rng: random.Random) -> list[list[Sample]]:
+        """The samples of one optimizer step, shuffled, in ``gradient_accumulation_steps`` groups
+        of ceil(N / groups) samples, each group cut by :func:`split_by_tokens` under
+        ``max_tokens_per_micro_batch``; then padded with empty micro-batches to the largest count
+        of any rank, so every rank makes the same forwards and backwards (DDP / ZeRO collectives)."""
         order = list(samples)
         rng.shuffle(order)
         k = self.cfg.gradient_accumulation_steps
         size = math.ceil(len(order) / k) if order else 0
-        return [order[i * size : (i + 1) * size] for i in range(k)]
+        groups = [order[i * size : (i + 1) * size] for i in range(k)]
+        out = [mb for g in groups for mb in (split_by_tokens(g, self.cfg.max_tokens_per_micro_batch) or [[]])]
+        acc = self.accelerator
+        if acc.num_processes > 1:
+            n = int(acc.gather(torch.tensor([len(out)], device=acc.device)).max())
+            out += [[] for _ in range(n - len(out))]
+        return out
 
     # --- the step -------------------------------------------------------------------
     def step(self, samples: list[Sample]) -> dict[str, float]:
@@ -447,12 +557,15 @@ class PolicyTrainer:
         Metrics include ``logprob_diff``: mean |current - behaviour| log-prob of the sampled
         tokens in the first pass, before any update (the staleness detector's measure)."""
         cfg, acc = self.cfg, self.accelerator
+        getattr(getattr(self, "_served", None), "sleep", lambda: None)()  # vLLM sleep mode: memory to training
+        self._tis.begin_step()
         if cfg.merge_identical:
             samples = merge_identical(samples)
         rng = random.Random(cfg.seed * 1_000_003 + self.step_count * 7919 + acc.process_index)
         total_tokens = sum(len(s.completion_ids) * s.weight for s in samples)
         stats: dict[str, list[float]] = {k: [] for k in ("loss", "pg_loss", "kl", "entropy", "clip_frac",
-                                                         "ratio", "grad_norm", "logprob_diff", "target_ce")}
+                                                         "ratio", "grad_norm", "logprob_diff", "target_ce",
+                                                         "tis/weight", "tis/capped")}
         scored = [s for s in samples if s.completion_ids]  # pure-target samples have no tokens to score
         ref = self._ref_logprobs(scored) if self.kl_on and scored else None
         self._target_total = sum(s.weight for s in samples if s.target is not None)
@@ -474,52 +587,66 @@ class PolicyTrainer:
 
     def _pass(self, micro_batches: list[list[Sample]], total_tokens: float, ref: dict[int, list[float]] | None,
               stats: dict[str, list[float]], first_pass: bool = False, schedule: bool = True) -> None:
-        """One pass: an optimizer step per round of ``gradient_accumulation_steps``
-        micro-batches; the learning-rate schedule advances with it when ``schedule``."""
+        """One pass = one optimizer step over ``micro_batches`` (however many the token cap made):
+        gradients accumulate over them and are reduced across ranks only at the last one. The
+        boundary is accelerate's ``sync_gradients`` flag: it drives DDP's ``no_sync``, DeepSpeed's
+        accumulation boundary and the prepared optimizer's step (a no-op while it is False), so
+        the number of micro-batches may differ from ``gradient_accumulation_steps``. The
+        learning-rate schedule advances with the step when ``schedule``."""
         cfg, acc = self.cfg, self.accelerator
-        for mb in micro_batches:
-            with acc.accumulate(self.model):
-                loss, parts = self._micro_loss(mb, total_tokens, ref, first_pass=first_pass)
-                acc.backward(loss)
-                if acc.sync_gradients and cfg.max_grad_norm > 0:
-                    gn = acc.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
-                    if gn is not None:
-                        stats["grad_norm"].append(float(gn))
-                self.optimizer.step()
-                if acc.sync_gradients and schedule:  # once per optimizer step: accelerate's wrapper
-                    self.scheduler.scheduler.step()  # would step num_processes times
-                self.optimizer.zero_grad()
-            for k, v in parts.items():
-                stats[k].append(v)
+        try:
+            for i, mb in enumerate(micro_batches):
+                acc.sync_gradients = boundary = i == len(micro_batches) - 1
+                with contextlib.nullcontext() if boundary else acc.no_sync(self.model):
+                    loss, parts = self._micro_loss(mb, total_tokens, ref, first_pass=first_pass)
+                    acc.backward(loss)
+                for k, v in parts.items():
+                    stats[k].append(v)
+            if cfg.max_grad_norm > 0:
+                gn = acc.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+                if gn is not None:
+                    stats["grad_norm"].append(float(gn))
+            self.optimizer.step()
+            if schedule:  # once per optimizer step: accelerate's wrapper would step num_processes times
+                self.scheduler.scheduler.step()
+            self.optimizer.zero_grad()
+        finally:
+            acc.sync_gradients = True
 
     def _micro_loss(self, mb: list[Sample], total_tokens: float, ref: dict[int, list[float]] | None,
                     first_pass: bool = False):
         cfg, acc = self.cfg, self.accelerator
         if not mb:  # keep collectives aligned across ranks: a forward with zero loss
             ids = torch.full((1, 2), self.pad_id, dtype=torch.long, device=acc.device)
-            logits = self.model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
+            logits = self.model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False).logits
             return logits.sum() * 0.0, {}
         if self.deepspeed_stage != 3 and not any(s.completion_ids for s in mb) and any(s.target for s in mb):
             # only supervised targets (distillation): one forward for the targets, no log-probs,
             # reference or policy-gradient terms. Under ZeRO-3 every rank must make the same
             # forwards whatever its samples, so there the general path below runs instead
             b = collate(mb, self.pad_id, acc.device, None)
-            logits = self.model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
+            logits = self.model(input_ids=b["input_ids"], attention_mask=b["attention_mask"], use_cache=False).logits
             target_loss, target_ce = self._target_loss(mb, logits)
-            loss = cfg.target_coef * target_loss * cfg.gradient_accumulation_steps
+            loss = cfg.target_coef * target_loss * acc.gradient_accumulation_steps
             return loss, ({"target_ce": target_ce} if target_ce is not None else {})
         b = collate(mb, self.pad_id, acc.device, ref)
         need_entropy = cfg.entropy_coef > 0
-        logits = self.model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
-        lp, ent = logprobs_from_logits(logits, b["input_ids"], cfg.temperature, True)
+        logits = self.model(input_ids=b["input_ids"], attention_mask=b["attention_mask"], use_cache=False).logits
+        lp, ent = logprobs_from_logits(logits, b["input_ids"], cfg.temperature, True, where=b["mask"])
         if not need_entropy:
             ent = ent.detach()  # logged (collapse shows as entropy -> 0), not optimized
         mask = b["mask"]
         w = b["weight"].unsqueeze(1) * mask
-        ratio = torch.exp(torch.clamp(lp - b["old"], -20, 20))
+        old, tis, tis_parts = b["old"], None, {}
+        if cfg.tis_cap > 0:  # the ratio against the trainer's own start-of-step policy, the mismatch weighted
+            old = self._tis.old_logprobs(mb, lp, mask, first_pass)
+            tis, tis_parts = self._tis.weights(old, b["old"], w)
+        ratio = torch.exp(torch.clamp(lp - old, -20, 20))
         adv = b["adv"].unsqueeze(1)
         unclipped, clipped = ratio * adv, torch.clamp(ratio, 1 - cfg.epsilon, 1 + cfg.epsilon) * adv
         pg = -torch.minimum(unclipped, clipped)
+        if tis is not None:
+            pg = pg * tis
         tok = pg
         kl = torch.zeros_like(tok)
         if self.kl_on:
@@ -528,12 +655,13 @@ class PolicyTrainer:
             tok = tok + coef.unsqueeze(1) * kl
         if need_entropy:
             tok = tok - cfg.entropy_coef * ent
-        # token-mean over this rank's whole batch; accelerate / DeepSpeed divide by the
-        # number of accumulation steps, so multiply it back
+        # token-mean over this rank's whole batch, so the micro-batches' gradients sum to the
+        # batch's; accelerate / DeepSpeed divide every loss by their configured number of
+        # accumulation steps (whatever the number of micro-batches), so multiply it back
         denom = max(total_tokens, 1.0)
-        loss = (tok * w).sum() / denom * cfg.gradient_accumulation_steps
+        loss = (tok * w).sum() / denom * acc.gradient_accumulation_steps
         target_loss, target_ce = self._target_loss(mb, logits)
-        loss = loss + cfg.target_coef * target_loss * cfg.gradient_accumulation_steps
+        loss = loss + cfg.target_coef * target_loss * acc.gradient_accumulation_steps
         with torch.no_grad():
             wsum = w.sum().clamp_min(1e-8)
             parts = {"loss": float((tok * w).sum() / wsum), "pg_loss": float((pg * w).sum() / wsum),
@@ -544,6 +672,7 @@ class PolicyTrainer:
                 parts["entropy"] = float((ent * w).sum() / wsum)
             if first_pass:  # the weights the engine should have sampled with (staleness detector)
                 parts["logprob_diff"] = mean_abs_logprob_diff(lp, b["old"], w)
+                parts.update(tis_parts)
             if target_ce is not None:
                 parts["target_ce"] = target_ce
         return loss, parts
@@ -554,12 +683,15 @@ class PolicyTrainer:
         step (row-major, as ``mask`` enumerates them) against the policy's there."""
         if self.cfg.kl_estimator == "k3":
             return kl_per_token("k3", lp, b["ref"])
-        at = b["mask"].bool()
-        logp_all = torch.log_softmax(logits[:, :-1][at].float() / self.cfg.temperature, dim=-1)
-        ref_all = torch.cat([self._ref_rows[id(s)] for s in mb if s.completion_ids]).to(logp_all.device)
-        kl = torch.zeros_like(lp)
-        kl[at] = kl_per_token("exact", lp[at], b["ref"][at], logp_all, ref_all)
-        return kl
+        ref_all = torch.cat([self._ref_rows[id(s)] for s in mb if s.completion_ids])
+        rows, cols, (exact,) = over_positions(logits, F.pad(b["mask"].bool(), (0, 1)), self._exact_kl_block, ref_all)
+        return torch.zeros_like(lp).index_put((rows, cols), exact)
+
+    def _exact_kl_block(self, x: torch.Tensor, ref_all: torch.Tensor) -> tuple[torch.Tensor]:
+        """KL(ref || policy) at a block of positions (x: their float32 logits, ref_all: the
+        reference's log-probs there, kept on the CPU)."""
+        logp_all = torch.log_softmax(x / self.cfg.temperature, dim=-1)
+        return (kl_per_token("exact", None, None, logp_all, ref_all.to(x.device)),)
 
     def _target_loss(self, mb: list[Sample], logits: torch.Tensor) -> tuple[torch.Tensor | float, float | None]:
         """Cross-entropy from each sample's target distribution (``Sample.target``: index
@@ -590,7 +722,8 @@ class PolicyTrainer:
         out = Path(output_dir)
         final = out / f"checkpoint-{self.step_count}"
         tmp = out / f".checkpoint-{self.step_count}.tmp"
-        try:
+        # disk full, permission: one line, no temp dir, the previous checkpoint as it was
+        with writing(final, tmp, remove_tmp=acc.is_main_process):
             if acc.is_main_process:
                 shutil.rmtree(tmp, ignore_errors=True)
                 tmp.mkdir(parents=True)
@@ -608,10 +741,6 @@ class PolicyTrainer:
                 self.tokenizer.save_pretrained(str(tmp / "model"))
                 commit_dir(tmp, final)
                 prune_checkpoints(out, keep)
-        except OSError as e:  # disk full, permission: the previous checkpoint stays as it was
-            if acc.is_main_process:
-                shutil.rmtree(tmp, ignore_errors=True)
-            raise CheckpointWriteError.of(final, e) from e
         acc.wait_for_everyone()
         return final
 

@@ -5,15 +5,19 @@ Rules:
 * A checkpoint is written into a temporary sibling dir, then renamed: a run killed at any
   moment leaves either the previous complete checkpoint or the new complete one.
 * Its completion marker ``COMPLETE`` (written last, by :func:`commit_dir`, the one writer
-  every checkpoint goes through) records the sha256 and size of every file in it. An old
-  marker holding ``ok`` is read as complete but unverified.
+  every checkpoint goes through) records the sha256 and size of every file in it. A marker
+  is never trusted blindly: one without digests (the legacy ``ok``), or malformed in any way
+  (not JSON, wrong types, a path outside the checkpoint), makes the checkpoint damaged, like
+  a corrupt file does.
 * ``latest_checkpoint`` (what every recipe's ``--resume`` uses) verifies the newest
   complete ``checkpoint-<step>``; when a file is missing, truncated or changed it says which
   and falls back to the newest intact one, or stops with a :class:`UserError` when none
   is intact or when ``fallback`` is off (the recipes' ``resume_fallback: false``).
-* A write that fails (disk full, permission) raises :class:`CheckpointWriteError` (a
-  one-line UserError naming the path and the OS error), removes its temp dir and leaves
-  the previous checkpoint as it was.
+* A write that fails (disk full, permission; an ``OSError``, safetensors' ``SafetensorError``
+  or torch's stream-writer ``RuntimeError``: :func:`is_write_failure`) raises
+  :class:`CheckpointWriteError` (a one-line UserError naming the path and the error),
+  removes its temp dir and leaves the previous checkpoint as it was. Every checkpoint
+  writer goes through :func:`writing`.
 """
 
 from __future__ import annotations
@@ -39,10 +43,38 @@ class CheckpointWriteError(UserError, OSError):
     """Writing a checkpoint failed; the previous one is intact."""
 
     @classmethod
-    def of(cls, final: Path, e: OSError) -> CheckpointWriteError:
+    def of(cls, final: Path, e: BaseException) -> CheckpointWriteError:
         where = f" ({e.filename})" if getattr(e, "filename", None) else ""
-        return cls(f"could not write checkpoint {final}: {e.strerror or e}{where}; "
+        what = " ".join(str(getattr(e, "strerror", None) or e).split())
+        return cls(f"could not write checkpoint {final}: {what}{where}; "
                    f"the previous checkpoint is intact (free space or fix permissions, then --resume)")
+
+
+# torch.save on a full disk: "PytorchStreamWriter failed writing file ..." or
+# "[enforce fail at inline_container.cc:...] . unexpected pos ..." (measured on a full tmpfs)
+TORCH_WRITE_FAILURES = ("PytorchStreamWriter failed", "inline_container.cc", "file write failed")
+
+
+def is_write_failure(e: BaseException) -> bool:
+    """Whether ``e``, raised while writing files, is the storage failing (not a bug)."""
+    if isinstance(e, OSError) or type(e).__name__ == "SafetensorError":
+        return True
+    return isinstance(e, RuntimeError) and any(m in str(e) for m in TORCH_WRITE_FAILURES)
+
+
+@contextlib.contextmanager
+def writing(final: str | Path, tmp: str | Path | None, remove_tmp: bool = True) -> Iterator[None]:
+    """``with writing(final, tmp): write into tmp, commit_dir(tmp, final)``: any failure
+    removes ``tmp`` (where ``remove_tmp``: the process that made it) and a write failure
+    becomes a :class:`CheckpointWriteError`; ``final`` is untouched until the commit."""
+    try:
+        yield
+    except BaseException as e:
+        if tmp is not None and remove_tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, CheckpointWriteError) or not is_write_failure(e):
+            raise
+        raise CheckpointWriteError.of(Path(final), e) from e
 
 
 class CheckpointDamaged(UserError):
@@ -78,20 +110,40 @@ def write_marker(directory: str | Path) -> None:
         os.fsync(f.fileno())
 
 
-def verify_checkpoint(directory: str | Path) -> str | None:
-    """None when ``directory`` is intact (or has an old, unverified ``ok`` marker), else
-    what is wrong, naming the file."""
-    d = Path(directory)
+def read_marker(directory: str | Path) -> dict[str, tuple[int, str]] | str:
+    """The digests ``COMPLETE`` records ({relative path: (size, sha256)}), or what is wrong
+    with it: unreadable, without digests (the legacy ``ok``), or malformed."""
+    path = Path(directory) / MARKER
     try:
-        text = (d / MARKER).read_text()
-    except OSError as e:
-        return f"{d / MARKER}: unreadable marker ({e.strerror or e})"
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        return f"{path}: unreadable marker ({getattr(e, 'strerror', None) or e})"
     if text.strip() == "ok":
-        return None
+        return f"{path}: marker without digests (written by an older version), cannot be verified"
     try:
         files = json.loads(text)["files"]
-    except (ValueError, KeyError, TypeError):
-        return f"{d / MARKER}: damaged marker"
+    except (ValueError, KeyError, TypeError, IndexError, RecursionError):
+        return f"{path}: damaged marker (not the JSON that commit_dir writes)"
+    if not isinstance(files, dict):
+        return f"{path}: damaged marker (files is not a mapping)"
+    out = {}
+    for rel, entry in files.items():
+        parts = Path(rel).parts
+        if not parts or Path(rel).is_absolute() or ".." in parts:
+            return f"{path}: damaged marker (path {rel[:80]!r} outside the checkpoint)"
+        if (not isinstance(entry, list) or len(entry) != 2 or type(entry[0]) is not int
+                or not isinstance(entry[1], str) or not re.fullmatch(r"[0-9a-f]{64}", entry[1])):
+            return f"{path}: damaged marker (entry for {rel[:80]!r} is not [size, sha256])"
+        out[rel] = (entry[0], entry[1])
+    return out
+
+
+def verify_checkpoint(directory: str | Path) -> str | None:
+    """None when ``directory`` is intact, else what is wrong, naming the file."""
+    d = Path(directory)
+    files = read_marker(d)
+    if isinstance(files, str):
+        return files
     for rel, (size, digest) in files.items():
         p = d / rel
         if not p.is_file():
@@ -122,25 +174,24 @@ def commit_dir(tmp: str | Path, final: str | Path) -> None:
 
 @contextlib.contextmanager
 def atomic_dir(final: str | Path) -> Iterator[Path]:
-    """``with atomic_dir(out) as tmp: write files into tmp`` -> committed to ``out`` at exit.
-    An OSError while writing becomes a :class:`CheckpointWriteError`; the temp dir goes."""
+    """``with atomic_dir(out) as tmp: write files into tmp`` -> committed to ``out`` at exit
+    (through :func:`writing`: a failure leaves no temp dir and ``out`` as it was)."""
     final = Path(final)
-    tmp = None
-    try:
+    with writing(final, None):
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
-        yield tmp
-        commit_dir(tmp, final)
-    except OSError as e:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(e, CheckpointWriteError):
-            raise
-        raise CheckpointWriteError.of(final, e) from e
-    except BaseException:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        with writing(final, tmp):
+            yield tmp
+            commit_dir(tmp, final)
+
+
+def save_model(path: str | Path, model: Any, tokenizer: Any, state_dict: dict | None = None) -> Path:
+    """``model.save_pretrained`` + ``tokenizer.save_pretrained`` as one atomic, verified
+    folder (a recipe's ``final_model``): a full disk is one line and leaves nothing half-written."""
+    with atomic_dir(path) as tmp:
+        model.save_pretrained(tmp, state_dict=state_dict)
+        tokenizer.save_pretrained(tmp)
+    return Path(path)
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
@@ -178,10 +229,17 @@ def _warn(msg: str) -> None:
 
 def latest_checkpoint(output_dir: str | Path, fallback: bool = True,
                       warn: Callable[[str], None] = _warn) -> Path | None:
-    """The newest intact checkpoint (None when there is none at all). A damaged newer one
-    is reported through ``warn`` and skipped; with ``fallback=False`` it is an error."""
+    """The newest intact ``checkpoint-<step>`` in ``output_dir`` (see :func:`newest_intact`)."""
+    return newest_intact(checkpoint_dirs(output_dir), output_dir, fallback, warn)
+
+
+def newest_intact(dirs: list[Path], output_dir: str | Path, fallback: bool = True,
+                  warn: Callable[[str], None] = _warn) -> Path | None:
+    """The newest intact one of ``dirs`` (oldest first; None when there is none at all). A
+    damaged newer one is reported through ``warn`` and skipped; with ``fallback=False`` it
+    is an error, and so is finding none intact."""
     damaged = []
-    for p in reversed(checkpoint_dirs(output_dir)):
+    for p in reversed(dirs):
         problem = verify_checkpoint(p)
         if problem is None:
             if damaged:

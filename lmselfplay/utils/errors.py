@@ -4,6 +4,8 @@ Problems of the user's making (an invalid config value, an unknown name, a missi
 model path, an output folder in use) are :class:`UserError` s: :func:`run_main` prints them as
 one line ``error: <what>`` on stderr and exits with status 2, without a traceback.
 ``--debug`` on the command line or ``LMSELFPLAY_DEBUG=1`` shows the traceback too.
+A full disk, a quota, a read-only file system or a refused permission (an ``OSError`` with
+one of :data:`STORAGE_ERRNOS`) is the user's to fix too: one line, exit 2.
 A collective (multi-process) operation that fails because another rank died or hangs
 past ``collective_timeout_s`` is not a bug either: one ``error:`` line saying so, exit 1.
 Anything else is a bug and keeps its traceback.
@@ -11,6 +13,7 @@ Anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import traceback
@@ -42,6 +45,11 @@ def run_main(main: Callable[[list[str]], Any], argv: list[str] | None = None) ->
         print("interrupted", file=sys.stderr)
         return 130
     except Exception as e:
+        if isinstance(e, OSError) and e.errno in STORAGE_ERRNOS:
+            if debug:
+                traceback.print_exc()
+            print(f"error: {e.strerror or one_line(e)}" + (f": {e.filename}" if e.filename else ""), file=sys.stderr)
+            return 2
         if not is_peer_failure(e):
             raise
         if debug:
@@ -51,6 +59,8 @@ def run_main(main: Callable[[list[str]], Any], argv: list[str] | None = None) ->
         return 1
     return result if isinstance(result, int) else 0
 
+
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
 
 PEER_FAILURES = ("Timed out waiting", "Connection closed by peer", "Connection reset by peer",
                  "Watchdog caught collective operation timeout")

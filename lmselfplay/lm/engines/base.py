@@ -34,6 +34,7 @@ class Completion:
     text: str
     logprobs: list[float]
     finish_reason: str  # "eos" | "stop" | "length"
+    version: int | None = None  # weight version it was sampled with, where the engine knows it (servers)
 
 
 @runtime_checkable

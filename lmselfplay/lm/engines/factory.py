@@ -5,7 +5,7 @@
 * ``vllm``: :class:`~lmselfplay.lm.engines.vllm.VLLMEngine` colocated in the training process
   (``pip install lmselfplay[vllm]``, CUDA).
 * ``vllm-server``: :class:`~lmselfplay.lm.engines.vllm_server.VLLMServerEngine` talking to
-  ``vllm serve`` at ``vllm_server_url`` (weights over NCCL).
+  one or more ``vllm serve`` at ``vllm_server_urls`` (weights over NCCL, pushed to each).
 
 Recipes call :func:`make_engine` for the learner and hand it the learner's weights with
 ``PolicyTrainer.serving(engine)``. League snapshots are served by frozen HF engines whatever
@@ -16,12 +16,14 @@ one set of weights (the learner's).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 from lmselfplay.lm.engines.base import Engine, SamplingParams
 from lmselfplay.lm.engines.hf import HFEngine
 from lmselfplay.lm.engines.staleness import StalenessConfig
+from lmselfplay.utils.config import ConfigError
 
 ENGINES = ("hf", "vllm", "vllm-server")
 
@@ -31,19 +33,49 @@ class EngineConfig(StalenessConfig):
     engine: str = field(default="hf", metadata={"help": "rollout engine: hf | vllm | vllm-server"})
     vllm_gpu_memory_utilization: float = field(default=0.3, metadata={
         "help": "engine=vllm: share of GPU memory vLLM reserves (weights + KV cache); the trainer keeps the rest"})
+    vllm_max_model_len: int = field(default=0, metadata={
+        "help": "engine=vllm: longest prompt + answer vLLM sizes its KV cache for; 0: vllm_max_prompt_tokens + the "
+                "run's largest *max_new_tokens (a 40k-128k default context does not fit a colocated share)"})
+    vllm_max_prompt_tokens: int = field(default=2048, metadata={
+        "help": "engine=vllm: the prompt budget vllm_max_model_len is derived from"})
+    vllm_max_num_batched_tokens: int = field(default=0, metadata={
+        "help": "engine=vllm: tokens per scheduler step (0: vLLM's default); lower it on a small GPU"})
     vllm_enable_sleep_mode: bool = field(default=False, metadata={
-        "help": "engine=vllm: free vLLM's GPU memory between rollouts (slower; for tight memory)"})
-    vllm_server_url: str = field(default="http://127.0.0.1:8000", metadata={"help": "engine=vllm-server: base URL"})
+        "help": "engine=vllm: free vLLM's GPU memory while the trainer steps (once per step; for tight memory)"})
+    vllm_server_urls: list[str] = field(default_factory=lambda: ["http://127.0.0.1:8000"], metadata={
+        "help": "engine=vllm-server: base URLs of the `vllm serve` processes (requests spread over them, weights "
+                "pushed to each)"})
     vllm_server_timeout: float = field(default=300.0, metadata={"help": "engine=vllm-server: seconds per request"})
     vllm_server_wait: float = field(default=0.0, metadata={
-        "help": "engine=vllm-server: seconds to wait for the server's /health at start"})
+        "help": "engine=vllm-server: seconds to wait for the servers' /health at start"})
+    vllm_push_timeout: float = field(default=300.0, metadata={
+        "help": "engine=vllm-server: deadline in seconds of each step of a weight push (pause, rendezvous, a bucket, "
+                "cache reset); a server past it leaves the rotation until a later push succeeds"})
     weight_sync_bucket_mb: int = field(default=256, metadata={
         "help": "weights pushed to vLLM in buckets of at most this many MB (ZeRO-3 gathers one bucket at a time)"})
 
 
 def _check_kind(kind: str) -> None:
     if kind not in ENGINES:
-        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {kind!r}")
+        raise ConfigError(f"engine must be one of {', '.join(ENGINES)}, got {kind!r}")
+
+
+def answer_budget(cfg: Any) -> int:
+    """The largest answer budget of the run: every config field named ``*max_new_tokens``."""
+    names = [f.name for f in dataclasses.fields(cfg)] if dataclasses.is_dataclass(cfg) else list(vars(cfg))
+    budgets = [int(getattr(cfg, n)) for n in names if n.endswith("max_new_tokens")
+               and isinstance(getattr(cfg, n), int) and not isinstance(getattr(cfg, n), bool)]
+    return max(budgets, default=256)
+
+
+def colocated_max_model_len(cfg: Any, model: Any) -> int:
+    """``vllm_max_model_len``, or the run's prompt + answer budget, at most the model's context."""
+    explicit = int(getattr(cfg, "vllm_max_model_len", 0) or 0)
+    if explicit < 0:
+        raise ConfigError(f"vllm_max_model_len must be >= 0, got {explicit}")
+    length = explicit or int(getattr(cfg, "vllm_max_prompt_tokens", 2048)) + answer_budget(cfg)
+    context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    return min(length, int(context)) if isinstance(context, int) and context > 0 else length
 
 
 def make_engine(cfg: Any, model: Any, tokenizer: Any) -> Engine:
@@ -60,17 +92,24 @@ def make_engine(cfg: Any, model: Any, tokenizer: Any) -> Engine:
     temperature, top_p = float(getattr(cfg, "temperature", 1.0)), float(getattr(cfg, "top_p", 1.0))
     bucket = int(getattr(cfg, "weight_sync_bucket_mb", 256)) << 20
     if kind == "vllm":
+        from lmselfplay.lm.engines.hf import unwrap
         from lmselfplay.lm.engines.vllm import VLLMEngine
 
         mode = logprobs_mode_for(temperature)
         check_logprobs_mode(mode, SamplingParams(temperature=temperature, top_p=top_p))
+        extra = {}
+        if int(getattr(cfg, "vllm_max_num_batched_tokens", 0) or 0) > 0:
+            extra["max_num_batched_tokens"] = int(cfg.vllm_max_num_batched_tokens)
         return VLLMEngine(model, tokenizer, gpu_memory_utilization=float(cfg.vllm_gpu_memory_utilization),
                           enable_sleep_mode=bool(cfg.vllm_enable_sleep_mode), logprobs_mode=mode,
-                          bucket_bytes=bucket, seed=int(getattr(cfg, "seed", 0)))
+                          bucket_bytes=bucket, seed=int(getattr(cfg, "seed", 0)),
+                          max_model_len=colocated_max_model_len(cfg, unwrap(model)), **extra)
     from lmselfplay.lm.engines.vllm_server import VLLMServerEngine
 
-    engine = VLLMServerEngine(tokenizer, base_url=cfg.vllm_server_url, timeout=float(cfg.vllm_server_timeout),
-                              wait_for_server=float(cfg.vllm_server_wait), bucket_bytes=bucket)
+    urls = getattr(cfg, "vllm_server_urls", None)
+    engine = VLLMServerEngine(tokenizer, base_urls=list(urls) if urls else [], timeout=float(cfg.vllm_server_timeout),
+                              wait_for_server=float(cfg.vllm_server_wait), bucket_bytes=bucket,
+                              push_timeout=float(getattr(cfg, "vllm_push_timeout", 300.0)))
     check_logprobs_mode(engine.logprobs_mode, SamplingParams(temperature=temperature, top_p=top_p))
-    engine.update_weights(model, version=0)  # the server starts from whatever it loaded: serve ours
+    engine.update_weights(model, version=0)  # the servers start from whatever they loaded: serve ours
     return engine

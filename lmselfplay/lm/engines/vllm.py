@@ -26,7 +26,8 @@ Weights: the engine starts from the model's config with dummy weights (``load_fo
 no checkpoint on disk) and :meth:`VLLMEngine.update_weights` pushes the trainer's tensors bucket
 by bucket (:mod:`~lmselfplay.lm.engines.weight_sync`: ZeRO-3 gathered per bucket, LoRA
 merged), then resets the prefix cache (cached KV of the old weights would otherwise be reused).
-Sleep mode (optional) frees the GPU memory of the KV cache and weights between rollouts.
+Sleep mode (optional) frees the GPU memory of the KV cache and weights while the trainer steps:
+once per step (:meth:`VLLMEngine.sleep`), woken by the next rollout after emptying the CUDA cache.
 """
 
 from __future__ import annotations
@@ -48,15 +49,31 @@ from lmselfplay.lm.engines.base import (
 from lmselfplay.lm.engines.weight_sync import SyncStats, iter_state_buckets, iter_weight_buckets
 
 INSTALL_HINT = "pip install lmselfplay[vllm]"
+# The tested matrix (docs/scale.md; pyproject's [vllm] extra says the same): vLLM 0.26 is the first
+# whose /reset_prefix_cache reports success; 0.33 needs torch 2.14, above the project's pin.
+# vLLM 0.32.0 (its CPU build) ran the real-engine tests with torch 2.13 and TRL 1.16.
+VLLM_MIN, VLLM_BELOW = (0, 26), (0, 33)
+
+
+def check_vllm_version(version: str) -> None:
+    """ImportError naming the tested range when ``version`` is outside it."""
+    import re
+
+    m = re.match(r"(\d+)\.(\d+)", version)
+    if m is None or not VLLM_MIN <= (int(m[1]), int(m[2])) < VLLM_BELOW:
+        raise ImportError(f"vLLM {version} is outside the tested range >={VLLM_MIN[0]}.{VLLM_MIN[1]},"
+                          f"<{VLLM_BELOW[0]}.{VLLM_BELOW[1]} (torch <= 2.13, TRL 1.16): `{INSTALL_HINT}` installs one")
 
 
 def require_vllm() -> Any:
-    """The ``vllm`` module, or an ImportError naming the extra to install."""
+    """The ``vllm`` module, or an ImportError naming the extra to install (also for a version
+    outside the tested range)."""
     try:
         import vllm
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ImportError(f"the vLLM engine needs vLLM, which is not installed: `{INSTALL_HINT}` "
-                          f"(a CUDA machine; see the README section 'vLLM rollouts'). ({e})") from e
+                          f"(a CUDA machine; see docs/scale.md). ({e})") from e
+    check_vllm_version(getattr(vllm, "__version__", "unknown"))
     return vllm
 
 
@@ -65,15 +82,54 @@ def logprobs_mode_for(temperature: float) -> str:
     return "raw_logprobs" if temperature in (0.0, 1.0) else "processed_logprobs"
 
 
-def check_logprobs_mode(mode: str, sp: SamplingParams) -> None:
-    """Refuse a sampling whose vLLM log-probs would not be ``log_softmax(logits / T)`` pre-top-p."""
+# vLLM's "off" value of every sampling processor the run's SamplingParams does not turn on. Sent
+# explicitly: a server otherwise fills them from the checkpoint's generation_config (Qwen: top_k 20,
+# repetition_penalty 1.05), and the sampled tokens would not come from the recorded log-probs.
+NEUTRAL_SAMPLING = {"top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0, "presence_penalty": 0.0,
+                    "frequency_penalty": 0.0}
+
+
+def sampling_fields(sp: SamplingParams, end_ids: list[int], stops: list[str] | None) -> dict[str, Any]:
+    """Every vLLM sampling field of one request, from the run's SamplingParams alone (the HF
+    engine's rule): temperature / top_p / max tokens as given, ``stops`` (the engine's own stop
+    strings: :func:`~lmselfplay.lm.engines.base.native_stops`) and every end-of-turn token
+    (``end_ids``), every other processor off, the sampled tokens' log-probs returned. The
+    per-request ``seed`` is added by the caller."""
     greedy = sp.temperature <= 0
+    fields: dict[str, Any] = {"n": 1, "max_tokens": int(sp.max_new_tokens), "min_tokens": 0,
+                              "temperature": 0.0 if greedy else float(sp.temperature),
+                              "top_p": 1.0 if greedy else float(sp.top_p), **NEUTRAL_SAMPLING,
+                              "stop": list(stops or []), "stop_token_ids": list(end_ids),
+                              "ignore_eos": False, "logprobs": 0, "include_stop_str_in_output": True,
+                              "skip_special_tokens": True}
+    for name in NEUTRAL_SAMPLING:  # a SamplingParams that gained such a field sets it
+        value = getattr(sp, name, None)
+        if value is not None:
+            fields[name] = value
+    return fields
+
+
+def check_logprobs_mode(mode: str, sp: SamplingParams) -> None:
+    """Refuse a sampling whose vLLM log-probs would not be ``log_softmax(logits / T)`` pre-top-p
+    (penalties change the distribution itself: refused in every mode)."""
+    greedy = sp.temperature <= 0
+    truncates = sp.top_p < 1.0 or (getattr(sp, "top_k", None) or 0) > 0 or (getattr(sp, "min_p", None) or 0) > 0
     ok = greedy or (mode == "raw_logprobs" and sp.temperature == 1.0) or \
-        (mode == "processed_logprobs" and sp.top_p >= 1.0)
+        (mode == "processed_logprobs" and not truncates)
     if not ok:
         raise ValueError(
             f"vLLM logprobs_mode={mode!r} cannot give the pre-top-p log-probs at temperature={sp.temperature}, "
             f"top_p={sp.top_p}: use top_p=1 with processed_logprobs, or temperature=1 with raw_logprobs")
+    for name in ("repetition_penalty", "presence_penalty", "frequency_penalty"):
+        value = getattr(sp, name, None)
+        if value is not None and value != NEUTRAL_SAMPLING[name]:
+            raise ValueError(f"{name}={value}: vLLM's log-probs do not include penalties, so the trainer's "
+                             "importance ratios would be wrong; leave it at its neutral value")
+
+
+def empty_cuda_cache() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def request_seeds(seed: int | None, n: int) -> list[int | None]:
@@ -187,19 +243,10 @@ class VLLMEngine:
             return []
         check_logprobs_mode(self.logprobs_mode, sampling)
         vllm = require_vllm()
-        greedy = sampling.temperature <= 0
-        params = [vllm.SamplingParams(
-            n=1, max_tokens=sampling.max_new_tokens, temperature=0.0 if greedy else sampling.temperature,
-            top_p=1.0 if greedy else sampling.top_p, seed=s, logprobs=0, stop=native_stops(self.tokenizer, sampling),
-            include_stop_str_in_output=True, stop_token_ids=self.end_ids or None,
-            skip_special_tokens=True)
-            for s in request_seeds(sampling.seed, len(prompts_token_ids))]
+        fields = sampling_fields(sampling, self.end_ids, native_stops(self.tokenizer, sampling))
+        params = [vllm.SamplingParams(**fields, seed=s) for s in request_seeds(sampling.seed, len(prompts_token_ids))]
         self._wake()
-        try:
-            outs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts_token_ids], params,
-                                     use_tqdm=False)
-        finally:
-            self._sleep()
+        outs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts_token_ids], params, use_tqdm=False)
         completions = []
         for p, o in zip(prompts_token_ids, outs):
             seq = o.outputs[0]
@@ -222,11 +269,8 @@ class VLLMEngine:
         vllm = require_vllm()
         sp = vllm.SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
         self._wake()
-        try:
-            outs = self.llm.generate([{"prompt_token_ids": list(p) + list(c)} for p, c in zip(prompt_ids, completion_ids)],
-                                     sp, use_tqdm=False)
-        finally:
-            self._sleep()
+        outs = self.llm.generate([{"prompt_token_ids": list(p) + list(c)} for p, c in zip(prompt_ids, completion_ids)],
+                                 sp, use_tqdm=False)
         res = []
         for p, c, o in zip(prompt_ids, completion_ids, outs):
             pl = o.prompt_logprobs
@@ -240,6 +284,7 @@ class VLLMEngine:
         t0 = time.perf_counter()
         stats = SyncStats()
         if self.enable_sleep_mode and self._asleep and not self._weights_awake:
+            empty_cuda_cache()  # the trainer's freed blocks back to the driver, for vLLM to map
             self.llm.wake_up(tags=["weights"])  # TRL's order: weights now, the KV cache at generate
             self._weights_awake = True
         buckets = iter_state_buckets(model, self.bucket_bytes) if isinstance(model, dict) else \
@@ -265,15 +310,19 @@ class VLLMEngine:
         self.version = self.version + 1 if version is None else version
 
     # --- sleep mode -----------------------------------------------------------------
-    def _sleep(self) -> None:
-        """Level 1: weights offloaded to CPU (kept), KV cache freed — the trainer gets the memory."""
-        if self.enable_sleep_mode:
+    def sleep(self) -> None:
+        """Level 1: weights offloaded to CPU (kept), KV cache freed — the trainer gets the memory.
+        The trainer calls it once at the start of each step (``PolicyTrainer.step``); the next
+        ``generate`` / ``score`` / push wakes the engine, so it sleeps at most once per step
+        however many rollouts the step made. A no-op without sleep mode or when asleep."""
+        if self.enable_sleep_mode and not self._asleep:
             self.llm.sleep(level=1)
             self._asleep, self._weights_awake = True, False
 
     def _wake(self) -> None:
         if self.enable_sleep_mode and self._asleep:
             tags = ["kv_cache"] if self._weights_awake else None
+            empty_cuda_cache()  # waking maps fresh memory: the trainer's cached blocks must be released first
             self.llm.wake_up(tags=tags)
             self._asleep = False
 

@@ -1,34 +1,46 @@
-"""Rollouts served by ``vllm serve`` on other GPUs or nodes: generation over HTTP, weights over NCCL.
+"""Rollouts served by one or more ``vllm serve`` processes: generation over HTTP, weights over NCCL.
 
-Start the server the way TRL's client expects (weight transfer and dev endpoints on, the
+Start each server the way the weight push expects (dev endpoints and weight transfer on, the
 log-prob mode of :mod:`lmselfplay.lm.engines.vllm` for the run's temperature)::
 
     VLLM_SERVER_DEV_MODE=1 vllm serve PATH --weight-transfer-config '{"backend": "nccl"}' \\
         --logprobs-mode raw_logprobs        # temperature 1; processed_logprobs for T != 1 (top_p 1)
 
-HTTP (stdlib only, so it is tested on CPU against a fake server): ``GET /health``,
-``GET /v1/models``, ``POST /v1/completions`` with token-id prompts (one request per prompt, so
-each gets its own seed ``seed + i``; the server batches concurrent requests), log-probs of the
-sampled tokens (``logprobs: 0``) and, for :meth:`score`, ``prompt_logprobs: 0``. Every request
-has a timeout; connection failures and 502/503/504 answers are retried with backoff (a new
-connection each time, so a restarted server is picked up); a server that stays down raises
-:class:`ServerUnavailable` whose one-line message names the URL.
+Generation (stdlib HTTP, tested on CPU against fake servers): one ``POST /v1/completions`` per
+prompt with token ids, every sampling field explicit (:func:`~lmselfplay.lm.engines.vllm.sampling_fields`)
+and its own seed ``seed + i``, so a result does not depend on which server answered. Requests
+are spread over the servers by :class:`~lmselfplay.lm.engines.server_pool.ServerPool` (fewest
+outstanding requests; a failing server's requests move to the others; every server down: one line
+naming the URLs). Each :class:`Completion` records the weight version it was sampled with.
 
-Weights: :meth:`VLLMServerEngine.update_weights` reuses TRL's ``VLLMClient`` for the NCCL part
-(``init_communicator`` once, then ``update_named_params`` streaming our buckets — ZeRO-3
-gathered one bucket at a time, LoRA merged — then ``reset_prefix_cache``). Only the main process
-sends; the other ranks walk the same buckets because gathering is a collective. NCCL needs CUDA
-and vLLM on the trainer side; generation alone needs neither.
+Weights (:meth:`VLLMServerEngine.update_weights`), every rank calls it at the same point:
+
+1. all ranks synchronize (rank 0's status is broadcast: a failure there is the same one-line
+   error on every rank, never a rank left waiting in a collective);
+2. rank 0, with its own requests drained (new ones wait), per server: ``/health``, ``POST /pause``
+   (the server finishes in-flight requests and holds new ones from any client), the NCCL group on
+   the first push (a rendezvous with the server's workers, before any rank gathers a bucket) and
+   ``/start_weight_update``; all ranks synchronize again;
+3. every rank walks the buckets (ZeRO-3 gathers are collectives); rank 0 sends each bucket to
+   every server (``POST /update_weights`` with the bucket's names beside the NCCL broadcast);
+4. rank 0 per server: ``/finish_weight_update``, ``/reset_prefix_cache`` (its ``success`` must be
+   true: cached KV of the old weights would otherwise be reused), ``/resume``; the servers that
+   took every step are in rotation at the new version, the others are out until a later push
+   succeeds; rank 0 broadcasts that list, and all ranks leave together.
+
+Every step has a deadline (``push_timeout``): a step past it, or failing, takes that server out of
+rotation (its error is kept); with no server left the push is :class:`ServerUnavailable` naming
+every URL and reason. NCCL needs CUDA and vLLM on the trainer side; generation alone needs neither.
 """
 
 from __future__ import annotations
 
-import json
-import time
-import urllib.error
-import urllib.request
+import threading
 import warnings
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
+from contextlib import contextmanager
 from typing import Any
 
 from lmselfplay.lm.engines.base import (
@@ -38,136 +50,288 @@ from lmselfplay.lm.engines.base import (
     native_stops,
     to_completion,
 )
-from lmselfplay.lm.engines.vllm import check_logprobs_mode, request_seeds
+from lmselfplay.lm.engines.server_pool import (
+    Server,
+    ServerError,
+    ServerPool,
+    ServerUnavailable,
+    request_json,
+)
+from lmselfplay.lm.engines.vllm import check_logprobs_mode, request_seeds, sampling_fields
 from lmselfplay.lm.engines.weight_sync import SyncStats, iter_weight_buckets, weight_metadata
 
-RETRY_STATUS = (502, 503, 504)
+__all__ = ["ServerError", "ServerUnavailable", "VLLMServerEngine", "WeightPushError"]
 
 
-class ServerUnavailable(ConnectionError):
-    """The vLLM server cannot be reached or keeps failing (the message names its URL)."""
+class WeightPushError(ServerUnavailable):
+    """One step of a weight push failed or passed its deadline on a server."""
 
 
-class ServerError(RuntimeError):
-    """The server answered, with an error (a bad request: not retried)."""
+class RequestGate:
+    """In-process pause: requests enter and leave; :meth:`paused` waits until none is in
+    flight and holds new ones until it exits."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._inflight, self._paused = 0, False
+
+    @contextmanager
+    def request(self):
+        with self._cond:
+            self._cond.wait_for(lambda: not self._paused)
+            self._inflight += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._inflight -= 1
+                self._cond.notify_all()
+
+    @contextmanager
+    def paused(self):
+        with self._cond:
+            self._cond.wait_for(lambda: not self._paused)
+            self._paused = True
+            self._cond.wait_for(lambda: self._inflight == 0)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._paused = False
+                self._cond.notify_all()
+
+
+def run_with_deadline(what: str, url: str, timeout: float, *fns: Callable[[], Any]) -> list[Any]:
+    """Run ``fns`` concurrently (an HTTP post beside the NCCL broadcast it pairs with); a
+    :class:`WeightPushError` naming the step when one fails or any is still running at ``timeout``."""
+    pool = ThreadPoolExecutor(max_workers=len(fns))
+    futures = [pool.submit(f) for f in fns]
+    _, pending = wait_futures(futures, timeout=timeout)
+    pool.shutdown(wait=False, cancel_futures=True)  # a hung broadcast thread is abandoned, not joined
+    if pending:
+        raise WeightPushError(f"weight push to {url}: {what} did not finish within {timeout:g} s")
+    out = []
+    for f in futures:
+        try:
+            out.append(f.result())
+        except (ServerUnavailable, ServerError) as e:
+            raise WeightPushError(f"weight push to {url}: {what} failed: {e}") from None
+        except Exception as e:  # NCCL / torch errors: one line, the server leaves the rotation
+            raise WeightPushError(f"weight push to {url}: {what} failed: {type(e).__name__}: {e}") from None
+    return out
+
+
+class NCCLChannel:
+    """vLLM's NCCL weight transfer to one server: the trainer is rank 0 of a group with the
+    server's workers (one group per server, so one failing server does not break the others)."""
+
+    needs_cuda = True
+
+    def __init__(self, url: str, group_port: int):
+        self.url, self.group_port = url, group_port
+        self.comm: Any = None
+        self.stateful = True
+
+    def check(self) -> None:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"pushing weights to the vLLM server at {self.url} goes over NCCL and "
+                               "needs a CUDA device on the trainer; generation works without one")
+        from lmselfplay.lm.engines.vllm import require_vllm
+
+        require_vllm()
+
+    def open_fns(self, info: dict) -> tuple[dict, Callable[[], Any]]:
+        """(init_info for ``/init_weight_transfer_engine``, the trainer side of the rendezvous)."""
+        from vllm.utils.network_utils import get_ip
+
+        if info.get("weight_transfer_config") is None:
+            raise WeightPushError(f"vLLM server at {self.url} has no weight-transfer engine: restart it with "
+                                  """--weight-transfer-config '{"backend": "nccl"}'""")
+        init_info = {"master_address": get_ip(), "master_port": self.group_port, "rank_offset": 1,
+                     "world_size": int(info["world_size"]) + 1}
+        try:  # vLLM >= 0.28: a stateful trainer endpoint, `packed` set at init
+            from vllm.distributed.weight_transfer.nccl_common import trainer_init
+
+            init_info["packed"] = True
+
+            def open_group():
+                self.comm = trainer_init(init_info)
+        except ImportError:
+            from vllm.distributed.weight_transfer.nccl_engine import NCCLWeightTransferEngine
+
+            self.stateful = False
+
+            def open_group():
+                self.comm = NCCLWeightTransferEngine.trainer_init(init_info)
+        return init_info, open_group
+
+    def update_info(self) -> dict:
+        return {} if self.stateful else {"packed": True}
+
+    def send(self, bucket: list[tuple[str, Any]]) -> None:
+        if self.stateful:
+            from vllm.distributed.weight_transfer.packed_tensor import (
+                packed_nccl_broadcast_producer,
+            )
+
+            packed_nccl_broadcast_producer(iterator=iter(bucket), group=self.comm, src=0,
+                                           post_iter_func=lambda item: item[1])
+        else:
+            from vllm.distributed.weight_transfer.nccl_engine import (
+                NCCLTrainerSendWeightsArgs,
+                NCCLWeightTransferEngine,
+            )
+
+            NCCLWeightTransferEngine.trainer_send_weights(
+                iterator=iter(bucket), trainer_args=NCCLTrainerSendWeightsArgs(group=self.comm, packed=True))
+
+    def close(self) -> None:
+        if self.comm is not None and getattr(self.comm, "group", None) is not None:
+            self.comm.group.store = self.comm.group.socket = None  # the server would wait on its socket
+        self.comm = None
+
+
+def _dist() -> tuple[bool, int]:
+    import torch.distributed as dist
+
+    on = dist.is_available() and dist.is_initialized()
+    return on, (dist.get_rank() if on else 0)
+
+
+def broadcast_from_main(value: Any) -> Any:
+    """Rank 0's ``value`` on every rank (a synchronization point that carries rank 0's status)."""
+    import torch.distributed as dist
+
+    on, _ = _dist()
+    if not on:
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 class VLLMServerEngine:
-    def __init__(self, tokenizer: Any, base_url: str = "http://127.0.0.1:8000", timeout: float = 300.0,
-                 retries: int = 3, backoff: float = 1.0, wait_for_server: float = 0.0,
+    def __init__(self, tokenizer: Any, base_urls: list[str] | str = "http://127.0.0.1:8000",
+                 timeout: float = 300.0, retries: int = 3, backoff: float = 1.0, wait_for_server: float = 0.0,
                  max_concurrency: int = 64, group_port: int = 51216, bucket_bytes: int = 256 << 20,
-                 version: int = 0):
+                 version: int = 0, push_timeout: float = 300.0,
+                 channel_factory: Callable[[str, int], Any] | None = None):
         self.tokenizer = tokenizer
         self.eos_id = tokenizer.eos_token_id
         self.end_ids = end_token_ids(tokenizer)
-        self.base_url = base_url.rstrip("/")
+        self.pool = ServerPool([base_urls] if isinstance(base_urls, str) else list(base_urls))
         self.timeout, self.retries, self.backoff = timeout, retries, backoff
-        self.max_concurrency, self.group_port, self.bucket_bytes = max_concurrency, group_port, bucket_bytes
+        self.max_concurrency, self.bucket_bytes, self.push_timeout = max_concurrency, bucket_bytes, push_timeout
         self.version = version
         self.last_sync = SyncStats()
-        self._client: Any = None  # TRL's VLLMClient, created on the first weight push
+        factory = channel_factory or (lambda url, i: NCCLChannel(url, group_port + i))
+        self.channels = {s.url: factory(s.url, i) for i, s in enumerate(self.pool.servers)}
+        self.open_channels: set[str] = set()
+        self.gate = RequestGate()
         self._metadata: list[tuple[str, str, list[int]]] | None = None
-        self.wait_until_healthy(wait_for_server)
-        self.model = self._request("GET", "/v1/models")["data"][0]["id"]
-        self.logprobs_mode = self._server_logprobs_mode()
+        self._warned_pause = False
+        self._start(wait_for_server)
 
-    # --- HTTP -----------------------------------------------------------------------
-    def _request(self, method: str, path: str, payload: dict | None = None, timeout: float | None = None,
-                 retries: int | None = None) -> Any:
-        url = self.base_url + path
-        data = json.dumps(payload).encode() if payload is not None else None
-        retries = self.retries if retries is None else retries
-        last = ""
-        for attempt in range(retries + 1):
-            if attempt:
-                time.sleep(self.backoff * 2 ** (attempt - 1))
-            req = urllib.request.Request(url, data=data, method=method,
-                                         headers={"Content-Type": "application/json"} if data else {})
-            try:
-                with urllib.request.urlopen(req, timeout=timeout or self.timeout) as resp:
-                    body = resp.read()
-                return json.loads(body) if body else {}
-            except urllib.error.HTTPError as e:
-                detail = e.read().decode(errors="replace")[:300]
-                if e.code not in RETRY_STATUS:
-                    raise ServerError(f"vLLM server at {self.base_url}: {method} {path} -> HTTP {e.code}: {detail}") \
-                        from None
-                last = f"HTTP {e.code}"
-            except TimeoutError:
-                raise ServerUnavailable(f"vLLM server at {self.base_url} did not answer {method} {path} within "
-                                        f"{timeout or self.timeout:g} s") from None
-            except (urllib.error.URLError, ConnectionError, OSError) as e:
-                reason = getattr(e, "reason", e)
-                if isinstance(reason, TimeoutError):
-                    raise ServerUnavailable(f"vLLM server at {self.base_url} did not answer {method} {path} "
-                                            f"within {timeout or self.timeout:g} s") from None
-                last = str(reason)
-        raise ServerUnavailable(f"vLLM server at {self.base_url} is unreachable ({method} {path}: {last}, "
-                                f"{retries + 1} attempts); is `vllm serve` running there?")
+    @property
+    def base_url(self) -> str:
+        return self.pool.servers[0].url
 
-    def healthy(self) -> bool:
-        """One quick ``GET /health`` (no retries)."""
+    # --- start-up -------------------------------------------------------------------
+    def _start(self, wait_for_server: float) -> None:
+        """Wait for every server's /health (together, at most ``wait_for_server`` s); a server
+        still down leaves the rotation (a later push re-admits it); all must agree on the model
+        and log-prob mode."""
+        with ThreadPoolExecutor(max_workers=len(self.pool.servers)) as ex:
+            up = list(ex.map(lambda s: self._wait_healthy(s, wait_for_server), self.pool.servers))
+        for s, ok in zip(self.pool.servers, up):
+            if ok is not True:
+                self.pool.take_out(s, ok)
+        live = self.pool.in_rotation()
+        if not live:
+            raise self.pool.all_down()
+        models = {s.url: self._request(s, "GET", "/v1/models")["data"][0]["id"] for s in live}
+        modes = {s.url: self._server_logprobs_mode(s) for s in live}
+        if len(set(models.values())) > 1 or len(set(modes.values())) > 1:
+            raise ServerUnavailable(f"the vLLM servers do not serve the same model / logprobs mode: "
+                                    f"{ {u: (models[u], modes[u]) for u in models} }")
+        self.model, self.logprobs_mode = next(iter(models.values())), next(iter(modes.values()))
+
+    def _request(self, s: Server, method: str, path: str, payload: dict | None = None,
+                 timeout: float | None = None, retries: int | None = None) -> Any:
+        return request_json(s.url, method, path, payload, timeout or self.timeout,
+                            self.retries if retries is None else retries, self.backoff)
+
+    def healthy(self, s: Server | None = None) -> bool:
+        """One quick ``GET /health`` (no retries) of ``s`` (default: the first server)."""
+        s = s or self.pool.servers[0]
         try:
-            self._request("GET", "/health", timeout=min(5.0, self.timeout), retries=0)
+            self._request(s, "GET", "/health", timeout=min(5.0, self.timeout), retries=0)
             return True
         except (ServerUnavailable, ServerError):
             return False
 
-    def wait_until_healthy(self, total_timeout: float = 0.0, interval: float = 1.0) -> None:
-        """Poll ``/health`` until it answers 200, at most ``total_timeout`` seconds."""
-        deadline = time.monotonic() + total_timeout
-        while not self.healthy():
-            if time.monotonic() >= deadline:
-                raise ServerUnavailable(f"vLLM server at {self.base_url} is not up (GET /health failed for "
-                                        f"{total_timeout:g} s); start it with `vllm serve` or fix the URL")
-            time.sleep(interval)
+    def _wait_healthy(self, s: Server, total: float, interval: float = 1.0) -> bool | str:
+        import time
 
-    def _server_logprobs_mode(self) -> str:
+        deadline = time.monotonic() + total
+        while not self.healthy(s):
+            if time.monotonic() >= deadline:
+                return (f"vLLM server at {s.url} is not up (GET /health failed for {total:g} s); start it with "
+                        "`vllm serve` or fix the URL")
+            time.sleep(interval)
+        return True
+
+    def _server_logprobs_mode(self, s: Server) -> str:
         """The server's ``--logprobs-mode`` (dev endpoint ``/server_info``); vLLM's default if hidden."""
         try:
-            info = self._request("GET", "/server_info?config_format=json", retries=0)
+            info = self._request(s, "GET", "/server_info?config_format=json", retries=0)
             return info["vllm_config"]["model_config"]["logprobs_mode"]
         except (ServerError, KeyError, TypeError):
-            warnings.warn(f"vLLM server at {self.base_url} does not report its logprobs mode (start it with "
+            warnings.warn(f"vLLM server at {s.url} does not report its logprobs mode (start it with "
                           "VLLM_SERVER_DEV_MODE=1); assuming vLLM's default raw_logprobs", stacklevel=2)
             return "raw_logprobs"
 
     # --- generation -----------------------------------------------------------------
-    def _complete(self, payload: dict) -> dict:
-        return self._request("POST", "/v1/completions", {"model": self.model, **payload})["choices"][0]
+    def _complete(self, payload: dict) -> tuple[Server, dict]:
+        """One completion request on the pool; an answer without a first choice is garbage
+        (the server leaves the rotation and the request moves on)."""
+        def one(s: Server) -> dict:
+            answer = self._request(s, "POST", "/v1/completions", {"model": self.model, **payload})
+            try:
+                return answer["choices"][0]
+            except (KeyError, IndexError, TypeError):
+                raise ServerUnavailable(f"vLLM server at {s.url} answered /v1/completions without a choice: "
+                                        f"{str(answer)[:120]}") from None
+
+        with self.gate.request():
+            return self.pool.call(one)
 
     def _pool_map(self, fn, items: list) -> list:
         if len(items) <= 1:
             return [fn(x) for x in items]
-        with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(items))) as pool:
-            return list(pool.map(fn, items))
+        with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(items))) as ex:
+            return list(ex.map(fn, items))
 
     def generate(self, prompts_token_ids: list[list[int]], sampling: SamplingParams) -> list[Completion]:
         check_logprobs_mode(self.logprobs_mode, sampling)
-        greedy = sampling.temperature <= 0
-        base = {"max_tokens": sampling.max_new_tokens, "temperature": 0.0 if greedy else sampling.temperature,
-                "top_p": 1.0 if greedy else sampling.top_p, "logprobs": 0, "return_token_ids": True,
-                "return_tokens_as_token_ids": True, "skip_special_tokens": True,
-                "include_stop_str_in_output": True,
-                # the server would fill these from the model's generation_config (Qwen: 1.05, 20)
-                "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0}
-        if native_stops(self.tokenizer, sampling):
-            base["stop"] = native_stops(self.tokenizer, sampling)
-        if self.end_ids:
-            base["stop_token_ids"] = list(self.end_ids)
+        base = {**sampling_fields(sampling, self.end_ids, native_stops(self.tokenizer, sampling)), "return_token_ids": True, "return_tokens_as_token_ids": True}
 
         def one(item):
             prompt, seed = item
-            payload = {**base, "prompt": list(prompt)}
-            if seed is not None:
-                payload["seed"] = seed
-            choice = self._complete(payload)
-            toks = [int(t) for t in choice["token_ids"]]
-            lps = [float(x) for x in (choice.get("logprobs") or {}).get("token_logprobs") or []]
+            s, choice = self._complete({**base, "prompt": list(prompt), "seed": seed})
+            try:
+                toks = [int(t) for t in choice["token_ids"]]
+                lps = [float(x) for x in (choice.get("logprobs") or {}).get("token_logprobs") or []]
+            except (KeyError, TypeError, ValueError, AttributeError):
+                raise ServerError(f"vLLM server at {s.url} returned a completion without token ids / log-probs "
+                                  "(is it vLLM with return_token_ids support?)") from None
             if len(lps) != len(toks):
-                raise ServerError(f"vLLM server at {self.base_url} returned {len(lps)} log-probs for {len(toks)} "
-                                  "tokens")
-            return to_completion(self.tokenizer, prompt, toks, lps, self.end_ids, sampling.stop)
+                raise ServerError(f"vLLM server at {s.url} returned {len(lps)} log-probs for {len(toks)} tokens")
+            c = to_completion(self.tokenizer, prompt, toks, lps, self.end_ids, sampling.stop)
+            c.version = s.version
+            return c
 
         return self._pool_map(one, list(zip(prompts_token_ids, request_seeds(sampling.seed, len(prompts_token_ids)))))
 
@@ -182,64 +346,173 @@ class VLLMServerEngine:
             p, c = pc
             if not p:
                 raise ValueError("score() needs a non-empty prompt (the first token has no log-prob)")
-            choice = self._complete({"prompt": list(p) + list(c), "max_tokens": 1, "temperature": 0.0,
-                                     "prompt_logprobs": 0})
-            pl = choice["prompt_logprobs"]
-            return [float(pl[len(p) + k][str(t)]["logprob"]) for k, t in enumerate(c)]
+            s, choice = self._complete({"prompt": list(p) + list(c), "max_tokens": 1, "temperature": 0.0,
+                                        "prompt_logprobs": 0})
+            try:
+                pl = choice["prompt_logprobs"]
+                return [float(pl[len(p) + k][str(t)]["logprob"]) for k, t in enumerate(c)]
+            except (KeyError, IndexError, TypeError, ValueError):
+                raise ServerError(f"vLLM server at {s.url} returned prompt log-probs that do not cover the "
+                                  "completion") from None
 
         return self._pool_map(one, list(zip(prompt_ids, completion_ids)))
 
-    # --- weights over NCCL (GPU) ----------------------------------------------------
-    def _nccl_client(self) -> Any:
-        if self._client is None:
-            import torch
-
-            if not torch.cuda.is_available():
-                raise RuntimeError(f"pushing weights to the vLLM server at {self.base_url} goes over NCCL and "
-                                   "needs a CUDA device on the trainer; generation works without one")
-            from lmselfplay.lm.engines.vllm import require_vllm
-
-            require_vllm()  # TRL's client and NCCL transfer live in vLLM
-            from trl.generation.vllm_client import VLLMClient
-
-            client = VLLMClient(base_url=self.base_url, group_port=self.group_port)
-            client.init_communicator(device=torch.cuda.current_device())
-            self._client = client
-        return self._client
-
+    # --- weights --------------------------------------------------------------------
     def update_weights(self, model: Any, version: int | None = None) -> None:
-        """Stream ``model``'s weights to the server (main process) while every rank walks the
-        buckets (ZeRO-3 gathers are collectives), then reset the server's prefix cache."""
-        import torch.distributed as dist
+        """Push ``model``'s weights to every reachable server (the module docstring's steps)."""
+        import time
 
+        for ch in self.channels.values():  # the same answer on every rank, before any collective
+            if getattr(ch, "needs_cuda", False):
+                ch.check()
         t0 = time.perf_counter()
-        stats = SyncStats()
-        main = not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+        version = self.version + 1 if version is None else version
+        on, rank = _dist()
+        main = rank == 0
         if self._metadata is None:
             self._metadata = weight_metadata(model)
-
-        def stream():
+        stats = SyncStats()
+        with self.gate.paused() if main else _nothing():
+            errors: dict[str, str] = {}
+            targets = self._prepare(errors) if main else []
+            status = broadcast_from_main(None if not main or targets else self._push_failed(errors))
+            if status is not None:
+                raise ServerUnavailable(status)
             for bucket in iter_weight_buckets(model, self.bucket_bytes):
                 stats.add(bucket)
-                yield from bucket
-
-        if main:
-            client = self._nccl_client()
-            try:
-                with client.weight_update():
-                    client.update_named_params(self._metadata, stream())
-                client.reset_prefix_cache()
-            except Exception:
-                self._client = None  # a restarted server needs a new NCCL group: re-init next time
-                raise
-        else:
-            for _ in stream():
-                pass
+                if main:
+                    targets = [s for s in targets if self._send(s, bucket, errors)]
+            synced = [s.url for s in targets if self._finish(s, errors)] if main else []
+            synced = broadcast_from_main(synced)
+            status = broadcast_from_main(None if not main or synced else self._push_failed(errors))
+        for s in self.pool.servers:
+            if s.url in synced:
+                self.pool.mark_synced(s, version)
+            else:
+                self.pool.take_out(s, errors.get(s.url, "missed the weight push"))
+        if status is not None:
+            raise ServerUnavailable(status)
         stats.seconds = time.perf_counter() - t0
-        self.last_sync = stats
-        self.version = self.version + 1 if version is None else version
+        self.last_sync, self.version = stats, version
+
+    def _push_failed(self, errors: dict[str, str]) -> str:
+        why = "; ".join(f"{u}: {e}" for u, e in errors.items())[:800]
+        return f"weight push reached no vLLM server (tried {', '.join(self.pool.urls)}): {why}"
+
+    def _step(self, s: Server, what: str, errors: dict[str, str], *fns: Callable[[], Any]) -> list[Any] | None:
+        try:
+            return run_with_deadline(what, s.url, self.push_timeout, *fns)
+        except WeightPushError as e:
+            errors[s.url] = str(e)
+            self.pool.take_out(s, str(e))
+            return None
+
+    def _post(self, s: Server, path: str, payload: dict | None = None) -> Callable[[], Any]:
+        return lambda: self._request(s, "POST", path, payload if payload is not None else {},
+                                     timeout=self.push_timeout, retries=0)
+
+    def _prepare(self, errors: dict[str, str]) -> list[Server]:
+        """Rank 0, before any bucket: the servers that are up, paused, joined and ready to load."""
+        ready = []
+        for s in self.pool.servers:
+            if self._step(s, "GET /health", errors,
+                          lambda s=s: self._request(s, "GET", "/health", timeout=self.push_timeout, retries=0)) is None:
+                continue
+            self._pause(s)
+            if s.url not in self.open_channels and not self._open(s, errors):
+                continue
+            if self._step(s, "POST /start_weight_update", errors, self._post(s, "/start_weight_update")) is not None:
+                ready.append(s)
+        return ready
+
+    def _pause(self, s: Server) -> None:
+        """The server finishes its in-flight requests and holds new ones (from every rank and
+        client) until ``/resume``. Servers without the endpoint are covered by the ranks'
+        synchronization alone (warned once)."""
+        try:
+            self._request(s, "POST", "/pause?mode=wait&wait_for_inflight_requests=true&clear_cache=false", {},
+                          timeout=self.push_timeout, retries=0)
+        except (ServerError, ServerUnavailable) as e:
+            if not self._warned_pause:
+                warnings.warn(f"vLLM server at {s.url} could not pause generation for the weight push ({e}); "
+                              "relying on the trainer ranks' synchronization", stacklevel=3)
+                self._warned_pause = True
+
+    def _open(self, s: Server, errors: dict[str, str]) -> bool:
+        """The channel's rendezvous: the server's POST and the trainer's side run together."""
+        ch = self.channels[s.url]
+        try:
+            info = self._request(s, "GET", "/server_info?config_format=json", timeout=self.push_timeout, retries=0)
+            world = self._request(s, "GET", "/get_world_size", timeout=self.push_timeout, retries=0)["world_size"]
+            init_info, open_group = ch.open_fns({"weight_transfer_config":
+                                                 (info.get("vllm_config") or {}).get("weight_transfer_config"),
+                                                 "world_size": world})
+        except (ServerError, ServerUnavailable, KeyError, TypeError) as e:
+            errors[s.url] = f"weight push to {s.url}: cannot set up the weight transfer: {e}"
+            self.pool.take_out(s, errors[s.url])
+            return False
+        done = self._step(s, "the NCCL rendezvous", errors,
+                          self._post(s, "/init_weight_transfer_engine", {"init_info": init_info}), open_group)
+        if done is not None:
+            self.open_channels.add(s.url)
+        return done is not None
+
+    def _send(self, s: Server, bucket: list[tuple[str, Any]], errors: dict[str, str]) -> bool:
+        ch = self.channels[s.url]
+        info = {"names": [n for n, _ in bucket], "dtype_names": [str(t.dtype).removeprefix("torch.") for _, t in bucket],
+                "shapes": [list(t.shape) for _, t in bucket], **ch.update_info()}
+        ok = self._step(s, f"a bucket of {len(bucket)} tensors", errors,
+                        self._post(s, "/update_weights", {"update_info": info}), lambda: ch.send(bucket))
+        if ok is None:
+            self._drop_channel(s)
+        return ok is not None
+
+    def _finish(self, s: Server, errors: dict[str, str]) -> bool:
+        ok = self._step(s, "POST /finish_weight_update", errors, self._post(s, "/finish_weight_update")) is not None
+        ok = ok and self._reset_prefix_cache(s, errors)
+        self._resume(s)
+        if not ok:
+            self._drop_channel(s)
+        return ok
+
+    def _reset_prefix_cache(self, s: Server, errors: dict[str, str], attempts: int = 3) -> bool:
+        """``success: false`` means blocks are still held (a request in flight): retried briefly,
+        then the server is out (its cache would serve the old weights' KV)."""
+        import time
+
+        for k in range(attempts):
+            answer = self._step(s, "POST /reset_prefix_cache", errors, self._post(s, "/reset_prefix_cache"))
+            if answer is None:
+                return False
+            if isinstance(answer[0], dict) and answer[0].get("success") is True:
+                return True
+            time.sleep(0.1 * (k + 1))
+        errors[s.url] = (f"weight push to {s.url}: /reset_prefix_cache did not succeed ({str(answer[0])[:80]}) after "
+                         f"{attempts} attempts; its prefix cache would serve the old weights")
+        self.pool.take_out(s, errors[s.url])
+        return False
+
+    def _resume(self, s: Server) -> None:
+        try:
+            self._request(s, "POST", "/resume", {}, timeout=self.push_timeout, retries=0)
+        except (ServerError, ServerUnavailable):
+            pass  # the server could not pause (warned) or is gone (out of rotation already)
+
+    def _drop_channel(self, s: Server) -> None:
+        """A server that failed mid-push needs a new rendezvous next time (it may have restarted)."""
+        self.open_channels.discard(s.url)
+        close = getattr(self.channels[s.url], "close", None)
+        if close is not None:
+            close()
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close_communicator()
-            self._client = None
+        for url in list(self.open_channels):
+            close = getattr(self.channels[url], "close", None)
+            if close is not None:
+                close()
+        self.open_channels.clear()
+
+
+@contextmanager
+def _nothing():
+    yield

@@ -1,0 +1,186 @@
+"""Scaling the rollouts, measured on the client side with simulated servers (this machine has
+2 cores): each server (:mod:`lmselfplay.lm.engines.sim_server`, HTTP on 127.0.0.1) answers a
+completion after ``token_delay`` seconds per token, burning no CPU, decoding up to
+``max_batch`` requests at once like vLLM's batch. Two measurements, side by side in one run:
+
+1. generation throughput with N = 1, 2, 4 servers behind one engine (target: >= 0.9 N times
+   one server's);
+2. steps/s of a real training loop (PolicyTrainer on the tiny model) whose simulated generation
+   takes about as long as its training, with ``max_staleness`` 1 vs 0 (target >= 1.6x), and the
+   samples dropped as too stale (0 expected at k = 1).
+
+    python benchmarks/bench_scale.py            # ~1 minute; benchmarks/results/bench_scale.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from lmselfplay.lm.engines.base import SamplingParams  # noqa: E402
+from lmselfplay.lm.engines.vllm_server import VLLMServerEngine  # noqa: E402
+from lmselfplay.lm.trajectory import Sample  # noqa: E402
+from lmselfplay.rl.overlap import OverlappedRollouts  # noqa: E402
+from lmselfplay.utils.results import save_results  # noqa: E402
+
+
+class _Tok:
+    eos_token_id = None
+
+    def decode(self, ids, skip_special_tokens=True):
+        return " ".join(map(str, ids))
+
+
+class ServerProcess:
+    """A simulated server in its own process (its HTTP threads off this interpreter's GIL)."""
+
+    def __init__(self, token_delay: float, max_batch: int = 256, vocab: int = 997):
+        self.proc = subprocess.Popen([sys.executable, "-m", "lmselfplay.lm.engines.sim_server", "--token_delay",
+                                      str(token_delay), "--max_batch", str(max_batch), "--vocab", str(vocab)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.url = self.proc.stdout.readline().strip()
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+class NoWeights:
+    """The push's transfer step for a server in another process: nothing sent (the simulated
+    answers do not depend on weights there); the protocol's HTTP steps all run."""
+
+    needs_cuda = False
+
+    def open_fns(self, info):
+        return {}, lambda: None
+
+    def update_info(self):
+        return {}
+
+    def send(self, bucket):
+        pass
+
+
+def engine_on(servers, tok=None) -> VLLMServerEngine:
+    return VLLMServerEngine(tok or _Tok(), [s.url for s in servers], timeout=60, backoff=0.05, max_concurrency=256,
+                            channel_factory=lambda url, i: NoWeights())
+
+
+def throughput(n_servers: int, prompts: int, tokens: int, delay: float, batch: int) -> float:
+    sims = [ServerProcess(delay, batch) for _ in range(n_servers)]
+    try:
+        eng = engine_on(sims)
+        sp = SamplingParams(max_new_tokens=tokens, temperature=1.0, seed=0)
+        eng.generate([[1, 2, 3]] * 4, sp)  # warm the connections and threads
+        t0 = time.perf_counter()
+        outs = eng.generate([[1, 2, k] for k in range(prompts)], sp)
+        dt = time.perf_counter() - t0
+        return sum(len(o.token_ids) for o in outs) / dt
+    finally:
+        for s in sims:
+            s.close()
+
+
+def training_loop(max_staleness: int, steps: int, batch: int, tokens: int, delay: float) -> dict[str, float]:
+    from lm_fixtures import tiny_model, tiny_tokenizer
+
+    from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
+
+    tok = tiny_tokenizer()
+    trainer = PolicyTrainer(tiny_model(seed=0), tok, TrainerConfig(num_iterations=2, beta=0.0, learning_rate=1e-3,
+                                                                   merge_identical=False))
+    sim = ServerProcess(delay, vocab=len(tok))
+    try:
+        eng = engine_on([sim], tok)
+        sp = SamplingParams(max_new_tokens=tokens, temperature=1.0)
+
+        def generate(step: int) -> list[Sample]:
+            sp.seed = step
+            outs = eng.generate([[5, 6, 7, k % 50 + 10] for k in range(batch)], sp)
+            return [Sample(o.prompt_ids, o.token_ids, o.logprobs, advantage=(-1.0) ** k, policy_version=o.version)
+                    for k, o in enumerate(outs)]
+
+        def sync():
+            if eng.version != trainer.step_count:
+                eng.update_weights(trainer.unwrapped, version=trainer.step_count)
+
+        eng.update_weights(trainer.unwrapped, version=0)
+        rollouts = OverlappedRollouts(generate, max_staleness, eng, sync=sync)
+        t0, dropped, metrics, train_s = time.perf_counter(), 0.0, {}, 0.0
+        wait_s = 0.0
+        for step in range(steps):
+            t1 = time.perf_counter()
+            samples, m = rollouts.next_batch(step, trainer.step_count, last_step=steps - 1)
+            wait_s += time.perf_counter() - t1
+            dropped += m.get("staleness/dropped", 0.0)
+            t1 = time.perf_counter()
+            metrics = trainer.step(samples)
+            train_s += time.perf_counter() - t1
+        rollouts.close()
+        dt = time.perf_counter() - t0
+    finally:
+        sim.close()
+    return {"steps_per_s": steps / dt, "dropped": dropped, "final_loss": metrics.get("loss", float("nan")),
+            "train_s_per_step": train_s / steps, "rollout_wait_s_per_step": wait_s / steps}
+
+
+def time_train_step(batch: int, tokens: int) -> float:
+    from lm_fixtures import tiny_model, tiny_tokenizer
+
+    from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
+
+    trainer = PolicyTrainer(tiny_model(seed=0), tiny_tokenizer(), TrainerConfig(num_iterations=2, beta=0.0,
+                                                                               merge_identical=False))
+    samples = [Sample([5, 6, 7, k % 50 + 10], [11] * tokens, [-1.0] * tokens, advantage=1.0) for k in range(batch)]
+    trainer.step(samples)
+    t0 = time.perf_counter()
+    for _ in range(3):
+        trainer.step(samples)
+    return (time.perf_counter() - t0) / 3
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--prompts", type=int, default=128)
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--token_delay", type=float, default=0.01)
+    ap.add_argument("--max_batch", type=int, default=8, help="requests one simulated server decodes at once")
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--train_batch", type=int, default=64)
+    ap.add_argument("--train_tokens", type=int, default=16)
+    ap.add_argument("--out_dir", default=None)
+    ap.add_argument("--torch_threads", type=int, default=1,
+                    help="intra-op threads of the training (1: a spinning OpenMP pool would fight the client's threads)")
+    args = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(args.torch_threads)
+    tput = {n: throughput(n, args.prompts, args.tokens, args.token_delay, args.max_batch) for n in (1, 2, 4)}
+    for n, v in tput.items():
+        print(f"{n} server(s): {v:8.0f} tok/s  = {v / tput[1]:.2f} x one server (target >= {0.9 * n:.1f})")
+    train_s = time_train_step(args.train_batch, args.train_tokens)
+    delay = train_s / args.train_tokens  # one generation wave (the whole batch at once) ~ one training step
+    loops = {k: training_loop(k, args.steps, args.train_batch, args.train_tokens, delay) for k in (0, 1)}
+    speedup = loops[1]["steps_per_s"] / loops[0]["steps_per_s"]
+    print(f"train step {train_s:.3f} s, simulated generation {train_s:.3f} s per step")
+    for k, r in loops.items():
+        print(f"max_staleness {k}: {r['steps_per_s']:.2f} steps/s, train {r['train_s_per_step']:.2f} s/step, "
+              f"waiting for rollouts + push {r['rollout_wait_s_per_step']:.2f} s/step, "
+              f"dropped {r['dropped']:.0f}, "
+              f"final loss {r['final_loss']:.4f}")
+    print(f"max_staleness 1 / 0 = {speedup:.2f}x steps/s (target >= 1.6)")
+    save_results("bench_scale", {
+        "throughput_tok_s": {str(n): v for n, v in tput.items()},
+        "throughput_over_one": {str(n): v / tput[1] for n, v in tput.items()},
+        "train_step_s": train_s, "generation_s": train_s,
+        "max_staleness": {str(k): r for k, r in loops.items()}, "staleness1_over_0": speedup,
+        "args": vars(args)}, args.out_dir)
+
+
+if __name__ == "__main__":
+    main()

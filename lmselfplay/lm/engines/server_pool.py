@@ -1,0 +1,158 @@
+"""Several generation servers behind one client: JSON over HTTP, spreading, failover.
+
+Rules (stdlib only, so everything here is tested on CPU against fake servers):
+
+* **HTTP** (:func:`request_json`): every request has a timeout; connection failures and
+  502/503/504 answers are retried on the same server with exponential backoff (a new connection
+  each attempt, so a restarted server is picked up); any other HTTP error is the request's fault
+  (:class:`ServerError`, not retried anywhere). A server that stays down, stalls past the
+  timeout, or answers something that is not the expected JSON raises :class:`ServerUnavailable`
+  naming its URL.
+* **Spreading** (:class:`ServerPool`): each request goes to the server in rotation with the
+  fewest outstanding requests (ties: the one picked least recently), so a slow server gets fewer.
+* **Failover**: a request whose server fails moves to the next server in rotation, until every
+  server was tried once; the failed server leaves the rotation. With none left:
+  :class:`ServerUnavailable` naming every URL.
+* **Re-admission**: a server out of rotation may have restarted with its checkpoint's weights,
+  so it comes back only through :meth:`ServerPool.mark_synced` — after its ``/health`` answers
+  and it received the current weights. A server is never used with a weight version other than
+  the pool's (:attr:`Server.version` is recorded on every completion it samples).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from lmselfplay.utils.errors import UserError
+
+RETRY_STATUS = (502, 503, 504)
+T = TypeVar("T")
+
+
+class ServerUnavailable(UserError, ConnectionError):
+    """A generation server cannot be reached, stalls, or answers garbage (the message names its URL)."""
+
+
+class ServerError(RuntimeError):
+    """A server answered with an error for this request (a bad request: not retried)."""
+
+
+def request_json(base_url: str, method: str, path: str, payload: dict | None = None, timeout: float = 300.0,
+                 retries: int = 3, backoff: float = 1.0) -> Any:
+    """One JSON request with the module's timeout / retry rules; the decoded answer ({} if empty)."""
+    url = base_url + path
+    data = json.dumps(payload).encode() if payload is not None else None
+    last = ""
+    for attempt in range(retries + 1):
+        if attempt:
+            time.sleep(backoff * 2 ** (attempt - 1))
+        req = urllib.request.Request(url, data=data, method=method,
+                                     headers={"Content-Type": "application/json"} if data else {})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                body = resp.read()
+        except urllib.error.HTTPError as e:
+            detail = " ".join(e.read().decode(errors="replace")[:300].split())
+            if e.code not in RETRY_STATUS:
+                raise ServerError(f"vLLM server at {base_url}: {method} {path} -> HTTP {e.code}: {detail}") from None
+            last = f"HTTP {e.code}"
+            continue
+        except (urllib.error.URLError, ConnectionError, OSError) as e:
+            reason = getattr(e, "reason", e)
+            if isinstance(e, TimeoutError) or isinstance(reason, TimeoutError):
+                raise ServerUnavailable(f"vLLM server at {base_url} did not answer {method} {path} within "
+                                        f"{timeout:g} s") from None
+            last = str(reason)
+            continue
+        try:
+            return json.loads(body) if body else {}
+        except ValueError:
+            raise ServerUnavailable(f"vLLM server at {base_url} answered {method} {path} with something that is "
+                                    f"not JSON: {body[:80]!r}") from None
+    raise ServerUnavailable(f"vLLM server at {base_url} is unreachable ({method} {path}: {last}, "
+                            f"{retries + 1} attempts); is `vllm serve` running there?")
+
+
+@dataclass
+class Server:
+    url: str
+    in_rotation: bool = True
+    version: int | None = None  # weight version it serves; None: unknown (e.g. its own checkpoint)
+    outstanding: int = 0
+    last_pick: int = 0
+    failures: int = 0
+    last_error: str = ""
+
+
+class ServerPool:
+    """The generation servers of one engine (see the module docstring)."""
+
+    def __init__(self, urls: list[str]):
+        urls = [u.rstrip("/") for u in urls]
+        if not urls:
+            raise UserError("vllm_server_urls is empty: give at least one `vllm serve` URL")
+        if len(set(urls)) != len(urls):
+            raise UserError(f"vllm_server_urls lists a server twice: {urls}")
+        self.servers = [Server(u) for u in urls]
+        self._lock = threading.Lock()
+        self._picks = 0
+
+    @property
+    def urls(self) -> list[str]:
+        return [s.url for s in self.servers]
+
+    def in_rotation(self) -> list[Server]:
+        return [s for s in self.servers if s.in_rotation]
+
+    def _acquire(self, exclude: set[str]) -> Server | None:
+        with self._lock:
+            ready = [s for s in self.servers if s.in_rotation and s.url not in exclude]
+            if not ready:
+                return None
+            s = min(ready, key=lambda s: (s.outstanding, s.last_pick))
+            self._picks += 1
+            s.outstanding, s.last_pick = s.outstanding + 1, self._picks
+            return s
+
+    def _release(self, s: Server) -> None:
+        with self._lock:
+            s.outstanding -= 1
+
+    def take_out(self, s: Server, why: str) -> None:
+        """Out of rotation until re-synced (:meth:`mark_synced`)."""
+        with self._lock:
+            s.in_rotation, s.failures, s.last_error = False, s.failures + 1, why
+
+    def mark_synced(self, s: Server, version: int) -> None:
+        with self._lock:
+            s.in_rotation, s.version, s.last_error = True, version, ""
+
+    def call(self, fn: Callable[[Server], T]) -> tuple[Server, T]:
+        """``fn(server)`` on the least loaded server in rotation; a server that raises
+        :class:`ServerUnavailable` leaves the rotation and the call moves on to the next."""
+        tried: set[str] = set()
+        errors: list[str] = []
+        while True:
+            s = self._acquire(tried)
+            if s is None:
+                raise self.all_down(errors)
+            try:
+                return s, fn(s)
+            except ServerUnavailable as e:
+                tried.add(s.url)
+                errors.append(str(e))
+                self.take_out(s, str(e))
+            finally:
+                self._release(s)
+
+    def all_down(self, errors: list[str] | None = None) -> ServerUnavailable:
+        last = f"; last error: {errors[-1]}" if errors else "".join(
+            f"; {s.url}: {s.last_error}" for s in self.servers if s.last_error)[:600]
+        return ServerUnavailable(f"no vLLM server is usable (tried {', '.join(self.urls)}){last}")

@@ -1,0 +1,253 @@
+"""A simulated ``vllm serve`` on 127.0.0.1: the endpoints the server engine uses, no model.
+
+For CPU tests, benchmarks and the multi-node rehearsal. Answers are a pure function of the
+request and the server's weights tag, so two servers holding the same weights give the same
+completion for the same (prompt, seed): token ``k`` is ``hash(weights, prompt, seed, k) % vocab``,
+its log-prob ``-0.1 * (k + 1)``. A completion takes ``token_delay * max_tokens`` seconds of
+sleeping (no CPU burnt), with up to ``max_batch`` requests decoded together as vLLM batches them.
+
+Faults, set on :attr:`SimServer.faults` while it runs: ``down`` (connection refused: the socket
+is closed), ``garbage`` (200 with a body that is not JSON), ``stall`` (seconds before answering),
+``fail_push`` (``/update_weights`` answers 500), ``reset_fails`` (``/reset_prefix_cache`` answers
+``success: false`` this many times). Every request is recorded in order in :attr:`SimServer.calls`.
+The weight transfer is simulated by :class:`SimChannel`: it hands the pushed tensors' checksum to
+the server, which serves it from ``/finish_weight_update`` on; between ``start_weight_update`` and
+``finish_weight_update`` a completion is an error (the real server's layers are on the meta device).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+VOCAB = 997
+
+
+class SimServer:
+    """One simulated server (a thread; :meth:`close` or the context manager stops it)."""
+
+    def __init__(self, token_delay: float = 0.0, max_batch: int = 256, model: str = "sim",
+                 logprobs_mode: str = "raw_logprobs", eos_id: int | None = None, port: int = 0, vocab: int = VOCAB):
+        self.vocab = vocab
+        self.token_delay, self.model, self.logprobs_mode, self.eos_id = token_delay, model, logprobs_mode, eos_id
+        self.calls: list[tuple] = []
+        self.faults: dict[str, Any] = {}
+        self.weights, self.pending_weights, self.push_digest = "checkpoint", None, hashlib.blake2b(digest_size=8)
+        self.updating = self.paused = False
+        self.completions = self.refused = 0
+        self.slots = threading.BoundedSemaphore(max_batch)
+        self.lock = threading.Lock()
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def __enter__(self) -> SimServer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def tokens(self, prompt: list[int], seed: Any, n: int) -> list[int]:
+        key = json.dumps([self.weights, prompt, seed]).encode()
+        return [int.from_bytes(hashlib.blake2b(key + bytes([k % 256, k // 256]), digest_size=4).digest(), "big")
+                % self.vocab for k in range(n)]
+
+
+def _handler(sim: SimServer):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.0"
+
+        def log_message(self, *args):
+            pass
+
+        def _send(self, code: int, obj: Any = None, raw: bytes | None = None):
+            body = raw if raw is not None else json.dumps(obj).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _fault(self) -> bool:
+            if sim.faults.get("down"):
+                self.connection.close()  # the client sees a reset connection
+                return True
+            if sim.faults.get("stall"):
+                time.sleep(float(sim.faults["stall"]))
+            if sim.faults.get("garbage"):
+                self._send(200, raw=b"<html>bad gateway</html>")
+                return True
+            return False
+
+        def do_GET(self):
+            sim.calls.append(("GET", self.path))
+            if self._fault():
+                return
+            path = self.path.split("?")[0]
+            if path == "/health":
+                return self._send(200, {})
+            if path == "/v1/models":
+                return self._send(200, {"data": [{"id": sim.model}]})
+            if path == "/server_info":
+                return self._send(200, {"vllm_config": {"model_config": {"logprobs_mode": sim.logprobs_mode},
+                                                        "weight_transfer_config": {"backend": "sim"}}})
+            if path == "/get_world_size":
+                return self._send(200, {"world_size": 1})
+            if path == "/sim/state":
+                return self._send(200, {"weights": sim.weights, "completions": sim.completions,
+                                        "refused_mid_update": sim.refused})
+            self._send(404, {"error": "no such endpoint"})
+
+        def do_POST(self):
+            n = int(self.headers.get("Content-Length") or 0)
+            req = json.loads(self.rfile.read(n)) if n else {}
+            path = self.path.split("?")[0]
+            sim.calls.append(("POST", path, req))
+            if path == "/sim/faults":  # test control, never faulty itself
+                sim.faults.update(req)
+                return self._send(200, sim.faults)
+            if self._fault():
+                return
+            handler = {"/v1/completions": self._complete, "/pause": self._pause, "/resume": self._resume,
+                       "/start_weight_update": self._start, "/update_weights": self._update,
+                       "/finish_weight_update": self._finish, "/reset_prefix_cache": self._reset,
+                       "/sim/load": self._load,
+                       "/init_weight_transfer_engine": lambda r: self._send(200, {})}.get(path)
+            if handler is None:
+                return self._send(404, {"error": "no such endpoint"})
+            handler(req)
+
+        def _load(self, req):  # a bucket's checksum, chained into this push's
+            sim.push_digest.update(req["part"].encode())
+            sim.pending_weights = sim.push_digest.hexdigest()
+            self._send(200, {})
+
+        def _complete(self, req):
+            if sim.updating:
+                sim.refused += 1
+                return self._send(500, {"error": "generation during a weight update (layers on the meta device)"})
+            while sim.paused:
+                time.sleep(0.001)
+            if "prompt_logprobs" in req:
+                p = req["prompt"]
+                return self._send(200, {"choices": [{"prompt_logprobs": [None] + [
+                    {str(t): {"logprob": -0.01 * t}} for t in p[1:]], "token_ids": [0]}]})
+            if int(req.get("max_tokens", 0)) < 0:
+                return self._send(400, {"error": "max_tokens must be >= 0"})
+            with sim.slots:  # decoded with the other requests of the batch
+                time.sleep(sim.token_delay * int(req["max_tokens"]))
+            toks = sim.tokens(req["prompt"], req.get("seed"), int(req["max_tokens"]))
+            sim.completions += 1
+            self._send(200, {"choices": [{"token_ids": toks, "logprobs": {
+                "token_logprobs": [-0.1 * (k + 1) for k in range(len(toks))]}}]})
+
+        def _pause(self, req):
+            sim.paused = True
+            self._send(200, {"status": "paused"})
+
+        def _resume(self, req):
+            sim.paused = False
+            self._send(200, {"status": "resumed"})
+
+        def _start(self, req):
+            sim.updating, sim.push_digest = True, hashlib.blake2b(digest_size=8)
+            self._send(200, {})
+
+        def _update(self, req):
+            if sim.faults.get("fail_push"):
+                return self._send(500, {"error": "weight update failed"})
+            self._send(200, {})
+
+        def _finish(self, req):
+            with sim.lock:
+                if sim.pending_weights is not None:
+                    sim.weights, sim.pending_weights = sim.pending_weights, None
+                sim.updating = False
+            self._send(200, {})
+
+        def _reset(self, req):
+            if sim.faults.get("reset_fails", 0) > 0:
+                sim.faults["reset_fails"] -= 1
+                return self._send(200, {"success": False})
+            self._send(200, {"success": True})
+
+    return Handler
+
+
+class SimChannel:
+    """The weight transfer to a :class:`SimServer` in this process: the pushed tensors'
+    checksum becomes the weights the server serves after ``/finish_weight_update``."""
+
+    needs_cuda = False
+
+    def __init__(self, server: SimServer):
+        self.server, self.opened = server, 0
+
+    def open_fns(self, info: dict) -> tuple[dict, Any]:
+        def open_group():
+            self.opened += 1
+        return {"world_size": int(info["world_size"]) + 1}, open_group
+
+    def update_info(self) -> dict:
+        return {}
+
+    def send(self, bucket: list[tuple[str, Any]]) -> None:
+        digest = self.server.push_digest
+        for name, t in bucket:
+            digest.update(name.encode())
+            digest.update(t.detach().float().cpu().numpy().tobytes())
+        self.server.pending_weights = digest.hexdigest()
+
+    def close(self) -> None:
+        pass
+
+
+class SimHTTPChannel(SimChannel):
+    """:class:`SimChannel` for a server in another process: the checksum travels by ``POST /sim/load``."""
+
+    def __init__(self, url: str):
+        self.url, self.opened = url, 0
+
+    def send(self, bucket: list[tuple[str, Any]]) -> None:
+        import urllib.request
+
+        digest = hashlib.blake2b(digest_size=8)
+        for name, t in bucket:
+            digest.update(name.encode())
+            digest.update(t.detach().float().cpu().numpy().tobytes())
+        body = json.dumps({"part": digest.hexdigest()}).encode()
+        req = urllib.request.Request(self.url + "/sim/load", data=body, method="POST",
+                                     headers={"Content-Type": "application/json"})
+        urllib.request.urlopen(req, timeout=30).read()
+
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m lmselfplay.lm.engines.sim_server --token_delay S``: one server in its own
+    process (benchmarks: its threads do not share the client's interpreter); prints its URL,
+    stops when stdin closes."""
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--token_delay", type=float, default=0.0)
+    ap.add_argument("--max_batch", type=int, default=256)
+    ap.add_argument("--vocab", type=int, default=VOCAB)
+    args = ap.parse_args(argv)
+    with SimServer(token_delay=args.token_delay, max_batch=args.max_batch, vocab=args.vocab) as sim:
+        print(sim.url, flush=True)
+        sys.stdin.read()
+
+
+if __name__ == "__main__":
+    main()

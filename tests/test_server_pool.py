@@ -1,0 +1,252 @@
+"""The server engine on several simulated `vllm serve` processes (127.0.0.1, no model): the push
+protocol's order, explicit sampling fields, spreading, failover, re-admission, deadlines."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from lm_fixtures import tiny_model
+
+from lmselfplay.lm.engines.base import SamplingParams
+from lmselfplay.lm.engines.server_pool import ServerPool, ServerUnavailable
+from lmselfplay.lm.engines.sim_server import SimChannel, SimServer
+from lmselfplay.lm.engines.vllm import NEUTRAL_SAMPLING
+from lmselfplay.lm.engines.vllm_server import VLLMServerEngine
+
+
+class _Tok:  # token ids are their own text
+    eos_token_id = None
+
+    def decode(self, ids, skip_special_tokens=True):
+        return " ".join(str(i) for i in ids)
+
+
+@pytest.fixture
+def servers():
+    made = []
+
+    def make(n=2, **kw):
+        made.extend(SimServer(**kw) for _ in range(n))
+        return made[-n:]
+
+    yield make
+    for s in made:
+        s.close()
+
+
+def _engine(sims, **kw):
+    by_url = {s.url: s for s in sims}
+    kw = {"timeout": 2.0, "backoff": 0.01, "retries": 1, "push_timeout": 2.0, **kw}
+    return VLLMServerEngine(_Tok(), [s.url for s in sims], channel_factory=lambda url, i: SimChannel(by_url[url]), **kw)
+
+
+SP = SamplingParams(max_new_tokens=4, temperature=1.0, seed=11)
+PROMPTS = [[1, 2, k] for k in range(16)]
+
+
+def _posts(sim):
+    return [c[1] for c in sim.calls if c[0] == "POST" and c[1] != "/v1/completions"]
+
+
+def test_a_push_pauses_loads_resets_and_resumes_in_order_with_no_request_in_between(servers):
+    (sim,) = servers(1, token_delay=0.002)
+    eng = _engine([sim])
+    stop, errors = threading.Event(), []
+
+    def keep_generating():  # another thread of the run samples while the trainer pushes
+        while not stop.is_set():
+            try:
+                eng.generate(PROMPTS[:4], SP)
+            except Exception as e:  # noqa: BLE001 - the test reports it
+                errors.append(e)
+                return
+
+    t = threading.Thread(target=keep_generating)
+    t.start()
+    try:
+        for v in range(1, 4):
+            eng.update_weights(tiny_model(seed=v), version=v)
+    finally:
+        stop.set()
+        t.join(10)
+    assert not errors  # no completion reached the server mid-push (the simulated server refuses them)
+    order = _posts(sim)
+    assert order[:4] == ["/pause", "/init_weight_transfer_engine", "/start_weight_update", "/update_weights"]
+    # each push: pause, start, buckets, finish, reset, resume; the rendezvous on the first only
+    pushes = " ".join(order).split("/resume")
+    assert len(pushes) == 4 and pushes[-1] == ""
+    for k, p in enumerate(pushes[:3]):
+        steps = p.split()
+        assert steps[0] == "/pause" and steps[-2:] == ["/finish_weight_update", "/reset_prefix_cache"]
+        assert set(steps[1:-2]) - {"/init_weight_transfer_engine"} == {"/start_weight_update", "/update_weights"}
+        assert ("/init_weight_transfer_engine" in steps) == (k == 0)
+    assert eng.version == 3 and all(c.version == 3 for c in eng.generate(PROMPTS[:2], SP))
+
+
+def test_reset_prefix_cache_failure_is_retried_then_takes_the_server_out(servers):
+    a, b = servers(2)
+    eng = _engine([a, b])
+    a.faults["reset_fails"] = 1  # blocks still held once: the retry succeeds
+    eng.update_weights(tiny_model(seed=1), version=1)
+    assert [s.in_rotation for s in eng.pool.servers] == [True, True]
+    a.faults["reset_fails"] = 99  # never succeeds: out, the run goes on with b
+    eng.update_weights(tiny_model(seed=2), version=2)
+    assert [s.in_rotation for s in eng.pool.servers] == [False, True]
+    assert "reset_prefix_cache did not succeed" in eng.pool.servers[0].last_error
+    before = len(a.calls)
+    assert {c.version for c in eng.generate(PROMPTS, SP)} == {2}
+    assert not any(c[1] == "/v1/completions" for c in a.calls[before:])
+    a.faults["reset_fails"] = 0
+    eng.update_weights(tiny_model(seed=3), version=3)  # re-synced: back in rotation
+    assert [s.in_rotation for s in eng.pool.servers] == [True, True]
+
+
+def test_every_sampling_field_is_sent_explicitly(servers):
+    (sim,) = servers(1)
+    eng = _engine([sim])
+    eng.generate([[1, 2]], SamplingParams(max_new_tokens=3, temperature=1.0, top_p=0.9, seed=5, stop=["x"]))
+    req = next(c[2] for c in sim.calls if c[0] == "POST" and c[1] == "/v1/completions")
+    for name, off in NEUTRAL_SAMPLING.items():  # the checkpoint's generation_config cannot fill them in
+        assert req[name] == off
+    assert (req["temperature"], req["top_p"], req["max_tokens"], req["seed"], req["stop"], req["n"]) == \
+        (1.0, 0.9, 3, 5, ["x"], 1)
+    assert req["logprobs"] == 0 and req["min_tokens"] == 0 and req["ignore_eos"] is False
+    greedy = SamplingParams(max_new_tokens=2, temperature=0.0, top_p=0.5)
+    eng.generate([[1]], greedy)
+    req = [c[2] for c in sim.calls if c[0] == "POST" and c[1] == "/v1/completions"][-1]
+    assert (req["temperature"], req["top_p"], req["top_k"]) == (0.0, 1.0, -1)
+
+
+def test_requests_spread_and_results_do_not_depend_on_the_server(servers):
+    a, b = servers(2, token_delay=0.005)
+    eng = _engine([a, b])
+    eng.update_weights(tiny_model(seed=1), version=1)
+    outs = eng.generate(PROMPTS, SP)
+    served = [sum(1 for c in s.calls if c[0] == "POST" and c[1] == "/v1/completions") for s in (a, b)]
+    assert min(served) >= 4 and sum(served) == len(PROMPTS)  # both busy
+    alone = _engine([b])  # b alone, same weights: the same completions
+    alone.update_weights(tiny_model(seed=1), version=1)
+    assert [o.token_ids for o in alone.generate(PROMPTS, SP)] == [o.token_ids for o in outs]
+    assert all(o.version == 1 for o in outs)
+
+
+def test_least_outstanding_requests_favours_the_idle_server():
+    pool = ServerPool(["http://a", "http://b", "http://c"])
+    first = [pool._acquire(set()).url for _ in range(3)]
+    assert sorted(first) == ["http://a", "http://b", "http://c"]
+    pool._release(pool.servers[1])  # b finished its request: the next one goes there
+    assert pool._acquire(set()).url == "http://b"
+    with pytest.raises(Exception, match="empty"):
+        ServerPool([])
+    with pytest.raises(Exception, match="twice"):
+        ServerPool(["http://a", "http://a/"])
+
+
+@pytest.mark.parametrize("fault", [{"down": True}, {"garbage": True}, {"stall": 4.0}])
+def test_a_failing_server_moves_its_requests_and_comes_back_after_a_push(servers, fault):
+    a, b = servers(2)
+    eng = _engine([a, b], timeout=1.5)
+    eng.update_weights(tiny_model(seed=1), version=1)
+    ref = [o.token_ids for o in eng.generate(PROMPTS, SP)]
+    a.faults.update(fault)
+    t0 = time.monotonic()
+    outs = eng.generate(PROMPTS, SP)  # the step completes on b, with the same answers
+    assert [o.token_ids for o in outs] == ref and time.monotonic() - t0 < 15
+    assert not eng.pool.servers[0].in_rotation and eng.pool.servers[1].in_rotation
+    eng.update_weights(tiny_model(seed=2), version=2)  # still broken: stays out
+    assert not eng.pool.servers[0].in_rotation
+    a.faults.clear()
+    eng.update_weights(tiny_model(seed=3), version=3)  # healthy again: re-synced and re-admitted
+    assert all(s.in_rotation and s.version == 3 for s in eng.pool.servers)
+    eng.generate(PROMPTS, SP)
+    assert any(c[1] == "/v1/completions" for c in a.calls[-len(PROMPTS):])
+
+
+def test_a_failed_push_takes_the_server_out_until_resynced(servers):
+    a, b = servers(2)
+    eng = _engine([a, b])
+    eng.update_weights(tiny_model(seed=1), version=1)
+    a.faults["fail_push"] = True
+    eng.update_weights(tiny_model(seed=2), version=2)
+    assert a.weights != b.weights  # a kept the old weights ...
+    before = len(a.calls)
+    outs = eng.generate(PROMPTS, SP)
+    assert {o.version for o in outs} == {2}  # ... and serves nothing
+    assert not any(c[1] == "/v1/completions" for c in a.calls[before:])
+    assert "HTTP 500" in eng.pool.servers[0].last_error
+
+
+def test_a_push_step_past_its_deadline_is_one_line_and_the_run_goes_on(servers):
+    a, b = servers(2)
+    eng = _engine([a, b], push_timeout=0.5)
+    eng.update_weights(tiny_model(seed=1), version=1)
+    a.faults["stall"] = 2.0
+    t0 = time.monotonic()
+    eng.update_weights(tiny_model(seed=2), version=2)
+    assert time.monotonic() - t0 < 2.0  # a's first step timed out; b was pushed
+    assert "within 0.5 s" in eng.pool.servers[0].last_error and not eng.pool.servers[0].in_rotation
+    assert eng.pool.servers[1].version == 2
+
+
+def test_every_server_down_is_one_line_naming_the_urls(servers):
+    a, b = servers(2)
+    eng = _engine([a, b])
+    a.faults["down"] = b.faults["down"] = True
+    with pytest.raises(ServerUnavailable) as e:
+        eng.generate(PROMPTS[:2], SP)
+    assert a.url in str(e.value) and b.url in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(ServerUnavailable) as e:
+        eng.update_weights(tiny_model(seed=1), version=1)
+    assert "weight push reached no vLLM server" in str(e.value) and a.url in str(e.value) and b.url in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_a_server_down_at_start_is_left_out_and_joins_at_the_first_push(servers):
+    a, b = servers(2)
+    a.faults["down"] = True
+    eng = _engine([a, b])
+    assert [s.in_rotation for s in eng.pool.servers] == [False, True]
+    a.faults.clear()
+    eng.update_weights(tiny_model(seed=1), version=1)
+    assert [s.in_rotation for s in eng.pool.servers] == [True, True]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow  # ~2 min on 2 shared cores; the protocol's rules run in the quick tests above
+def test_multinode_rehearsal_two_gloo_ranks_two_servers(tmp_path):
+    """`accelerate launch` (2 gloo ranks) against 2 simulated servers in their own processes:
+    every completion is sampled with the weights of its step, no completion reaches a server
+    mid-push, a server failing its push leaves the rotation on both ranks."""
+    import json
+    import subprocess
+    import sys
+    import urllib.request
+
+    from mp_helpers import CONFIGS, ROOT, _env
+
+    servers = [subprocess.Popen([sys.executable, "-m", "lmselfplay.lm.engines.sim_server", "--vocab", "400"],
+                                cwd=ROOT, env=_env(),
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    try:
+        urls = [p.stdout.readline().strip() for p in servers]
+        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CONFIGS / "ddp_cpu.yaml"),
+               str(ROOT / "tests" / "mp_scripts" / "scale_rehearsal.py"), "--out", str(tmp_path),
+               "--urls", ",".join(urls)]
+        r = subprocess.run(cmd, cwd=ROOT, env={**_env(), "ACCELERATE_USE_CPU": "1"}, capture_output=True,
+                           text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-4000:]
+        states = [json.loads(urllib.request.urlopen(u + "/sim/state", timeout=10).read()) for u in urls]
+    finally:
+        for p in servers:
+            p.stdin.close()
+            p.wait(timeout=30)
+    ranks = [json.loads((tmp_path / f"rank{k}.json").read_text()) for k in range(2)]
+    for rk in ranks:
+        assert rk["world"] == 2 and rk["engine_version"] == 2
+        assert [s["versions"] for s in rk["steps"]] == [[0], [1], [2]]  # sampled with the step's weights
+        assert [s["in_rotation"] for s in rk["steps"]] == [[True, True], [True, True], [False, True]]
+    assert [s["refused_mid_update"] for s in states] == [0, 0]  # nobody generated during a push
+    assert states[0]["completions"] > 0 and states[1]["completions"] > 0  # both served
+    assert states[0]["weights"] != states[1]["weights"]  # the first kept its step-1 weights, unused
