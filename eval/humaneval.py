@@ -234,7 +234,7 @@ def evaluate_humaneval(engine: Any, tokenizer: Any, samples: int = 0, temperatur
                        executor: Any = None) -> dict[str, Any]:
     """Greedy pass@1 and (``samples`` > 0) sampled pass@k of ``engine`` on HumanEval, prompted
     as the tokenizer's prompt format says (see the module docstring)."""
-    from .reasoning import generate_stream
+    from lmselfplay.lm.stream import generate_stream
 
     problems = load_problems()
     ids = list(problems)[:limit]

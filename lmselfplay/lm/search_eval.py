@@ -7,7 +7,7 @@ For a batch of search states (:class:`lmselfplay.alphazero.adapter.Pos`):
   are single tokens), one forward of prompt + ``<move>`` gives it: the next-token
   probabilities of the legal move tokens (the search renormalizes over legal moves). Any
   other tokenizer falls back to the teacher-forced score of each legal answer
-  (:func:`lmselfplay.eval.game_metrics.answer_distribution`), one sequence per move.
+  (:func:`lmselfplay.lm.readout.answer_distribution`), one sequence per move.
 * **value** — :class:`ValueHead` on the last hidden state at the end of the prompt (the
   token before ``<move>``), for the player to move, in [-1, 1]. In the fast path it comes
   from the same forward as the prior. With a :class:`QHead` instead (optional), the head
@@ -36,6 +36,7 @@ import torch
 from lmselfplay.games.text import CLOSE, OPEN, format_answer
 from lmselfplay.lm.batching import pad_batch
 from lmselfplay.lm.prompt import encode_completion, encode_prompt
+from lmselfplay.lm.readout import answer_distribution
 
 VALUE_HEAD_FILE = "value_head.pt"
 Q_HEAD_FILE = "q_head.pt"
@@ -224,7 +225,6 @@ class LLMEvaluator:
         return out.logits[rows, last].float(), out.hidden_states[-1][rows, end_of_prompt]
 
     def _teacher_forced(self, states: list[Any]) -> list[np.ndarray]:
-        from lmselfplay.eval.game_metrics import answer_distribution
         from lmselfplay.lm.engines.hf import HFEngine
 
         engine = self.engine or HFEngine(self.model, self.tokenizer)

@@ -15,7 +15,7 @@ w-weighted mean of the probabilities (it is never played, any policy there is eq
 
 Only small imperfect-information games can be averaged this way (``exact_metric ==
 "exploitability"``: the policy is read off every information set, see
-:func:`lmselfplay.eval.game_metrics.tabular_policy`: exactly from bare answers, or for a
+:func:`lmselfplay.lm.readout.tabular_policy`: exactly from bare answers, or for a
 policy that thinks by sampling its answers, the recipe's ``readout``). :func:`distill_samples` turns the
 average into supervised targets for :class:`~lmselfplay.rl.trainer.PolicyTrainer`'s
 target cross-entropy: one sample per information set, the target a distribution over the
@@ -31,6 +31,7 @@ import numpy as np
 
 from lmselfplay.games.base import CHANCE, EXPLOITABILITY
 from lmselfplay.games.exploitability import action_probs
+from lmselfplay.lm.readout import decision_states
 from lmselfplay.lm.trajectory import Sample
 from lmselfplay.utils.config import Config, ConfigError
 
@@ -157,8 +158,6 @@ class AveragePolicy:
 
 def infoset_states(game: Any) -> dict[str, Any]:
     """One representative decision state per information set (the first one found)."""
-    from lmselfplay.eval.game_metrics import decision_states
-
     reps: dict[str, Any] = {}
     for s in decision_states(game):
         reps.setdefault(game.information_state(s, game.current_player(s)), s)

@@ -9,7 +9,7 @@ of their tabular experiments. One step, per such game:
 
 1. ``pi``: the LM's policy read exactly at every information set (teacher-forced answer
    probabilities normalized over the legal moves, one batched scoring call:
-   :func:`lmselfplay.eval.game_metrics.tabular_policy`, the ``bare`` readout). That is the
+   :func:`lmselfplay.lm.readout.tabular_policy`, the ``bare`` readout). That is the
    policy only of a model that answers at once, and step 4 teaches bare answers: a policy
    that thinks (``enable_thinking``) is refused (ConfigError) rather than trained to stop
    thinking; sampled feedback serves it;
@@ -42,6 +42,7 @@ import numpy as np
 
 from lmselfplay.games.base import CHANCE, EXPLOITABILITY
 from lmselfplay.games.exploitability import PolicyLike, action_probs
+from lmselfplay.lm.readout import tabular_policy
 from lmselfplay.utils.config import Config, ConfigError
 
 FEEDBACKS = ("sampled", "exact")
@@ -194,7 +195,6 @@ class ExactFeedback:
         """Read the LM's policy, build the MMD target, return its distillation samples
         (role ``GAME/pN/exact``) and the metrics of :meth:`update` plus ``exploitability``
         of the policy read."""
-        from lmselfplay.eval.game_metrics import tabular_policy
         from lmselfplay.games.exploitability import exploitability
         from lmselfplay.rl.average_policy import distill_samples
 
