@@ -165,6 +165,11 @@ REGISTRY: list[Command] = [
             files=("metrics.jsonl",)),
     Command(".venv/bin/python recipes/absolute_zero.py --config recipes/configs/absolute_zero.yaml",
             extra=AZR_SMALL, files=("metrics.jsonl",)),
+    Command("accelerate launch --config_file recipes/accelerate/zero2.yaml --num_processes 8 recipes/selfplay_games.py "
+            "--config recipes/configs/spiral_qwen3_base.yaml", skip=f"{GPU}s (8) and Qwen3-4B-Base weights"),
+    Command("accelerate launch --config_file recipes/accelerate/zero2.yaml --num_processes 8 recipes/spin.py "
+            "--config recipes/configs/spin_zephyr.yaml --dataset /data/ultrachat_spin",
+            skip=f"{GPU}s (8), zephyr-7b-sft-full weights and UltraChat data"),
     Command("accelerate launch --config_file recipes/accelerate/zero2.yaml --num_processes 8 recipes/absolute_zero.py "
             "--config recipes/configs/absolute_zero_qwen_coder.yaml", skip=f"{GPU}s (8) and Qwen2.5-Coder-7B weights"),
     Command("python recipes/r_zero.py --config recipes/configs/r_zero.yaml", extra=f"--output_dir {{out}} {RZERO_SMALL}",
