@@ -21,6 +21,7 @@ from lmselfplay.games import make
 from lmselfplay.games.exploitability import exploitability
 from lmselfplay.games.solve import optimal_actions
 from lmselfplay.lm.policy import load_tokenizer
+from lmselfplay.lm.prompt import encode_prompt
 from lmselfplay.utils.config import ConfigError, parse_config
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.recipe_loader import load_recipe
@@ -65,7 +66,7 @@ def test_sampled_optimal_move_rate_counts_what_is_played(tok):
         opt = optimal_actions(nim, s)[0]
         wrong = next(a for a in nim.legal_actions(s) if a not in optimal_actions(nim, s)) \
             if len(optimal_actions(nim, s)) < len(nim.legal_actions(s)) else opt
-        text = tok.decode(game_metrics.encode_prompt(tok, nim.observation_text(s, nim.current_player(s))),
+        text = tok.decode(encode_prompt(tok, nim.observation_text(s, nim.current_player(s))),
                           skip_special_tokens=True)
         by_prompt[text] = [f"<think>maybe <move>{nim.action_text(wrong)}</move></think><move>{nim.action_text(opt)}</move>",
                            f"<think>still thinking <move>{nim.action_text(opt)}</move>"]

@@ -32,7 +32,7 @@ class PolicyConfig:
                 "it, else float32); the trainer keeps what it trains in float32 and computes in this dtype; "
                 "bfloat16 / float16 on a CPU run is an error"})
     gradient_checkpointing: bool = field(default=False, metadata={
-        "help": "recompute each layer's activations in the backward instead of keeping them (less memory, ~30% "
+        "help": "recompute each layer's activations in the backward instead of keeping them (less memory, ~30%% "
                 "more compute), in every recipe's training"})
     device: str = field(default="auto", metadata={"help": "auto | cpu | cuda | cuda:N"})
     use_lora: bool = field(default=False, metadata={"help": "train LoRA adapters (PEFT) instead of all weights"})
