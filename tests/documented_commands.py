@@ -39,7 +39,7 @@ class Command:
     files: tuple[str, ...] = ()
     output: str = ""
     skip: str = ""
-    slow: bool = False
+    slow: bool = False  # over ~40 s even at reduced size: `-m slow` only (the default run stays < 15 min)
     makes_run: bool = False
     timeout_s: int = 600
 
@@ -154,13 +154,13 @@ REGISTRY: list[Command] = [
     Command("OMP_NUM_THREADS=1 python recipes/alphazero.py --config recipes/configs/alphazero_go9.yaml",
             extra=AZ_SMALL.replace("--games_per_iteration 4", "--games_per_iteration 2"), files=("metrics.jsonl",)),
     Command("python recipes/selfplay_games.py --config recipes/configs/selfplay_go9.yaml", extra=SELFPLAY_SMALL,
-            files=("metrics.jsonl",)),
+            files=("metrics.jsonl",), slow=True),
     Command("python recipes/search_selfplay.py --config recipes/configs/search_selfplay_nim.yaml", extra=SEARCH_SMALL,
             files=("metrics.jsonl",)),
     Command(".venv/bin/python recipes/search_selfplay.py --config recipes/configs/search_selfplay_nim.yaml",
             extra=SEARCH_SMALL, files=("metrics.jsonl",)),
     Command(".venv/bin/python recipes/search_selfplay.py --config recipes/configs/search_selfplay_tictactoe.yaml",
-            extra=SEARCH_SMALL, files=("metrics.jsonl",)),
+            extra=SEARCH_SMALL, files=("metrics.jsonl",), slow=True),
     Command("python recipes/absolute_zero.py --config recipes/configs/absolute_zero.yaml", extra=AZR_SMALL,
             files=("metrics.jsonl",)),
     Command(".venv/bin/python recipes/absolute_zero.py --config recipes/configs/absolute_zero.yaml",
@@ -215,7 +215,7 @@ REGISTRY: list[Command] = [
             "--machine_rank $RANK --main_process_ip $HEAD --main_process_port 29500 recipes/selfplay_games.py "
             "--config my_run.yaml", skip="two machines of 8 CUDA GPUs each and the user's own config"),
     Command("python benchmarks/bench_scale.py", extra="--prompts 8 --tokens 8 --steps 2 --train_batch 8 --out_dir {out}",
-            files=("bench_scale.json",)),
+            files=("bench_scale.json",), slow=True),
     Command('pip install -e ".[vllm]"', skip=f"installs vLLM for a {GPU}"),
     Command("python recipes/selfplay_games.py --config recipes/configs/selfplay_games.yaml --engine vllm "
             "--vllm_gpu_memory_utilization 0.3 [--vllm_enable_sleep_mode true]", skip=f"{GPU} and vLLM"),
@@ -228,7 +228,7 @@ REGISTRY: list[Command] = [
     # benchmarks (LMSELFPLAY_RESULTS_DIR keeps the cited results files untouched)
     Command(".venv/bin/python benchmarks/bench_search_selfplay.py", extra="--trees 2 --sims 4", output=RESULT),
     Command(".venv/bin/python benchmarks/bench_ttt_representation.py",
-            extra="--steps 2 --batch 8 --eval_every 1 --eval_positions 20", output=RESULT),
+            extra="--steps 2 --batch 8 --eval_every 1 --eval_positions 20", output=RESULT, slow=True),
     Command(".venv/bin/python benchmarks/bench_search_vs_selfplay.py --minutes 8", subs=(("--minutes 8", "--minutes 1"),),
             extra="--quick --games 4 --out {out}", output=RESULT, slow=True),
     Command("benchmarks/bench_search_vs_selfplay.py --minutes 8", subs=(("benchmarks/", "python benchmarks/"),
@@ -248,7 +248,7 @@ REGISTRY: list[Command] = [
     Command(".venv/bin/python benchmarks/bench_rollout.py", extra="--games 4 --sequential-games 1 --max-new-tokens 4",
             output=RESULT),
     Command(".venv/bin/python benchmarks/bench_selfplay_learning.py", extra="--steps 1 --eval-every 1 --seeds 0",
-            output=RESULT),
+            output=RESULT, slow=True),
     Command(".venv/bin/python benchmarks/bench_kuhn_card_reading.py", extra="--steps 1", output=RESULT),
     Command("benchmarks/bench_kuhn_card_reading.py --model OLD NEW",
             subs=(("benchmarks/", "python benchmarks/"), ("OLD", "{model}"), ("NEW", "{run}/final_model")),
@@ -267,7 +267,7 @@ REGISTRY: list[Command] = [
     Command(".venv/bin/python benchmarks/bench_spin.py", extra=SPIN_SET, output=RESULT),
     Command("python benchmarks/bench_spin.py --control-epochs 1 5", subs=(("1 5", "1 2"),), extra=SPIN_SET,
             output=RESULT, slow=True),  # bench_spin itself runs by default (the entry above)
-    Command(".venv/bin/python benchmarks/bench_leak.py", extra="--steps 3 --quick", output=RESULT),
+    Command(".venv/bin/python benchmarks/bench_leak.py", extra="--steps 3 --quick", output=RESULT, slow=True),
     Command(".venv/bin/python benchmarks/record_run.py RUN --name NAME", subs=(("RUN", "{run}"), ("NAME", "main_job")),
             output=RESULT),
     Command("benchmarks/average_policy_table.py benchmarks/results/kuhn_average_anneal_obs_probe.json --from 40",
