@@ -244,7 +244,7 @@ REGISTRY: list[Command] = [
             output=THROUGHPUT),
     Command("benchmarks/bench_eval_throughput.py --rounds 2", subs=(("benchmarks/", "python benchmarks/"),
                                                                     ("--rounds 2", "--rounds 1")),
-            extra="--suite tiny --skip-default", output=THROUGHPUT),
+            extra="--suite tiny --skip-default", output=THROUGHPUT, slow=True),  # the plain entry runs by default
     Command(".venv/bin/python benchmarks/bench_rollout.py", extra="--games 4 --sequential-games 1 --max-new-tokens 4",
             output=RESULT),
     Command(".venv/bin/python benchmarks/bench_selfplay_learning.py", extra="--steps 1 --eval-every 1 --seeds 0",
@@ -252,7 +252,7 @@ REGISTRY: list[Command] = [
     Command(".venv/bin/python benchmarks/bench_kuhn_card_reading.py", extra="--steps 1", output=RESULT),
     Command("benchmarks/bench_kuhn_card_reading.py --model OLD NEW",
             subs=(("benchmarks/", "python benchmarks/"), ("OLD", "{model}"), ("NEW", "{run}/final_model")),
-            extra="--steps 1", output=RESULT),
+            extra="--steps 1", output=RESULT, slow=True),  # the plain entry runs by default
     Command(".venv/bin/python benchmarks/bench_trainer_vs_trl.py",
             extra="--prompts 2 --num-generations 2 --batches 1 --warmup 0 --no-merge-variant", output=RESULT),
     Command(".venv/bin/python benchmarks/bench_cfr.py", extra="--iterations 10 --repeats 1", output=RESULT),
