@@ -76,6 +76,7 @@ from lmselfplay.eval import game_metrics
 from lmselfplay.games import make
 from lmselfplay.games.base import OPTIMAL_MOVES, random_legal_reset
 from lmselfplay.games.text import MOVE_STOP
+from lmselfplay.lm import readout as policy_readout
 from lmselfplay.lm.engines import HFEngine, SamplingParams
 from lmselfplay.lm.policy import PolicyConfig, frozen_policy, load_policy, policy_weights
 from lmselfplay.lm.prompt import thinks
@@ -255,7 +256,7 @@ def evaluate(face: Any, evaluator: LLMEvaluator, model: Any, tok: Any, cfg: Sear
     greedy = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=0.0, stop=MOVE_STOP, seed=cfg.seed)
     positions = None
     if game.exact_metric == OPTIMAL_MOVES and cfg.eval_positions > 0:
-        every = game_metrics.decision_states(game)
+        every = policy_readout.decision_states(game)
         positions = random.Random(f"{cfg.seed}/positions").sample(every, min(cfg.eval_positions, len(every)))
     raw = game_metrics.evaluate(HFEngine(model, tok), tok, game, positions, n_games=cfg.eval_games,
                                 sampling=greedy, seed=cfg.seed, max_new_tokens=cfg.max_new_tokens)
@@ -278,7 +279,7 @@ def evaluate(face: Any, evaluator: LLMEvaluator, model: Any, tok: Any, cfg: Sear
 
 def illegal_mass(evaluator: LLMEvaluator, face: Any) -> float:
     """Mean probability of a token that is not a legal move, after ``<move>``, over all positions."""
-    states = game_metrics.decision_states(face.game)
+    states = policy_readout.decision_states(face.game)
     total = 0.0
     for i in range(0, len(states), evaluator.batch_size):
         part = states[i : i + evaluator.batch_size]

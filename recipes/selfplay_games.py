@@ -49,6 +49,7 @@ from lmselfplay.games.base import OPTIMAL_MOVES, has_enumerable_actions, random_
 from lmselfplay.games.bots import BotPlayer, league_bot
 from lmselfplay.games.gtp import GTPError, find_gnugo, game_gnugo_player, plays_gtp
 from lmselfplay.games.text import MOVE_STOP
+from lmselfplay.lm import readout as policy_readout
 from lmselfplay.lm.engines import (
     EngineConfig,
     HFEngine,
@@ -133,7 +134,7 @@ class SelfPlayConfig(TrainerConfig, AverageConfig, FeedbackConfig, LeagueConfig,
                      "gnugo_level", "gnugo_games", "eval_positions", "checkpoint_every")
         if self.baseline_key not in ("role", "observation"):
             raise ConfigError(f"baseline_key must be 'role' or 'observation', got {self.baseline_key!r}")
-        game_metrics.resolve_readout(self.readout, False)  # a valid name; auto resolves with the model
+        policy_readout.resolve_readout(self.readout, False)  # a valid name; auto resolves with the model
         positive(self, "readout_samples")
         non_negative(self, "eval_max_new_tokens")
 
@@ -141,7 +142,7 @@ class SelfPlayConfig(TrainerConfig, AverageConfig, FeedbackConfig, LeagueConfig,
 def readout(cfg, tok) -> str:
     """The readout of the exact metrics and the average policy: ``bare``, or ``sampled`` when
     ``readout: auto`` and the policy thinks (its prompt style, on the tokenizer)."""
-    return game_metrics.resolve_readout(cfg.readout, thinks(tok))
+    return policy_readout.resolve_readout(cfg.readout, thinks(tok))
 
 
 def check_thinking(cfg, feedback, tok) -> None:
@@ -307,7 +308,7 @@ def eval_positions(cfg, games):
     out = {}
     for game in games:
         if game.exact_metric == OPTIMAL_MOVES:
-            states = game_metrics.decision_states(game)
+            states = policy_readout.decision_states(game)
             if cfg.eval_positions and len(states) > cfg.eval_positions:
                 states = random.Random(cfg.seed).sample(states, cfg.eval_positions)
             out[game.name] = states
@@ -391,7 +392,7 @@ def fold_averages(cfg, averages, engine, tok, step):
     sampling = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
                               stop=MOVE_STOP, seed=cfg.seed + step)
     for name, avg in averages.items():
-        out[name] = game_metrics.tabular_policy(engine, tok, avg.game, readout(cfg, tok), cfg.readout_samples, sampling)
+        out[name] = policy_readout.tabular_policy(engine, tok, avg.game, readout(cfg, tok), cfg.readout_samples, sampling)
         avg.add(out[name], cfg.weight_at(step))
     return out
 
