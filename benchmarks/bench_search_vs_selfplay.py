@@ -68,7 +68,7 @@ def arms(out: Path, model: str | None, seed: int, quick: bool = False) -> dict[s
         "search_selfplay": [sys.executable, str(ROOT / "recipes" / "search_selfplay.py"), "--config",
                             str(ROOT / "recipes" / "configs" / "search_selfplay_tictactoe.yaml"),
                             "--output_dir", str(out / "search_selfplay"), "--iterations", "100000",
-                            "--eval_every", "0", "--save_every", "1", "--torch_threads", "1",
+                            "--eval_every", "0", "--checkpoint_every", "1", "--torch_threads", "1",
                             "--tensorboard", "false", "--progress", "false", *common,
                             *(QUICK["search_selfplay"] if quick else [])],
         "selfplay_games": [sys.executable, str(ROOT / "recipes" / "selfplay_games.py"), "--config",

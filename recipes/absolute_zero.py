@@ -51,18 +51,10 @@ from lmselfplay.lm.prompt import encode_prompt
 from lmselfplay.lm.trajectory import Sample
 from lmselfplay.rl.advantages import task_type_advantages
 from lmselfplay.rl.rewards import proposer_rewards
-from lmselfplay.rl.trainer import (
-    PolicyTrainer,
-    TrainerConfig,
-    is_partitioned,
-    kl_enabled,
-    make_accelerator,
-)
-from lmselfplay.utils.checkpoint import resume_checkpoint, save_model
+from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, reference_policy
 from lmselfplay.utils.config import ConfigError, non_negative, parse_config, positive
 from lmselfplay.utils.errors import run_main
-from lmselfplay.utils.metrics_logger import open_run_log
-from lmselfplay.utils.run import RunConfig, claim_output_dir
+from lmselfplay.utils.run import Run, RunConfig
 from lmselfplay.utils.stats import wilson
 from lmselfplay.verifiers.code_tasks import (
     TASK_TYPES,
@@ -106,17 +98,18 @@ class AbsoluteZeroConfig(TrainerConfig, PolicyConfig, RunConfig):
     executor_workers: int = field(default=2, metadata={"help": "sandbox processes running programs at once"})
     eval_every: int = field(default=10, metadata={"help": "steps between held-out evaluations"})
     eval_tasks_per_type: int = field(default=200, metadata={"help": "fixed held-out generated tasks per type"})
-    checkpoint_every: int = field(default=10, metadata={"help": "steps between checkpoints (0: none)"})
     save_datasets: bool = field(default=True, metadata={"help": "save each step's proposals and answers (datasets)"})
-    output_dir: str = field(default="runs/absolute_zero", metadata={"help": "run folder: metrics, per-step data sets, checkpoints"})
-    resume: bool = field(default=False, metadata={"help": "continue from the latest checkpoint in output_dir"})
+
+    run_name = "absolute_zero"  # output_dir defaults to runs/absolute_zero
 
     def validate(self) -> None:
+        if self.proposal_style not in ("paper", "io") or self.references < 1:
+            raise ConfigError(f"proposal_style must be paper or io (got {self.proposal_style!r}) "
+                              f"and references >= 1 (got {self.references})")
         positive(self, "proposals_per_type", "num_generations", "solve_tasks_per_type", "induction_inputs",
                  "propose_max_new_tokens", "solve_max_new_tokens", "timeout_s", "max_output_bytes",
                  "executor_workers", "top_p")
-        non_negative(self, "references", "seed_programs", "memory_mb", "eval_every", "eval_tasks_per_type",
-                     "checkpoint_every")
+        non_negative(self, "references", "seed_programs", "memory_mb", "eval_every", "eval_tasks_per_type")
 
 
 def n_inputs(cfg, task_type: str) -> int:
@@ -173,7 +166,7 @@ def generate(engine, tok, prompts: list[str], cfg, max_new_tokens: int, seed: in
     return engine.generate([encode_prompt(tok, p) for p in prompts], sp)
 
 
-def evaluate(cfg, engine, tok, referee, heldout) -> dict[str, float]:
+def heldout_accuracy(cfg, engine, tok, referee, heldout) -> dict[str, float]:
     """Step 7: greedy accuracy per type on the held-out tasks, with 95% Wilson CIs."""
     items = [t for tt in TASK_TYPES for t in heldout[tt]]
     prompts = [solve_prompt(t, cfg.answer_tags) for t in items]
@@ -205,68 +198,54 @@ def make_sample(comp, advantage: float, reward: float, role: str, task_type: str
 
 def main(argv=None):
     cfg = parse_config(AbsoluteZeroConfig, argv)
-    if cfg.proposal_style not in ("paper", "io") or cfg.references < 1:
-        raise ConfigError(f"proposal_style must be paper or io (got {cfg.proposal_style!r}) "
-                          f"and references >= 1 (got {cfg.references})")
-    acc = make_accelerator(cfg.gradient_accumulation_steps, timeout_s=cfg.collective_timeout_s)
-    out_dir = Path(cfg.output_dir)
-    claim_output_dir(cfg)
-    model, tok = load_policy(cfg, device=str(acc.device))
-    ref = None  # the trainer copies the initial policy, except under ZeRO-3 init (sharded at load)
-    if kl_enabled(cfg.beta) and not cfg.use_lora and is_partitioned(model):
-        ref = load_policy(cfg, device=str(acc.device), use_lora=False)[0]
-    trainer = PolicyTrainer(model, tok, cfg, accelerator=acc, ref_model=ref)
-    engine = HFEngine(trainer.unwrapped, tok)
-    referee = CodeReferee(executor_config(cfg))
-    try:
-        run(cfg, acc, trainer, engine, tok, referee, out_dir)
-    finally:  # the sandboxes never outlive the run, also on error
-        referee.close()
-
-
-def run(cfg, acc, trainer, engine, tok, referee, out_dir: Path):
-    heldout = heldout_tasks(cfg, referee)
-    forbidden = {task_key(t) for ts in heldout.values() for t in ts}
-    buffers = seed_buffers(cfg, referee, forbidden)
-    start_step = 0
-    ckpt = resume_checkpoint(cfg)
-    if ckpt is not None:
-        extra = trainer.load_checkpoint(ckpt)
-        for tt in TASK_TYPES:
-            buffers[tt].load_state_dict(extra["buffers"][acc.process_index][tt])
-        start_step = trainer.step_count
-        acc.print(f"resumed from {ckpt} at step {start_step}")
-    elif cfg.resume:
-        acc.print(f"--resume: no checkpoint in {out_dir}, starting fresh")
-    logger = open_run_log(out_dir, cfg, start_step if ckpt else None, acc.is_main_process)
-    t0 = time.time()
-    bar = tqdm(range(start_step, cfg.max_steps), initial=start_step, total=cfg.max_steps, desc="absolute zero",
-               disable=not acc.is_main_process)
-    for step in bar:
-        resumed_here = ckpt is not None and step == start_step  # evaluated before the kill
-        if cfg.eval_every and step % cfg.eval_every == 0 and not resumed_here:
-            log_eval(cfg, acc, trainer, engine, tok, referee, heldout, logger, step, t0)
-        row = train_step(cfg, acc, trainer, engine, tok, referee, buffers, step, out_dir)
-        if acc.is_main_process:
-            logger.log(step + 1, {**row, "wall_s": time.time() - t0})
+    with Run(cfg) as run:
+        acc, out_dir = run.acc, run.out
+        model, tok = load_policy(cfg, device=str(acc.device))
+        trainer = PolicyTrainer(model, tok, cfg, accelerator=acc, ref_model=reference_policy(cfg, model, str(acc.device)))
+        engine = HFEngine(trainer.unwrapped, tok)
+        referee = run.closing(CodeReferee(executor_config(cfg)))  # the sandboxes never outlive the run
+        heldout = heldout_tasks(cfg, referee)
+        buffers = seed_buffers(cfg, referee, {task_key(t) for ts in heldout.values() for t in ts})
+        start_step = restore(run, trainer, buffers)
+        run.report_start(start_step)
+        logger = run.open_log(start_step if run.checkpoint else None)
+        t0 = time.time()
+        bar = tqdm(range(start_step, cfg.max_steps), initial=start_step, total=cfg.max_steps,
+                   desc="absolute zero", disable=not run.is_main)
+        for step in bar:
+            resumed_here = run.checkpoint is not None and step == start_step  # evaluated before the kill
+            if cfg.eval_every and step % cfg.eval_every == 0 and not resumed_here:
+                log_eval(cfg, acc, trainer, engine, tok, referee, heldout, logger, step, t0)  # 7
+            row = train_step(cfg, acc, trainer, engine, tok, referee, buffers, step, out_dir)  # 1-6
+            run.log(step + 1, {**row, "wall_s": time.time() - t0})
             bar.set_postfix(valid=f"{row['propose/valid_rate']:.2f}", solve=f"{row['solve/solve_rate']:.2f}")
-        if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
-            # every rank proposes its own tasks: one buffer set per rank
-            mine = {tt: b.state_dict() for tt, b in buffers.items()}
-            trainer.save_checkpoint(out_dir, {"buffers": gather_object([mine])})
-    final = log_eval(cfg, acc, trainer, engine, tok, referee, heldout, logger, cfg.max_steps, t0)
-    state = acc.get_state_dict(trainer.model)  # every rank: gathers ZeRO-3 shards
-    if acc.is_main_process:
-        save_model(out_dir / "final_model", trainer.unwrapped, tok, state)
-        print("\nheld-out accuracy (greedy, 95% CI):")
-        for tt in TASK_TYPES:
-            print(f"  {tt:<10} {final[f'heldout/{tt}/accuracy']:.3f} "
-                  f"[{final[f'heldout/{tt}/ci_low']:.3f}, {final[f'heldout/{tt}/ci_high']:.3f}]")
-        print_run_summary(logger.rows())
-        print(f"\ncurves: {out_dir / 'curves.png'}\nmetrics: {logger.path}\nmodel: {out_dir / 'final_model'}")
-        logger.close()
-    acc.wait_for_everyone()
-    acc.end_training()
+            if run.checkpoint_due(step + 1):
+                # every rank proposes its own tasks: one buffer set per rank
+                mine = {tt: b.state_dict() for tt, b in buffers.items()}
+                trainer.save_checkpoint(out_dir, {"buffers": gather_object([mine])})
+        final = log_eval(cfg, acc, trainer, engine, tok, referee, heldout, logger, cfg.max_steps, t0)
+        model_dir = run.save_final_model(trainer.model, trainer.unwrapped, tok)
+        if run.is_main:
+            print_final(final, logger, model_dir)
+
+
+def restore(run, trainer, buffers) -> int:
+    """--resume: the trainer and this rank's buffers from ``run.checkpoint``; the step to go on from."""
+    if run.checkpoint is None:
+        return 0
+    extra = trainer.load_checkpoint(run.checkpoint)
+    for tt in TASK_TYPES:
+        buffers[tt].load_state_dict(extra["buffers"][run.acc.process_index][tt])
+    return trainer.step_count
+
+
+def print_final(final, logger, model_dir) -> None:
+    print("\nheld-out accuracy (greedy, 95% CI):")
+    for tt in TASK_TYPES:
+        print(f"  {tt:<10} {final[f'heldout/{tt}/accuracy']:.3f} "
+              f"[{final[f'heldout/{tt}/ci_low']:.3f}, {final[f'heldout/{tt}/ci_high']:.3f}]")
+    print_run_summary(logger.rows())
+    print(f"\ncurves: {logger.dir / 'curves.png'}\nmetrics: {logger.path}\nmodel: {model_dir}")
 
 
 def print_run_summary(rows) -> None:
@@ -286,7 +265,7 @@ def print_run_summary(rows) -> None:
 
 def log_eval(cfg, acc, trainer, engine, tok, referee, heldout, logger, step, t0) -> dict[str, float]:
     with trainer.serving(engine):  # every rank evaluates in step (ZeRO-3)
-        result = evaluate(cfg, engine, tok, referee, heldout)
+        result = heldout_accuracy(cfg, engine, tok, referee, heldout)
     if acc.is_main_process:
         logger.log(step, {**result, "wall_s": time.time() - t0})
         _plot(logger)

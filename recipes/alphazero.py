@@ -51,7 +51,7 @@ from lmselfplay.alphazero.network import ConvPolicyValueNet, PolicyValueNet, alp
 from lmselfplay.alphazero.selfplay import Samples, SelfPlaySettings, alpha_for, play_games
 from lmselfplay.games import make
 from lmselfplay.games.base import OPTIMAL_MOVES
-from lmselfplay.utils.checkpoint import atomic_dir, prune_checkpoints, resume_checkpoint
+from lmselfplay.utils.checkpoint import atomic_dir, prune_checkpoints
 from lmselfplay.utils.config import (
     Config,
     ConfigError,
@@ -61,15 +61,13 @@ from lmselfplay.utils.config import (
     to_dict,
 )
 from lmselfplay.utils.errors import run_main
-from lmselfplay.utils.metrics_logger import MetricsLogger
-from lmselfplay.utils.run import RunConfig, claim_output_dir
+from lmselfplay.utils.run import Run, RunConfig
 
 
 @dataclass
 class AlphaZeroConfig(Config, RunConfig):
     game: str = field(default="nim", metadata={"help": "registered game name"})
     game_args: str = field(default="{}", metadata={"help": "JSON dict of game parameters"})
-    output_dir: str = field(default="runs/alphazero", metadata={"help": "run folder: metrics, curves, checkpoints"})
     seed: int = field(default=0, metadata={"help": "seed of self-play, search noise and training"})
     iterations: int = field(default=10, metadata={"help": "rounds of self-play + training"})
     max_minutes: float = field(default=0.0, metadata={
@@ -121,12 +119,11 @@ class AlphaZeroConfig(Config, RunConfig):
     eval_budgets: list[int] = field(default_factory=lambda: [0, 16, 32, 64], metadata={
         "help": "search budgets evaluated (0 = the raw network)"})
     winrate_games: int = field(default=20, metadata={"help": "games against each earlier checkpoint (win-rate matrix)"})
-    save_every: int = field(default=1, metadata={"help": "rounds between checkpoints"})
     keep_checkpoints: int = field(default=2, metadata={"help": "checkpoints kept on disk"})
-    resume: bool = field(default=False, metadata={"help": "continue from the latest checkpoint in output_dir"})
-    tensorboard: bool = field(default=True, metadata={"help": "also log to TensorBoard"})
     torch_threads: int = field(default=1, metadata={"help": "torch CPU threads"})
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
+
+    run_name = "alphazero"  # output_dir defaults to runs/alphazero
 
     def validate(self) -> None:
         try:
@@ -136,7 +133,7 @@ class AlphaZeroConfig(Config, RunConfig):
         if not isinstance(args, dict):
             raise ConfigError("game_args must be a JSON object, e.g. '{\"start\": 15}'")
         positive(self, "iterations", "games_per_iteration", "n_sims", "train_steps", "batch_size", "bank_size",
-                 "bank_every", "eval_every", "save_every", "replay_window", "hidden", "torch_threads")
+                 "bank_every", "eval_every", "checkpoint_every", "replay_window", "hidden", "torch_threads")
         non_negative(self, "learning_rate", "c_reg", "blocks", "eval_games", "gate_games", "winrate_games")
         for name in ("dirichlet_eps", "reset_fraction", "bank_fraction", "gate_threshold",
                      "score_weight"):
@@ -245,109 +242,137 @@ def plot_matrix(rows: list[list[float]], path: Path) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    cfg = parse_config(AlphaZeroConfig, argv)
-    torch.set_num_threads(cfg.torch_threads)
-    out = Path(cfg.output_dir)
-    claim_output_dir(cfg)
-    torch.manual_seed(cfg.seed)
-    game, face, net = build(cfg)
-    exact = game.exact_metric == OPTIMAL_MOVES  # the solver labels every move: exact opponent and rates
-    opt = torch.optim.Adam(net.parameters(), lr=cfg.learning_rate)
-    alpha = cfg.dirichlet_alpha or alpha_for(face, game, seed=cfg.seed)
-    settings = SelfPlaySettings(
-        n_sims=cfg.n_sims, c_puct=cfg.c_puct, dirichlet_eps=cfg.dirichlet_eps, dirichlet_alpha=alpha,
-        temperature_moves=cfg.temperature_moves, reset_fraction=cfg.reset_fraction,
-        reset_max_plies=cfg.reset_max_plies, tree_reuse=cfg.tree_reuse, score_weight=cfg.score_weight,
-        score_scale=cfg.score_scale, fpu_reduction=fpu(cfg), prune_root=cfg.prune_root,
-        pass_injection=cfg.pass_injection)
-    rng, np_rng = random.Random(cfg.seed), np.random.default_rng(cfg.seed)
-    replay: list[Samples] = []
-    bank: list[dict[str, torch.Tensor]] = []
-    history: list[dict[str, torch.Tensor]] = []  # every evaluated checkpoint
-    matrix: list[list[float]] = []
-    best = snapshot(net)  # the self-play network when gating
-    start, last = 1, resume_checkpoint(cfg)
-    if last is not None:
-        st = torch.load(last / "state.pt", weights_only=False)
-        saved = st["config"]
-        changed = [f"{k}={saved.get(k)!r}" for k in ("game", "game_args", "hidden", "blocks")
-                   if saved.get(k) != getattr(cfg, k)]
-        if saved.get("network", "mlp") != cfg.network:
-            changed.append(f"network={saved.get('network', 'mlp')!r}")
-        if changed:
-            raise ConfigError(f"--resume: {last} was trained with {', '.join(changed)}; "
-                              "use the same values or another output_dir")
-        net.load_state_dict(st["net"])
-        opt.load_state_dict(st["opt"])
-        replay = [Samples(**r) for r in st["replay"]]
-        bank, history, matrix, best = st["bank"], st["history"], st["matrix"], st["best"]
-        rng.setstate(st["rng"])
-        np_rng.bit_generator.state = st["np_rng"]
-        torch.set_rng_state(st["torch_rng"])
-        start = st["iteration"] + 1
-        print(f"resumed from {last} at iteration {start}", file=sys.stderr)
-    elif cfg.resume:
-        print(f"--resume: no checkpoint in {out}, starting fresh", file=sys.stderr)
-    logger = MetricsLogger(out, tensorboard=cfg.tensorboard,
-                           resume_step=start - 1 if last is not None else None)
-    (out / "config.json").write_text(json.dumps(to_dict(cfg), indent=1))
-    metrics: dict[str, Any] = {}
-    started = time.time()
-    for it in tqdm(range(start, cfg.iterations + 1), desc="alphazero", disable=not cfg.progress,
-                   initial=start - 1, total=cfg.iterations):
-        t0 = time.time()
-        player = frozen(net, best) if cfg.gate else net
-        opponents = [frozen(net, s) for s in bank]
-        samples, metrics = play_games(face, player, cfg.games_per_iteration, settings, rng,
-                                      opponents, cfg.bank_fraction)
-        replay = (replay + [samples])[-cfg.replay_window:]
-        metrics.update(train(net, opt, Samples.concat(replay), cfg, np_rng, game))
-        if cfg.gate:
-            r = match(face, net_agent(face, net, cfg.n_sims, cfg.c_puct, fpu(cfg)),
-                      net_agent(face, frozen(net, best), cfg.n_sims, cfg.c_puct, fpu(cfg)),
-                      cfg.gate_games, seed=it, opening_plies=2)
-            metrics["gate/score"] = r["all"]
-            if r["all"] >= cfg.gate_threshold:
-                best = snapshot(net)
-        else:
-            best = snapshot(net)
-        if it % cfg.bank_every == 0:
-            bank = (bank + [snapshot(net)])[-cfg.bank_size:]
-        metrics["bank/size"] = len(bank)
-        out_of_time = cfg.max_minutes > 0 and time.time() - started >= 60 * cfg.max_minutes
-        last = it == cfg.iterations or out_of_time
-        if it % cfg.eval_every == 0 or last:
-            metrics.update(strength(face, net, cfg.eval_budgets, cfg.eval_games, seed=it,
-                                    c_puct=cfg.c_puct, exact=exact, fpu_reduction=fpu(cfg)))
-            if exact:
-                metrics.update(optimal_argmax_fraction(face, net))
-            row = winrate_row(face, net, [frozen(net, s) for s in history], cfg.winrate_games,
-                              seed=it)
-            matrix.append(row)
-            history.append(snapshot(net))
-            if row:
-                metrics["eval/winrate_vs_past_mean"] = float(np.mean(row))
-                metrics["eval/winrate_vs_previous"] = row[-1]
-        metrics["time/iteration_s"] = time.time() - t0
-        logger.log(it, metrics)
-        if it % cfg.save_every == 0 or last:
-            save(cfg, it, {"iteration": it, "net": net.state_dict(), "opt": opt.state_dict(),
-                           "replay": [dataclasses.asdict(r) for r in replay], "bank": bank,
-                           "history": history, "matrix": matrix, "best": best,
-                           "rng": rng.getstate(), "np_rng": np_rng.bit_generator.state,
-                           "torch_rng": torch.get_rng_state(), "config": to_dict(cfg)})
-        if out_of_time:
-            print(f"max_minutes={cfg.max_minutes:g} reached after iteration {it}", file=sys.stderr)
-            break
+@dataclass
+class Progress:
+    """What a checkpoint holds besides the network and its optimizer."""
+
+    rng: random.Random
+    np_rng: np.random.Generator
+    best: dict[str, torch.Tensor]  # the self-play network when gating
+    replay: list[Samples] = field(default_factory=list)
+    bank: list[dict[str, torch.Tensor]] = field(default_factory=list)
+    history: list[dict[str, torch.Tensor]] = field(default_factory=list)  # every evaluated checkpoint
+    matrix: list[list[float]] = field(default_factory=list)
+
+
+def restore(run: Run, cfg: AlphaZeroConfig, net: Any, opt: Any, p: Progress) -> int:
+    """--resume: network, optimizer, replay, bank, matrix and RNGs from ``run.checkpoint``
+    (the game and network shape must match); the iteration to go on from."""
+    if run.checkpoint is None:
+        return 1
+    st = torch.load(run.checkpoint / "state.pt", weights_only=False)
+    saved = st["config"]
+    changed = [f"{k}={saved.get(k)!r}" for k in ("game", "game_args", "hidden", "blocks")
+               if saved.get(k) != getattr(cfg, k)]
+    if saved.get("network", "mlp") != cfg.network:
+        changed.append(f"network={saved.get('network', 'mlp')!r}")
+    if changed:
+        raise ConfigError(f"--resume: {run.checkpoint} was trained with {', '.join(changed)}; "
+                          "use the same values or another output_dir")
+    net.load_state_dict(st["net"])
+    opt.load_state_dict(st["opt"])
+    p.replay = [Samples(**r) for r in st["replay"]]
+    p.bank, p.history, p.matrix, p.best = st["bank"], st["history"], st["matrix"], st["best"]
+    p.rng.setstate(st["rng"])
+    p.np_rng.bit_generator.state = st["np_rng"]
+    torch.set_rng_state(st["torch_rng"])
+    return st["iteration"] + 1
+
+
+def checkpoint_state(cfg: AlphaZeroConfig, it: int, net: Any, opt: Any, p: Progress) -> dict[str, Any]:
+    return {"iteration": it, "net": net.state_dict(), "opt": opt.state_dict(),
+            "replay": [dataclasses.asdict(r) for r in p.replay], "bank": p.bank,
+            "history": p.history, "matrix": p.matrix, "best": p.best,
+            "rng": p.rng.getstate(), "np_rng": p.np_rng.bit_generator.state,
+            "torch_rng": torch.get_rng_state(), "config": to_dict(cfg)}
+
+
+def gate(cfg: AlphaZeroConfig, face: Any, net: Any, p: Progress, it: int) -> dict[str, float]:
+    """Keep the new network as the self-play one (with ``gate``: only if it beats the best)."""
+    if not cfg.gate:
+        p.best = snapshot(net)
+        return {}
+    r = match(face, net_agent(face, net, cfg.n_sims, cfg.c_puct, fpu(cfg)),
+              net_agent(face, frozen(net, p.best), cfg.n_sims, cfg.c_puct, fpu(cfg)),
+              cfg.gate_games, seed=it, opening_plies=2)
+    if r["all"] >= cfg.gate_threshold:
+        p.best = snapshot(net)
+    return {"gate/score": r["all"]}
+
+
+def evaluate_strength(cfg: AlphaZeroConfig, face: Any, net: Any, p: Progress, it: int, exact: bool) -> dict:
+    """Strength per search budget (and optimal-move rates where the solver labels moves),
+    and the win rates against every earlier evaluated network (a row of the matrix)."""
+    metrics = strength(face, net, cfg.eval_budgets, cfg.eval_games, seed=it, c_puct=cfg.c_puct, exact=exact,
+                       fpu_reduction=fpu(cfg))
+    if exact:
+        metrics.update(optimal_argmax_fraction(face, net))
+    row = winrate_row(face, net, [frozen(net, s) for s in p.history], cfg.winrate_games, seed=it)
+    p.matrix.append(row)
+    p.history.append(snapshot(net))
+    if row:
+        metrics["eval/winrate_vs_past_mean"] = float(np.mean(row))
+        metrics["eval/winrate_vs_previous"] = row[-1]
+    return metrics
+
+
+def plot_run(cfg: AlphaZeroConfig, run: Run, p: Progress) -> None:
+    logger = run.logger
     keys = sorted({k for r in logger.rows() for k in r if k.startswith(("eval/sims", "train/"))
                    and not k.endswith("_losses")})
     logger.plot(keys, "curves.png", title=f"AlphaZero on {cfg.game}")
     logger.plot(["eval/raw_optimal_fraction", "eval/raw_optimal_fraction_winning",
                  "eval/winrate_vs_past_mean"], "progress.png")
-    if matrix:
-        plot_matrix(matrix, out / "winrate_matrix.png")
-    logger.close()
+    if p.matrix:
+        plot_matrix(p.matrix, run.out / "winrate_matrix.png")
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    cfg = parse_config(AlphaZeroConfig, argv)
+    torch.set_num_threads(cfg.torch_threads)
+    with Run(cfg, trains_with="state") as run:
+        torch.manual_seed(cfg.seed)
+        game, face, net = build(cfg)
+        exact = game.exact_metric == OPTIMAL_MOVES  # the solver labels every move: exact opponent and rates
+        opt = torch.optim.Adam(net.parameters(), lr=cfg.learning_rate)
+        alpha = cfg.dirichlet_alpha or alpha_for(face, game, seed=cfg.seed)
+        settings = SelfPlaySettings(
+            n_sims=cfg.n_sims, c_puct=cfg.c_puct, dirichlet_eps=cfg.dirichlet_eps, dirichlet_alpha=alpha,
+            temperature_moves=cfg.temperature_moves, reset_fraction=cfg.reset_fraction,
+            reset_max_plies=cfg.reset_max_plies, tree_reuse=cfg.tree_reuse, score_weight=cfg.score_weight,
+            score_scale=cfg.score_scale, fpu_reduction=fpu(cfg), prune_root=cfg.prune_root,
+            pass_injection=cfg.pass_injection)
+        p = Progress(random.Random(cfg.seed), np.random.default_rng(cfg.seed), snapshot(net))
+        start = restore(run, cfg, net, opt, p)
+        run.report_start(start, "iteration")
+        run.open_log(start - 1 if run.checkpoint is not None else None)
+        metrics: dict[str, Any] = {}
+        started = time.time()
+        for it in tqdm(range(start, cfg.iterations + 1), desc="alphazero", disable=not cfg.progress,
+                       initial=start - 1, total=cfg.iterations):
+            t0 = time.time()
+            player = frozen(net, p.best) if cfg.gate else net
+            opponents = [frozen(net, s) for s in p.bank]
+            samples, metrics = play_games(face, player, cfg.games_per_iteration, settings, p.rng,
+                                          opponents, cfg.bank_fraction)
+            p.replay = (p.replay + [samples])[-cfg.replay_window:]
+            metrics.update(train(net, opt, Samples.concat(p.replay), cfg, p.np_rng, game))
+            metrics.update(gate(cfg, face, net, p, it))
+            if it % cfg.bank_every == 0:
+                p.bank = (p.bank + [snapshot(net)])[-cfg.bank_size:]
+            metrics["bank/size"] = len(p.bank)
+            out_of_time = cfg.max_minutes > 0 and time.time() - started >= 60 * cfg.max_minutes
+            last = it == cfg.iterations or out_of_time
+            if it % cfg.eval_every == 0 or last:
+                metrics.update(evaluate_strength(cfg, face, net, p, it, exact))
+            metrics["time/iteration_s"] = time.time() - t0
+            run.log(it, metrics)
+            if run.checkpoint_due(it, last):
+                save(cfg, it, checkpoint_state(cfg, it, net, opt, p))
+            if out_of_time:
+                print(f"max_minutes={cfg.max_minutes:g} reached after iteration {it}", file=sys.stderr)
+                break
+        plot_run(cfg, run, p)
     return metrics
 
 

@@ -35,7 +35,6 @@ import random
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -48,23 +47,11 @@ from lmselfplay.lm.engines import HFEngine, SamplingParams
 from lmselfplay.lm.policy import PolicyConfig, load_policy
 from lmselfplay.lm.trajectory import Sample
 from lmselfplay.rl.advantages import RoleBaselines
-from lmselfplay.rl.trainer import (
-    PolicyTrainer,
-    TrainerConfig,
-    is_partitioned,
-    kl_enabled,
-    make_accelerator,
-)
-from lmselfplay.utils.checkpoint import (
-    atomic_write_text,
-    resume_checkpoint,
-    save_json,
-    save_model,
-)
+from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, reference_policy
+from lmselfplay.utils.checkpoint import atomic_write_text, save_json
 from lmselfplay.utils.config import ConfigError, non_negative, parse_config, positive
 from lmselfplay.utils.errors import run_main
-from lmselfplay.utils.metrics_logger import open_run_log
-from lmselfplay.utils.run import RunConfig, claim_output_dir
+from lmselfplay.utils.run import Run, RunConfig
 
 
 @dataclass
@@ -87,13 +74,12 @@ class DebateConfig(TrainerConfig, ProtocolConfig, PolicyConfig, RunConfig):
     top_p: float = field(default=1.0, metadata={"help": "nucleus sampling of speeches"})
     baseline_decay: float = field(default=0.9, metadata={"help": "EMA decay of the per-side, per-round baselines"})
     eval_every: int = field(default=0, metadata={"help": "0: evaluate only before and after training"})
-    checkpoint_every: int = field(default=10, metadata={"help": "steps between checkpoints (0: none)"})
-    output_dir: str = field(default="runs/debate", metadata={"help": "run folder: metrics, transcripts, accuracy tables, checkpoints"})
-    resume: bool = field(default=False, metadata={"help": "continue from the latest checkpoint in output_dir"})
+
+    run_name = "debate"  # output_dir defaults to runs/debate
 
     def validate(self) -> None:
         positive(self, "debates_per_step", "train_tasks", "eval_tasks", "top_p")
-        non_negative(self, "eval_every", "checkpoint_every")
+        non_negative(self, "eval_every")
         bad = [p for p in self.eval_protocols.split(",") if p.strip() and p.strip() not in PROTOCOLS]
         if bad:
             raise ConfigError(f"unknown eval_protocols {bad}; known: {PROTOCOLS}")
@@ -125,7 +111,7 @@ def debate_samples(transcripts: list[Transcript], judgments, baselines: RoleBase
             for (s, role, r, fam), a in zip(rows, adv)]
 
 
-def evaluate(cfg, eval_set, engine, tok, judge, step, out_dir, write: bool):
+def judge_accuracy(cfg, eval_set, engine, tok, judge, step, out_dir, write: bool):
     """Step 6: every protocol on the eval set, the same sampling seed at every checkpoint."""
     sampling = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
                               seed=cfg.seed + 777)
@@ -145,90 +131,111 @@ def evaluate(cfg, eval_set, engine, tok, judge, step, out_dir, write: bool):
     return per
 
 
-def main(argv=None):
-    cfg = parse_config(DebateConfig, argv)
-    acc = make_accelerator(cfg.gradient_accumulation_steps, timeout_s=cfg.collective_timeout_s)
-    out_dir = Path(cfg.output_dir)
-    claim_output_dir(cfg)
-    pool, eval_set = task_sets(cfg)  # 0
-    model, tok = load_policy(cfg, device=str(acc.device))
-    ref = None  # the trainer copies the initial policy, except under ZeRO-3 init (sharded at load)
-    if kl_enabled(cfg.beta) and not cfg.use_lora and is_partitioned(model):
-        ref = load_policy(cfg, device=str(acc.device), use_lora=False)[0]
+@dataclass
+class Debate:
+    """What the loop works on, built once by :func:`build` (a resume then restores it)."""
+
+    pool: list
+    eval_set: list
+    tok: object
+    judge: object
+    trainer: PolicyTrainer
+    engine: HFEngine
+    baselines: RoleBaselines
+    table: dict  # "step N" -> protocol -> metrics, one entry per evaluation
+
+
+def build(cfg, run) -> Debate:
+    """Step 0 (tasks, the frozen judge), the policy, its trainer and engine, fresh."""
+    pool, eval_set = task_sets(cfg)
+    model, tok = load_policy(cfg, device=str(run.acc.device))
+    ref = reference_policy(cfg, model, str(run.acc.device))
     # the frozen judge: its own model by path, or a fresh copy of the initial policy
-    judge_device = cfg.judge_device if cfg.judge_device != "auto" else str(acc.device)
+    judge_device = cfg.judge_device if cfg.judge_device != "auto" else str(run.acc.device)
     judge = load_llm_judge(cfg.judge_model_name_or_path or cfg.model_name_or_path, judge_device, cfg.judge_dtype,
                            hidden_context=cfg.hidden_context, max_prompt_tokens=cfg.max_prompt_tokens)
-    trainer = PolicyTrainer(model, tok, cfg, accelerator=acc, ref_model=ref)
-    engine = HFEngine(trainer.unwrapped, tok)
-    baselines = RoleBaselines(cfg.baseline_decay)
-    table: dict[str, dict] = {}
-    start_step = 0
-    ckpt = resume_checkpoint(cfg)
-    if ckpt is not None:
-        extra = trainer.load_checkpoint(ckpt)
-        baselines.load_state_dict(extra["baselines"])
-        table = extra["table"]
-        start_step = engine.version = trainer.step_count
-        acc.print(f"resumed from {ckpt} at step {start_step}")
-    elif cfg.resume:
-        acc.print(f"--resume: no checkpoint in {out_dir}, starting fresh")
-    logger = open_run_log(out_dir, cfg, start_step if ckpt else None, acc.is_main_process)
-    sampling = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p)
-    t0 = time.time()
+    trainer = PolicyTrainer(model, tok, cfg, accelerator=run.acc, ref_model=ref)
+    return Debate(pool, eval_set, tok, judge, trainer, HFEngine(trainer.unwrapped, tok),
+                  RoleBaselines(cfg.baseline_decay), {})
 
-    def run_eval(step):
-        with trainer.serving(engine):  # every rank evaluates in step (ZeRO-3); rank 0 reports
-            per = evaluate(cfg, eval_set, engine, tok, judge, step, out_dir, acc.is_main_process)
-        table[f"step {step}"] = per
-        if acc.is_main_process:
-            logger.log(step, {**{f"{p}/{k}": v for p, mm in per.items() for k, v in mm.items()},
-                              "judge/invalid": judge.invalid, "judge/prompt_cuts": judge.prompt_cuts,
-                              "wall_s": time.time() - t0})
-            _plot(logger, per)
 
-    bar = tqdm(range(start_step, cfg.max_steps), initial=start_step, total=cfg.max_steps, desc="debate",
-               disable=not acc.is_main_process)
-    for step in bar:
-        if step == 0 or (cfg.eval_every and step % cfg.eval_every == 0 and f"step {step}" not in table):
-            run_eval(step)  # 6 (before training, and every eval_every)
-        # 1: debates on this step's tasks (seeded by seed, step, rank: resumable)
-        rng = random.Random(f"{cfg.seed}/{step}/{acc.process_index}")
-        tasks = [rng.choice(pool) for _ in range(cfg.debates_per_step)]
-        sampling.seed = rng.randrange(2**31)
-        with trainer.serving(engine):
-            trs = run_protocol(tasks, "debate", engine, tok, cfg, sampling, seed=rng.randrange(2**31))
-        # 2: the frozen judge, both orders
-        js = judge_transcripts(judge, trs)
-        # 3-4: zero-sum rewards, baselines per (side, round)
-        samples = debate_samples(trs, js, baselines, trainer.step_count)
-        # 5: update; the engine serves the same (updated) weights next step
-        metrics = trainer.step(samples)
-        speeches = [s for tr in trs for s in tr.speeches]
-        row = {**{f"train/{k}": v for k, v in metrics.items()},
-               "train/judge_accuracy": float(np.mean([j.correct for j in js])),
-               "train/true_side_reward": float(np.mean([2 * j.p_correct - 1 for j in js])),
-               "train/speech_tokens": float(np.mean([len(s.completion_ids) for s in speeches])),
-               **{f"baseline/{k}": v for k, v in baselines.values.items()}, "wall_s": time.time() - t0}
-        if acc.is_main_process:
-            logger.log(step + 1, row)
+def restore(run, d: Debate) -> int:
+    """--resume: the trainer, baselines and accuracy table from ``run.checkpoint``; the step to go on from."""
+    if run.checkpoint is None:
+        return 0
+    extra = d.trainer.load_checkpoint(run.checkpoint)
+    d.baselines.load_state_dict(extra["baselines"])
+    d.table.update(extra["table"])
+    d.engine.version = d.trainer.step_count
+    return d.trainer.step_count
+
+
+def log_judge_accuracy(cfg, run, d: Debate, step, t0) -> None:
+    """Step 6: every rank evaluates in step (ZeRO-3); rank 0 reports."""
+    with d.trainer.serving(d.engine):
+        per = judge_accuracy(cfg, d.eval_set, d.engine, d.tok, d.judge, step, run.out, run.is_main)
+    d.table[f"step {step}"] = per
+    if run.is_main:
+        run.log(step, {**{f"{p}/{k}": v for p, mm in per.items() for k, v in mm.items()},
+                       "judge/invalid": d.judge.invalid, "judge/prompt_cuts": d.judge.prompt_cuts,
+                       "wall_s": time.time() - t0})
+        _plot(run.logger, per)
+
+
+def step_row(trs, js, metrics, baselines, t0) -> dict:
+    speeches = [s for tr in trs for s in tr.speeches]
+    return {**{f"train/{k}": v for k, v in metrics.items()},
+            "train/judge_accuracy": float(np.mean([j.correct for j in js])),
+            "train/true_side_reward": float(np.mean([2 * j.p_correct - 1 for j in js])),
+            "train/speech_tokens": float(np.mean([len(s.completion_ids) for s in speeches])),
+            **{f"baseline/{k}": v for k, v in baselines.values.items()}, "wall_s": time.time() - t0}
+
+
+def finish(cfg, run, d: Debate, t0) -> None:
+    """Step 6 after training (unless done), the final model and the accuracy table."""
+    if f"step {cfg.max_steps}" not in d.table:
+        log_judge_accuracy(cfg, run, d, cfg.max_steps, t0)
+    model_dir = run.save_final_model(d.trainer.model, d.trainer.unwrapped, d.tok)
+    if run.is_main:
+        text = format_table(d.table)
+        atomic_write_text(run.out / "accuracy_table.txt", text + "\n")
+        save_json(run.out / "accuracy_table.json", d.table)
+        print(f"\njudge accuracy on {len(d.eval_set)} eval questions (hidden_context={cfg.hidden_context}):\n{text}")
+        print(f"\ncurves: {run.out / 'curves.png'}\nmetrics: {run.logger.path}\nmodel: {model_dir}")
+
+
+def main(argv=None):
+    cfg = parse_config(DebateConfig, argv)
+    with Run(cfg) as run:
+        d = build(cfg, run)
+        start_step = restore(run, d)
+        run.report_start(start_step)
+        run.open_log(start_step if run.checkpoint else None)
+        sampling = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p)
+        t0 = time.time()
+        bar = tqdm(range(start_step, cfg.max_steps), initial=start_step, total=cfg.max_steps, desc="debate",
+                   disable=not run.is_main)
+        for step in bar:
+            if step == 0 or (cfg.eval_every and step % cfg.eval_every == 0 and f"step {step}" not in d.table):
+                log_judge_accuracy(cfg, run, d, step, t0)  # 6 (before training, and every eval_every)
+            # 1: debates on this step's tasks (seeded by seed, step, rank: resumable)
+            rng = random.Random(f"{cfg.seed}/{step}/{run.acc.process_index}")
+            tasks = [rng.choice(d.pool) for _ in range(cfg.debates_per_step)]
+            sampling.seed = rng.randrange(2**31)
+            with d.trainer.serving(d.engine):
+                trs = run_protocol(tasks, "debate", d.engine, d.tok, cfg, sampling, seed=rng.randrange(2**31))
+            # 2: the frozen judge, both orders
+            js = judge_transcripts(d.judge, trs)
+            # 3-4: zero-sum rewards, baselines per (side, round)
+            samples = debate_samples(trs, js, d.baselines, d.trainer.step_count)
+            # 5: update; the engine serves the same (updated) weights next step
+            metrics = d.trainer.step(samples)
+            row = step_row(trs, js, metrics, d.baselines, t0)
+            run.log(step + 1, row)
             bar.set_postfix(loss=f"{metrics.get('loss', 0):.3f}", true_r=f"{row['train/true_side_reward']:+.2f}")
-        # 7: checkpoint
-        if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
-            trainer.save_checkpoint(out_dir, {"baselines": baselines.state_dict(), "table": table})
-    if f"step {cfg.max_steps}" not in table:
-        run_eval(cfg.max_steps)  # 6 (after training)
-    state = acc.get_state_dict(trainer.model)  # every rank: gathers ZeRO-3 shards
-    if acc.is_main_process:
-        save_model(out_dir / "final_model", trainer.unwrapped, tok, state)
-        text = format_table(table)
-        atomic_write_text(out_dir / "accuracy_table.txt", text + "\n")
-        save_json(out_dir / "accuracy_table.json", table)
-        print(f"\njudge accuracy on {len(eval_set)} eval questions (hidden_context={cfg.hidden_context}):\n{text}")
-        print(f"\ncurves: {out_dir / 'curves.png'}\nmetrics: {logger.path}\nmodel: {out_dir / 'final_model'}")
-        logger.close()
-    acc.wait_for_everyone()
-    acc.end_training()
+            if run.checkpoint_due(step + 1):  # 7: checkpoint
+                d.trainer.save_checkpoint(run.out, {"baselines": d.baselines.state_dict(), "table": d.table})
+        finish(cfg, run, d, t0)
 
 
 def _plot(logger, per):

@@ -42,7 +42,7 @@ import shutil
 import sys
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,20 +56,18 @@ from lmselfplay.lm.trajectory import Sample
 from lmselfplay.models import corpus
 from lmselfplay.rl.advantages import group_advantages
 from lmselfplay.rl.rewards import proposer_rewards
-from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, make_accelerator
+from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
 from lmselfplay.utils.checkpoint import (
     MARKER,
     atomic_dir,
     checkpoint_dirs,
     commit_dir,
-    newest_intact,
     save_json,
     writing,
 )
 from lmselfplay.utils.config import ConfigError, non_negative, parse_config, positive
 from lmselfplay.utils.errors import run_main
-from lmselfplay.utils.metrics_logger import MetricsLogger
-from lmselfplay.utils.run import RunConfig, claim_output_dir
+from lmselfplay.utils.run import Run, RunConfig
 from lmselfplay.verifiers.checkable import Task, arithmetic_task, program_task
 from lmselfplay.verifiers.referees import AnswerMatcher, ExecutorReferee, RulesReferee, make_referee
 
@@ -105,8 +103,8 @@ class RZeroConfig(TrainerConfig, PolicyConfig, RunConfig):
     solver_max_new_tokens: int = field(default=40, metadata={"help": "answer budget of a solution"})
     check_timeout_s: float = field(default=2.0, metadata={"help": "time limit of every answer check"})
     heldout_size: int = field(default=100, metadata={"help": "fixed ground-truth questions for eval"})
-    output_dir: str = field(default="runs/r_zero", metadata={"help": "run folder: metrics, per-iteration data sets, checkpoints"})
-    resume: bool = field(default=False, metadata={"help": "continue from the latest phase checkpoint"})
+
+    run_name = "r_zero"  # output_dir defaults to runs/r_zero; checkpoints: one per phase
 
     def validate(self) -> None:
         positive(self, "iterations", "challenger_steps", "num_questions", "challenger_group_size", "num_answers",
@@ -209,14 +207,14 @@ class Role:
     engine: HFEngine
 
 
-class Run:
-    """Everything one R-Zero run holds: roles, referees, held-out set, counters."""
+class RZero:
+    """Everything one R-Zero run holds: roles, referees, held-out set, counters; on the
+    processes and folder of ``run`` (the recipes' :class:`~lmselfplay.utils.run.Run`)."""
 
-    def __init__(self, cfg: RZeroConfig):
+    def __init__(self, cfg: RZeroConfig, run: Run):
         self.cfg = cfg
-        self.acc = make_accelerator(cfg.gradient_accumulation_steps, timeout_s=cfg.collective_timeout_s)
-        self.out = Path(cfg.output_dir)
-        claim_output_dir(cfg)
+        self.skeleton = run
+        self.acc, self.out = run.acc, run.out
         per_iter = cfg.challenger_steps + cfg.solver_steps
         if cfg.two_copies:
             self.challenger = self._role(dataclasses.replace(cfg, max_steps=cfg.iterations * cfg.challenger_steps))
@@ -300,7 +298,7 @@ def to_task(cfg: RZeroConfig, task_id: str, text: str, context: str) -> tuple[Ta
                         lambda code, arg: corpus.program_output_prompt({"code": code, "input": arg}))
 
 
-def write_and_answer(run: Run, n: int, key: tuple) -> dict[str, Any]:
+def write_and_answer(run: RZero, n: int, key: tuple) -> dict[str, Any]:
     """The challenger writes ``n`` questions; the ones in a checkable form (and, for
     programs, that the executor can run) are answered m times by the solver; the referee
     and the truth score every answer. Returns per-question columns (malformed: empty)."""
@@ -362,7 +360,7 @@ def samples_of(completions, advantages, rewards, role: str, version: int) -> lis
 
 # --- the three phases -----------------------------------------------------------------------
 
-def challenger_step(run: Run, it: int, step: int) -> dict[str, float]:
+def challenger_step(run: RZero, it: int, step: int) -> dict[str, float]:
     """Step 1: one challenger update."""
     cfg = run.cfg
     batch = write_and_answer(run, cfg.num_questions, (it, 0, step))
@@ -381,7 +379,7 @@ def challenger_step(run: Run, it: int, step: int) -> dict[str, float]:
             "challenger/referee_p": float(outcomes[well].mean()) if well.any() else float("nan")}
 
 
-def build_pool(run: Run, it: int) -> tuple[list[dict[str, Any]], dict[str, float]]:
+def build_pool(run: RZero, it: int) -> tuple[list[dict[str, Any]], dict[str, float]]:
     """Step 2: write the pool, label it, filter it; the records and the study measures."""
     cfg = run.cfg
     b = write_and_answer(run, cfg.pool_size, (it, 1, 0))
@@ -419,7 +417,7 @@ def pool_measures(records: list[dict[str, Any]]) -> dict[str, float]:
             "study/malformed": 1 - len(well) / len(records) if records else float("nan")}
 
 
-def solver_step(run: Run, kept: list[dict[str, Any]], it: int, step: int) -> dict[str, float]:
+def solver_step(run: RZero, kept: list[dict[str, Any]], it: int, step: int) -> dict[str, float]:
     """Step 3: one solver update on a batch of kept questions against their labels."""
     cfg = run.cfg
     if not kept:  # this rank kept nothing but the others did: a zero-loss step keeps them in line
@@ -439,7 +437,7 @@ def solver_step(run: Run, kept: list[dict[str, Any]], it: int, step: int) -> dic
             "study/n_rewards": len(rewards), "study/rewards_right": int((rewards == right).sum())}
 
 
-def evaluate(run: Run, it: int) -> dict[str, float]:
+def evaluate(run: RZero, it: int) -> dict[str, float]:
     """Step 4: the solver's greedy accuracy on the fixed held-out set."""
     comps = run.generate(run.solver, [t.prompt for t in run.heldout],
                          run.sampling(run.cfg.solver_max_new_tokens, it, 3, greedy=True))
@@ -471,7 +469,7 @@ def load_kept(path: Path) -> list[dict[str, Any]]:
     return [r for r in datasets.load_from_disk(str(path / "pool")) if r["kept"]]
 
 
-def save_phase(run: Run, it: int, phase: int) -> None:
+def save_phase(run: RZero, it: int, phase: int) -> None:
     """An atomic checkpoint after phase ``phase`` of iteration ``it``: every role's trainer
     state + the progress; the dir name orders them (phase-IIII-P)."""
     acc, out = run.acc, run.out
@@ -498,11 +496,11 @@ def phase_dirs(out: Path) -> list[Path]:
     return sorted(p for p in out.glob("phase-*") if (p / MARKER).exists())
 
 
-def resume(run: Run) -> tuple[int, int]:
-    """(iteration, next phase) from the latest complete phase checkpoint; (1, 0) if none."""
-    last = newest_intact(phase_dirs(run.out), run.out, run.cfg.resume_fallback)
+def resume(run: RZero) -> tuple[int, int]:
+    """(iteration, next phase) from the run's phase checkpoint; (1, 0) when it starts fresh."""
+    last = run.skeleton.checkpoint
     if last is None:
-        run.acc.print(f"--resume: no phase checkpoint in {run.out}, starting fresh")
+        run.skeleton.report_start(1, "iteration")
         return 1, 0
     progress = json.loads((last / "progress.json").read_text())
     for name, role in run.roles():
@@ -510,7 +508,7 @@ def resume(run: Run) -> tuple[int, int]:
         role.engine.version = progress["engine_versions"][name]
     run.global_step, run.bad = progress["global_step"], Counter(progress["bad"])
     it, phase = progress["iteration"], progress["phase"] + 1
-    run.acc.print(f"resumed from {last}: iteration {it}, phase {PHASES[phase] if phase < 3 else 'next'}")
+    run.skeleton.report_start(f"{it}, phase {PHASES[phase] if phase < 3 else 'next'}", "iteration")
     return (it + 1, 0) if phase == len(PHASES) else (it, phase)
 
 
@@ -519,22 +517,17 @@ def resume(run: Run) -> tuple[int, int]:
 def train(cfg: RZeroConfig) -> Path:
     """Run R-Zero with ``cfg``; returns the metrics JSONL path. The checker and sandbox
     processes end with it, also on error."""
-    run = Run(cfg)
-    try:
-        return loop(run)
-    finally:
-        run.close()
+    with Run(cfg, checkpoints=phase_dirs) as run:
+        return loop(run.closing(RZero(cfg, run)))
 
 
-def loop(run: Run) -> Path:
+def loop(run: RZero) -> Path:
     """Steps 1-4 for every iteration, from where a resumed run stopped."""
     cfg, acc, out = run.cfg, run.acc, run.out
-    start_it, start_phase = resume(run) if cfg.resume else (1, 0)
-    resumed = cfg.resume and (start_it, start_phase) != (1, 0)
-    logger = MetricsLogger(out, resume_step=run.global_step if resumed else None) if acc.is_main_process else None
-    log = (lambda step, row: logger.log(step, row)) if logger else (lambda step, row: None)
-    if acc.is_main_process:
-        save_json(out / "config.json", asdict(cfg))
+    start_it, start_phase = resume(run)
+    resumed = run.skeleton.checkpoint is not None
+    logger = run.skeleton.open_log(run.global_step if resumed else None)
+    log = run.skeleton.log
     t0 = time.time()
     bar = tqdm(total=cfg.iterations * len(PHASES), initial=(start_it - 1) * len(PHASES) + start_phase,
                desc=f"r-zero ({cfg.referee})", disable=not acc.is_main_process)
@@ -577,21 +570,15 @@ def loop(run: Run) -> Path:
         save_final(run)
     finally:
         bar.close()
-        if logger:
-            logger.close()
-    acc.wait_for_everyone()
     return out / "metrics.jsonl"
 
 
-def save_final(run: Run) -> None:
+def save_final(run: RZero) -> None:
     """The trained model(s) as plain HF folders: final_model (the solver / the one policy)
     and, with two copies, final_challenger."""
     for name, role in run.roles():
-        state = run.acc.get_state_dict(role.trainer.model)  # every rank: gathers ZeRO-3 shards
-        if run.acc.is_main_process:
-            with atomic_dir(run.out / ("final_challenger" if name == "challenger" else "final_model")) as tmp:
-                role.trainer.unwrapped.save_pretrained(tmp, state_dict=state)
-                run.tok.save_pretrained(tmp)
+        run.skeleton.save_final_model(role.trainer.model, role.trainer.unwrapped, run.tok,
+                                      "final_challenger" if name == "challenger" else "final_model")
 
 
 def main(argv=None):

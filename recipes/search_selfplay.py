@@ -52,7 +52,6 @@ import random
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -83,11 +82,9 @@ from lmselfplay.lm.prompt import thinks
 from lmselfplay.lm.search_eval import LLMEvaluator, QHead, ValueHead, hidden_size
 from lmselfplay.rl.league import League, LeagueConfig
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
-from lmselfplay.utils.checkpoint import resume_checkpoint
 from lmselfplay.utils.config import ConfigError, non_negative, parse_config, positive
 from lmselfplay.utils.errors import run_main
-from lmselfplay.utils.metrics_logger import MetricsLogger
-from lmselfplay.utils.run import RunConfig, claim_output_dir
+from lmselfplay.utils.run import Run, RunConfig
 
 HEAD_PREFIX = "head."  # the value / Q head's entries in a league snapshot
 
@@ -96,7 +93,6 @@ HEAD_PREFIX = "head."  # the value / Q head's entries in a league snapshot
 class SearchSelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig, RunConfig):
     game: str = field(default="nim", metadata={"help": "registered game name (perfect information)"})
     game_args: str = field(default="{}", metadata={"help": "JSON dict of game parameters"})
-    output_dir: str = field(default="runs/search_selfplay", metadata={"help": "run folder: metrics, curves, checkpoints"})
     iterations: int = field(default=10, metadata={"help": "rounds of searched self-play + distillation"})
     games_per_iteration: int = field(default=64, metadata={"help": "self-play games per round"})
     n_sims: int = field(default=32, metadata={"help": "PUCT simulations per move"})
@@ -127,10 +123,7 @@ class SearchSelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig, RunConfig)
     eval_batch: int = field(default=512, metadata={"help": "positions per LLM forward in evaluation"})
     max_new_tokens: int = field(default=8, metadata={
         "help": "answer budget of the raw LLM's greedy moves at budget 0 (tokens)"})
-    save_every: int = field(default=1, metadata={"help": "rounds between checkpoints"})
     keep_checkpoints: int = field(default=2, metadata={"help": "checkpoints kept on disk"})
-    resume: bool = field(default=False, metadata={"help": "continue from the latest checkpoint"})
-    tensorboard: bool = field(default=True, metadata={"help": "also log to TensorBoard"})
     torch_threads: int = field(default=1, metadata={"help": "torch CPU threads"})
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
     # recipe defaults (the trainer's and league's own defaults suit policy-gradient runs)
@@ -147,8 +140,10 @@ class SearchSelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig, RunConfig)
     league_promote_every: int = 4
     league_capacity: int = 6
 
+    run_name = "search_selfplay"  # output_dir defaults to runs/search_selfplay
+
     def validate(self) -> None:
-        positive(self, "iterations", "games_per_iteration", "n_sims", "replay_window", "batch_size", "save_every",
+        positive(self, "iterations", "games_per_iteration", "n_sims", "replay_window", "batch_size", "checkpoint_every",
                  "max_new_tokens", "value_width", "eval_batch", "q_lambda", "target_tau")
         non_negative(self, "distill_steps", "value_steps", "value_lr", "eval_every", "eval_games", "eval_positions",
                      "eval_openings", "opening_plies")
@@ -182,16 +177,16 @@ def snapshot(trainer: PolicyTrainer, head: ValueHead | QHead) -> dict[str, torch
     return out
 
 
-def engine_factory(template: Any, tok: Any, game: Any, cfg: SearchSelfPlayConfig):
-    """``make_engine(weights, version)`` for the league: a frozen LLM evaluator."""
+def snapshot_engines(template: Any, tok: Any, game: Any, cfg: SearchSelfPlayConfig):
+    """The league's engine factory: ``frozen_evaluator(weights, version)``, a frozen LLM evaluator."""
 
-    def make_engine(weights: dict[str, torch.Tensor], version: int) -> LLMEvaluator:
+    def frozen_evaluator(weights: dict[str, torch.Tensor], version: int) -> LLMEvaluator:
         head = make_head(cfg, template, game)
         head.load_state_dict({k[len(HEAD_PREFIX):]: v for k, v in weights.items() if k.startswith(HEAD_PREFIX)})
         model = frozen_policy(template, {k: v for k, v in weights.items() if not k.startswith(HEAD_PREFIX)})
         return LLMEvaluator(model, tok, game, head.eval(), cfg.eval_batch)
 
-    return make_engine
+    return frozen_evaluator
 
 
 def train_head(head: ValueHead | QHead, opt: torch.optim.Optimizer, evaluator: LLMEvaluator,
@@ -247,8 +242,8 @@ def openings(face: Any, cfg: SearchSelfPlayConfig) -> list[Any]:
     return [face.position(s) for s in starts]
 
 
-def evaluate(face: Any, evaluator: LLMEvaluator, model: Any, tok: Any, cfg: SearchSelfPlayConfig,
-             it: int) -> dict[str, float]:
+def strength_per_budget(face: Any, evaluator: LLMEvaluator, model: Any, tok: Any, cfg: SearchSelfPlayConfig,
+                        it: int) -> dict[str, float]:
     """Step 7: budget 0 = the raw LLM (exact metrics + greedy games vs the game's reference
     bots), then every budget from the fixed openings vs random and (if solvable) exact."""
     game = face.game
@@ -302,95 +297,130 @@ def save(trainer: PolicyTrainer, cfg: SearchSelfPlayConfig, it: int, head: Value
     head.save(path / "model")
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    cfg = parse_config(SearchSelfPlayConfig, argv)
-    torch.set_num_threads(cfg.torch_threads)
-    torch.manual_seed(cfg.seed)
-    out = Path(cfg.output_dir)
-    claim_output_dir(cfg)
+@dataclass
+class SearchSelfPlay:
+    """What the loop works on, built once by :func:`build` (a resume then restores it)."""
+
+    game: Any
+    face: CachedGame
+    tok: Any
+    trainer: PolicyTrainer
+    head: ValueHead | QHead
+    head_opt: torch.optim.Optimizer
+    evaluator: LLMEvaluator
+    league: League
+    rng: random.Random
+    np_rng: np.random.Generator
+    replay: list[list[Record]]
+
+
+def build(cfg: SearchSelfPlayConfig, run: Run) -> SearchSelfPlay:
+    """The game, the policy, its trainer, value head, evaluator and league, fresh."""
     game = make(cfg.game, **json.loads(cfg.game_args))
     face = CachedGame(SearchGame(game))
     model, tok = load_policy(cfg)
     if thinks(tok):  # a template that thinks by default (Qwen3), which the config alone cannot tell
         raise ConfigError("search self-play reads the LLM's prior right after <move> (no think block), but this "
                           "policy's chat template opens one: set enable_thinking: false")
-    trainer = PolicyTrainer(model, tok, cfg)
+    trainer = PolicyTrainer(model, tok, cfg, accelerator=run.acc)
     head = make_head(cfg, trainer.unwrapped, game)
     head_opt = torch.optim.Adam(head.parameters(), lr=cfg.value_lr)
     evaluator = LLMEvaluator(trainer.unwrapped, tok, game, head, cfg.eval_batch)
     if evaluator.tokens is None:
         raise ConfigError(f"{cfg.game}: distillation needs every move answer to be one token after <move>")
-    league = League(cfg, engine_factory(trainer.unwrapped, tok, game, cfg))
-    alpha = cfg.dirichlet_alpha or alpha_for(face, game, seed=cfg.seed)
-    rng, np_rng = random.Random(cfg.seed), np.random.default_rng(cfg.seed)
-    replay: list[list[Record]] = []
-    start, last = 1, resume_checkpoint(cfg)
-    if last is not None:
-        extra = trainer.load_checkpoint(last)
-        head.load_state_dict(extra["head"])
-        head_opt.load_state_dict(extra["head_opt"])
-        replay = [[Record(**r) for r in part] for part in extra["replay"]]
-        league.load_state_dict(extra["league"])
-        rng.setstate(extra["rng"])
-        np_rng.bit_generator.state = extra["np_rng"]
-        torch.set_rng_state(extra["torch_rng"])
-        start = extra["iteration"] + 1
-        print(f"resumed from {last} at iteration {start}", file=sys.stderr)
-    else:
-        league.hall.append(league.add(0, snapshot(trainer, head)))  # the initial policy: permanent
-    logger = MetricsLogger(out, tensorboard=cfg.tensorboard, resume_step=start - 1 if last is not None else None)
-    (out / "config.json").write_text(json.dumps(asdict(cfg), indent=1))
-    t_start, metrics = time.time(), {}
-    if start == 1 and cfg.eval_every > 0:  # the starting point of every curve
-        logger.log(0, {**evaluate(face, evaluator, trainer.unwrapped, tok, cfg, 0), "time/wall_s": 0.0})
-    for it in tqdm(range(start, cfg.iterations + 1), desc="search self-play", disable=not cfg.progress,
-                   initial=start - 1, total=cfg.iterations):
-        t0, forwards = time.time(), evaluator.forwards
-        evaluator.clear()  # new weights since the last search
-        # 1. opponents
-        games = plan_games(face, cfg.games_per_iteration, rng, lambda r: opponent_name(league, r),
-                           cfg.reset_fraction, cfg.reset_max_plies)
-        evaluators = {LEARNER: evaluator}
-        for g in games:
-            if g.opponent != "mirror" and g.opponent not in evaluators:
-                evaluators[g.opponent] = league.engine_for(next(s for s in league.ring + league.hall
-                                                                if s.name == g.opponent))
-        # 2. self-play with search
-        with tqdm(desc="self-play turns", disable=not cfg.progress, leave=False) as bar:
-            records, metrics = collect(face, games, evaluators, cfg.n_sims, rng, cfg.c_puct, cfg.dirichlet_eps,
-                                       alpha, cfg.temperature_moves, progress=bar, target_tau=cfg.target_tau,
-                                       q_lambda=cfg.q_lambda)
-        metrics["time/selfplay_s"] = time.time() - t0
-        metrics["selfplay/llm_positions"] = float(evaluator.forwards - forwards)  # cache misses
-        # 3. replay window (learner turns only)
-        replay = (replay + [records])[-cfg.replay_window:]
-        window = [r for part in replay for r in part]
-        # 4. distill the search into the policy; 5. the value head
-        t1 = time.time()
-        if window:
-            metrics.update(distill(trainer, window, tok, game, evaluator.tokens, cfg, rng))
-            evaluator.clear()
-            metrics.update(train_head(head, head_opt, evaluator, window, cfg, rng))
-        metrics["time/train_s"] = time.time() - t1
-        evaluator.clear()
-        # 6. league
-        if league.due(it):
-            league.add(it, snapshot(trainer, head))
-        # 7. evaluate
-        if cfg.eval_every > 0 and (it % cfg.eval_every == 0 or it == cfg.iterations):
-            metrics.update(evaluate(face, evaluator, trainer.unwrapped, tok, cfg, it))
-        metrics["time/iteration_s"] = time.time() - t0
-        metrics["time/wall_s"] = time.time() - t_start
-        logger.log(it, metrics)
-        # 8. checkpoint
-        if it % cfg.save_every == 0 or it == cfg.iterations:
-            save(trainer, cfg, it, head, head_opt, replay, league, rng, np_rng)
+    league = League(cfg, snapshot_engines(trainer.unwrapped, tok, game, cfg))
+    return SearchSelfPlay(game, face, tok, trainer, head, head_opt, evaluator, league,
+                          random.Random(cfg.seed), np.random.default_rng(cfg.seed), [])
+
+
+def restore(run: Run, s: SearchSelfPlay) -> int:
+    """--resume: trainer, head, replay, league and RNGs from ``run.checkpoint``; else the
+    initial policy joins the league's hall of fame (permanent). The iteration to go on from."""
+    if run.checkpoint is None:
+        s.league.hall.append(s.league.add(0, snapshot(s.trainer, s.head)))
+        return 1
+    extra = s.trainer.load_checkpoint(run.checkpoint)
+    s.head.load_state_dict(extra["head"])
+    s.head_opt.load_state_dict(extra["head_opt"])
+    s.replay = [[Record(**r) for r in part] for part in extra["replay"]]
+    s.league.load_state_dict(extra["league"])
+    s.rng.setstate(extra["rng"])
+    s.np_rng.bit_generator.state = extra["np_rng"]
+    torch.set_rng_state(extra["torch_rng"])
+    return extra["iteration"] + 1
+
+
+def opponent_evaluators(s: SearchSelfPlay, games: list[Any]) -> dict[str, LLMEvaluator]:
+    """The learner's evaluator and one frozen evaluator per league opponent of this round."""
+    evaluators = {LEARNER: s.evaluator}
+    for g in games:
+        if g.opponent != "mirror" and g.opponent not in evaluators:
+            evaluators[g.opponent] = s.league.engine_for(next(x for x in s.league.ring + s.league.hall
+                                                              if x.name == g.opponent))
+    return evaluators
+
+
+def plot_run(cfg: SearchSelfPlayConfig, logger: Any) -> None:
     rows = logger.rows()
     keys = sorted({k for r in rows for k in r if k.startswith("eval/sims") and k.endswith(("_win", "_loss"))})
     logger.plot(keys, "budgets.png", title=f"search self-play on {cfg.game}: strength per budget")
     logger.plot(["eval/raw_optimal_move_prob", "eval/raw_greedy_optimal_rate", "eval/raw_illegal_mass"],
                 "raw_policy.png", title="raw LLM (budget 0)")
-    logger.close()
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    cfg = parse_config(SearchSelfPlayConfig, argv)
+    torch.set_num_threads(cfg.torch_threads)
+    torch.manual_seed(cfg.seed)
+    with Run(cfg) as run:
+        s = build(cfg, run)
+        evaluator, face, rng = s.evaluator, s.face, s.rng
+        alpha = cfg.dirichlet_alpha or alpha_for(face, s.game, seed=cfg.seed)
+        start = restore(run, s)
+        run.report_start(start, "iteration")
+        run.open_log(start - 1 if run.checkpoint is not None else None)
+        t_start, metrics = time.time(), {}
+        if start == 1 and cfg.eval_every > 0:  # the starting point of every curve
+            run.log(0, {**strength_per_budget(face, evaluator, s.trainer.unwrapped, s.tok, cfg, 0),
+                        "time/wall_s": 0.0})
+        for it in tqdm(range(start, cfg.iterations + 1), desc="search self-play", disable=not cfg.progress,
+                       initial=start - 1, total=cfg.iterations):
+            t0, forwards = time.time(), evaluator.forwards
+            evaluator.clear()  # new weights since the last search
+            # 1. opponents
+            games = plan_games(face, cfg.games_per_iteration, rng, lambda r: opponent_name(s.league, r),
+                               cfg.reset_fraction, cfg.reset_max_plies)
+            # 2. self-play with search
+            with tqdm(desc="self-play turns", disable=not cfg.progress, leave=False) as bar:
+                records, metrics = collect(face, games, opponent_evaluators(s, games), cfg.n_sims, rng, cfg.c_puct,
+                                           cfg.dirichlet_eps, alpha, cfg.temperature_moves, progress=bar,
+                                           target_tau=cfg.target_tau, q_lambda=cfg.q_lambda)
+            metrics["time/selfplay_s"] = time.time() - t0
+            metrics["selfplay/llm_positions"] = float(evaluator.forwards - forwards)  # cache misses
+            # 3. replay window (learner turns only)
+            s.replay = (s.replay + [records])[-cfg.replay_window:]
+            window = [r for part in s.replay for r in part]
+            # 4. distill the search into the policy; 5. the value head
+            t1 = time.time()
+            if window:
+                metrics.update(distill(s.trainer, window, s.tok, s.game, evaluator.tokens, cfg, rng))
+                evaluator.clear()
+                metrics.update(train_head(s.head, s.head_opt, evaluator, window, cfg, rng))
+            metrics["time/train_s"] = time.time() - t1
+            evaluator.clear()
+            # 6. league
+            if s.league.due(it):
+                s.league.add(it, snapshot(s.trainer, s.head))
+            # 7. evaluate
+            if cfg.eval_every > 0 and (it % cfg.eval_every == 0 or it == cfg.iterations):
+                metrics.update(strength_per_budget(face, evaluator, s.trainer.unwrapped, s.tok, cfg, it))
+            metrics["time/iteration_s"] = time.time() - t0
+            metrics["time/wall_s"] = time.time() - t_start
+            run.log(it, metrics)
+            # 8. checkpoint
+            if run.checkpoint_due(it, last=it == cfg.iterations):
+                save(s.trainer, cfg, it, s.head, s.head_opt, s.replay, s.league, rng, s.np_rng)
+        plot_run(cfg, run.logger)
     return metrics
 
 

@@ -37,7 +37,6 @@ import random
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -64,19 +63,10 @@ from lmselfplay.rl.advantages import RoleBaselines, observation_key
 from lmselfplay.rl.average_policy import AverageConfig, AveragePolicy, averageable, distill_samples
 from lmselfplay.rl.exact_feedback import ExactFeedback, FeedbackConfig, exact_feedback_games
 from lmselfplay.rl.league import League, LeagueConfig
-from lmselfplay.rl.trainer import (
-    PolicyTrainer,
-    TrainerConfig,
-    beta_for,
-    is_partitioned,
-    kl_enabled,
-    make_accelerator,
-)
-from lmselfplay.utils.checkpoint import resume_checkpoint, save_model
+from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, beta_for, reference_policy
 from lmselfplay.utils.config import ConfigError, non_negative, parse_config, parse_weights, positive
 from lmselfplay.utils.errors import run_main
-from lmselfplay.utils.metrics_logger import open_run_log
-from lmselfplay.utils.run import RunConfig, claim_output_dir
+from lmselfplay.utils.run import Run, RunConfig
 
 
 @dataclass
@@ -123,15 +113,14 @@ class SelfPlayConfig(TrainerConfig, AverageConfig, FeedbackConfig, LeagueConfig,
         "help": "also evaluate Go against GnuGo at this level (0: off; skipped with a note when gnugo is missing)"})
     gnugo_games: int = field(default=20, metadata={"help": "games against GnuGo per evaluation"})
     eval_positions: int = field(default=400, metadata={"help": "positions sampled for optimal-move rates (0: all)"})
-    checkpoint_every: int = field(default=10, metadata={"help": "steps between checkpoints (0: none)"})
-    output_dir: str = field(default="runs/selfplay_games", metadata={"help": "run folder: metrics, curves, checkpoints, final model"})
-    resume: bool = field(default=False, metadata={"help": "continue from the latest checkpoint in output_dir"})
+
+    run_name = "selfplay_games"  # output_dir defaults to runs/selfplay_games
 
     def validate(self) -> None:
         positive(self, "episodes_per_step", "concurrency", "max_new_tokens", "text_max_new_tokens", "max_turns",
                  "top_p")
         non_negative(self, "retries", "illegal_penalty", "reset_max_plies", "eval_every", "eval_games",
-                     "gnugo_level", "gnugo_games", "eval_positions", "checkpoint_every")
+                     "gnugo_level", "gnugo_games", "eval_positions")
         if self.baseline_key not in ("role", "observation"):
             raise ConfigError(f"baseline_key must be 'role' or 'observation', got {self.baseline_key!r}")
         policy_readout.resolve_readout(self.readout, False)  # a valid name; auto resolves with the model
@@ -315,7 +304,7 @@ def eval_positions(cfg, games):
     return out
 
 
-def evaluate(cfg, games, positions, engine, tok, step):
+def evaluate_games(cfg, games, positions, engine, tok, step):
     """Step 8: the exact metrics of the current policy, per game (``game/metric``)."""
     sampling = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=cfg.seed + step,
                               stop=MOVE_STOP)
@@ -423,134 +412,177 @@ def snapshot_engines(trainer, tok):
     return lambda weights, version: HFEngine(frozen_policy(trainer.unwrapped, weights), tok, version=version)
 
 
-def main(argv=None):
-    cfg = parse_config(SelfPlayConfig, argv)
-    acc = make_accelerator(cfg.gradient_accumulation_steps, timeout_s=cfg.collective_timeout_s)
-    games = make_games(cfg.games)
-    check_beta(cfg.beta, games)
-    check_shaping(cfg, games)
-    feedback = make_feedback(cfg, games)
-    out_dir = Path(cfg.output_dir)
-    claim_output_dir(cfg)  # after the config checks: a bad config never waits on a busy folder
+@dataclass
+class SelfPlay:
+    """What the loop works on, built once by :func:`build` (a resume then restores it)."""
+
+    games: list
+    feedback: dict
+    plan: list
+    positions: dict
+    tok: object
+    trainer: PolicyTrainer
+    engine: object
+    detector: StalenessDetector
+    baselines: RoleBaselines
+    league: League
+    averages: dict
+    me: LLMPlayer
+
+
+def build(cfg, run, games, feedback) -> SelfPlay:
+    """The policy, its trainer and engine, and the loop's state, fresh."""
     if cfg.gnugo_level > 0 and any(plays_gtp(g) for g in games) and find_gnugo() is None:
-        acc.print("gnugo_level is set but gnugo is not installed (apt-get install gnugo): no GnuGo games")
+        run.acc.print("gnugo_level is set but gnugo is not installed (apt-get install gnugo): no GnuGo games")
     # the same every step; games with exact feedback learn without playing
     plan = [g for g in episode_games(games, cfg.game_weights, cfg.episodes_per_step) if g.name not in feedback]
     positions = eval_positions(cfg, games)  # computed once, reused by every evaluation
-    model, tok = load_policy(cfg, device=str(acc.device))
+    model, tok = load_policy(cfg, device=str(run.acc.device))
     check_thinking(cfg, feedback, tok)
-    ref = None  # the trainer copies the initial policy, except under ZeRO-3 init (sharded at load)
-    if kl_enabled(cfg.beta) and not cfg.use_lora and is_partitioned(model):
-        ref = load_policy(cfg, device=str(acc.device), use_lora=False)[0]
-    trainer = PolicyTrainer(model, tok, cfg, accelerator=acc, ref_model=ref)
-    engine = make_engine(cfg, trainer.unwrapped, tok)  # cfg.engine: hf | vllm | vllm-server
-    detector = StalenessDetector.from_config(cfg)
-    baselines, league = RoleBaselines(cfg.baseline_decay), League(cfg, snapshot_engines(trainer, tok))
-    averages = make_averages(cfg, games)
-    start_step = 0
-    ckpt = resume_checkpoint(cfg)
-    if ckpt is not None:
-        extra = trainer.load_checkpoint(ckpt)
-        baselines.load_state_dict(extra["baselines"])
-        league.load_state_dict(extra["league"])
-        for name, state in extra.get("averages", {}).items():
-            averages[name].load_state_dict(state)
-        for name, state in extra.get("feedback", {}).items():
-            feedback[name].load_state_dict(state)
-        start_step = trainer.step_count
-        acc.print(f"resumed from {ckpt} at step {start_step}")
-    elif cfg.resume:
-        acc.print(f"--resume: no checkpoint in {out_dir}, starting fresh")
-    logger = open_run_log(out_dir, cfg, start_step if ckpt else None, acc.is_main_process)
-    me = LLMPlayer(engine, tok, learner=True)
-    sampling = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
-                              stop=MOVE_STOP)
-    t0 = time.time()
-    bar = tqdm(range(start_step, cfg.max_steps), initial=start_step, total=cfg.max_steps, desc="self-play",
-               disable=not acc.is_main_process)
-    for step in bar:
-        resumed_here = ckpt is not None and step == start_step  # evaluated before the kill
-        if averages and cfg.averaged_at(step):  # the checkpoint holds the averages up to step - 1
-            with trainer.serving(engine):
-                read = fold_averages(cfg, averages, engine, tok, step)
-            if acc.is_main_process:
-                logger.log(step, {f"{name}/iterate_policy": pol for name, pol in read.items()})
-        if cfg.eval_every and step % cfg.eval_every == 0 and not resumed_here:
-            # every rank evaluates in step (under ZeRO-3 any forward may need all ranks); rank 0 logs
-            with trainer.serving(engine):
-                result = {**evaluate(cfg, games, positions, engine, tok, step), **average_metrics(averages)}
-                if acc.is_main_process:  # whole weights are served: no collective inside
-                    eval_callback(step, engine, tok, cfg.eval_suite, cfg.eval_every, logger,
-                                  max_new_tokens=cfg.eval_max_new_tokens or None)
-            if acc.is_main_process:
-                logger.log(step, {**result, "wall_s": time.time() - t0})
-                _plot(logger, games)
-        exact = []
-        if feedback:  # the referee's exact values: the policy is read before this step's update
-            with trainer.serving(engine):
-                exact, exact_metrics = exact_targets(feedback, engine, tok, step)
-            if acc.is_main_process:  # measured on the policy before this step's update
-                logger.log(step, exact_metrics)
-        # 1-4: play
-        episodes = make_episodes(cfg, plan, league, me, tok, step, acc.process_index)
-        stats = RolloutStats()
-        sampling.seed = hash((cfg.seed, step, acc.process_index)) % (2**31)
-        with trainer.serving(engine):
-            finished = list(play_episodes(episodes, sampling, concurrency=cfg.concurrency, retries=cfg.retries,
-                                 max_turns=cfg.max_turns, stats=stats))
-        trajs = [t for f in finished for t in f.trajectories]
-        samples = training_samples(cfg, finished, baselines) + exact  # 5: advantages
-        # 6: update; the engine serves the same (updated) weights next step
-        metrics = trainer.step(samples)
-        # staleness: trainer vs engine log-probs of the sampled tokens (warning / strict_sync error)
-        sync = detector.check(metrics.get("logprob_diff", float("nan")), step + 1)
-        # 7: league
-        if league.due(step + 1):
-            with trainer.generation_model() as m:  # full weights on every rank (ZeRO-3 gathers)
-                snap = league.add(step + 1, policy_weights(m))
-            league.play_in(snap, snapshot_score(cfg, games, league, tok, step))
-        mirror = [f for f in finished if f.episode.players[0] is f.episode.players[1]]
-        row = {**{f"train/{k}": v for k, v in metrics.items()},
-               "rollout/invalid_rate": stats.as_dict()["invalid_rate"],
-               "rollout/mean_return": float(np.mean([t.reward for t in trajs])) if trajs else 0.0,
-               "rollout/selfplay_first_seat_win_rate":
-                   float(np.mean([f.returns[0] > 0 for f in mirror])) if mirror else float("nan"),
-               "rollout/tokens": stats.generated_tokens, "league/size": len(league.ring), **sync,
-               **{f"baseline/{k}": v for k, v in baselines.values.items() if "|" not in k},  # roles only
-               "wall_s": time.time() - t0}
-        if acc.is_main_process:
-            logger.log(step + 1, row)
-            bar.set_postfix(loss=f"{metrics.get('loss', 0):.3f}", invalid=f"{row['rollout/invalid_rate']:.2f}")
-        # 9: checkpoint
-        if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
-            trainer.save_checkpoint(out_dir, {"baselines": baselines.state_dict(), "league": league.state_dict(),
-                                              "averages": {k: a.state_dict() for k, a in averages.items()},
-                                              "feedback": {k: f.state_dict() for k, f in feedback.items()}})
-    with trainer.serving(engine):  # every rank evaluates in step (ZeRO-3), rank 0 reports
-        if averages and cfg.averaged_at(cfg.max_steps):
-            fold_averages(cfg, averages, engine, tok, cfg.max_steps)
-        final = {**evaluate(cfg, games, positions, engine, tok, cfg.max_steps), **average_metrics(averages)}
-    if averages and cfg.distill_steps:  # the final model becomes the average policy
-        distilled = distill_averages(trainer, averages, tok, cfg.distill_steps, logger)
-        with trainer.serving(engine):
+    trainer = PolicyTrainer(model, tok, cfg, accelerator=run.acc,
+                            ref_model=reference_policy(cfg, model, str(run.acc.device)))
+    engine = run.closing(make_engine(cfg, trainer.unwrapped, tok))  # cfg.engine: hf | vllm | vllm-server
+    return SelfPlay(games, feedback, plan, positions, tok, trainer, engine, StalenessDetector.from_config(cfg),
+                    RoleBaselines(cfg.baseline_decay), League(cfg, snapshot_engines(trainer, tok)),
+                    make_averages(cfg, games), LLMPlayer(engine, tok, learner=True))
+
+
+def restore(run, sp: SelfPlay) -> int:
+    """--resume: the trainer and the loop's state from ``run.checkpoint``; the step to go on from."""
+    if run.checkpoint is None:
+        return 0
+    extra = sp.trainer.load_checkpoint(run.checkpoint)
+    sp.baselines.load_state_dict(extra["baselines"])
+    sp.league.load_state_dict(extra["league"])
+    for name, state in extra.get("averages", {}).items():
+        sp.averages[name].load_state_dict(state)
+    for name, state in extra.get("feedback", {}).items():
+        sp.feedback[name].load_state_dict(state)
+    return sp.trainer.step_count
+
+
+def save_checkpoint(run, sp: SelfPlay) -> None:
+    """Step 9: the trainer's atomic checkpoint carries the loop's state as ``extra``."""
+    sp.trainer.save_checkpoint(run.out, {"baselines": sp.baselines.state_dict(), "league": sp.league.state_dict(),
+                                         "averages": {k: a.state_dict() for k, a in sp.averages.items()},
+                                         "feedback": {k: f.state_dict() for k, f in sp.feedback.items()}})
+
+
+def log_iterate_policies(cfg, run, sp: SelfPlay, step) -> None:
+    """Fold the current policy into the averages (the checkpoint holds them up to step - 1)."""
+    with sp.trainer.serving(sp.engine):
+        read = fold_averages(cfg, sp.averages, sp.engine, sp.tok, step)
+    run.log(step, {f"{name}/iterate_policy": pol for name, pol in read.items()})
+
+
+def log_evaluation(cfg, run, sp: SelfPlay, step, t0) -> None:
+    """Step 8: every rank evaluates in step (under ZeRO-3 any forward may need all ranks); rank 0 logs."""
+    with sp.trainer.serving(sp.engine):
+        result = {**evaluate_games(cfg, sp.games, sp.positions, sp.engine, sp.tok, step),
+                  **average_metrics(sp.averages)}
+        if run.is_main:  # whole weights are served: no collective inside
+            eval_callback(step, sp.engine, sp.tok, cfg.eval_suite, cfg.eval_every, run.logger,
+                          max_new_tokens=cfg.eval_max_new_tokens or None)
+    if run.is_main:
+        run.log(step, {**result, "wall_s": time.time() - t0})
+        _plot(run.logger, sp.games)
+
+
+def exact_feedback_step(run, sp: SelfPlay, step) -> list:
+    """The referee's exact values, read off the policy before this step's update (logged)."""
+    if not sp.feedback:
+        return []
+    with sp.trainer.serving(sp.engine):
+        exact, exact_metrics = exact_targets(sp.feedback, sp.engine, sp.tok, step)
+    run.log(step, exact_metrics)
+    return exact
+
+
+def step_row(sp: SelfPlay, metrics, stats, finished, sync, t0) -> dict:
+    """The step's log row: trainer, rollout, league, staleness and role-baseline metrics."""
+    trajs = [t for f in finished for t in f.trajectories]
+    mirror = [f for f in finished if f.episode.players[0] is f.episode.players[1]]
+    return {**{f"train/{k}": v for k, v in metrics.items()},
+            "rollout/invalid_rate": stats.as_dict()["invalid_rate"],
+            "rollout/mean_return": float(np.mean([t.reward for t in trajs])) if trajs else 0.0,
+            "rollout/selfplay_first_seat_win_rate":
+                float(np.mean([f.returns[0] > 0 for f in mirror])) if mirror else float("nan"),
+            "rollout/tokens": stats.generated_tokens, "league/size": len(sp.league.ring), **sync,
+            **{f"baseline/{k}": v for k, v in sp.baselines.values.items() if "|" not in k},  # roles only
+            "wall_s": time.time() - t0}
+
+
+def finish(cfg, run, sp: SelfPlay, t0) -> None:
+    """The final evaluation (and the average's distillation), the final model, the summary."""
+    with sp.trainer.serving(sp.engine):  # every rank evaluates in step (ZeRO-3), rank 0 reports
+        if sp.averages and cfg.averaged_at(cfg.max_steps):
+            fold_averages(cfg, sp.averages, sp.engine, sp.tok, cfg.max_steps)
+        final = {**evaluate_games(cfg, sp.games, sp.positions, sp.engine, sp.tok, cfg.max_steps),
+                 **average_metrics(sp.averages)}
+    if sp.averages and cfg.distill_steps:  # the final model becomes the average policy
+        distilled = distill_averages(sp.trainer, sp.averages, sp.tok, cfg.distill_steps, run.logger)
+        with sp.trainer.serving(sp.engine):
             final.update({f"distilled/{k}": v for k, v in
-                          evaluate(cfg, games, positions, engine, tok, cfg.max_steps).items()})
+                          evaluate_games(cfg, sp.games, sp.positions, sp.engine, sp.tok, cfg.max_steps).items()})
         final["distilled/target_ce"] = distilled.get("target_ce", float("nan"))
-    state = acc.get_state_dict(trainer.model)  # every rank: gathers ZeRO-3 shards
-    if acc.is_main_process:
-        logger.log(cfg.max_steps, {**final, "wall_s": time.time() - t0})
-        png = _plot(logger, games)
-        save_model(out_dir / "final_model", trainer.unwrapped, tok, state)
+    run.log(cfg.max_steps, {**final, "wall_s": time.time() - t0})
+    png = _plot(run.logger, sp.games) if run.is_main else None
+    model_dir = run.save_final_model(sp.trainer.model, sp.trainer.unwrapped, sp.tok)
+    if run.is_main:
         print("\nfinal exact metrics:")
         for k, v in final.items():
             if "ci_" not in k:
                 print(f"  {k:<36} {v}" if isinstance(v, str) else f"  {k:<36} {v:.3f}")
-        print(f"\ncurves: {png}\nmetrics: {logger.path}\nmodel: {out_dir / 'final_model'}")
-        logger.close()
-    acc.wait_for_everyone()
-    if hasattr(engine, "close"):  # vLLM engines: shut down before the process group goes
-        engine.close()
-    acc.end_training()
+        print(f"\ncurves: {png}\nmetrics: {run.logger.path}\nmodel: {model_dir}")
+
+
+def main(argv=None):
+    cfg = parse_config(SelfPlayConfig, argv)
+    games = make_games(cfg.games)
+    check_beta(cfg.beta, games)
+    check_shaping(cfg, games)
+    feedback = make_feedback(cfg, games)
+    with Run(cfg) as run:  # after the config checks: a bad config never waits on a busy folder
+        sp = build(cfg, run, games, feedback)
+        start_step = restore(run, sp)
+        run.report_start(start_step)
+        run.open_log(start_step if run.checkpoint else None)
+        trainer, engine, acc = sp.trainer, sp.engine, run.acc
+        sampling = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
+                                  stop=MOVE_STOP)
+        t0 = time.time()
+        bar = tqdm(range(start_step, cfg.max_steps), initial=start_step, total=cfg.max_steps, desc="self-play",
+                   disable=not run.is_main)
+        for step in bar:
+            resumed_here = run.checkpoint is not None and step == start_step  # evaluated before the kill
+            if sp.averages and cfg.averaged_at(step):
+                log_iterate_policies(cfg, run, sp, step)
+            if cfg.eval_every and step % cfg.eval_every == 0 and not resumed_here:
+                log_evaluation(cfg, run, sp, step, t0)
+            exact = exact_feedback_step(run, sp, step)
+            # 1-4: play
+            episodes = make_episodes(cfg, sp.plan, sp.league, sp.me, sp.tok, step, acc.process_index)
+            stats = RolloutStats()
+            sampling.seed = hash((cfg.seed, step, acc.process_index)) % (2**31)
+            with trainer.serving(engine):
+                finished = list(play_episodes(episodes, sampling, concurrency=cfg.concurrency, retries=cfg.retries,
+                                              max_turns=cfg.max_turns, stats=stats))
+            samples = training_samples(cfg, finished, sp.baselines) + exact  # 5: advantages
+            # 6: update; the engine serves the same (updated) weights next step
+            metrics = trainer.step(samples)
+            # staleness: trainer vs engine log-probs of the sampled tokens (warning / strict_sync error)
+            sync = sp.detector.check(metrics.get("logprob_diff", float("nan")), step + 1)
+            # 7: league
+            if sp.league.due(step + 1):
+                with trainer.generation_model() as m:  # full weights on every rank (ZeRO-3 gathers)
+                    snap = sp.league.add(step + 1, policy_weights(m))
+                sp.league.play_in(snap, snapshot_score(cfg, games, sp.league, sp.tok, step))
+            row = step_row(sp, metrics, stats, finished, sync, t0)
+            run.log(step + 1, row)
+            bar.set_postfix(loss=f"{metrics.get('loss', 0):.3f}", invalid=f"{row['rollout/invalid_rate']:.2f}")
+            if run.checkpoint_due(step + 1):  # 9: checkpoint
+                save_checkpoint(run, sp)
+        finish(cfg, run, sp, t0)
 
 
 def _plot(logger, games):

@@ -49,10 +49,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import datetime
 import json
 import math
-import os
 import shutil
 import sys
 import time
@@ -77,18 +75,16 @@ from lmselfplay.lm.policy import (
 )
 from lmselfplay.lm.prompt import encode_completion, encode_prompt, format_prompt
 from lmselfplay.spin.data import answers_match, load_supervised
-from lmselfplay.utils.checkpoint import atomic_dir, atomic_write_text, resume_checkpoint, save_json
+from lmselfplay.utils.checkpoint import atomic_dir, atomic_write_text, save_json
 from lmselfplay.utils.config import (
     Config,
     ConfigError,
     non_negative,
     parse_config,
     positive,
-    to_dict,
 )
 from lmselfplay.utils.errors import run_main
-from lmselfplay.utils.metrics_logger import MetricsLogger
-from lmselfplay.utils.run import RunConfig, claim_output_dir
+from lmselfplay.utils.run import Run, RunConfig
 from lmselfplay.utils.stats import wilson
 
 IDS = ("prompt_ids", "chosen_ids", "rejected_ids")
@@ -132,11 +128,10 @@ class SpinConfig(Config, PolicyConfig, RunConfig):
     sft_epochs: float = field(default=0.0, metadata={"help": "SFT epochs on the data before SPIN (theta_0); 0: none"})
     sft_learning_rate: float = field(default=1e-4, metadata={"help": "learning rate of the SFT phase"})
     # run
-    output_dir: str = field(default="runs/spin", metadata={"help": "run folder: per-iteration data sets, models, metrics"})
     seed: int = field(default=0, metadata={"help": "seed of data, sampling and training"})
-    resume: bool = field(default=False, metadata={"help": "continue from where the run in output_dir stopped"})
-    tensorboard: bool = field(default=True, metadata={"help": "also log to TensorBoard"})
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
+
+    run_name = "spin"  # output_dir defaults to runs/spin; a checkpoint per iteration (checkpoint-<t>)
 
     def validate(self) -> None:
         positive(self, "num_train_examples", "spin_iterations", "temperature", "top_p", "generation_batch_size",
@@ -231,7 +226,7 @@ def load_model(cfg: SpinConfig, path: str | None, state: PartialState, lora: boo
     return load_policy(cfg, model_name_or_path=path, device=device, use_lora=lora)
 
 
-def save_model(trainer: Any, tokenizer: Any, final_dir: Path, info: dict[str, Any]) -> None:
+def save_iterate(trainer: Any, tokenizer: Any, final_dir: Path, info: dict[str, Any]) -> None:
     """theta_{t+1} as a plain HF folder (LoRA merged), written atomically by the main process."""
     acc = trainer.accelerator
     acc.wait_for_everyone()
@@ -306,7 +301,7 @@ def sft_phase(cfg: SpinConfig, start: str | None, out: Path, prompts: list[list[
                      completion_only_loss=True, max_length=None, packing=False)
     trainer = SFTTrainer(model=model, args=args, train_dataset=sft, processing_class=tokenizer)
     trainer.train(resume_from_checkpoint=last_trainer_checkpoint(out / "sft"))
-    save_model(trainer, tokenizer, out / "checkpoint-0", {"iteration": 0, "phase": "sft"})
+    save_iterate(trainer, tokenizer, out / "checkpoint-0", {"iteration": 0, "phase": "sft"})
     if state.is_main_process:
         shutil.rmtree(out / "sft", ignore_errors=True)
     return out / "checkpoint-0"
@@ -347,7 +342,7 @@ def summarize(scores: list[dict[str, Any]]) -> dict[str, float]:
             "eval/accuracy": correct / n, "eval/accuracy_ci_low": lo, "eval/accuracy_ci_high": hi}
 
 
-def evaluate(engine: HFEngine, state: PartialState, held: list[dict[str, Any]],
+def held_out_metrics(engine: HFEngine, state: PartialState, held: list[dict[str, Any]],
              prompts: list[list[int]], chosen: list[list[int]], rejected: list[list[int]],
              gen_len: int, cfg: SpinConfig, save_to: Path | None = None) -> dict[str, float]:
     """:func:`summarize` of :func:`held_out_scores`; the per-prompt rows also go to ``save_to``
@@ -368,131 +363,153 @@ def mean_ci_half_width(xs: list[float], z: float = 1.96) -> float:
 
 # --- the recipe ----------------------------------------------------------------------------
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    cfg = parse_config(SpinConfig, argv)
-    # cpu=True is what makes accelerate see a multi-process CPU launch (gloo) as distributed.
-    state = PartialState(cpu=not torch.cuda.is_available()
-                         or os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes"),
-                         timeout=datetime.timedelta(seconds=cfg.collective_timeout_s))
-    on_cpu = state.device.type == "cpu"
-    out = Path(cfg.output_dir)
-    for t in range(cfg.spin_iterations):
-        beta_at(cfg, t)  # fail on a bad schedule before any work
-    claim_output_dir(cfg)
-    torch.manual_seed(cfg.seed)
-
-    # Supervised data: generated or loaded once, saved with the run so a resume sees the same set.
+def supervised_data(cfg: SpinConfig, run: Run) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The supervised train and held-out sets: generated or loaded once, saved with the run
+    (``data/``) so a resume sees the same sets."""
     import datasets
 
+    out = run.out
     if (out / "data" / "COMPLETE").exists():
         sup = load_dataset_dir(out / "data")
-        train_rows, held = sup["train"].to_list(), sup["eval"].to_list()
-    else:
-        train_rows, held = load_supervised(cfg.dataset, cfg.num_train_examples, cfg.num_eval_examples,
-                                           cfg.seed, cfg.dataset_split)
-        save_dataset(datasets.DatasetDict({"train": datasets.Dataset.from_list(train_rows),
-                                           "eval": datasets.Dataset.from_list(held)}), out / "data", state)
-    if state.is_main_process:
-        save_json(out / "spin_config.json", to_dict(cfg))
+        return sup["train"].to_list(), sup["eval"].to_list()
+    train_rows, held = load_supervised(cfg.dataset, cfg.num_train_examples, cfg.num_eval_examples,
+                                       cfg.seed, cfg.dataset_split)
+    save_dataset(datasets.DatasetDict({"train": datasets.Dataset.from_list(train_rows),
+                                       "eval": datasets.Dataset.from_list(held)}), out / "data", run.acc)
+    return train_rows, held
 
-    # theta_0: the given model, or the output of the optional SFT phase (checkpoint-0).
-    base = resolve_model_path(cfg.model_name_or_path)  # None -> the embedded model's folder
-    last = resume_checkpoint(cfg)
-    start = int(last.name.split("-")[1]) if last is not None else 0
-    tokenizer = load_tokenizer(str(last) if last is not None else base, prompt_style_of(cfg))
+
+@dataclass
+class Pairs:
+    """The tokenized data: prompts and data answers of the train and held-out sets."""
+
+    tokenizer: Any
+    p_train: list[list[int]]
+    y_train: list[list[int]]
+    p_held: list[list[int]]
+    y_held: list[list[int]]
+    gen_len: int  # the answer budget of y' (and of the greedy held-out answers)
+
+
+def tokenized(cfg: SpinConfig, run: Run, source: str | None, train_rows, held) -> Pairs:
+    tokenizer = load_tokenizer(source, prompt_style_of(cfg))
     p_train, y_train, cut_train = tokenize_pairs(tokenizer, train_rows, cfg.max_completion_length)
     gen_len = cfg.max_completion_length or max(len(c) for c in y_train)
     p_held, y_held, _ = tokenize_pairs(tokenizer, held, gen_len)
-    if cut_train and state.is_main_process:
+    if cut_train and run.is_main:
         print(f"note: {cut_train} data answers are longer than max_completion_length={gen_len} "
               f"and were cut (no EOS)", file=sys.stderr)
-    if last is None and cfg.sft_epochs > 0:
-        last, start = sft_phase(cfg, base, out, p_train, y_train, tokenizer, state), 0
-    if last is not None and cfg.resume and state.is_main_process:
-        print(f"resuming at iteration {start} from {last}", file=sys.stderr)
-    if start >= cfg.spin_iterations and state.is_main_process:
-        print(f"{out}: all {cfg.spin_iterations} iterations are done", file=sys.stderr)
+    return Pairs(tokenizer, p_train, y_train, p_held, y_held, gen_len)
 
-    logger = MetricsLogger(out, tensorboard=cfg.tensorboard and state.is_main_process,
-                           resume_step=start if start > 0 else None) if state.is_main_process else None
-    summary: dict[str, Any] = {"iterations": []}
-    for t in tqdm(range(start, cfg.spin_iterations), desc="SPIN", disable=not cfg.progress):
-        t0 = time.time()
-        theta_t = str(out / f"checkpoint-{t}") if (out / f"checkpoint-{t}").exists() else base
-        model, tokenizer = load_model(cfg, theta_t, state, lora=False)
-        engine = HFEngine(model, tokenizer, max_batch_size=cfg.generation_batch_size, version=t)
 
-        # 1. The opponent plays: y' ~ p_theta_t(.|x) for every training and held-out prompt,
-        #    from the same prompt ids the trainer will see, up to the training length.
-        it_dir = out / f"iter-{t}"
-        if not (it_dir / "data" / "COMPLETE").exists():
-            sp = SamplingParams(max_new_tokens=gen_len, temperature=cfg.temperature, top_p=cfg.top_p,
-                                seed=cfg.seed * 1_000_003 + 7919 * t + 104_729 * state.process_index)
-            gen = sharded(state, p_train + p_held, lambda ps: opponent_answers(
-                engine, ps, sp, cfg, f"generate y' (iteration {t})"))  # noqa: B023
+def opponent_dataset(cfg: SpinConfig, run: Run, engine: HFEngine, pairs: Pairs, train_rows, held, t: int,
+                     theta_t: str | None) -> Any:
+    """Steps 1-2 of iteration ``t`` (once: saved in ``iter-t/data``): y' ~ p_theta_t(.|x) for
+    every training and held-out prompt, from the same prompt ids the trainer will see, up to
+    the training length; chosen = data answer, rejected = y', tagged."""
+    import datasets
 
-            # 2. The iteration's data set: chosen = data answer, rejected = y', tagged.
-            n, who = len(p_train), str(theta_t)
-            save_dataset(datasets.DatasetDict({
-                "train": iteration_dataset(tokenizer, train_rows, p_train, y_train, gen[:n], t, who),
-                "eval": iteration_dataset(tokenizer, held, p_held, y_held, gen[n:], t, who)}),
-                it_dir / "data", state)
-        data = load_dataset_dir(it_dir / "data")
-        r_held = data["eval"]["rejected_ids"]
-        if t == 0:  # theta_0 on the held-out set (every process takes its share)
-            m0 = evaluate(engine, state, held, p_held, y_held, r_held, gen_len, cfg,
-                          out / "eval" / "step-0.jsonl")
-            if logger is not None:
-                logger.log(0, m0)
-        same = sum(a == b for a, b in zip(data["train"]["chosen_ids"], data["train"]["rejected_ids"]))
+    it_dir = run.out / f"iter-{t}"
+    if not (it_dir / "data" / "COMPLETE").exists():
+        state = run.acc
+        sp = SamplingParams(max_new_tokens=pairs.gen_len, temperature=cfg.temperature, top_p=cfg.top_p,
+                            seed=cfg.seed * 1_000_003 + 7919 * t + 104_729 * state.process_index)
+        gen = sharded(state, pairs.p_train + pairs.p_held, lambda ps: opponent_answers(
+            engine, ps, sp, cfg, f"generate y' (iteration {t})"))
+        n, who, tok = len(pairs.p_train), str(theta_t), pairs.tokenizer
+        save_dataset(datasets.DatasetDict({
+            "train": iteration_dataset(tok, train_rows, pairs.p_train, pairs.y_train, gen[:n], t, who),
+            "eval": iteration_dataset(tok, held, pairs.p_held, pairs.y_held, gen[n:], t, who)}),
+            it_dir / "data", state)
+    return load_dataset_dir(it_dir / "data")
 
-        # 3. theta_{t+1}: DPO with beta = lambda_t against the frozen reference theta_t.
-        lam = beta_at(cfg, t)
-        if cfg.use_lora:
-            del model
-            model, _ = load_model(cfg, theta_t, state, lora=True)
-            ref_model = None  # reference = adapter disabled = theta_t (TRL does this for PEFT)
-        else:
-            ref_model = copy.deepcopy(model).eval().requires_grad_(False)
-            model.float()  # float32 master weights (AdamW loses bf16 updates); bf16=True autocasts
-        args = DPOConfig(**trainer_args(cfg, it_dir / "trainer", on_cpu,
-                                        num_train_epochs=cfg.num_train_epochs,
-                                        learning_rate=cfg.learning_rate),
-                         beta=lam, **dpo_losses(cfg), max_length=None,
-                         precompute_ref_log_probs=False)
-        trainer = PretokenizedDPOTrainer(model=model, ref_model=ref_model, args=args,
-                                         train_dataset=data["train"].select_columns(list(IDS)),
-                                         processing_class=tokenizer)
-        result = trainer.train(resume_from_checkpoint=last_trainer_checkpoint(it_dir / "trainer"))
-        final = next((h for h in reversed(trainer.state.log_history) if "rewards/accuracies" in h), {})
-        train_stats = {"train/loss": result.training_loss,  # mean over this run of the iteration
-                       "train/reward_accuracy": final.get("rewards/accuracies", float("nan")),
-                       "train/reward_margin": final.get("rewards/margins", float("nan")),
-                       "train/steps": trainer.state.global_step}
 
-        # 4. Save theta_{t+1}; the next iteration starts from it.
-        nxt = out / f"checkpoint-{t + 1}"
-        save_model(trainer, tokenizer, nxt, {"iteration": t + 1, "beta": lam, "generator": str(theta_t)})
-        if state.is_main_process:  # theta_{t+1} is safe: the mid-iteration trainer state can go
-            shutil.rmtree(it_dir / "trainer", ignore_errors=True)
-        del trainer, model, ref_model
-
-        # Held-out metrics under theta_{t+1} (y' still the opponent theta_t's answers).
-        model, _ = load_model(cfg, str(nxt), state, lora=False)
-        metrics = evaluate(HFEngine(model, tokenizer, cfg.generation_batch_size, t + 1), state, held,
-                           p_held, y_held, r_held, gen_len, cfg, out / "eval" / f"step-{t + 1}.jsonl")
-        row = {**metrics, **train_stats, "beta": lam, "gen/identical_to_data": same / len(p_train),
-               "gen/mean_len": sum(map(len, data["train"]["rejected_ids"])) / len(p_train),
-               "time/iteration_s": time.time() - t0}
-        summary["iterations"].append({"iteration": t + 1, **row})
-        if logger is not None:
-            logger.log(t + 1, row)
-            logger.plot(PLOT_KEYS, "spin_metrics.png", title="SPIN on held-out prompts")
-            print(json.dumps({"iteration": t + 1, **{k: round(v, 4) if isinstance(v, float) else v
-                                                       for k, v in row.items()}}), file=sys.stderr)
+def dpo_update(cfg: SpinConfig, run: Run, model: Any, pairs: Pairs, data: Any, t: int, theta_t: str | None,
+               lam: float) -> tuple[Path, dict[str, Any]]:
+    """Step 3: theta_{t+1} by DPO with beta = lambda_t against the frozen reference theta_t,
+    saved as ``checkpoint-<t+1>`` (the next iteration starts from it); its training stats."""
+    it_dir = run.out / f"iter-{t}"
+    if cfg.use_lora:
         del model
-    if logger is not None:
-        logger.close()
+        model, _ = load_model(cfg, theta_t, run.acc, lora=True)
+        ref_model = None  # reference = adapter disabled = theta_t (TRL does this for PEFT)
+    else:
+        ref_model = copy.deepcopy(model).eval().requires_grad_(False)
+        model.float()  # float32 master weights (AdamW loses bf16 updates); bf16=True autocasts
+    args = DPOConfig(**trainer_args(cfg, it_dir / "trainer", run.acc.device.type == "cpu",
+                                    num_train_epochs=cfg.num_train_epochs, learning_rate=cfg.learning_rate),
+                     beta=lam, **dpo_losses(cfg), max_length=None, precompute_ref_log_probs=False)
+    trainer = PretokenizedDPOTrainer(model=model, ref_model=ref_model, args=args,
+                                     train_dataset=data["train"].select_columns(list(IDS)),
+                                     processing_class=pairs.tokenizer)
+    result = trainer.train(resume_from_checkpoint=last_trainer_checkpoint(it_dir / "trainer"))
+    final = next((h for h in reversed(trainer.state.log_history) if "rewards/accuracies" in h), {})
+    stats = {"train/loss": result.training_loss,  # mean over this run of the iteration
+             "train/reward_accuracy": final.get("rewards/accuracies", float("nan")),
+             "train/reward_margin": final.get("rewards/margins", float("nan")),
+             "train/steps": trainer.state.global_step}
+    nxt = run.out / f"checkpoint-{t + 1}"
+    save_iterate(trainer, pairs.tokenizer, nxt, {"iteration": t + 1, "beta": lam, "generator": str(theta_t)})
+    if run.is_main:  # theta_{t+1} is safe: the mid-iteration trainer state can go
+        shutil.rmtree(it_dir / "trainer", ignore_errors=True)
+    return nxt, stats
+
+
+def log_iteration(run: Run, t: int, row: dict[str, Any]) -> None:
+    run.log(t + 1, row)
+    if run.is_main:
+        run.logger.plot(PLOT_KEYS, "spin_metrics.png", title="SPIN on held-out prompts")
+        print(json.dumps({"iteration": t + 1, **{k: round(v, 4) if isinstance(v, float) else v
+                                                   for k, v in row.items()}}), file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    cfg = parse_config(SpinConfig, argv)
+    for t in range(cfg.spin_iterations):
+        beta_at(cfg, t)  # fail on a bad schedule before any work
+    with Run(cfg, trains_with="state") as run:
+        out, state = run.out, run.acc
+        torch.manual_seed(cfg.seed)
+        train_rows, held = supervised_data(cfg, run)
+        # theta_0: the given model, or the output of the optional SFT phase (checkpoint-0).
+        base = resolve_model_path(cfg.model_name_or_path)  # None -> the embedded model's folder
+        last = run.checkpoint
+        start = int(last.name.split("-")[1]) if last is not None else 0
+        pairs = tokenized(cfg, run, str(last) if last is not None else base, train_rows, held)
+        if last is None and cfg.sft_epochs > 0:
+            sft_phase(cfg, base, out, pairs.p_train, pairs.y_train, pairs.tokenizer, state)
+        run.report_start(start, "iteration")
+        if start >= cfg.spin_iterations and run.is_main:
+            print(f"{out}: all {cfg.spin_iterations} iterations are done", file=sys.stderr)
+        run.open_log(start if start > 0 else None)
+        summary: dict[str, Any] = {"iterations": []}
+        for t in tqdm(range(start, cfg.spin_iterations), desc="SPIN", disable=not cfg.progress):
+            t0 = time.time()
+            theta_t = str(out / f"checkpoint-{t}") if (out / f"checkpoint-{t}").exists() else base
+            model, _ = load_model(cfg, theta_t, state, lora=False)
+            engine = HFEngine(model, pairs.tokenizer, max_batch_size=cfg.generation_batch_size, version=t)
+            # 1-2. the opponent theta_t answers every prompt: the iteration's (data, y') pairs
+            data = opponent_dataset(cfg, run, engine, pairs, train_rows, held, t, theta_t)
+            r_held = data["eval"]["rejected_ids"]
+            if t == 0:  # theta_0 on the held-out set (every process takes its share)
+                run.log(0, held_out_metrics(engine, state, held, pairs.p_held, pairs.y_held, r_held, pairs.gen_len,
+                                            cfg, out / "eval" / "step-0.jsonl"))
+            same = sum(a == b for a, b in zip(data["train"]["chosen_ids"], data["train"]["rejected_ids"]))
+            # 3. theta_{t+1}: DPO with beta = lambda_t against the frozen reference theta_t
+            lam = beta_at(cfg, t)
+            nxt, train_stats = dpo_update(cfg, run, model, pairs, data, t, theta_t, lam)
+            del model, engine
+            # Held-out metrics under theta_{t+1} (y' still the opponent theta_t's answers).
+            model, _ = load_model(cfg, str(nxt), state, lora=False)
+            metrics = held_out_metrics(HFEngine(model, pairs.tokenizer, cfg.generation_batch_size, t + 1), state,
+                                       held, pairs.p_held, pairs.y_held, r_held, pairs.gen_len, cfg,
+                                       out / "eval" / f"step-{t + 1}.jsonl")
+            row = {**metrics, **train_stats, "beta": lam, "gen/identical_to_data": same / len(pairs.p_train),
+                   "gen/mean_len": sum(map(len, data["train"]["rejected_ids"])) / len(pairs.p_train),
+                   "time/iteration_s": time.time() - t0}
+            summary["iterations"].append({"iteration": t + 1, **row})
+            log_iteration(run, t, row)
+            del model
     summary["output_dir"] = str(out)
     return summary
 

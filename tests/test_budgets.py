@@ -73,7 +73,7 @@ def test_search_selfplay_budget_reaches_the_raw_evaluation(monkeypatch):
     monkeypatch.setattr(recipe.game_metrics, "evaluate", fake_evaluate)
     monkeypatch.setattr(recipe, "illegal_mass", lambda evaluator, face: 0.0)
     monkeypatch.setattr(recipe, "HFEngine", lambda model, tok: None)
-    recipe.evaluate(CachedGame(SearchGame(make("nim"))), None, None, None, cfg, 0)
+    recipe.strength_per_budget(CachedGame(SearchGame(make("nim"))), None, None, None, cfg, 0)
     assert seen == {"sampling": 11, "greedy": 11}
     assert parse_config(recipe.SearchSelfPlayConfig, []).max_new_tokens == 8  # the value it had
 

@@ -97,7 +97,7 @@ def _rows(out):
 
 @pytest.mark.parametrize("referee", ["vote", "grounded"])
 def test_label_and_reward_accuracy_on_a_scripted_policy(model_dir, tmp_path, monkeypatch, referee):
-    monkeypatch.setattr(R.Run, "generate", scripted_generate)
+    monkeypatch.setattr(R.RZero, "generate", scripted_generate)
     out = tmp_path / referee
     R.main(_args(model_dir, out, referee=referee))
     it1 = _rows(out)[1]
@@ -155,7 +155,7 @@ def test_one_iteration_end_to_end_and_resume_at_the_phase(model_dir, tmp_path):
 
 
 def test_two_copies_train_separate_models(model_dir, tmp_path, monkeypatch):
-    monkeypatch.setattr(R.Run, "generate", scripted_generate)
+    monkeypatch.setattr(R.RZero, "generate", scripted_generate)
     out = tmp_path / "two"
     R.main(_args(model_dir, out, two_copies="true"))
     c, s, init = saved_weights(out / "final_challenger"), saved_weights(out / "final_model"), saved_weights(model_dir)
@@ -179,7 +179,7 @@ def test_config_errors_are_named():
 def test_study_table_and_trend_note(model_dir, tmp_path, monkeypatch):
     from lmselfplay.eval import referee_study as study
 
-    monkeypatch.setattr(R.Run, "generate", scripted_generate)
+    monkeypatch.setattr(R.RZero, "generate", scripted_generate)
     rows = []
     for ref in ("vote", "rules"):
         R.main(_args(model_dir, tmp_path / ref, referee=ref, iterations=2))
@@ -229,7 +229,7 @@ def hostile_generate(self, role, prompts, sampling):
 def test_hostile_input_is_scored_and_counted(model_dir, tmp_path, monkeypatch, referee):
     import time
 
-    monkeypatch.setattr(R.Run, "generate", hostile_generate)
+    monkeypatch.setattr(R.RZero, "generate", hostile_generate)
     t0 = time.time()
     R.main(_args(model_dir, tmp_path / referee, referee=referee, check_timeout_s=1.0, solver_steps=1,
                  solver_batch=1))
@@ -265,7 +265,7 @@ def program_generate(self, role, prompts, sampling):
 
 @pytest.mark.parametrize("referee", ["vote", pytest.param("executor", marks=pytest.mark.slow)])
 def test_program_questions_go_through_the_executor(model_dir, tmp_path, monkeypatch, referee):
-    monkeypatch.setattr(R.Run, "generate", program_generate)
+    monkeypatch.setattr(R.RZero, "generate", program_generate)
     out = tmp_path / referee
     R.main(_args(model_dir, out, referee=referee, task_form="program", solver_steps=1, solver_batch=1))
     it1 = _rows(out)[1]

@@ -44,9 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import datetime
 import math
-import os
 import random
 import shutil
 from collections.abc import Iterator
@@ -61,10 +59,12 @@ import torch.nn.functional as F
 
 from lmselfplay.lm.batching import logprobs_from_logits, over_positions, pad_batch
 from lmselfplay.lm.engines.staleness import mean_abs_logprob_diff
+from lmselfplay.lm.policy import load_policy
 from lmselfplay.lm.trajectory import Sample, merge_identical
 from lmselfplay.rl.importance import TruncatedImportance
 from lmselfplay.utils.checkpoint import commit_dir, prune_checkpoints, writing
 from lmselfplay.utils.config import Config, ConfigError, non_negative, positive
+from lmselfplay.utils.run import make_accelerator
 
 BETA_SCHEDULES = ("constant", "linear", "cosine")
 KL_ESTIMATORS = ("k3", "exact")
@@ -228,29 +228,13 @@ def is_partitioned(model: Any) -> bool:
     return any(hasattr(p, "ds_id") for p in model.parameters())
 
 
-def make_accelerator(gradient_accumulation_steps: int = 1, log_with: Any = None, project_dir: str | None = None,
-                     timeout_s: float | None = None):
-    """An Accelerator; on CPU with several processes the process group is gloo (NCCL
-    needs GPUs). A single process gets no process group at all. ``timeout_s`` (the recipes'
-    ``collective_timeout_s``) bounds how long a rank waits in a collective for a peer that
-    died: it then fails with an error instead of hanging.
-
-    Under ``accelerate launch`` (torchrun) on a machine without CUDA, accelerate finds no
-    device and sets ``distributed_type`` NO unless ``cpu=True``: the ranks would then
-    train unsynced copies. So several processes without CUDA get ``cpu=True``
-    (``MULTI_CPU``, gloo), except under DeepSpeed, which runs on its CPU accelerator and
-    needs its own process-group init (skipped by accelerate when ``cpu=True``)."""
-    from accelerate import Accelerator
-    from accelerate.utils import InitProcessGroupKwargs
-
-    pg: dict[str, Any] = {"timeout": datetime.timedelta(seconds=timeout_s)} if timeout_s else {}
-    cpu = False
-    if not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        pg["backend"] = "gloo"
-        cpu = os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() != "true"
-    handlers = [InitProcessGroupKwargs(**pg)] if pg else []
-    return Accelerator(gradient_accumulation_steps=gradient_accumulation_steps, kwargs_handlers=handlers,
-                       log_with=log_with, project_dir=project_dir, cpu=cpu)
+def reference_policy(cfg: Any, model: Any, device: str) -> Any:
+    """The reference model a KL run must load itself: under ZeRO-3 init (weights sharded at
+    load) without LoRA the trainer cannot copy the initial policy, so it is loaded a second
+    time; None otherwise (the trainer copies it, or LoRA's disabled adapter is it)."""
+    if not kl_enabled(cfg.beta) or cfg.use_lora or not is_partitioned(model):
+        return None
+    return load_policy(cfg, device=device, use_lora=False)[0]
 
 
 def collate(samples: list[Sample], pad_id: int, device: torch.device,

@@ -84,7 +84,17 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def check_renamed(cls: type, keys: Sequence[str], where: str) -> None:
+    """ConfigError naming the new name of a key the class lists in ``renamed_keys``
+    ({old: new}): an old config says what to change instead of just failing."""
+    renamed = getattr(cls, "renamed_keys", {})
+    old = [k for k in keys if k in renamed]
+    if old:
+        raise ConfigError(f"{where}: {', '.join(f'{k} is now called {renamed[k]}' for k in old)}")
+
+
 def check_keys(cls: type, data: dict[str, Any], where: str) -> None:
+    check_renamed(cls, list(data), where)
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - known)
     if unknown:
@@ -139,6 +149,7 @@ def parse_config(cls: type[T], argv: Sequence[str] | None = None) -> T:
     parser.error = _raise_config_error(cls, parser.prog)  # argparse would print and exit
     (cfg, rest) = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
     if rest:
+        check_renamed(cls, [a[2:].split("=")[0] for a in rest if a.startswith("--")], "command line")
         raise ConfigError(f"unknown command-line argument(s): {' '.join(rest)} "
                           f"(see --help for the keys of {cls.__name__})")
     return cfg

@@ -18,18 +18,29 @@
   on the same folder gets a :class:`RunLocked` naming the live run's pid. The kernel drops the
   lock when the process dies however it dies, so a killed run never blocks ``--resume``.
   Re-entrant within one process (a test calling ``main`` twice on one folder).
+* :class:`Run` — the skeleton every recipe's ``main`` runs in (``with Run(cfg) as run:``):
+  process set-up, the folder claim, the fresh-vs-resume decision, ``config.json``, the
+  metrics log, checkpoint timing, the atomic final model and the teardown (see its doc).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import os
 import shutil
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from lmselfplay.utils.config import ConfigError
+import torch
+
+from lmselfplay.utils.checkpoint import checkpoint_dirs, newest_intact, save_json, save_model
+from lmselfplay.utils.config import ConfigError, non_negative
 from lmselfplay.utils.errors import UserError
+from lmselfplay.utils.metrics_logger import MetricsLogger
 
 LOCK_FILE = ".lmselfplay.lock"
 RUN_MARKS = (LOCK_FILE, "metrics.jsonl")  # a folder holding one of these was made by a run
@@ -38,6 +49,17 @@ _held: dict[Path, int] = {}  # resolved output_dir -> open lock fd (kept for the
 
 @dataclass
 class RunConfig:
+    """The run's own fields, declared here once for every recipe. A recipe names its default
+    folder with the class attribute ``run_name`` (``output_dir`` left empty: ``runs/<run_name>``)."""
+
+    run_name: ClassVar[str] = "run"
+    renamed_keys: ClassVar[dict[str, str]] = {"save_every": "checkpoint_every"}
+    output_dir: str = field(default="", metadata={
+        "help": "run folder: metrics, curves, checkpoints, final model (default: runs/<recipe>)"})
+    resume: bool = field(default=False, metadata={"help": "continue from the latest checkpoint in output_dir"})
+    checkpoint_every: int = field(default=10, metadata={
+        "help": "steps (iterations) between checkpoints (0: none; the iteration recipes also save the last one)"})
+    tensorboard: bool = field(default=True, metadata={"help": "also log the metrics to TensorBoard"})
     resume_fallback: bool = field(default=True, metadata={
         "help": "--resume: when the newest checkpoint is damaged, continue from the newest intact one "
                 "(false: stop with an error)"})
@@ -46,6 +68,12 @@ class RunConfig:
     overwrite_output_dir: bool = field(default=False, metadata={
         "help": "a fresh run into a folder that holds an earlier run: delete that run's files first "
                 "(false: stop with an error; --resume continues the earlier run instead)"})
+
+
+    def validate(self) -> None:
+        if not self.output_dir:
+            self.output_dir = f"runs/{self.run_name}"
+        non_negative(self, "checkpoint_every")
 
 
 class RunLocked(UserError):
@@ -153,3 +181,143 @@ def release_output_dir(output_dir: str | Path) -> None:
     fd = _held.pop(Path(output_dir).resolve(), None)
     if fd is not None:
         os.close(fd)
+
+
+# --- the run skeleton -------------------------------------------------------------------------
+
+def make_accelerator(gradient_accumulation_steps: int = 1, log_with: Any = None, project_dir: str | None = None,
+                     timeout_s: float | None = None):
+    """An Accelerator; on CPU with several processes the process group is gloo (NCCL
+    needs GPUs). A single process gets no process group at all. ``timeout_s`` (the recipes'
+    ``collective_timeout_s``) bounds how long a rank waits in a collective for a peer that
+    died: it then fails with an error instead of hanging.
+
+    Under ``accelerate launch`` (torchrun) on a machine without CUDA, accelerate finds no
+    device and sets ``distributed_type`` NO unless ``cpu=True``: the ranks would then
+    train unsynced copies. So several processes without CUDA get ``cpu=True``
+    (``MULTI_CPU``, gloo), except under DeepSpeed, which runs on its CPU accelerator and
+    needs its own process-group init (skipped by accelerate when ``cpu=True``)."""
+    from accelerate import Accelerator
+    from accelerate.utils import InitProcessGroupKwargs
+
+    pg: dict[str, Any] = {"timeout": datetime.timedelta(seconds=timeout_s)} if timeout_s else {}
+    cpu = False
+    if not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        pg["backend"] = "gloo"
+        cpu = os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() != "true"
+    handlers = [InitProcessGroupKwargs(**pg)] if pg else []
+    return Accelerator(gradient_accumulation_steps=gradient_accumulation_steps, kwargs_handlers=handlers,
+                       log_with=log_with, project_dir=project_dir, cpu=cpu)
+
+
+def process_state(timeout_s: float):
+    """The processes of a run whose trainers make their own Accelerator (TRL's) or that
+    train without one: accelerate's PartialState. ``cpu=True`` is what makes accelerate see
+    a multi-process CPU launch (gloo) as distributed."""
+    from accelerate import PartialState
+
+    cpu = not torch.cuda.is_available() or os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes")
+    return PartialState(cpu=cpu, timeout=datetime.timedelta(seconds=timeout_s))
+
+
+class Run:
+    """One recipe run, from process set-up to teardown: ``with Run(cfg) as run: ...``.
+
+    Rules:
+
+    * Process set-up, one way: ``trains_with="accelerator"`` (the recipes whose
+      ``PolicyTrainer`` shares it) makes ``run.acc`` with :func:`make_accelerator`;
+      ``"state"`` (TRL's trainers, which make their own Accelerator, or plain torch) makes a
+      PartialState with :func:`process_state`. Either has ``is_main_process``,
+      ``process_index``, ``device``, ``print`` and ``wait_for_everyone``.
+    * The folder is claimed (:func:`claim_output_dir`) once the process is set up, so a
+      recipe checks its config before it builds the Run: a bad config never waits on a
+      busy folder.
+    * Fresh or resumed is decided here, once: ``run.checkpoint`` is the newest intact
+      checkpoint (``checkpoints(output_dir)`` lists them, oldest first; default
+      ``checkpoint-<step>``) when ``--resume`` finds one, else None.
+      :meth:`report_start` says which, in the one wording.
+    * :meth:`open_log` writes ``config.json`` and opens ``metrics.jsonl`` on the main
+      process; :meth:`log` writes a row there (other processes: nothing).
+    * :meth:`checkpoint_due` is the one reading of ``checkpoint_every``; every checkpoint
+      is written through :func:`lmselfplay.utils.checkpoint.commit_dir`.
+    * :meth:`save_final_model` gathers the weights on every rank (ZeRO-3 shards) and saves
+      them atomically on the main process.
+    * At exit the resources handed to :meth:`closing` close (last first), the log closes
+      and the process group goes (``end_training``), also on an exception; only a run that
+      ends normally waits for the other ranks first (a failed peer would hang it).
+    """
+
+    def __init__(self, cfg: Any, trains_with: str = "accelerator",
+                 checkpoints: Callable[[Path], list[Path]] = checkpoint_dirs):
+        if trains_with not in ("accelerator", "state"):
+            raise ValueError(f"trains_with must be accelerator or state, got {trains_with!r}")
+        self.cfg = cfg
+        self.acc = make_accelerator(cfg.gradient_accumulation_steps, timeout_s=cfg.collective_timeout_s) \
+            if trains_with == "accelerator" else process_state(cfg.collective_timeout_s)
+        self.out = claim_output_dir(cfg)
+        self.checkpoint = newest_intact(checkpoints(self.out), self.out, cfg.resume_fallback) if cfg.resume else None
+        self.logger: MetricsLogger | None = None
+        self._open: list[Any] = []
+
+    @property
+    def is_main(self) -> bool:
+        return self.acc.is_main_process
+
+    def report_start(self, at: object, unit: str = "step") -> None:
+        """Say where the run starts: resumed from ``run.checkpoint`` at ``unit`` ``at``, or fresh."""
+        if self.checkpoint is not None:
+            self.acc.print(f"resumed from {self.checkpoint} at {unit} {at}", file=sys.stderr)
+        elif self.cfg.resume:
+            self.acc.print(f"--resume: no checkpoint in {self.out}, starting fresh", file=sys.stderr)
+
+    def open_log(self, resume_step: int | None) -> MetricsLogger | None:
+        """``config.json`` and the metrics log, on the main process (None elsewhere).
+        ``resume_step``: the step a resumed run continues from (later rows of the killed
+        run are dropped), None for a fresh run."""
+        if self.is_main:
+            save_json(self.out / "config.json", dataclasses.asdict(self.cfg))
+            self.logger = MetricsLogger(self.out, tensorboard=self.cfg.tensorboard, resume_step=resume_step)
+        return self.logger
+
+    def log(self, step: int, row: dict[str, Any]) -> None:
+        if self.logger is not None:
+            self.logger.log(step, row)
+
+    def checkpoint_due(self, step: int, last: bool = False) -> bool:
+        """Whether a checkpoint is written after ``step`` (every ``checkpoint_every``; with
+        ``last``, also after the final step)."""
+        every = self.cfg.checkpoint_every
+        return bool(every and step % every == 0) or (last and every > 0)
+
+    def save_final_model(self, model: Any, unwrapped: Any, tokenizer: Any, name: str = "final_model") -> Path:
+        """``output_dir/name``: the weights of ``model`` (the trainer's wrapped model:
+        every rank gathers), saved from ``unwrapped`` atomically by the main process."""
+        state = self.acc.get_state_dict(model) if hasattr(self.acc, "get_state_dict") else None
+        if self.is_main:
+            save_model(self.out / name, unwrapped, tokenizer, state)
+        return self.out / name
+
+    def closing(self, resource: Any) -> Any:
+        """Close ``resource`` (anything with ``close()``) when the run ends; returns it."""
+        self._open.append(resource)
+        return resource
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            while self._open:
+                resource = self._open.pop()
+                if hasattr(resource, "close"):
+                    resource.close()
+            if self.logger is not None:
+                self.logger.close()
+            if exc_type is None:
+                self.acc.wait_for_everyone()
+        finally:
+            if hasattr(self.acc, "end_training"):
+                self.acc.end_training()
+            else:
+                self.acc.destroy_process_group()
