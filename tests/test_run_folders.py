@@ -135,7 +135,7 @@ def test_every_recipe_overwrites_through_the_one_claim(recipe, tmp_path, monkeyp
         claim_output_dir(c)
         raise Claimed
 
-    monkeypatch.setattr(module, "claim_output_dir", claim_then_stop)
+    monkeypatch.setattr(run_module, "claim_output_dir", claim_then_stop)  # the Run every recipe starts
     with pytest.raises(Claimed):
         module.main(["--output_dir", str(out), "--overwrite_output_dir", "true"])
     assert sorted(os.listdir(out)) == [LOCK_FILE]
