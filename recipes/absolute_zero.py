@@ -206,7 +206,7 @@ def main(argv=None):
         referee = run.closing(CodeReferee(executor_config(cfg)))  # the sandboxes never outlive the run
         heldout = heldout_tasks(cfg, referee)
         buffers = seed_buffers(cfg, referee, {task_key(t) for ts in heldout.values() for t in ts})
-        start_step = restore(run, trainer, buffers)
+        start_step = run.resume_trainer(trainer, lambda extra: load_buffers(buffers, extra, acc.process_index))
         run.report_start(start_step)
         logger = run.open_log(start_step if run.checkpoint else None)
         t0 = time.time()
@@ -229,14 +229,10 @@ def main(argv=None):
             print_final(final, logger, model_dir)
 
 
-def restore(run, trainer, buffers) -> int:
-    """--resume: the trainer and this rank's buffers from ``run.checkpoint``; the step to go on from."""
-    if run.checkpoint is None:
-        return 0
-    extra = trainer.load_checkpoint(run.checkpoint)
+def load_buffers(buffers, extra, rank: int) -> None:
+    """This rank's task buffers from a checkpoint's ``extra`` (every rank saved its own)."""
     for tt in TASK_TYPES:
-        buffers[tt].load_state_dict(extra["buffers"][run.acc.process_index][tt])
-    return trainer.step_count
+        buffers[tt].load_state_dict(extra["buffers"][rank][tt])
 
 
 def print_final(final, logger, model_dir) -> None:

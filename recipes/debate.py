@@ -159,15 +159,11 @@ def build(cfg, run) -> Debate:
                   RoleBaselines(cfg.baseline_decay), {})
 
 
-def restore(run, d: Debate) -> int:
-    """--resume: the trainer, baselines and accuracy table from ``run.checkpoint``; the step to go on from."""
-    if run.checkpoint is None:
-        return 0
-    extra = d.trainer.load_checkpoint(run.checkpoint)
+def load_state(d: Debate, extra: dict) -> None:
+    """What the checkpoint saved besides the trainer: baselines and the accuracy table."""
     d.baselines.load_state_dict(extra["baselines"])
     d.table.update(extra["table"])
     d.engine.version = d.trainer.step_count
-    return d.trainer.step_count
 
 
 def log_judge_accuracy(cfg, run, d: Debate, step, t0) -> None:
@@ -208,7 +204,7 @@ def main(argv=None):
     cfg = parse_config(DebateConfig, argv)
     with Run(cfg) as run:
         d = build(cfg, run)
-        start_step = restore(run, d)
+        start_step = run.resume_trainer(d.trainer, lambda extra: load_state(d, extra))
         run.report_start(start_step)
         run.open_log(start_step if run.checkpoint else None)
         sampling = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p)

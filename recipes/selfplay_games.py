@@ -447,18 +447,13 @@ def build(cfg, run, games, feedback) -> SelfPlay:
                     make_averages(cfg, games), LLMPlayer(engine, tok, learner=True))
 
 
-def restore(run, sp: SelfPlay) -> int:
-    """--resume: the trainer and the loop's state from ``run.checkpoint``; the step to go on from."""
-    if run.checkpoint is None:
-        return 0
-    extra = sp.trainer.load_checkpoint(run.checkpoint)
+def load_state(sp: SelfPlay, extra: dict) -> None:
+    """What :func:`save_checkpoint` saved besides the trainer: baselines, league, averages, feedback."""
     sp.baselines.load_state_dict(extra["baselines"])
     sp.league.load_state_dict(extra["league"])
-    for name, state in extra.get("averages", {}).items():
-        sp.averages[name].load_state_dict(state)
-    for name, state in extra.get("feedback", {}).items():
-        sp.feedback[name].load_state_dict(state)
-    return sp.trainer.step_count
+    for key, parts in (("averages", sp.averages), ("feedback", sp.feedback)):
+        for name, state in extra.get(key, {}).items():
+            parts[name].load_state_dict(state)
 
 
 def save_checkpoint(run, sp: SelfPlay) -> None:
@@ -544,7 +539,7 @@ def main(argv=None):
     feedback = make_feedback(cfg, games)
     with Run(cfg) as run:  # after the config checks: a bad config never waits on a busy folder
         sp = build(cfg, run, games, feedback)
-        start_step = restore(run, sp)
+        start_step = run.resume_trainer(sp.trainer, lambda extra: load_state(sp, extra))
         run.report_start(start_step)
         run.open_log(start_step if run.checkpoint else None)
         trainer, engine, acc = sp.trainer, sp.engine, run.acc

@@ -88,8 +88,6 @@ from lmselfplay.utils.run import Run, RunConfig
 from lmselfplay.utils.stats import wilson
 
 IDS = ("prompt_ids", "chosen_ids", "rejected_ids")
-PLOT_KEYS = ["eval/accuracy", "eval/margin", "eval/answer_loglik", "eval/answer_loglik_per_token",
-             "train/loss", "train/reward_accuracy"]
 
 
 @dataclass
@@ -455,7 +453,12 @@ def dpo_update(cfg: SpinConfig, run: Run, model: Any, pairs: Pairs, data: Any, t
     return nxt, stats
 
 
+PLOT_KEYS = ["eval/accuracy", "eval/margin", "eval/answer_loglik", "eval/answer_loglik_per_token",
+             "train/loss", "train/reward_accuracy"]
+
+
 def log_iteration(run: Run, t: int, row: dict[str, Any]) -> None:
+    """The iteration's row in the log, the curves and a one-line summary (main process)."""
     run.log(t + 1, row)
     if run.is_main:
         run.logger.plot(PLOT_KEYS, "spin_metrics.png", title="SPIN on held-out prompts")

@@ -271,6 +271,14 @@ class Run:
         elif self.cfg.resume:
             self.acc.print(f"--resume: no checkpoint in {self.out}, starting fresh", file=sys.stderr)
 
+    def resume_trainer(self, trainer: Any, restore: Callable[[dict[str, Any]], None]) -> int:
+        """--resume: ``trainer``'s state from ``run.checkpoint`` (its ``load_checkpoint``) and
+        the recipe's own state through ``restore(extra)``; the trainer step to go on from
+        (0 for a fresh run). Nothing is read when there is no checkpoint."""
+        if self.checkpoint is not None:
+            restore(trainer.load_checkpoint(self.checkpoint))
+        return trainer.step_count
+
     def open_log(self, resume_step: int | None) -> MetricsLogger | None:
         """``config.json`` and the metrics log, on the main process (None elsewhere).
         ``resume_step``: the step a resumed run continues from (later rows of the killed
