@@ -437,7 +437,7 @@ def solver_step(run: RZero, kept: list[dict[str, Any]], it: int, step: int) -> d
             "study/n_rewards": len(rewards), "study/rewards_right": int((rewards == right).sum())}
 
 
-def evaluate(run: RZero, it: int) -> dict[str, float]:
+def heldout_accuracy(run: RZero, it: int) -> dict[str, float]:
     """Step 4: the solver's greedy accuracy on the fixed held-out set."""
     comps = run.generate(run.solver, [t.prompt for t in run.heldout],
                          run.sampling(run.cfg.solver_max_new_tokens, it, 3, greedy=True))
@@ -533,7 +533,7 @@ def loop(run: RZero) -> Path:
                desc=f"r-zero ({cfg.referee})", disable=not acc.is_main_process)
     try:
         if not resumed:
-            log(0, {"iteration": 0, **evaluate(run, 0), "wall_s": 0.0})
+            log(0, {"iteration": 0, **heldout_accuracy(run, 0), "wall_s": 0.0})
         for it in range(start_it, cfg.iterations + 1):
             first = start_phase if it == start_it else 0
             # 1: challenger phase
@@ -559,7 +559,7 @@ def loop(run: RZero) -> Path:
                 study.update({k: row.get(k, 0) for k in ("study/n_rewards", "study/rewards_right")})
                 log(run.global_step, {"iteration": it, **row})
             # 4: measures of the iteration, held-out accuracy, checkpoint
-            log(run.global_step, {"iteration": it, **evaluate(run, it), "study/reward_accuracy_iteration":
+            log(run.global_step, {"iteration": it, **heldout_accuracy(run, it), "study/reward_accuracy_iteration":
                                   study["study/rewards_right"] / study["study/n_rewards"]
                                   if study["study/n_rewards"] else float("nan"), "wall_s": time.time() - t0})
             save_phase(run, it, 2)

@@ -9,7 +9,7 @@ Rules:
   is never trusted blindly: one without digests (the legacy ``ok``), or malformed in any way
   (not JSON, wrong types, a path outside the checkpoint), makes the checkpoint damaged, like
   a corrupt file does.
-* ``latest_checkpoint`` (what every recipe's ``--resume`` uses) verifies the newest
+* ``newest_intact`` (what every recipe's ``--resume`` uses, through ``lmselfplay.utils.run.Run``) verifies the newest
   complete ``checkpoint-<step>``; when a file is missing, truncated or changed it says which
   and falls back to the newest intact one, or stops with a :class:`UserError` when none
   is intact or when ``fallback`` is off (the recipes' ``resume_fallback: false``).
@@ -254,15 +254,6 @@ def newest_intact(dirs: list[Path], output_dir: str | Path, fallback: bool = Tru
         raise CheckpointDamaged(f"no intact checkpoint in {output_dir}: all {len(damaged)} are damaged "
                                 f"(start without --resume or in a new output_dir)")
     return None
-
-
-def resume_checkpoint(cfg: Any) -> Path | None:
-    """What ``--resume`` continues from, for any recipe config with ``output_dir`` and
-    ``resume`` (and :class:`lmselfplay.utils.run.RunConfig`'s ``resume_fallback``): None when not resuming
-    or no checkpoint exists yet."""
-    if not cfg.resume:
-        return None
-    return latest_checkpoint(cfg.output_dir, fallback=getattr(cfg, "resume_fallback", True))
 
 
 def prune_checkpoints(output_dir: str | Path, keep: int) -> None:

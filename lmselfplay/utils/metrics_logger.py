@@ -7,13 +7,11 @@ Appending is resume-safe: a resumed run drops lines past its restored step.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from pathlib import Path
 from typing import Any
 
-from lmselfplay.utils.checkpoint import save_json
 from lmselfplay.utils.curves import plot_curves
 
 
@@ -56,17 +54,6 @@ class MetricsLogger:
     def close(self) -> None:
         if self.tb is not None:
             self.tb.close()
-
-
-def open_run_log(output_dir: str | Path, config: Any, resume_step: int | None,
-                 is_main_process: bool) -> MetricsLogger | None:
-    """A recipe run's metrics log and its ``config.json``, on the main process only (None
-    elsewhere). ``resume_step``: the step a resumed run continues from (later rows of the
-    killed run are dropped), None for a fresh run."""
-    if not is_main_process:
-        return None
-    save_json(Path(output_dir) / "config.json", dataclasses.asdict(config))
-    return MetricsLogger(output_dir, resume_step=resume_step)
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:

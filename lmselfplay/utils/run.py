@@ -1,7 +1,7 @@
 """What every recipe run shares: its run-level flags and one run per output folder.
 
 * :class:`RunConfig` — a mixin for a recipe's config dataclass: ``resume_fallback`` (read by
-  :func:`lmselfplay.utils.checkpoint.resume_checkpoint`), ``collective_timeout_s`` (how
+  :class:`Run`'s fresh-vs-resume decision), ``collective_timeout_s`` (how
   long a rank waits in a collective for a dead peer before it fails) and
   ``overwrite_output_dir``.
 * :func:`claim_output_dir` — the one call at the start of every recipe's ``main``. Its rules:
