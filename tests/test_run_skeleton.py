@@ -119,3 +119,18 @@ def test_every_recipe_runs_in_the_skeleton(recipe):
         if isinstance(node, ast.ClassDef) and node.name.endswith("Config"):
             declared = {t.target.id for t in node.body if isinstance(t, ast.AnnAssign)}
             assert not declared & run_fields, f"{recipe}.{node.name} redeclares {declared & run_fields}"
+
+
+def test_a_refused_folder_leaves_no_process_group(tmp_path, monkeypatch):
+    from accelerate import PartialState
+
+    from lmselfplay.utils.run import RunFolderTaken
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "metrics.jsonl").write_text("{}\n")
+    ended = []
+    monkeypatch.setattr(PartialState, "destroy_process_group", lambda self, group=None: ended.append(group))
+    with pytest.raises(RunFolderTaken):
+        Run(TinyConfig(output_dir=str(out)), trains_with="state")
+    assert ended == [None]

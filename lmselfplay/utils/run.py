@@ -255,10 +255,15 @@ class Run:
         self.cfg = cfg
         self.acc = make_accelerator(cfg.gradient_accumulation_steps, timeout_s=cfg.collective_timeout_s) \
             if trains_with == "accelerator" else process_state(cfg.collective_timeout_s)
-        self.out = claim_output_dir(cfg)
-        self.checkpoint = newest_intact(checkpoints(self.out), self.out, cfg.resume_fallback) if cfg.resume else None
         self.logger: MetricsLogger | None = None
         self._open: list[Any] = []
+        try:
+            self.out = claim_output_dir(cfg)
+            self.checkpoint = newest_intact(checkpoints(self.out), self.out, cfg.resume_fallback) \
+                if cfg.resume else None
+        except BaseException:  # a refused folder or no intact checkpoint: no process group left behind
+            self._end_processes()
+            raise
 
     @property
     def is_main(self) -> bool:
@@ -325,7 +330,10 @@ class Run:
             if exc_type is None:
                 self.acc.wait_for_everyone()
         finally:
-            if hasattr(self.acc, "end_training"):
-                self.acc.end_training()
-            else:
-                self.acc.destroy_process_group()
+            self._end_processes()
+
+    def _end_processes(self) -> None:
+        if hasattr(self.acc, "end_training"):
+            self.acc.end_training()
+        else:
+            self.acc.destroy_process_group()
