@@ -53,10 +53,11 @@ from lmselfplay.lm.engines import HFEngine, SamplingParams
 from lmselfplay.lm.policy import PolicyConfig, load_policy
 from lmselfplay.lm.prompt import encode_prompt
 from lmselfplay.lm.trajectory import Sample
-from lmselfplay.models import corpus
 from lmselfplay.rl.advantages import group_advantages
 from lmselfplay.rl.rewards import proposer_rewards
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, make_accelerator
+from lmselfplay.tasks.arithmetic import QUESTION_WRITE_PROMPT, arithmetic_problem, arithmetic_prompt
+from lmselfplay.tasks.programs import program_output_prompt, program_write_prompt, python_program
 from lmselfplay.utils.checkpoint import (
     MARKER,
     atomic_dir,
@@ -270,11 +271,11 @@ def heldout_tasks(cfg: RZeroConfig) -> list[Task]:
     out = []
     for i in range(cfg.heldout_size):
         if cfg.task_form == "arithmetic":
-            p = corpus.arithmetic_problem(rng)
-            out.append(Task(f"heldout-{i}", "arithmetic", corpus.arithmetic_prompt(p), p["prompt"], answer=p["final"]))
+            p = arithmetic_problem(rng)
+            out.append(Task(f"heldout-{i}", "arithmetic", arithmetic_prompt(p), p["prompt"], answer=p["final"]))
         else:
-            t = corpus.python_program(rng)
-            out.append(Task(f"heldout-{i}", "program", corpus.program_output_prompt(t), t["code"], answer=t["output"]))
+            t = python_program(rng)
+            out.append(Task(f"heldout-{i}", "program", program_output_prompt(t), t["code"], answer=t["output"]))
     return out
 
 
@@ -285,19 +286,19 @@ def challenger_prompts(cfg: RZeroConfig, rng: random.Random, n: int) -> list[tup
     out = []
     for _ in range(n // cfg.challenger_group_size):
         if cfg.task_form == "arithmetic":
-            item = (cfg.challenger_prompt or corpus.QUESTION_WRITE_PROMPT, "")
+            item = (cfg.challenger_prompt or QUESTION_WRITE_PROMPT, "")
         else:
-            seed = corpus.python_program(rng)
-            item = (corpus.program_write_prompt(seed), seed["input"])
+            seed = python_program(rng)
+            item = (program_write_prompt(seed), seed["input"])
         out += [item] * cfg.challenger_group_size
     return out
 
 
 def to_task(cfg: RZeroConfig, task_id: str, text: str, context: str) -> tuple[Task | None, str | None]:
     if cfg.task_form == "arithmetic":
-        return arithmetic_task(task_id, text, lambda q: corpus.arithmetic_prompt({"prompt": q}))
+        return arithmetic_task(task_id, text, lambda q: arithmetic_prompt({"prompt": q}))
     return program_task(task_id, text, context,
-                        lambda code, arg: corpus.program_output_prompt({"code": code, "input": arg}))
+                        lambda code, arg: program_output_prompt({"code": code, "input": arg}))
 
 
 def write_and_answer(run: Run, n: int, key: tuple) -> dict[str, Any]:

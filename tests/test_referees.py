@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from lmselfplay.models.corpus import arithmetic_problem, python_program
+from lmselfplay.tasks.arithmetic import arithmetic_problem
+from lmselfplay.tasks.programs import python_program
 from lmselfplay.verifiers.checkable import (
     Task,
     arithmetic_task,

@@ -4,7 +4,7 @@ can compute, or the reason it cannot (counted, never raised).
 Two forms (chosen by the recipe's config):
 
 * ``arithmetic``: a word problem in one of the shapes the project's generator writes
-  (:func:`lmselfplay.models.corpus.arithmetic_problem`), read back into an arithmetic
+  (:func:`lmselfplay.tasks.arithmetic.arithmetic_problem`), read back into an arithmetic
   expression (:func:`word_problem_expression`) that :func:`safe_eval` computes; or a bare
   expression such as ``3 + 4 * 2``.
 * ``program``: "what does this program print": a function ``f`` the challenger wrote and an

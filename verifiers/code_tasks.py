@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from lmselfplay.games.text import visible_answer_text
-from lmselfplay.models.corpus import program_output_prompt, program_write_prompt, python_program
+from lmselfplay.tasks.programs import program_output_prompt, program_write_prompt, python_program
 from lmselfplay.verifiers.executor import (
     STATUSES,
     ExecResult,
@@ -95,7 +95,7 @@ def propose_prompt(task_type: str, references: Sequence[CodeTask], n_inputs: int
     """Step 1's prompt. ``paper``: header, K reference tasks of the type (program + inputs),
     the answer format; the proposer writes program and inputs. ``io``: the first reference's
     first input/output pair in the embedded model's pre-training format
-    (:func:`~lmselfplay.models.corpus.program_write_prompt`); the proposer writes only the
+    (:func:`~lmselfplay.tasks.programs.program_write_prompt`); the proposer writes only the
     program and the task takes the reference's inputs (:func:`parse_proposal` ``given_inputs``)."""
     if style == "io":
         if not references:
@@ -112,7 +112,7 @@ def propose_prompt(task_type: str, references: Sequence[CodeTask], n_inputs: int
 
 def solve_prompt(task: CodeTask, answer_tags: bool = False) -> str:
     """Step 3's prompt. Deduction is the embedded model's pre-training format
-    (:func:`~lmselfplay.models.corpus.program_output_prompt`), so it starts in-distribution.
+    (:func:`~lmselfplay.tasks.programs.program_output_prompt`), so it starts in-distribution.
     ``answer_tags`` (real models, which explain before answering) asks for the answer
     inside ``<answer></answer>``, where :func:`parse_answer` looks first."""
     if task.task_type == "deduction":
@@ -431,7 +431,7 @@ IDENTITY = "def f(x):\n    return x\n"
 
 def seed_tasks(task_type: str, rng: random.Random, n_generated: int, n_inputs: int = 1) -> list[CodeTask]:
     """Unvalidated seeds: the identity (as in the paper) and ``n_generated`` of the project's
-    generated programs (:func:`~lmselfplay.models.corpus.python_program`). Induction seeds
+    generated programs (:func:`~lmselfplay.tasks.programs.python_program`). Induction seeds
     get ``n_inputs`` inputs each (the program's own plus inputs of other programs of the
     same kind: an int program gets ints)."""
     out = [CodeTask(task_type, IDENTITY, inputs_like(rng, "1", n_inputs), source="seed")]

@@ -4,7 +4,7 @@ Every task is a :class:`DebateTask`: a question, a context (the story, the progr
 worked solution), the correct answer and one incorrect answer. Correctness is exact, so
 a judge's accuracy is exact. The families:
 
-* ``arithmetic`` — the project's word problems (:func:`lmselfplay.models.corpus.arithmetic_problem`);
+* ``arithmetic`` — the project's word problems (:func:`lmselfplay.tasks.arithmetic.arithmetic_problem`);
   context: the worked solution; wrong answer: a near value (the true one +- 1..10, >= 0).
 * ``programs`` — "what does f(x) return?" for the project's tiny programs; context: the
   program. Both answers come from running code in the executor sandbox (never in this
@@ -31,7 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from lmselfplay.models.corpus import arithmetic_problem, python_program
+from lmselfplay.tasks.arithmetic import arithmetic_problem
+from lmselfplay.tasks.programs import python_program
 
 DATASET_COLUMNS = ("question", "context", "correct", "incorrect")
 NEAR_OFFSETS = (1, 2, 3, 4, 5, 10)

@@ -172,6 +172,8 @@ def corpus_texts(n: int, seed: int = 0) -> list[str]:
     for training the BPE: the merges then fit what the tests and recipes feed the model."""
     from lmselfplay.games import make
     from lmselfplay.models import corpus as st
+    from lmselfplay.tasks.arithmetic import arithmetic_problem, arithmetic_prompt
+    from lmselfplay.tasks.programs import program_output_prompt, python_program
 
     rng = random.Random(seed)
     games = [make(g) for g in ("nim", "tictactoe", "kuhn_poker")]
@@ -179,11 +181,11 @@ def corpus_texts(n: int, seed: int = 0) -> list[str]:
     for i in range(n):
         kind = i % 4
         if kind == 0:
-            p = st.arithmetic_problem(rng)
-            out.append(f"{st.arithmetic_prompt(p)}\n{p['answer']}")
+            p = arithmetic_problem(rng)
+            out.append(f"{arithmetic_prompt(p)}\n{p['answer']}")
         elif kind == 1:
-            t = st.python_program(rng)
-            out.append(f"{st.program_output_prompt(t)}\n{t['output']}\n{t['code']}")
+            t = python_program(rng)
+            out.append(f"{program_output_prompt(t)}\n{t['output']}\n{t['code']}")
         elif kind == 2:
             for prompt, answer in st.game_turns(rng.choice(games), rng, 2):
                 out.append(f"{prompt}\n<think>\nI pick a legal move.\n</think>\n\n{answer}")
