@@ -36,7 +36,7 @@ def main():
     from lmselfplay.games import make
     from lmselfplay.games.exploitability import exploitability
     from lmselfplay.lm.engines import HFEngine
-    from lmselfplay.lm.policy import PolicyConfig, load_policy
+    from lmselfplay.models.policy import PolicyConfig, load_policy
     from lmselfplay.rl.average_policy import distill_samples
     from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
 

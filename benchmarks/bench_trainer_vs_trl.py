@@ -62,9 +62,9 @@ from tqdm import tqdm
 from lmselfplay.games import Invalid, make
 from lmselfplay.games.base import random_playout
 from lmselfplay.lm.engines import HFEngine, SamplingParams
-from lmselfplay.lm.policy import load_policy
 from lmselfplay.lm.prompt import encode_prompt, format_prompt
 from lmselfplay.lm.trajectory import Sample
+from lmselfplay.models.policy import load_policy
 from lmselfplay.rl.advantages import group_advantages
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
 from lmselfplay.tasks.arithmetic import arithmetic_problem, arithmetic_prompt

@@ -223,8 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_new_tokens < 1 or args.readout_samples < 1 or args.n_games < 0:
         ap.error("--max-new-tokens and --readout-samples must be >= 1, --n-games >= 0")
     from lmselfplay.lm.engines.hf import HFEngine
-    from lmselfplay.lm.policy import load_policy
     from lmselfplay.lm.prompt import thinks
+    from lmselfplay.models.policy import load_policy
 
     thinking = None if args.enable_thinking is None else args.enable_thinking == "true"
     model, tok = load_policy(model_name_or_path=args.model, enable_thinking=thinking)

@@ -78,9 +78,9 @@ from lmselfplay.games.base import OPTIMAL_MOVES, random_legal_reset
 from lmselfplay.games.text import MOVE_STOP
 from lmselfplay.lm import readout as policy_readout
 from lmselfplay.lm.engines import HFEngine, SamplingParams
-from lmselfplay.lm.policy import PolicyConfig, frozen_policy, load_policy, policy_weights
 from lmselfplay.lm.prompt import thinks
 from lmselfplay.lm.search_eval import LLMEvaluator, QHead, ValueHead, hidden_size
+from lmselfplay.models.policy import PolicyConfig, frozen_policy, load_policy, policy_weights
 from lmselfplay.rl.league import League, LeagueConfig
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
 from lmselfplay.utils.checkpoint import resume_checkpoint

@@ -57,9 +57,9 @@ from lmselfplay.lm.engines import (
     StalenessDetector,
     make_engine,
 )
-from lmselfplay.lm.policy import PolicyConfig, frozen_policy, load_policy, policy_weights
 from lmselfplay.lm.prompt import thinks
 from lmselfplay.lm.rollout import Episode, LLMPlayer, RolloutStats, play_episodes
+from lmselfplay.models.policy import PolicyConfig, frozen_policy, load_policy, policy_weights
 from lmselfplay.rl.advantages import RoleBaselines, observation_key
 from lmselfplay.rl.average_policy import AverageConfig, AveragePolicy, averageable, distill_samples
 from lmselfplay.rl.exact_feedback import ExactFeedback, FeedbackConfig, exact_feedback_games

@@ -68,14 +68,14 @@ from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer
 
 from lmselfplay.lm.engines.base import SamplingParams
 from lmselfplay.lm.engines.hf import HFEngine
-from lmselfplay.lm.policy import (
+from lmselfplay.lm.prompt import encode_completion, encode_prompt, format_prompt
+from lmselfplay.models.policy import (
     PolicyConfig,
     load_policy,
     load_tokenizer,
     prompt_style_of,
     resolve_model_path,
 )
-from lmselfplay.lm.prompt import encode_completion, encode_prompt, format_prompt
 from lmselfplay.spin.data import answers_match, load_supervised
 from lmselfplay.utils.checkpoint import atomic_dir, atomic_write_text, resume_checkpoint, save_json
 from lmselfplay.utils.config import (

@@ -257,7 +257,7 @@ def _perfect_solver(buffers):
 
 
 def _step_setup(recipe, model_dir, tmp_path, **kw):
-    from lmselfplay.lm.policy import load_policy
+    from lmselfplay.models.policy import load_policy
     from lmselfplay.rl.trainer import PolicyTrainer
 
     args = ["--model_name_or_path", str(model_dir), "--output_dir", str(tmp_path / "run"),

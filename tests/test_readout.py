@@ -20,8 +20,8 @@ from lmselfplay.eval.game_metrics import (
 from lmselfplay.games import make
 from lmselfplay.games.exploitability import exploitability
 from lmselfplay.games.solve import optimal_actions
-from lmselfplay.lm.policy import load_tokenizer
 from lmselfplay.lm.prompt import encode_prompt
+from lmselfplay.models.policy import load_tokenizer
 from lmselfplay.utils.config import ConfigError, parse_config
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.recipe_loader import load_recipe
