@@ -143,7 +143,7 @@ def headline_metrics(game: Any) -> list[str]:
     return exact + wins
 
 
-def evaluate(engine: Any, tokenizer: Any, game: Any, positions: list[Any] | None = None,
+def policy_metrics(engine: Any, tokenizer: Any, game: Any, positions: list[Any] | None = None,
              n_games: int = 200, sampling: SamplingParams | None = None, seed: int = 0,
              max_new_tokens: int = MOVE_BUDGET, readout: str = "bare", readout_samples: int = 32
              ) -> dict[str, Any]:
@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.games:
         sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                                   seed=args.seed, stop=MOVE_STOP)
-        r = evaluate(engine, tok, make(name), n_games=args.n_games, sampling=sampling, seed=args.seed,
+        r = policy_metrics(engine, tok, make(name), n_games=args.n_games, sampling=sampling, seed=args.seed,
                      max_new_tokens=args.max_new_tokens, readout=readout, readout_samples=args.readout_samples)
         print(format_table(name, r), flush=True)
         results.append({"game": name, **r})

@@ -71,7 +71,7 @@ from lmselfplay.utils.config import ConfigError, non_negative, parse_config, pos
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.metrics_logger import MetricsLogger
 from lmselfplay.utils.run import RunConfig, claim_output_dir
-from lmselfplay.verifiers.checkable import Task, arithmetic_task, program_task
+from lmselfplay.verifiers.checkable import Question, arithmetic_task, program_task
 from lmselfplay.verifiers.referees import AnswerMatcher, ExecutorReferee, RulesReferee, make_referee
 
 PHASES = ("challenger", "filter", "solver")
@@ -265,17 +265,17 @@ class Run:
                 r.close()
 
 
-def heldout_tasks(cfg: RZeroConfig) -> list[Task]:
+def heldout_tasks(cfg: RZeroConfig) -> list[Question]:
     """The fixed held-out set: generated ground-truth questions (seeded apart from training)."""
     rng = random.Random(f"heldout/{cfg.seed}")
     out = []
     for i in range(cfg.heldout_size):
         if cfg.task_form == "arithmetic":
             p = arithmetic_problem(rng)
-            out.append(Task(f"heldout-{i}", "arithmetic", arithmetic_prompt(p), p["prompt"], answer=p["final"]))
+            out.append(Question(f"heldout-{i}", "arithmetic", arithmetic_prompt(p), p["prompt"], answer=p["final"]))
         else:
             t = python_program(rng)
-            out.append(Task(f"heldout-{i}", "program", program_output_prompt(t), t["code"], answer=t["output"]))
+            out.append(Question(f"heldout-{i}", "program", program_output_prompt(t), t["code"], answer=t["output"]))
     return out
 
 
@@ -294,7 +294,7 @@ def challenger_prompts(cfg: RZeroConfig, rng: random.Random, n: int) -> list[tup
     return out
 
 
-def to_task(cfg: RZeroConfig, task_id: str, text: str, context: str) -> tuple[Task | None, str | None]:
+def to_task(cfg: RZeroConfig, task_id: str, text: str, context: str) -> tuple[Question | None, str | None]:
     if cfg.task_form == "arithmetic":
         return arithmetic_task(task_id, text, lambda q: arithmetic_prompt({"prompt": q}))
     return program_task(task_id, text, context,
@@ -334,7 +334,7 @@ def write_and_answer(run: Run, n: int, key: tuple) -> dict[str, Any]:
             **per_question(cfg.num_answers, tasks, texts, verdicts, truths)}
 
 
-def per_question(m: int, tasks: list[Task | None], texts: list[str], verdicts, truths) -> dict[str, list]:
+def per_question(m: int, tasks: list[Question | None], texts: list[str], verdicts, truths) -> dict[str, list]:
     """Columns per question from the flat (m per well-formed question) answers: the
     referee's 0/1 rewards, votes (their sum), label; the truth and the true solve rate."""
     cols: dict[str, list] = {c: [] for c in ("texts", "finals", "rewards", "votes", "label", "truth", "solve_rate")}

@@ -323,7 +323,7 @@ def evaluate(cfg, games, positions, engine, tok, step):
     for game in games:
         game_sampling = sampling if has_enumerable_actions(game) else \
             SamplingParams(**{**vars(sampling), "max_new_tokens": cfg.text_max_new_tokens})
-        result = game_metrics.evaluate(engine, tok, game, positions.get(game.name), cfg.eval_games, game_sampling,
+        result = game_metrics.policy_metrics(engine, tok, game, positions.get(game.name), cfg.eval_games, game_sampling,
                                        seed=step, max_new_tokens=cfg.max_new_tokens, readout=readout(cfg, tok),
                                        readout_samples=cfg.readout_samples)
         out.update({f"{game.name}/{k}": v for k, v in result.items()})
@@ -418,7 +418,7 @@ def distill_averages(trainer, averages, tok, steps, logger=None):
     return metrics
 
 
-def snapshot_engines(trainer, tok):
+def snapshot_engine_factory(trainer, tok):
     """The league's engine factory: a frozen HF engine serving a snapshot's weights."""
     return lambda weights, version: HFEngine(frozen_policy(trainer.unwrapped, weights), tok, version=version)
 
@@ -445,7 +445,7 @@ def main(argv=None):
     trainer = PolicyTrainer(model, tok, cfg, accelerator=acc, ref_model=ref)
     engine = make_engine(cfg, trainer.unwrapped, tok)  # cfg.engine: hf | vllm | vllm-server
     detector = StalenessDetector.from_config(cfg)
-    baselines, league = RoleBaselines(cfg.baseline_decay), League(cfg, snapshot_engines(trainer, tok))
+    baselines, league = RoleBaselines(cfg.baseline_decay), League(cfg, snapshot_engine_factory(trainer, tok))
     averages = make_averages(cfg, games)
     start_step = 0
     ckpt = resume_checkpoint(cfg)

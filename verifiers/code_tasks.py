@@ -50,7 +50,7 @@ from lmselfplay.verifiers.executor import (
     ExecResult,
     Executor,
     ExecutorConfig,
-    Task,
+    Program,
     parse_literal_args,
     values_equal,
 )
@@ -488,7 +488,7 @@ class CodeReferee:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _run(self, tasks: list[Task], both: bool) -> list[list[ExecResult]]:
+    def _run(self, tasks: list[Program], both: bool) -> list[list[ExecResult]]:
         """``tasks`` on executor 0 (and 1 when ``both``), one ``run_batch`` each, timed."""
         t0 = time.perf_counter()
         out: list[list[ExecResult]] = [[], []]
@@ -514,7 +514,7 @@ class CodeReferee:
                 results[i] = Validation(False, "format", p.error)
                 continue
             for j, text in enumerate(p.inputs):
-                tasks.append(Task(p.program, entry=ENTRY, args=check_input(text)[0]))
+                tasks.append(Program(p.program, entry=ENTRY, args=check_input(text)[0]))
                 where.append((i, j))
         first, second = self._run(tasks, both=True) if tasks else ([], [])
         runs: dict[int, list[tuple[ExecResult, ExecResult]]] = {}
@@ -538,11 +538,11 @@ class CodeReferee:
             elif task.task_type == "deduction":
                 out[i] = (float(values_equal(value, task.outputs[0])), "ok")
             elif task.task_type == "abduction":
-                tasks.append(Task(task.program, entry=ENTRY, args=value))
+                tasks.append(Program(task.program, entry=ENTRY, args=value))
                 where.append((i, task.outputs[0]))
             else:
                 for inp, want in task.held_out_pairs():
-                    tasks.append(Task(value, entry=ENTRY, args=check_input(inp)[0]))
+                    tasks.append(Program(value, entry=ENTRY, args=check_input(inp)[0]))
                     where.append((i, want))
         results = self._run(tasks, both=False)[0] if tasks else []
         verdict: dict[int, list[tuple[bool, str]]] = {}

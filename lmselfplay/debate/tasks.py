@@ -118,7 +118,7 @@ def program_tasks(n: int, seed: int, executor=None) -> list[DebateTask]:
 
     Programs whose true run fails (never expected for the project's grammar) are skipped
     and replaced by new ones, at most ``4 n`` draws in all."""
-    from lmselfplay.verifiers.executor import Executor, ExecutorConfig, Task, parse_literal_args
+    from lmselfplay.verifiers.executor import Executor, ExecutorConfig, Program, parse_literal_args
 
     rng = random.Random(f"programs/{seed}")
     own = executor is None
@@ -133,7 +133,7 @@ def program_tasks(n: int, seed: int, executor=None) -> list[DebateTask]:
             jobs = []
             for p, m in zip(batch, mutants):
                 args = parse_literal_args(p["input"])
-                jobs += [Task(p["code"], entry="f", args=args), Task(m or p["code"], entry="f", args=args)]
+                jobs += [Program(p["code"], entry="f", args=args), Program(m or p["code"], entry="f", args=args)]
             res = ex.run_batch(jobs, progress=False)
             for k, p in enumerate(batch):
                 true, mut = res[2 * k], res[2 * k + 1]
