@@ -33,6 +33,7 @@ from pathlib import Path
 
 from lmselfplay.tasks.arithmetic import arithmetic_problem
 from lmselfplay.tasks.programs import python_program
+from lmselfplay.verifiers.executor import Executor, ExecutorConfig, Program, parse_literal_args
 
 DATASET_COLUMNS = ("question", "context", "correct", "incorrect")
 NEAR_OFFSETS = (1, 2, 3, 4, 5, 10)
@@ -117,9 +118,8 @@ def program_tasks(n: int, seed: int, executor=None) -> list[DebateTask]:
     """``n`` program-output questions; every output is computed by the executor sandbox.
 
     Programs whose true run fails (never expected for the project's grammar) are skipped
-    and replaced by new ones, at most ``4 n`` draws in all."""
-    from lmselfplay.verifiers.executor import Executor, ExecutorConfig, Program, parse_literal_args
-
+    and replaced by new ones, at most ``4 n`` draws in all. ``executor``: the caller's sandbox
+    (left open); default: a sandbox of its own, closed on return."""
     rng = random.Random(f"programs/{seed}")
     own = executor is None
     ex = executor or Executor(ExecutorConfig(timeout_s=2.0, cpu_s=2.0))
