@@ -182,7 +182,7 @@ def snapshot(trainer: PolicyTrainer, head: ValueHead | QHead) -> dict[str, torch
     return out
 
 
-def snapshot_engine_factory(template: Any, tok: Any, game: Any, cfg: SearchSelfPlayConfig):
+def snapshot_engines(template: Any, tok: Any, game: Any, cfg: SearchSelfPlayConfig):
     """``make_engine(weights, version)`` for the league: a frozen LLM evaluator."""
 
     def make_engine(weights: dict[str, torch.Tensor], version: int) -> LLMEvaluator:
@@ -320,7 +320,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     evaluator = LLMEvaluator(trainer.unwrapped, tok, game, head, cfg.eval_batch)
     if evaluator.tokens is None:
         raise ConfigError(f"{cfg.game}: distillation needs every move answer to be one token after <move>")
-    league = League(cfg, snapshot_engine_factory(trainer.unwrapped, tok, game, cfg))
+    league = League(cfg, snapshot_engines(trainer.unwrapped, tok, game, cfg))
     alpha = cfg.dirichlet_alpha or alpha_for(face, game, seed=cfg.seed)
     rng, np_rng = random.Random(cfg.seed), np.random.default_rng(cfg.seed)
     replay: list[list[Record]] = []

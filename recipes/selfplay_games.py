@@ -418,7 +418,7 @@ def distill_averages(trainer, averages, tok, steps, logger=None):
     return metrics
 
 
-def snapshot_engine_factory(trainer, tok):
+def snapshot_engines(trainer, tok):
     """The league's engine factory: a frozen HF engine serving a snapshot's weights."""
     return lambda weights, version: HFEngine(frozen_policy(trainer.unwrapped, weights), tok, version=version)
 
@@ -445,7 +445,7 @@ def main(argv=None):
     trainer = PolicyTrainer(model, tok, cfg, accelerator=acc, ref_model=ref)
     engine = make_engine(cfg, trainer.unwrapped, tok)  # cfg.engine: hf | vllm | vllm-server
     detector = StalenessDetector.from_config(cfg)
-    baselines, league = RoleBaselines(cfg.baseline_decay), League(cfg, snapshot_engine_factory(trainer, tok))
+    baselines, league = RoleBaselines(cfg.baseline_decay), League(cfg, snapshot_engines(trainer, tok))
     averages = make_averages(cfg, games)
     start_step = 0
     ckpt = resume_checkpoint(cfg)
