@@ -59,8 +59,8 @@ import torch.nn.functional as F
 
 from lmselfplay.lm.batching import logprobs_from_logits, over_positions, pad_batch
 from lmselfplay.lm.engines.staleness import mean_abs_logprob_diff
-from lmselfplay.lm.policy import load_policy
 from lmselfplay.lm.trajectory import Sample, merge_identical
+from lmselfplay.models.policy import load_policy
 from lmselfplay.rl.importance import TruncatedImportance
 from lmselfplay.utils.checkpoint import commit_dir, prune_checkpoints, writing
 from lmselfplay.utils.config import Config, ConfigError, non_negative, positive
