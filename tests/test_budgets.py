@@ -70,7 +70,7 @@ def test_search_selfplay_budget_reaches_the_raw_evaluation(monkeypatch):
         seen.update(sampling=sampling.max_new_tokens, greedy=max_new_tokens)
         return {}
 
-    monkeypatch.setattr(recipe.game_metrics, "evaluate", fake_evaluate)
+    monkeypatch.setattr(recipe.game_metrics, "policy_metrics", fake_evaluate)
     monkeypatch.setattr(recipe, "illegal_mass", lambda evaluator, face: 0.0)
     monkeypatch.setattr(recipe, "HFEngine", lambda model, tok: None)
     recipe.strength_per_budget(CachedGame(SearchGame(make("nim"))), None, None, None, cfg, 0)
