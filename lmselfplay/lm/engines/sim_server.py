@@ -27,6 +27,11 @@ from typing import Any
 VOCAB = 997
 
 
+class _Listener(ThreadingHTTPServer):
+    # uvicorn's backlog: the default 5 drops the SYNs of a burst of requests (a 1 s retransmit)
+    request_queue_size = 2048
+
+
 class SimServer:
     """One simulated server (a thread; :meth:`close` or the context manager stops it)."""
 
@@ -37,17 +42,18 @@ class SimServer:
         self.calls: list[tuple] = []
         self.faults: dict[str, Any] = {}
         self.weights, self.pending_weights, self.push_digest = "checkpoint", None, hashlib.blake2b(digest_size=8)
-        self.updating = self.paused = False
+        self.updating = self.paused = self.closed = False
         self.completions = self.refused = 0
         self.slots = threading.BoundedSemaphore(max_batch)
         self.lock = threading.Lock()
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
+        self.httpd = _Listener(("127.0.0.1", port), _handler(self))
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
 
     def close(self) -> None:
+        self.closed = True
         self.httpd.shutdown()
         self.httpd.server_close()
 
@@ -65,7 +71,13 @@ class SimServer:
 
 def _handler(sim: SimServer):
     class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.0"
+        protocol_version = "HTTP/1.1"  # keep-alive, as vLLM's uvicorn
+
+        def handle_one_request(self):
+            if sim.closed:  # a kept connection outlives shutdown(): refuse like a stopped server
+                self.close_connection = True
+                return
+            super().handle_one_request()
 
         def log_message(self, *args):
             pass
@@ -80,6 +92,7 @@ def _handler(sim: SimServer):
 
         def _fault(self) -> bool:
             if sim.faults.get("down"):
+                self.close_connection = True
                 self.connection.close()  # the client sees a reset connection
                 return True
             if sim.faults.get("stall"):

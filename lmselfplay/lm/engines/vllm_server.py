@@ -232,6 +232,8 @@ class VLLMServerEngine:
         self.gate = RequestGate()
         self._metadata: list[tuple[str, str, list[int]]] | None = None
         self._warned_pause = False
+        self._workers: ThreadPoolExecutor | None = None
+        self._workers_lock = threading.Lock()
         self._start(wait_for_server)
 
     @property
@@ -309,10 +311,14 @@ class VLLMServerEngine:
             return self.pool.call(one)
 
     def _pool_map(self, fn, items: list) -> list:
+        """``fn`` over ``items``, at most ``max_concurrency`` at once, on the engine's own worker
+        threads: they live as long as the engine, and so do their kept-alive connections."""
         if len(items) <= 1:
             return [fn(x) for x in items]
-        with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(items))) as ex:
-            return list(ex.map(fn, items))
+        with self._workers_lock:
+            if self._workers is None:
+                self._workers = ThreadPoolExecutor(max_workers=self.max_concurrency, thread_name_prefix="vllm-client")
+        return list(self._workers.map(fn, items))
 
     def generate(self, prompts_token_ids: list[list[int]], sampling: SamplingParams) -> list[Completion]:
         check_logprobs_mode(self.logprobs_mode, sampling)
@@ -506,6 +512,9 @@ class VLLMServerEngine:
             close()
 
     def close(self) -> None:
+        if self._workers is not None:
+            self._workers.shutdown(wait=True)
+            self._workers = None
         for url in list(self.open_channels):
             close = getattr(self.channels[url], "close", None)
             if close is not None:
