@@ -33,6 +33,7 @@ The algorithm, in order (every rank plays its own games; gradients are averaged)
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import sys
 import time
@@ -64,6 +65,7 @@ from lmselfplay.rl.advantages import RoleBaselines, observation_key
 from lmselfplay.rl.average_policy import AverageConfig, AveragePolicy, averageable, distill_samples
 from lmselfplay.rl.exact_feedback import ExactFeedback, FeedbackConfig, exact_feedback_games
 from lmselfplay.rl.league import League, LeagueConfig
+from lmselfplay.rl.overlap import rollouts_for
 from lmselfplay.rl.trainer import (
     PolicyTrainer,
     TrainerConfig,
@@ -418,6 +420,17 @@ def distill_averages(trainer, averages, tok, steps, logger=None):
     return metrics
 
 
+def episode_plan(cfg, plan, league, me, tok, sampling, process_index):
+    """``step -> play``: the step's episodes and seed are made in the caller (they read the
+    league); ``play()`` plays them, returning (finished episodes, stats)."""
+    def at(step):
+        episodes = make_episodes(cfg, plan, league, me, tok, step, process_index)
+        sp, stats = dataclasses.replace(sampling, seed=hash((cfg.seed, step, process_index)) % (2**31)), RolloutStats()
+        return lambda: (list(play_episodes(episodes, sp, concurrency=cfg.concurrency, retries=cfg.retries,
+                                           max_turns=cfg.max_turns, stats=stats)), stats)
+    return at
+
+
 def snapshot_engines(trainer, tok):
     """The league's engine factory: a frozen HF engine serving a snapshot's weights."""
     return lambda weights, version: HFEngine(frozen_policy(trainer.unwrapped, weights), tok, version=version)
@@ -465,6 +478,7 @@ def main(argv=None):
     me = LLMPlayer(engine, tok, learner=True)
     sampling = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
                               stop=MOVE_STOP)
+    rollouts = rollouts_for(cfg, trainer, engine, episode_plan(cfg, plan, league, me, tok, sampling, acc.process_index))
     t0 = time.time()
     bar = tqdm(range(start_step, cfg.max_steps), initial=start_step, total=cfg.max_steps, desc="self-play",
                disable=not acc.is_main_process)
@@ -491,15 +505,11 @@ def main(argv=None):
                 exact, exact_metrics = exact_targets(feedback, engine, tok, step)
             if acc.is_main_process:  # measured on the policy before this step's update
                 logger.log(step, exact_metrics)
-        # 1-4: play
-        episodes = make_episodes(cfg, plan, league, me, tok, step, acc.process_index)
-        stats = RolloutStats()
-        sampling.seed = hash((cfg.seed, step, acc.process_index)) % (2**31)
-        with trainer.serving(engine):
-            finished = list(play_episodes(episodes, sampling, concurrency=cfg.concurrency, retries=cfg.retries,
-                                 max_turns=cfg.max_turns, stats=stats))
+        # 1-4: play (max_staleness >= 1: played while the previous step trained)
+        finished, stats = rollouts.next(step, cfg.max_steps - 1)
         trajs = [t for f in finished for t in f.trajectories]
-        samples = training_samples(cfg, finished, baselines) + exact  # 5: advantages
+        # 5: advantages; a game played with weights older than max_staleness versions is dropped
+        samples, stale = rollouts.keep(training_samples(cfg, finished, baselines) + exact, trainer.step_count)
         # 6: update; the engine serves the same (updated) weights next step
         metrics = trainer.step(samples)
         # staleness: trainer vs engine log-probs of the sampled tokens (warning / strict_sync error)
@@ -515,7 +525,7 @@ def main(argv=None):
                "rollout/mean_return": float(np.mean([t.reward for t in trajs])) if trajs else 0.0,
                "rollout/selfplay_first_seat_win_rate":
                    float(np.mean([f.returns[0] > 0 for f in mirror])) if mirror else float("nan"),
-               "rollout/tokens": stats.generated_tokens, "league/size": len(league.ring), **sync,
+               "rollout/tokens": stats.generated_tokens, "league/size": len(league.ring), **sync, **stale,
                **{f"baseline/{k}": v for k, v in baselines.values.items() if "|" not in k},  # roles only
                "wall_s": time.time() - t0}
         if acc.is_main_process:

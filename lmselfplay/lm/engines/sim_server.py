@@ -9,7 +9,8 @@ sleeping (no CPU burnt), with up to ``max_batch`` requests decoded together as v
 Faults, set on :attr:`SimServer.faults` while it runs: ``down`` (connection refused: the socket
 is closed), ``garbage`` (200 with a body that is not JSON), ``stall`` (seconds before answering),
 ``fail_push`` (``/update_weights`` answers 500), ``reset_fails`` (``/reset_prefix_cache`` answers
-``success: false`` this many times). Every request is recorded in order in :attr:`SimServer.calls`.
+``success: false`` this many times). Every request is recorded in order in :attr:`SimServer.calls`,
+the TCP connections accepted are counted in :attr:`SimServer.connections` (answers keep them alive).
 The weight transfer is simulated by :class:`SimChannel`: it hands the pushed tensors' checksum to
 the server, which serves it from ``/finish_weight_update`` on; between ``start_weight_update`` and
 ``finish_weight_update`` a completion is an error (the real server's layers are on the meta device).
@@ -43,7 +44,7 @@ class SimServer:
         self.faults: dict[str, Any] = {}
         self.weights, self.pending_weights, self.push_digest = "checkpoint", None, hashlib.blake2b(digest_size=8)
         self.updating = self.paused = self.closed = False
-        self.completions = self.refused = 0
+        self.completions = self.refused = self.connections = 0
         self.slots = threading.BoundedSemaphore(max_batch)
         self.lock = threading.Lock()
         self.httpd = _Listener(("127.0.0.1", port), _handler(self))
@@ -72,6 +73,13 @@ class SimServer:
 def _handler(sim: SimServer):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive, as vLLM's uvicorn
+        # headers and body go out in two writes: with Nagle on, a kept connection waits for the
+        # client's delayed ACK (40 ms) per answer; asyncio (uvicorn) sets TCP_NODELAY too
+        disable_nagle_algorithm = True
+
+        def setup(self):
+            super().setup()
+            sim.connections += 1
 
         def handle_one_request(self):
             if sim.closed:  # a kept connection outlives shutdown(): refuse like a stopped server
