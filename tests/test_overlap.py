@@ -119,7 +119,7 @@ def test_selfplay_recipe_overlaps_on_servers_and_logs_the_staleness(model_dir, t
 
 
 def test_selfplay_recipe_drops_games_older_than_max_staleness(model_dir, tmp_path, monkeypatch):
-    """A push that never lands (the engine stays at version 0): from step 2 on every game is
+    """A push that never lands (the engine stays at version 0): the third step's games are
     two versions old, more than k = 1, and none is trained on."""
     from lmselfplay.lm.engines.sim_server import SimServer
     from lmselfplay.lm.engines.vllm_server import VLLMServerEngine
@@ -130,5 +130,5 @@ def test_selfplay_recipe_drops_games_older_than_max_staleness(model_dir, tmp_pat
     with SimServer(vocab=len(tiny_tokenizer())) as a:
         rows = _selfplay(model_dir, tmp_path / "run", [a.url], 3, max_staleness=1)
     train = [r for r in rows if "train/loss" in r or "train/samples" in r]
-    assert [r["staleness/dropped"] > 0 for r in train] == [False, True, True]
-    assert [r["train/samples"] for r in train][1:] == [0.0, 0.0]
+    assert [r["staleness/dropped"] > 0 for r in train] == [False, False, True]
+    assert [r["staleness/age"] for r in train][:2] == [0.0, 1.0] and train[2]["train/samples"] == 0.0
