@@ -132,3 +132,22 @@ def test_selfplay_recipe_drops_games_older_than_max_staleness(model_dir, tmp_pat
     train = [r for r in rows if "train/loss" in r or "train/samples" in r]
     assert [r["staleness/dropped"] > 0 for r in train] == [False, False, True]
     assert [r["staleness/age"] for r in train][:2] == [0.0, 1.0] and train[2]["train/samples"] == 0.0
+
+
+@pytest.mark.slow  # ~1 min on 2 cores: the judge and the evaluations; the self-play tests above cover the hook
+def test_debate_recipe_overlaps_on_a_server(model_dir, tmp_path):
+    import json
+
+    from lmselfplay.lm.engines.sim_server import SimServer
+    from lmselfplay.utils.recipe_loader import load_recipe
+
+    out = tmp_path / "run"
+    with SimServer(vocab=len(tiny_tokenizer())) as a:
+        load_recipe("debate").main([
+            "--model_name_or_path", str(model_dir), "--output_dir", str(out), "--max_steps", "2", "--eval_tasks", "2",
+            "--eval_protocols", "debate", "--train_tasks", "8", "--debates_per_step", "2", "--max_new_tokens", "4",
+            "--max_prompt_tokens", "240", "--num_rounds", "1", "--checkpoint_every", "0", "--engine", "vllm-server",
+            "--vllm_server_urls", a.url, "--max_staleness", "1"])
+    train = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in train if "train/loss" in r]
+    assert [r["staleness/age"] for r in train] == [0.0, 1.0] and [r["staleness/dropped"] for r in train] == [0, 0]
