@@ -1,27 +1,30 @@
 """Generation overlapped with training, under a bounded staleness (``max_staleness: 0 | 1 | k``).
 
-``max_staleness = 0``: :meth:`OverlappedRollouts.next_batch` generates the step's rollouts there
-and then, with the weights the trainer has now — strictly on-policy, the same calls in the same
+``max_staleness = 0``: :meth:`OverlappedRollouts.next` generates the step's rollouts there and
+then, with the weights the trainer has now — strictly on-policy, the same calls in the same
 order as a loop without this class (bit-identical results).
 
 ``max_staleness = k >= 1``: while step t trains, a background thread already generates the
-rollouts of step t + 1 with the weights the engine serves (pushed after step t - 1, so one version
-behind). A rollout sampled with weights more than k versions older than the trainer's when it is
-trained on is dropped, counted and logged (``staleness/dropped``), never silently trained on;
-``staleness/age`` is the mean age of the samples kept. The trainer corrects what remains
-(its PPO ratio is taken against the behaviour log-probs; with ``tis_cap`` it is truncated
-importance sampling, :mod:`lmselfplay.rl.importance`).
+rollouts of step t + 1 with the weights the engine serves (pushed before step t trains, so one
+version behind). A rollout sampled with weights more than k versions older than the trainer's
+when it is trained on is dropped, counted and logged (``staleness/dropped``), never silently
+trained on; ``staleness/age`` is the mean age of the samples kept. The trainer corrects what
+remains (its PPO ratio is taken against the behaviour log-probs; with ``tis_cap`` it is
+truncated importance sampling, :mod:`lmselfplay.rl.importance`).
+
+Recipes reach it through :func:`rollouts_for` (``max_staleness`` lives in the engine config):
+``rollouts.next(step)`` replaces the step's ``with trainer.serving(engine): generate`` and
+``rollouts.keep(samples, version)`` filters what is trained on.
 
 Overlap needs an engine with its own copy of the weights (a vLLM server or engine): an engine
 sharing the trainer's module (HF) would sample from weights the optimizer is writing, so it is
 refused. The weight push of the next step waits for the background generation's requests in
 flight (the server engine's pause) — it does not interleave with a half-finished batch.
 
-The background thread's many HTTP client threads each need the GIL briefly per request, while
+The background generation's HTTP client threads each need the GIL briefly per request, while
 the training thread holds it between its torch calls: at Python's default 5 ms switch interval
-they queue behind it, and generation slowed the overlapped loop below the serial one
-(benchmarks/bench_scale.py: 0.76x). With overlap on, the interpreter's switch interval is lowered
-to ``SWITCH_INTERVAL_S`` (1.75x in the same benchmark).
+they queue behind it. With overlap on, the interpreter's switch interval is lowered to
+``SWITCH_INTERVAL_S``.
 """
 
 from __future__ import annotations
