@@ -90,14 +90,14 @@ def test_a_failing_background_generation_surfaces_in_the_caller():
 
 # --- the self-play recipe against simulated servers (engine vllm-server, weights pushed by checksum) ---
 
-def _selfplay(model_dir, out, urls, steps, **kw):
+def _selfplay(model_dir, out, urls, steps, recipe=None, **kw):
     from lmselfplay.utils.recipe_loader import load_recipe
 
     args = {"model_name_or_path": str(model_dir), "output_dir": str(out), "max_steps": steps, "games": "nim",
             "episodes_per_step": 4, "eval_every": 0, "checkpoint_every": 0, "league_add_every": 0,
             "max_new_tokens": 3, "engine": "vllm-server",
             "vllm_server_timeout": 30, "vllm_push_timeout": 30, "staleness_threshold": 0, **kw}
-    load_recipe("selfplay_games").main([x for k, v in args.items() for x in (f"--{k}", str(v))]
+    (recipe or load_recipe("selfplay_games")).main([x for k, v in args.items() for x in (f"--{k}", str(v))]
                                        + ["--vllm_server_urls", *urls])
     import json
 
@@ -151,3 +151,32 @@ def test_debate_recipe_overlaps_on_a_server(model_dir, tmp_path):
     train = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in train if "train/loss" in r]
     assert [r["staleness/age"] for r in train] == [0.0, 1.0] and [r["staleness/dropped"] for r in train] == [0, 0]
+
+
+def test_selfplay_max_staleness_0_is_the_loop_without_the_hook(model_dir, tmp_path, monkeypatch):
+    """max_staleness 0 against a server (its answers depend on the pushed weights) gives the
+    metrics of the same run with the hook replaced by the plain ``with serving: play()``."""
+    from lmselfplay.lm.engines.sim_server import SimServer
+    from lmselfplay.utils.recipe_loader import load_recipe
+
+    class Inline:  # the loop without the feature
+        def __init__(self, cfg, trainer, engine, plan):
+            self.trainer, self.engine, self.plan = trainer, engine, plan
+
+        def next(self, step, last_step=None):
+            play = self.plan(step)
+            with self.trainer.serving(self.engine):
+                return play()
+
+        def keep(self, samples, version):
+            return samples, {}
+
+    runs = []
+    for hooked in (True, False):
+        recipe = load_recipe("selfplay_games")
+        if not hooked:
+            monkeypatch.setattr(recipe, "rollouts_for", Inline)
+        with SimServer(vocab=len(tiny_tokenizer())) as a:
+            rows = _selfplay(model_dir, tmp_path / f"run{hooked}", [a.url], 2, recipe, max_staleness=0)
+        runs.append([{k: v for k, v in r.items() if k != "wall_s"} for r in rows])
+    assert runs[0] == runs[1] and any("train/loss" in r for r in runs[0])
