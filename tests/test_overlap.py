@@ -134,7 +134,6 @@ def test_selfplay_recipe_drops_games_older_than_max_staleness(model_dir, tmp_pat
     assert [r["staleness/age"] for r in train][:2] == [0.0, 1.0] and train[2]["train/samples"] == 0.0
 
 
-@pytest.mark.slow  # ~1 min on 2 cores: the judge and the evaluations; the self-play tests above cover the hook
 def test_debate_recipe_overlaps_on_a_server(model_dir, tmp_path):
     import json
 
