@@ -15,13 +15,15 @@ then times, in one process and on the same batch, ``--steps`` trainer steps of e
 Each variant starts from the same weights; the final weights are compared bit for bit with
 ``old``'s at the first thread count (``bit_identical``). Also timed: the exact-feedback read
 (policy read + MMD targets) and one evaluation of the three games. Prints the ratios and
-writes ``benchmarks/results/bench_main_job.json``.
+writes ``benchmarks/results/bench_main_job.json`` (with the machine's load average: on a
+shared machine the times, not the bit-identity, move with the other processes).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -115,7 +117,8 @@ def main(argv=None):
     print({k: round(v, 2) if isinstance(v, float) else v for k, v in parts.items()})
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"steps": args.steps, "threads": threads, "components": parts,
-                                          "trainer_step": rows, "torch": torch.__version__}, indent=1))
+                                          "trainer_step": rows, "torch": torch.__version__,
+                                          "load_average_1_5_15": list(os.getloadavg())}, indent=1))
     print(f"wrote {args.out}")
     return 0
 
