@@ -33,15 +33,12 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "recipes"))
 
-import selfplay_games as sp  # noqa: E402
-
-from lmselfplay.lm.policy import load_policy  # noqa: E402
-from lmselfplay.rl.trainer import PolicyTrainer  # noqa: E402
+import selfplay_games as sp  # noqa: E402  (the recipe's own helpers build the step)
 
 
 def make_run(cfg):
-    model, tok = load_policy(cfg, device="cpu")
-    trainer = PolicyTrainer(model, tok, cfg)
+    model, tok = sp.load_policy(cfg, device="cpu")
+    trainer = sp.PolicyTrainer(model, tok, cfg)
     return trainer, sp.make_engine(cfg, trainer.unwrapped, tok), tok
 
 
