@@ -69,7 +69,7 @@ def cell_text(case: dict | None) -> str:
     return text
 
 
-def markdown(cells: dict, others: dict, sources: list[Path]) -> str:
+def markdown(cells: dict, others: dict, sources: list[Path], note: str = "") -> str:
     from lmselfplay.models.standins import STANDINS
 
     rows = sorted({(r, c) for r, c, _ in cells}, key=lambda rc: (rc[0], rc[1] != rc[0], rc[1]))
@@ -79,7 +79,8 @@ def markdown(cells: dict, others: dict, sources: list[Path]) -> str:
     lines = ["# Recipe x config x stand-in matrix", "",
              f"From pytest junit xml: {', '.join(p.name for p in sources)} "
              "(`scripts/standin_matrix_table.py`; each cell is one `test_recipe_runs_on_the_standin` run: "
-             "1-2 steps at the tiny sizes of tests/test_standin_matrix.py).", "",
+             "1-2 steps at the tiny sizes of tests/test_standin_matrix.py; seconds include building the "
+             "stand-in the first time)." + (f" {note}" if note else ""), "",
              "Cells: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) +
              f" of {len(cells)}; total {sum(c['seconds'] for c in cells.values()):.0f} s.", "",
              "| recipe | config | " + " | ".join(STANDINS) + " |",
@@ -98,11 +99,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("xml", nargs="+", type=Path, help="pytest --junitxml files (later ones override)")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/standin_matrix"),
                     help="output path without suffix: writes .md and .json")
+    ap.add_argument("--note", default="", help="a sentence added under the title (where and how it ran)")
     args = ap.parse_args(argv)
     cells, others = split_cells(read_cases(args.xml))
     if not cells:
         raise SystemExit(f"standin_matrix_table: no test_recipe_runs_on_the_standin cases in {args.xml}")
-    text = markdown(cells, others, args.xml)
+    text = markdown(cells, others, args.xml, args.note)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".md").write_text(text)
     records = [{"recipe": r, "config": c, "standin": s, **case} for (r, c, s), case in sorted(cells.items())]
