@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from lmselfplay.alphazero.evaluate import net_agent
+from lmselfplay.alphazero.net_strength import net_agent
 from lmselfplay.games.base import random_legal_reset
 from lmselfplay.games.gtp import gnugo_player
 from lmselfplay.utils.checkpoint import atomic_write_text, latest_checkpoint

@@ -63,7 +63,7 @@ def bench_nim(recipe, out: Path, seeds: int) -> None:
 
 
 def bench_tictactoe(recipe, out: Path) -> None:
-    from lmselfplay.alphazero.evaluate import (
+    from lmselfplay.alphazero.net_strength import (
         best_vs_random_exact,
         optimal_argmax_fraction,
         raw_vs_minimax,

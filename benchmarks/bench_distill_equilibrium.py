@@ -32,11 +32,11 @@ def main():
     from tqdm.auto import tqdm
 
     torch.set_num_threads(1)
-    from lmselfplay.eval.game_metrics import tabular_policy
     from lmselfplay.games import make
     from lmselfplay.games.exploitability import exploitability
     from lmselfplay.lm.engines import HFEngine
-    from lmselfplay.lm.policy import PolicyConfig, load_policy
+    from lmselfplay.lm.readout import tabular_policy
+    from lmselfplay.models.policy import PolicyConfig, load_policy
     from lmselfplay.rl.average_policy import distill_samples
     from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
 

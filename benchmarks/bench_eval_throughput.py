@@ -29,8 +29,8 @@ from lmselfplay.eval import humaneval
 from lmselfplay.eval.reasoning import build_problems, evaluate_suite, load_suite, prompt_text
 from lmselfplay.eval.report import render
 from lmselfplay.lm.engines import HFEngine, SamplingParams
-from lmselfplay.lm.policy import load_policy
 from lmselfplay.lm.prompt import encode_prompt
+from lmselfplay.models.policy import load_policy
 from lmselfplay.utils.results import results_dir
 from lmselfplay.verifiers.answers import get_rule
 

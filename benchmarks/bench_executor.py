@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from tqdm import tqdm
 
 from lmselfplay.utils.results import save_results
-from lmselfplay.verifiers.executor import Executor, ExecutorConfig, Task
+from lmselfplay.verifiers.executor import Executor, ExecutorConfig, Program
 
 PROGRAM = "def f(x):\n    return [x * 2, str(x)]\n"
 
@@ -55,7 +55,7 @@ class Side:
 
 
 def sandbox_round(ex: Executor, lo: int, hi: int, side: Side, bar) -> None:
-    tasks = [Task(PROGRAM, "f", (i,)) for i in range(lo, hi)]
+    tasks = [Program(PROGRAM, "f", (i,)) for i in range(lo, hi)]
     c0, h0, t0 = zygote_cpu(ex), host_cpu(), time.perf_counter()
     results = ex.run_batch(tasks, progress=False)
     side.wall += time.perf_counter() - t0
@@ -108,7 +108,7 @@ def main() -> None:
     total = len(modes) * args.n + args.naive_n
     try:
         for e in exs.values():
-            e.run_batch([Task(PROGRAM, "f", (i,)) for i in range(20)], progress=False)  # warm
+            e.run_batch([Program(PROGRAM, "f", (i,)) for i in range(20)], progress=False)  # warm
         with ThreadPoolExecutor(args.workers) as pool, tqdm(total=total, desc="bench") as bar:
             for k in range(args.rounds):
                 lo, hi = args.n * k // args.rounds, args.n * (k + 1) // args.rounds

@@ -23,8 +23,8 @@ from lmselfplay.games.gtp import find_gnugo, gnugo_player
 from lmselfplay.games.text import MOVE_STOP
 from lmselfplay.lm.engines.base import SamplingParams
 from lmselfplay.lm.engines.hf import HFEngine
-from lmselfplay.lm.policy import load_policy
 from lmselfplay.lm.prompt import encode_prompt
+from lmselfplay.models.policy import load_policy
 from lmselfplay.utils.results import save_results
 
 

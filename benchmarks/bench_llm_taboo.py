@@ -19,8 +19,8 @@ from lmselfplay.games import make
 from lmselfplay.games.text import MOVE_STOP
 from lmselfplay.lm.engines.base import SamplingParams
 from lmselfplay.lm.engines.hf import HFEngine
-from lmselfplay.lm.policy import load_policy
 from lmselfplay.lm.rollout import Episode, LLMPlayer, play_episodes
+from lmselfplay.models.policy import load_policy
 from lmselfplay.utils.results import save_results
 
 SHOWN = ("attacker_win", "defender_win", "draw", "attacker_rule_break_rate", "defender_rule_break_rate",

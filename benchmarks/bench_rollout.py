@@ -22,8 +22,8 @@ import torch
 from lmselfplay.games import make
 from lmselfplay.games.text import MOVE_STOP
 from lmselfplay.lm.engines import HFEngine, SamplingParams
-from lmselfplay.lm.policy import load_policy
 from lmselfplay.lm.rollout import Episode, LLMPlayer, RolloutStats, collect_episodes
+from lmselfplay.models.policy import load_policy
 from lmselfplay.utils.results import save_results
 
 

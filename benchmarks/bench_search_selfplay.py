@@ -21,8 +21,8 @@ from lmselfplay.alphazero.adapter import CachedGame, SearchGame
 from lmselfplay.alphazero.batched_mcts import BatchedMCTS
 from lmselfplay.games import make
 from lmselfplay.games.base import random_legal_reset
-from lmselfplay.lm.policy import load_policy
 from lmselfplay.lm.search_eval import LLMEvaluator, ValueHead, hidden_size
+from lmselfplay.models.policy import load_policy
 from lmselfplay.utils.results import save_results
 
 

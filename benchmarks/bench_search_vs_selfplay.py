@@ -48,8 +48,8 @@ from lmselfplay.games import make
 from lmselfplay.games.bots import reference_bots
 from lmselfplay.games.text import MOVE_STOP
 from lmselfplay.lm.engines import HFEngine, SamplingParams
-from lmselfplay.lm.policy import load_policy
 from lmselfplay.lm.readout import decision_states
+from lmselfplay.models.policy import load_policy
 from lmselfplay.utils.checkpoint import latest_checkpoint
 from lmselfplay.utils.results import save_results
 

@@ -64,8 +64,8 @@ import torch
 from torch import nn
 
 from lmselfplay.alphazero.adapter import Pos, SearchGame
-from lmselfplay.alphazero.evaluate import raw_vs_random_exact
 from lmselfplay.alphazero.mcts import mcts, search_policy
+from lmselfplay.alphazero.net_strength import raw_vs_random_exact
 from lmselfplay.alphazero.network import alphazero_loss, raw_policy
 from lmselfplay.games import make
 from lmselfplay.games.base import all_states

@@ -67,7 +67,7 @@ def control_run(recipe, argv, spin_out, out, epochs, lr=None):
     from accelerate import PartialState
 
     from lmselfplay.lm.engines.hf import HFEngine
-    from lmselfplay.lm.policy import load_tokenizer, resolve_model_path
+    from lmselfplay.models.policy import load_tokenizer, resolve_model_path
     from lmselfplay.utils.config import parse_config
 
     t0 = time.time()

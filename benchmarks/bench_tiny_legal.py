@@ -23,7 +23,8 @@ import torch
 from lmselfplay import games
 from lmselfplay.games.base import has_enumerable_actions, random_playout, resolve_chance
 from lmselfplay.lm.prompt import encode_prompt
-from lmselfplay.models import corpus as st
+from lmselfplay.tasks.arithmetic import arithmetic_problem, arithmetic_prompt
+from lmselfplay.tasks.programs import program_output_prompt, python_program
 from lmselfplay.utils.results import save_results
 
 
@@ -121,14 +122,14 @@ def main() -> None:
         if bad:
             print(f"{'':12s} e.g. illegal answers: {bad}")
 
-    probs = [st.arithmetic_problem(rng) for _ in range(args.n // 2)]
-    answers = sample(model, tok, [st.arithmetic_prompt(p) for p in probs], max_new_tokens=40)
+    probs = [arithmetic_problem(rng) for _ in range(args.n // 2)]
+    answers = sample(model, tok, [arithmetic_prompt(p) for p in probs], max_new_tokens=40)
     arith = sum(a.strip().endswith(f"#### {p['final']}") for a, p in zip(answers, probs)) / len(probs)
-    greedy = sample(model, tok, [st.arithmetic_prompt(p) for p in probs], max_new_tokens=40,
+    greedy = sample(model, tok, [arithmetic_prompt(p) for p in probs], max_new_tokens=40,
                     do_sample=False)
     arith_g = sum(a.strip().endswith(f"#### {p['final']}") for a, p in zip(greedy, probs)) / len(probs)
-    progs = [st.python_program(rng) for _ in range(args.n // 2)]
-    answers = sample(model, tok, [st.program_output_prompt(t) for t in progs], max_new_tokens=30)
+    progs = [python_program(rng) for _ in range(args.n // 2)]
+    answers = sample(model, tok, [program_output_prompt(t) for t in progs], max_new_tokens=30)
     prog = sum(a.strip() == t["output"] for a, t in zip(answers, progs)) / len(progs)
     print(f"\narithmetic solved: {arith:.3f} sampled, {arith_g:.3f} greedy; "
           f"program outputs predicted (sampled): {prog:.3f}")

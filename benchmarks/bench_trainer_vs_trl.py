@@ -10,7 +10,7 @@ group-normalized advantages, and the same reward. Tasks:
 ``games`` (default): positions from random Nim / tic-tac-toe / Kuhn poker playouts, reward 1
 if the completion parses to a legal move (``game.parse_action``), else 0 — long prompts,
 ~4-token answers, training-bound; ``arithmetic``: word problems from
-:mod:`lmselfplay.models.corpus`, reward 1 for the right ``#### N`` — ~17-token answers,
+:mod:`lmselfplay.tasks.arithmetic`, reward 1 for the right ``#### N`` — ~17-token answers,
 generation weighs more.
 
 How it is timed. TRL runs as users run it, ``trainer.train()``; a callback fires at the
@@ -62,12 +62,12 @@ from tqdm import tqdm
 from lmselfplay.games import Invalid, make
 from lmselfplay.games.base import random_playout
 from lmselfplay.lm.engines import HFEngine, SamplingParams
-from lmselfplay.lm.policy import load_policy
 from lmselfplay.lm.prompt import encode_prompt, format_prompt
 from lmselfplay.lm.trajectory import Sample
-from lmselfplay.models import corpus as st
+from lmselfplay.models.policy import load_policy
 from lmselfplay.rl.advantages import group_advantages
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
+from lmselfplay.tasks.arithmetic import arithmetic_problem, arithmetic_prompt
 from lmselfplay.utils.results import save_results
 
 GAMES = ("nim", "tictactoe", "kuhn_poker")
@@ -108,13 +108,13 @@ def arithmetic_positions(tok: Any, n: int, seed: int) -> list[Position]:
     rng = random.Random(seed)
     out = []
     for _ in range(n):
-        problem = st.arithmetic_problem(rng)
+        problem = arithmetic_problem(rng)
 
         def correct(completion: str, final: str = problem["final"]) -> float:
             found = FINAL.findall(completion)
             return 1.0 if found and found[-1] == final else 0.0
 
-        out.append(position(tok, st.arithmetic_prompt(problem), correct))
+        out.append(position(tok, arithmetic_prompt(problem), correct))
     return out
 
 

@@ -107,13 +107,13 @@ import time
 
 import torch
 
-from lmselfplay.eval.game_metrics import decision_states
 from lmselfplay.games import make
 from lmselfplay.games.solve import optimal_actions
 from lmselfplay.games.text import ANSWER_INSTRUCTION, OPEN
 from lmselfplay.games.tictactoe import LINES, MARKS
 from lmselfplay.lm.batching import pad_batch
 from lmselfplay.lm.prompt import encode_prompt
+from lmselfplay.lm.readout import decision_states
 from lmselfplay.utils.results import save_results
 
 

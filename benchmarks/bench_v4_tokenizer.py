@@ -21,6 +21,8 @@ from lmselfplay.games.base import has_enumerable_actions
 from lmselfplay.lm.prompt import encode_prompt, format_prompt
 from lmselfplay.models import corpus as st
 from lmselfplay.models import tiny
+from lmselfplay.tasks.arithmetic import arithmetic_problem, arithmetic_prompt
+from lmselfplay.tasks.programs import program_output_prompt, python_program
 from lmselfplay.utils.results import save_results
 
 
@@ -79,8 +81,8 @@ def main() -> None:
             print(f"{g:12s} {name:9s} {r['mean_tokens']:6.1f} {r['max_tokens']:5d} {r['legal_line_tokens']:10.1f} "
                   f"{r['one_token_moves']:13.2f} {r.get('stable_rows', float('nan')):11.2f}")
     rng = random.Random(1)
-    tasks = {"arithmetic": [st.arithmetic_prompt(st.arithmetic_problem(rng)) for _ in range(args.turns)],
-             "programs": [st.program_output_prompt(st.python_program(rng)) for _ in range(args.turns)],
+    tasks = {"arithmetic": [arithmetic_prompt(arithmetic_problem(rng)) for _ in range(args.turns)],
+             "programs": [program_output_prompt(python_program(rng)) for _ in range(args.turns)],
              "two_option": [st.two_option_task(rng)[0] for _ in range(args.turns)]}
     for kind, prompts in tasks.items():
         for name, tok in toks.items():

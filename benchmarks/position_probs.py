@@ -28,11 +28,11 @@ def main():
     torch.set_num_threads(1)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from lmselfplay.eval.game_metrics import answer_distribution, decision_states
     from lmselfplay.games import make
     from lmselfplay.games.base import OPTIMAL_MOVES
     from lmselfplay.games.solve import optimal_actions
     from lmselfplay.lm.engines import HFEngine
+    from lmselfplay.lm.readout import answer_distribution, decision_states
 
     game = make(args.game)
     if game.exact_metric != OPTIMAL_MOVES:

@@ -261,8 +261,8 @@ def load_players(game: Any, models: Sequence[str], bots: Sequence[str],
     """Name -> player: each model (a model dir or a ``checkpoint-N`` dir of a run) as an
     ``LLMPlayer`` over its own engine, then the bots."""
     from lmselfplay.lm.engines.hf import HFEngine
-    from lmselfplay.lm.policy import load_policy
     from lmselfplay.lm.rollout import LLMPlayer
+    from lmselfplay.models.policy import load_policy
 
     players: dict[str, Any] = {}
     for m in models:

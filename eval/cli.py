@@ -32,7 +32,7 @@ def _ks(text: str) -> list[int]:
 
 def _engine(args: argparse.Namespace) -> tuple[Any, Any]:
     from lmselfplay.lm.engines.hf import HFEngine
-    from lmselfplay.lm.policy import load_policy
+    from lmselfplay.models.policy import load_policy
 
     from .arena import model_dir
 

@@ -143,7 +143,7 @@ def headline_metrics(game: Any) -> list[str]:
     return exact + wins
 
 
-def evaluate(engine: Any, tokenizer: Any, game: Any, positions: list[Any] | None = None,
+def policy_metrics(engine: Any, tokenizer: Any, game: Any, positions: list[Any] | None = None,
              n_games: int = 200, sampling: SamplingParams | None = None, seed: int = 0,
              max_new_tokens: int = MOVE_BUDGET, readout: str = "bare", readout_samples: int = 32
              ) -> dict[str, Any]:
@@ -223,8 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_new_tokens < 1 or args.readout_samples < 1 or args.n_games < 0:
         ap.error("--max-new-tokens and --readout-samples must be >= 1, --n-games >= 0")
     from lmselfplay.lm.engines.hf import HFEngine
-    from lmselfplay.lm.policy import load_policy
     from lmselfplay.lm.prompt import thinks
+    from lmselfplay.models.policy import load_policy
 
     thinking = None if args.enable_thinking is None else args.enable_thinking == "true"
     model, tok = load_policy(model_name_or_path=args.model, enable_thinking=thinking)
@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.games:
         sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                                   seed=args.seed, stop=MOVE_STOP)
-        r = evaluate(engine, tok, make(name), n_games=args.n_games, sampling=sampling, seed=args.seed,
+        r = policy_metrics(engine, tok, make(name), n_games=args.n_games, sampling=sampling, seed=args.seed,
                      max_new_tokens=args.max_new_tokens, readout=readout, readout_samples=args.readout_samples)
         print(format_table(name, r), flush=True)
         results.append({"game": name, **r})

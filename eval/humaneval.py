@@ -133,11 +133,11 @@ class _CallBatcher:
         self.thread.start()
 
     def run(self, code: str, entry: str, args: tuple, kwargs: dict, timeout_s: float) -> Any:
-        from lmselfplay.verifiers.executor import Task
+        from lmselfplay.verifiers.executor import Program
 
         slot: dict[str, Any] = {"done": threading.Event()}
         with self.cv:
-            self.pending.append((Task(code, entry, args, kwargs, timeout_s=timeout_s), slot))
+            self.pending.append((Program(code, entry, args, kwargs, timeout_s=timeout_s), slot))
             self.cv.notify()
         slot["done"].wait()
         return slot["result"]

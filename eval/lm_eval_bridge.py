@@ -22,7 +22,7 @@ How requests map onto the engine (:class:`lmselfplay.lm.engines.base.Engine`):
   output cut before the first stop string.
 
 Task text goes to the model as the task wrote it; with ``--apply_chat_template`` a single
-user turn is wrapped by the project's formatter (``lmselfplay.lm.policy.format_prompt``).
+user turn is wrapped by the project's formatter (``lmselfplay.lm.prompt.format_prompt``).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class LMSelfPlay(LM):
             log.warning("lmselfplay model ignores arguments %s", sorted(unused))
         if engine is None:
             from lmselfplay.lm.engines.hf import HFEngine
-            from lmselfplay.lm.policy import load_policy
+            from lmselfplay.models.policy import load_policy
 
             from .arena import model_dir  # a run's checkpoint-N dir works too
 
@@ -157,7 +157,7 @@ class LMSelfPlay(LM):
 
     def apply_chat_template(self, chat_history: list[dict[str, str]],
                             add_generation_prompt: bool = True) -> str:
-        from lmselfplay.lm.policy import format_prompt
+        from lmselfplay.lm.prompt import format_prompt
 
         if len(chat_history) == 1 and chat_history[0].get("role") == "user":
             return format_prompt(self.tok, chat_history[0]["content"])

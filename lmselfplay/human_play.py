@@ -14,8 +14,8 @@ from lmselfplay.games import Invalid, make
 from lmselfplay.games.base import resolve_chance
 from lmselfplay.games.text import MOVE_STOP, format_answer
 from lmselfplay.lm.engines import HFEngine, SamplingParams
-from lmselfplay.lm.policy import load_policy
 from lmselfplay.lm.prompt import encode_prompt
+from lmselfplay.models.policy import load_policy
 
 
 def main(argv: list[str] | None = None, input_fn=input, out=print) -> int:

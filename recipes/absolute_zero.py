@@ -46,9 +46,9 @@ from accelerate.utils import gather_object
 from tqdm.auto import tqdm
 
 from lmselfplay.lm.engines import HFEngine, SamplingParams
-from lmselfplay.lm.policy import PolicyConfig, load_policy
 from lmselfplay.lm.prompt import encode_prompt
 from lmselfplay.lm.trajectory import Sample
+from lmselfplay.models.policy import PolicyConfig, load_policy
 from lmselfplay.rl.advantages import task_type_advantages
 from lmselfplay.rl.rewards import proposer_rewards
 from lmselfplay.rl.trainer import (

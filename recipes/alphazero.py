@@ -40,7 +40,7 @@ import torch
 from tqdm.auto import tqdm
 
 from lmselfplay.alphazero.adapter import CachedGame, SearchGame
-from lmselfplay.alphazero.evaluate import (
+from lmselfplay.alphazero.net_strength import (
     match,
     net_agent,
     optimal_argmax_fraction,

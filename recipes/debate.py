@@ -45,8 +45,8 @@ from lmselfplay.debate.protocols import PROTOCOLS, ProtocolConfig, Transcript, r
 from lmselfplay.debate.tasks import make_tasks
 from lmselfplay.eval.debate_metrics import format_table, protocol_metrics
 from lmselfplay.lm.engines import HFEngine, SamplingParams
-from lmselfplay.lm.policy import PolicyConfig, load_policy
 from lmselfplay.lm.trajectory import Sample
+from lmselfplay.models.policy import PolicyConfig, load_policy
 from lmselfplay.rl.advantages import RoleBaselines
 from lmselfplay.rl.trainer import (
     PolicyTrainer,

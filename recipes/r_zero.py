@@ -50,13 +50,14 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from lmselfplay.lm.engines import HFEngine, SamplingParams
-from lmselfplay.lm.policy import PolicyConfig, load_policy
 from lmselfplay.lm.prompt import encode_prompt
 from lmselfplay.lm.trajectory import Sample
-from lmselfplay.models import corpus
+from lmselfplay.models.policy import PolicyConfig, load_policy
 from lmselfplay.rl.advantages import group_advantages
 from lmselfplay.rl.rewards import proposer_rewards
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, make_accelerator
+from lmselfplay.tasks.arithmetic import QUESTION_WRITE_PROMPT, arithmetic_problem, arithmetic_prompt
+from lmselfplay.tasks.programs import program_output_prompt, program_write_prompt, python_program
 from lmselfplay.utils.checkpoint import (
     MARKER,
     atomic_dir,
@@ -70,7 +71,7 @@ from lmselfplay.utils.config import ConfigError, non_negative, parse_config, pos
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.metrics_logger import MetricsLogger
 from lmselfplay.utils.run import RunConfig, claim_output_dir
-from lmselfplay.verifiers.checkable import Task, arithmetic_task, program_task
+from lmselfplay.verifiers.checkable import Question, arithmetic_task, program_task
 from lmselfplay.verifiers.referees import AnswerMatcher, ExecutorReferee, RulesReferee, make_referee
 
 PHASES = ("challenger", "filter", "solver")
@@ -264,17 +265,17 @@ class Run:
                 r.close()
 
 
-def heldout_tasks(cfg: RZeroConfig) -> list[Task]:
+def heldout_tasks(cfg: RZeroConfig) -> list[Question]:
     """The fixed held-out set: generated ground-truth questions (seeded apart from training)."""
     rng = random.Random(f"heldout/{cfg.seed}")
     out = []
     for i in range(cfg.heldout_size):
         if cfg.task_form == "arithmetic":
-            p = corpus.arithmetic_problem(rng)
-            out.append(Task(f"heldout-{i}", "arithmetic", corpus.arithmetic_prompt(p), p["prompt"], answer=p["final"]))
+            p = arithmetic_problem(rng)
+            out.append(Question(f"heldout-{i}", "arithmetic", arithmetic_prompt(p), p["prompt"], answer=p["final"]))
         else:
-            t = corpus.python_program(rng)
-            out.append(Task(f"heldout-{i}", "program", corpus.program_output_prompt(t), t["code"], answer=t["output"]))
+            t = python_program(rng)
+            out.append(Question(f"heldout-{i}", "program", program_output_prompt(t), t["code"], answer=t["output"]))
     return out
 
 
@@ -285,19 +286,19 @@ def challenger_prompts(cfg: RZeroConfig, rng: random.Random, n: int) -> list[tup
     out = []
     for _ in range(n // cfg.challenger_group_size):
         if cfg.task_form == "arithmetic":
-            item = (cfg.challenger_prompt or corpus.QUESTION_WRITE_PROMPT, "")
+            item = (cfg.challenger_prompt or QUESTION_WRITE_PROMPT, "")
         else:
-            seed = corpus.python_program(rng)
-            item = (corpus.program_write_prompt(seed), seed["input"])
+            seed = python_program(rng)
+            item = (program_write_prompt(seed), seed["input"])
         out += [item] * cfg.challenger_group_size
     return out
 
 
-def to_task(cfg: RZeroConfig, task_id: str, text: str, context: str) -> tuple[Task | None, str | None]:
+def to_task(cfg: RZeroConfig, task_id: str, text: str, context: str) -> tuple[Question | None, str | None]:
     if cfg.task_form == "arithmetic":
-        return arithmetic_task(task_id, text, lambda q: corpus.arithmetic_prompt({"prompt": q}))
+        return arithmetic_task(task_id, text, lambda q: arithmetic_prompt({"prompt": q}))
     return program_task(task_id, text, context,
-                        lambda code, arg: corpus.program_output_prompt({"code": code, "input": arg}))
+                        lambda code, arg: program_output_prompt({"code": code, "input": arg}))
 
 
 def write_and_answer(run: Run, n: int, key: tuple) -> dict[str, Any]:
@@ -333,7 +334,7 @@ def write_and_answer(run: Run, n: int, key: tuple) -> dict[str, Any]:
             **per_question(cfg.num_answers, tasks, texts, verdicts, truths)}
 
 
-def per_question(m: int, tasks: list[Task | None], texts: list[str], verdicts, truths) -> dict[str, list]:
+def per_question(m: int, tasks: list[Question | None], texts: list[str], verdicts, truths) -> dict[str, list]:
     """Columns per question from the flat (m per well-formed question) answers: the
     referee's 0/1 rewards, votes (their sum), label; the truth and the true solve rate."""
     cols: dict[str, list] = {c: [] for c in ("texts", "finals", "rewards", "votes", "label", "truth", "solve_rate")}

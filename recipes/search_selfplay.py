@@ -35,7 +35,7 @@ a small head on the hidden state at the end of the prompt
                snapshots; every ``league_promote_every``-th one also the hall of fame;
 7. evaluate  : every ``eval_every`` iterations, deterministic (no noise): at budget 0 the
                raw LLM (greedy answer; illegal = loss) and the exact metrics the game
-               declares (``eval/game_metrics.evaluate``); at budgets 16/32/64 the search
+               declares (``eval/game_metrics.policy_metrics``); at budgets 16/32/64 the search
                agent from fixed openings vs a random player and vs the exact solver
                (win / draw / loss, 95% Wilson intervals);
 8. checkpoint: atomic, with model, value head, optimizer, scheduler, replay, league, RNG.
@@ -60,7 +60,6 @@ import torch
 from tqdm.auto import tqdm
 
 from lmselfplay.alphazero.adapter import CachedGame, SearchGame
-from lmselfplay.alphazero.evaluate import exact_agent, random_agent
 from lmselfplay.alphazero.llm_selfplay import (
     LEARNER,
     Record,
@@ -71,6 +70,7 @@ from lmselfplay.alphazero.llm_selfplay import (
     q_loss,
     search_agent,
 )
+from lmselfplay.alphazero.net_strength import exact_agent, random_agent
 from lmselfplay.alphazero.selfplay import alpha_for
 from lmselfplay.eval import game_metrics
 from lmselfplay.games import make
@@ -78,9 +78,9 @@ from lmselfplay.games.base import OPTIMAL_MOVES, random_legal_reset
 from lmselfplay.games.text import MOVE_STOP
 from lmselfplay.lm import readout as policy_readout
 from lmselfplay.lm.engines import HFEngine, SamplingParams
-from lmselfplay.lm.policy import PolicyConfig, frozen_policy, load_policy, policy_weights
 from lmselfplay.lm.prompt import thinks
 from lmselfplay.lm.search_eval import LLMEvaluator, QHead, ValueHead, hidden_size
+from lmselfplay.models.policy import PolicyConfig, frozen_policy, load_policy, policy_weights
 from lmselfplay.rl.league import League, LeagueConfig
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
 from lmselfplay.utils.checkpoint import resume_checkpoint
@@ -182,7 +182,7 @@ def snapshot(trainer: PolicyTrainer, head: ValueHead | QHead) -> dict[str, torch
     return out
 
 
-def engine_factory(template: Any, tok: Any, game: Any, cfg: SearchSelfPlayConfig):
+def snapshot_engines(template: Any, tok: Any, game: Any, cfg: SearchSelfPlayConfig):
     """``make_engine(weights, version)`` for the league: a frozen LLM evaluator."""
 
     def make_engine(weights: dict[str, torch.Tensor], version: int) -> LLMEvaluator:
@@ -258,7 +258,7 @@ def evaluate(face: Any, evaluator: LLMEvaluator, model: Any, tok: Any, cfg: Sear
     if game.exact_metric == OPTIMAL_MOVES and cfg.eval_positions > 0:
         every = policy_readout.decision_states(game)
         positions = random.Random(f"{cfg.seed}/positions").sample(every, min(cfg.eval_positions, len(every)))
-    raw = game_metrics.evaluate(HFEngine(model, tok), tok, game, positions, n_games=cfg.eval_games,
+    raw = game_metrics.policy_metrics(HFEngine(model, tok), tok, game, positions, n_games=cfg.eval_games,
                                 sampling=greedy, seed=cfg.seed, max_new_tokens=cfg.max_new_tokens)
     out.update({f"eval/raw_{k}": v for k, v in raw.items()})
     if game.exact_metric == OPTIMAL_MOVES:
@@ -320,7 +320,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     evaluator = LLMEvaluator(trainer.unwrapped, tok, game, head, cfg.eval_batch)
     if evaluator.tokens is None:
         raise ConfigError(f"{cfg.game}: distillation needs every move answer to be one token after <move>")
-    league = League(cfg, engine_factory(trainer.unwrapped, tok, game, cfg))
+    league = League(cfg, snapshot_engines(trainer.unwrapped, tok, game, cfg))
     alpha = cfg.dirichlet_alpha or alpha_for(face, game, seed=cfg.seed)
     rng, np_rng = random.Random(cfg.seed), np.random.default_rng(cfg.seed)
     replay: list[list[Record]] = []

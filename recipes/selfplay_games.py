@@ -57,9 +57,9 @@ from lmselfplay.lm.engines import (
     StalenessDetector,
     make_engine,
 )
-from lmselfplay.lm.policy import PolicyConfig, frozen_policy, load_policy, policy_weights
 from lmselfplay.lm.prompt import thinks
 from lmselfplay.lm.rollout import Episode, LLMPlayer, RolloutStats, play_episodes
+from lmselfplay.models.policy import PolicyConfig, frozen_policy, load_policy, policy_weights
 from lmselfplay.rl.advantages import RoleBaselines, observation_key
 from lmselfplay.rl.average_policy import AverageConfig, AveragePolicy, averageable, distill_samples
 from lmselfplay.rl.exact_feedback import ExactFeedback, FeedbackConfig, exact_feedback_games
@@ -323,7 +323,7 @@ def evaluate(cfg, games, positions, engine, tok, step):
     for game in games:
         game_sampling = sampling if has_enumerable_actions(game) else \
             SamplingParams(**{**vars(sampling), "max_new_tokens": cfg.text_max_new_tokens})
-        result = game_metrics.evaluate(engine, tok, game, positions.get(game.name), cfg.eval_games, game_sampling,
+        result = game_metrics.policy_metrics(engine, tok, game, positions.get(game.name), cfg.eval_games, game_sampling,
                                        seed=step, max_new_tokens=cfg.max_new_tokens, readout=readout(cfg, tok),
                                        readout_samples=cfg.readout_samples)
         out.update({f"{game.name}/{k}": v for k, v in result.items()})

@@ -68,14 +68,14 @@ from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer
 
 from lmselfplay.lm.engines.base import SamplingParams
 from lmselfplay.lm.engines.hf import HFEngine
-from lmselfplay.lm.policy import (
+from lmselfplay.lm.prompt import encode_completion, encode_prompt, format_prompt
+from lmselfplay.models.policy import (
     PolicyConfig,
     load_policy,
     load_tokenizer,
     prompt_style_of,
     resolve_model_path,
 )
-from lmselfplay.lm.prompt import encode_completion, encode_prompt, format_prompt
 from lmselfplay.spin.data import answers_match, load_supervised
 from lmselfplay.utils.checkpoint import atomic_dir, atomic_write_text, resume_checkpoint, save_json
 from lmselfplay.utils.config import (
@@ -108,7 +108,7 @@ class SpinConfig(Config, PolicyConfig, RunConfig):
     num_eval_examples: int = field(default=64, metadata={"help": "held-out prompts for accuracy and likelihood"})
     # SPIN
     spin_iterations: int = field(default=3, metadata={"help": "SPIN iterations: generate, then train on (data, own answer) pairs"})
-    beta_schedule: list[float] = field(default_factory=lambda: [0.1], metadata={
+    beta_per_iteration: list[float] = field(default_factory=lambda: [0.1], metadata={
         "help": "lambda_t per iteration (DPO beta); the last value repeats. The paper: 0.1 ... then 5.0"})
     max_completion_length: int | None = field(default=None, metadata={
         "help": "generation length of y' = longest trained answer; None: the longest data answer"})
@@ -146,12 +146,12 @@ class SpinConfig(Config, PolicyConfig, RunConfig):
                      "sft_learning_rate")
         if self.max_completion_length is not None:
             positive(self, "max_completion_length")
-        if not self.beta_schedule:
-            raise ConfigError("beta_schedule must hold at least one lambda")
-        bad = [b for b in self.beta_schedule
+        if not self.beta_per_iteration:
+            raise ConfigError("beta_per_iteration must hold at least one lambda")
+        bad = [b for b in self.beta_per_iteration
                if not (isinstance(b, int | float) and not isinstance(b, bool) and math.isfinite(b) and b > 0)]
         if bad:
-            raise ConfigError(f"beta_schedule values must be positive, got {bad}")
+            raise ConfigError(f"beta_per_iteration values must be positive, got {bad}")
 
 
 def dpo_losses(cfg: SpinConfig) -> dict[str, Any]:
@@ -164,7 +164,7 @@ def dpo_losses(cfg: SpinConfig) -> dict[str, Any]:
 
 def beta_at(cfg: SpinConfig, t: int) -> float:
     """lambda_t: the schedule's t-th value, its last one past its end (SpinConfig checked them)."""
-    return float(cfg.beta_schedule[min(t, len(cfg.beta_schedule) - 1)])
+    return float(cfg.beta_per_iteration[min(t, len(cfg.beta_per_iteration) - 1)])
 
 
 # --- the pieces every iteration uses ------------------------------------------------------

@@ -132,6 +132,7 @@ REGISTRY: list[Command] = [
     Command("bash .ci/setup", skip="installs the environment (network, minutes): CI has just run it"),
     Command(".venv/bin/python -m pytest -q", skip="the test suite itself: CI runs it"),
     Command(".venv/bin/python -m pytest -q tests/test_absolute_zero.py", skip="part of the test suite CI runs"),
+    Command(".venv/bin/python -m pytest -q tests/test_layers.py", skip="part of the test suite CI runs"),
     Command(".venv/bin/python -m pytest -q tests/test_executor.py tests/test_sandbox.py",
             skip="part of the test suite CI runs"),
     Command(".venv/bin/python recipes/selfplay_games.py --config recipes/configs/selfplay_games.yaml",

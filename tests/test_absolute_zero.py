@@ -81,7 +81,7 @@ def test_parse_proposal_formats_and_reasons():
 
 
 def test_io_proposal_style_takes_the_reference_inputs():
-    from lmselfplay.models.corpus import program_write_prompt
+    from lmselfplay.tasks.programs import program_write_prompt
 
     ref = CodeTask("induction", "def f(x):\n    return x\n", ["3", "4", "5", "6"], [3, 4, 5, 6])
     assert propose_prompt("induction", [ref], 4, "io") == program_write_prompt({"input": "3", "output": "3"})
@@ -257,7 +257,7 @@ def _perfect_solver(buffers):
 
 
 def _step_setup(recipe, model_dir, tmp_path, **kw):
-    from lmselfplay.lm.policy import load_policy
+    from lmselfplay.models.policy import load_policy
     from lmselfplay.rl.trainer import PolicyTrainer
 
     args = ["--model_name_or_path", str(model_dir), "--output_dir", str(tmp_path / "run"),
@@ -379,7 +379,7 @@ def test_full_loop_two_steps_on_a_tiny_model(model_dir, tmp_path):
 
 def _proposing_engine(tok):
     """Deterministic valid proposals that change with the prompt: the buffers grow."""
-    from lmselfplay.models.corpus import python_program
+    from lmselfplay.tasks.programs import python_program
 
     def answer(decoded):
         prompt = _prompt_text(decoded)

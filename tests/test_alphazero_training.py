@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from lmselfplay.alphazero.adapter import CachedGame, SearchGame
-from lmselfplay.alphazero.evaluate import (
+from lmselfplay.alphazero.net_strength import (
     exact_agent,
     match,
     optimal_argmax_fraction,
@@ -165,7 +165,7 @@ def test_exact_evaluators_on_first_legal_policy():
 def test_best_vs_random_ceiling_known_values():
     from fractions import Fraction
 
-    from lmselfplay.alphazero.evaluate import best_vs_random_exact
+    from lmselfplay.alphazero.net_strength import best_vs_random_exact
 
     # Expectimax of tic-tac-toe against a uniform random player (win 1, draw 1/2).
     x = best_vs_random_exact(TicTacToe(), 0)

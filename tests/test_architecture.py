@@ -52,7 +52,7 @@ def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
 
 def test_every_layer_imports():
     layers = ["lmselfplay.lm", "lmselfplay.lm.engines", "lmselfplay.rl", "lmselfplay.solvers", "lmselfplay.spin",
-              "lmselfplay.models", "lmselfplay.utils", "lmselfplay.alphazero", "lmselfplay.games",
+              "lmselfplay.models", "lmselfplay.tasks", "lmselfplay.utils", "lmselfplay.alphazero", "lmselfplay.games",
               "lmselfplay.eval", "lmselfplay.verifiers"]
     code = "import " + ", ".join(layers)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)

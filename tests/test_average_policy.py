@@ -125,8 +125,8 @@ def test_config_checks():
 def test_distillation_teaches_the_tabular_policy(kuhn):
     """The trainer's target cross-entropy on these samples moves the LM's tabular policy
     (normalized teacher-forced answer probabilities) to the target at every set."""
-    from lmselfplay.eval.game_metrics import tabular_policy
     from lmselfplay.lm.engines import HFEngine
+    from lmselfplay.lm.readout import tabular_policy
     from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
 
     tok = tiny_tokenizer()

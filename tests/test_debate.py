@@ -257,7 +257,7 @@ def test_long_prompts_are_fitted():
 # --- tasks -------------------------------------------------------------------------------------
 
 def test_program_tasks_come_from_the_sandbox_and_agree_with_the_generator():
-    from lmselfplay.models.corpus import python_program
+    from lmselfplay.tasks.programs import python_program
 
     tasks = program_tasks(6, seed=5)
     assert len(tasks) == 6 and all(t.correct != t.incorrect for t in tasks)

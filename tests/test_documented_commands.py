@@ -117,7 +117,7 @@ def run(cmd: Command, out: Path, values: dict[str, str]) -> None:
 def inputs(tmp_path_factory) -> dict[str, str]:
     """{model}, {data}: the embedded model; HumanEval samples and reasoning outputs to score."""
     from lmselfplay.eval.reasoning import build_problems, load_suite
-    from lmselfplay.lm.policy import resolve_model_path
+    from lmselfplay.models.policy import resolve_model_path
 
     data = tmp_path_factory.mktemp("inputs")
     rows = [{"task_id": f"HumanEval/{i}", "completion": "    return None\n"} for i in range(2) for _ in range(2)]

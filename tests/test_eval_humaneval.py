@@ -134,7 +134,7 @@ def test_generation_path_with_scripted_engine(problems, executor):
 
 
 def test_chat_models_are_asked_for_the_code(problems, executor, standin):
-    from lmselfplay.lm.policy import load_tokenizer
+    from lmselfplay.models.policy import load_tokenizer
 
     tok = load_tokenizer(str(standin("qwen2.5-instruct")))
     ids = list(problems)[:4]
@@ -146,7 +146,7 @@ def test_chat_models_are_asked_for_the_code(problems, executor, standin):
 
 def test_base_code_models_get_the_plain_prompt_and_its_stops(problems, executor, standin):
     """Qwen2.5-Coder base ships a ChatML template; HumanEval must not wrap it in ChatML."""
-    from lmselfplay.lm.policy import load_tokenizer
+    from lmselfplay.models.policy import load_tokenizer
 
     tok = load_tokenizer(str(standin("qwen2.5-coder-base")))
     ids = list(problems)[:2]

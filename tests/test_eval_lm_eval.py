@@ -114,3 +114,9 @@ def test_lm_eval_cli_with_model_lmselfplay(tmp_path, monkeypatch, capsys):
                      "--include_path", "tests/data/lmeval", "--output_path", str(out)]) == 0
     assert "lmselfplay_tiny_mc" in capsys.readouterr().out
     assert list(out.rglob("results_*.json"))
+
+
+def test_apply_chat_template_of_one_user_turn_is_the_projects_formatter(lm):
+    from lmselfplay.lm.prompt import format_prompt
+
+    assert lm.apply_chat_template([{"role": "user", "content": "2 + 2?"}]) == format_prompt(lm.tok, "2 + 2?")

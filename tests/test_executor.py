@@ -28,7 +28,7 @@ from lmselfplay.verifiers.executor import (
     ExecResult,
     Executor,
     ExecutorConfig,
-    Task,
+    Program,
     parse_literal_args,
     values_equal,
 )
@@ -447,11 +447,11 @@ def test_batch_keeps_order_and_isolates_tasks(executors, sentinel):
     tasks = []
     for i in range(40):
         if i % 10 == 3:
-            tasks.append(Task("while True: pass", timeout_s=0.3))
+            tasks.append(Program("while True: pass", timeout_s=0.3))
         elif i % 10 == 7:
-            tasks.append(Task("import os\nos._exit(3)"))
+            tasks.append(Program("import os\nos._exit(3)"))
         else:
-            tasks.append(Task("G = []\ndef f(i):\n    G.append(i)\n    return [i, len(G)]", "f", (i,)))
+            tasks.append(Program("G = []\ndef f(i):\n    G.append(i)\n    return [i, len(G)]", "f", (i,)))
     t0 = time.monotonic()
     results = ex.run_batch(tasks, progress=False)
     assert time.monotonic() - t0 < 10
@@ -522,7 +522,7 @@ def test_config_validation():
 
 
 def test_unencodable_task_is_an_error_not_a_crash(executors):
-    r = executors[DEFAULT].run_batch([Task("x=1", "f", (object(),)), Task("x=1", expr="x")])
+    r = executors[DEFAULT].run_batch([Program("x=1", "f", (object(),)), Program("x=1", expr="x")])
     assert r[0].status == "error" and "not runnable" in r[0].error
     assert r[1].value == 1
 
@@ -634,6 +634,6 @@ def test_concurrent_tasks_cannot_read_each_other(executors, mode):
              "        except OSError:\n            pass\n"
              "    try:\n        listing = os.listdir('..')\n    except OSError:\n"
              "        listing = None\n    return [found, listing]")
-    a, b = ex.run_batch([Task(writer, "f"), Task(thief, "f")], progress=False)
+    a, b = ex.run_batch([Program(writer, "f"), Program(thief, "f")], progress=False)
     assert a.status == "ok" and b.status == "ok", (a.error, b.error)
     assert b.value == [[], None]

@@ -12,7 +12,7 @@ import torch
 from lm_fixtures import tiny_model, tiny_tokenizer
 
 from lmselfplay.lm.engines.hf import HFEngine
-from lmselfplay.lm.policy import frozen_policy, policy_weights
+from lmselfplay.models.policy import frozen_policy, policy_weights
 from lmselfplay.rl.league import League, LeagueConfig
 
 

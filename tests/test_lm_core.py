@@ -6,17 +6,13 @@ import pytest
 from fake_engine import ScriptedEngine
 from lm_fixtures import save_tiny, tiny_model, tiny_tokenizer
 
-from lmselfplay.eval.game_metrics import (
-    answer_distribution,
-    optimal_move_rates,
-    tabular_policy,
-    win_rates,
-)
+from lmselfplay.eval.game_metrics import optimal_move_rates, win_rates
 from lmselfplay.games import make
 from lmselfplay.games.bots import random_bot, solver_bot
 from lmselfplay.games.text import format_answer
 from lmselfplay.lm.engines import HFEngine, SamplingParams
 from lmselfplay.lm.prompt import PLAIN_TEMPLATE, encode_completion, encode_prompt, format_prompt
+from lmselfplay.lm.readout import answer_distribution, tabular_policy
 from lmselfplay.lm.rollout import Episode, LLMPlayer, RolloutStats, collect_episodes
 from lmselfplay.lm.trajectory import merge_identical
 from lmselfplay.utils.stats import wilson

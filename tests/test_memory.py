@@ -16,8 +16,8 @@ from lm_fixtures import tiny_model, tiny_tokenizer
 
 import lmselfplay.lm.batching as batching
 from lmselfplay.lm.batching import logprobs_from_logits, sequence_logprobs
-from lmselfplay.lm.policy import PolicyConfig, load_policy
 from lmselfplay.lm.trajectory import Sample
+from lmselfplay.models.policy import PolicyConfig, load_policy
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, split_by_tokens
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.recipe_loader import load_recipe

@@ -10,8 +10,8 @@ import torch
 from lm_fixtures import tiny_model, tiny_tokenizer
 
 from lmselfplay.lm.batching import sequence_logprobs
-from lmselfplay.lm.policy import PolicyConfig, load_policy, resolve_dtype
 from lmselfplay.lm.trajectory import Sample
+from lmselfplay.models.policy import PolicyConfig, load_policy, resolve_dtype
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, master_weights
 from lmselfplay.utils.config import ConfigError
 from lmselfplay.utils.errors import run_main

@@ -14,7 +14,7 @@ from lm_fixtures import saved_weights
 
 from lmselfplay.lm.engines.base import Completion
 from lmselfplay.lm.prompt import encode_completion, encode_prompt
-from lmselfplay.models.corpus import QUESTION_WRITE_PROMPT
+from lmselfplay.tasks.arithmetic import QUESTION_WRITE_PROMPT
 from lmselfplay.utils.recipe_loader import load_recipe
 
 R = load_recipe("r_zero")

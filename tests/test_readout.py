@@ -11,17 +11,13 @@ import pytest
 from fake_engine import ScriptedEngine
 
 from lmselfplay.eval import game_metrics
-from lmselfplay.eval.game_metrics import (
-    decision_states,
-    optimal_move_rates,
-    policy_exploitability,
-    resolve_readout,
-)
+from lmselfplay.eval.game_metrics import optimal_move_rates, policy_exploitability
 from lmselfplay.games import make
 from lmselfplay.games.exploitability import exploitability
 from lmselfplay.games.solve import optimal_actions
-from lmselfplay.lm.policy import load_tokenizer
 from lmselfplay.lm.prompt import encode_prompt
+from lmselfplay.lm.readout import decision_states, resolve_readout
+from lmselfplay.models.policy import load_tokenizer
 from lmselfplay.utils.config import ConfigError, parse_config
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.recipe_loader import load_recipe
@@ -104,7 +100,7 @@ def test_evaluate_names_the_readout_in_its_flat_results(tok):
     nim = make("nim")
     states = decision_states(nim)[:3]
     engine = ScriptedEngine(tok, lambda p: "<move>1</move>")
-    flat = game_metrics.evaluate(engine, tok, nim, states, n_games=2, max_new_tokens=8, readout="sampled",
+    flat = game_metrics.policy_metrics(engine, tok, nim, states, n_games=2, max_new_tokens=8, readout="sampled",
                                  readout_samples=2)
     assert flat["readout"] == "sampled" and flat["readout_samples"] == 2
     assert flat["optimal_move_prob_ci_low"] <= flat["optimal_move_prob"] <= flat["optimal_move_prob_ci_high"]

@@ -10,7 +10,6 @@ from lmselfplay.games.base import Invalid
 from lmselfplay.games.text import extract_move, visible_answer_text
 from lmselfplay.lm.engines.base import SamplingParams, completion_length
 from lmselfplay.lm.engines.hf import HFEngine, StopAfterThink
-from lmselfplay.lm.policy import PolicyConfig, load_policy, load_tokenizer
 from lmselfplay.lm.prompt import (
     PromptStyle,
     encode_completion,
@@ -18,6 +17,7 @@ from lmselfplay.lm.prompt import (
     format_prompt,
     set_prompt_style,
 )
+from lmselfplay.models.policy import PolicyConfig, load_policy, load_tokenizer
 
 PROMPTS = [f"Nim: {n} stones left. Take 1, 2 or 3. Answer with <move>N</move>." for n in range(1, 9)]
 

@@ -6,9 +6,10 @@ import time
 
 import pytest
 
-from lmselfplay.models.corpus import arithmetic_problem, python_program
+from lmselfplay.tasks.arithmetic import arithmetic_problem
+from lmselfplay.tasks.programs import python_program
 from lmselfplay.verifiers.checkable import (
-    Task,
+    Question,
     arithmetic_task,
     format_value,
     program_task,
@@ -144,8 +145,8 @@ def test_bad_challenger_output_is_named(text, reason):
 
 
 def test_rules_referee_labels_and_rewards(matcher):
-    t = Task("a", "arithmetic", "p", expression="3 + 4")
-    known = Task("b", "arithmetic", "p", answer="12")
+    t = Question("a", "arithmetic", "p", expression="3 + 4")
+    known = Question("b", "arithmetic", "p", answer="12")
     answers = ["3 + 4 = 7\n#### 7", "#### 7.0", "#### 8", "no final answer", "\\boxed{7}", "#### 6\n#### 8",
                "\\boxed{" + HANG + "}"]
     t0 = time.time()
@@ -158,7 +159,7 @@ def test_rules_referee_labels_and_rewards(matcher):
 
 
 def test_vote_referee_majority_and_agreement(matcher):
-    a, b, c = (Task(k, "arithmetic", "p", expression="1") for k in "abc")
+    a, b, c = (Question(k, "arithmetic", "p", expression="1") for k in "abc")
     tasks = [a] * 5 + [b] * 4 + [c] * 3
     answers = (["#### 1/2", "#### 0.5", "#### 3", "none", "\\boxed{\\frac{1}{2}}"]  # a: 1/2 wins 3 of 5
                + ["#### 2", "#### 3", "#### 3", "#### 2"]  # b: a tie goes to the class seen first: 2
@@ -173,7 +174,7 @@ def test_vote_referee_majority_and_agreement(matcher):
 
 
 def test_vote_never_elects_a_non_answer(matcher):
-    t = Task("a", "arithmetic", "p")
+    t = Question("a", "arithmetic", "p")
     v = VoteReferee(matcher).score([t] * 4, ["no", "no", "no", "#### 5"])
     assert v[0].label == "5" and v[0].detail["agreement"] == 0.25 and [x.reward for x in v] == [0, 0, 0, 1]
 
@@ -230,6 +231,6 @@ def test_judge_slot_is_a_registry_entry(matcher):
 
     register_referee("judge", Judge)
     try:
-        assert make_referee("judge", matcher=matcher).score([Task("a", "arithmetic", "p")], ["x"])[0].reward == 1
+        assert make_referee("judge", matcher=matcher).score([Question("a", "arithmetic", "p")], ["x"])[0].reward == 1
     finally:
         REFEREES.pop("judge")

@@ -20,8 +20,8 @@ from lmselfplay.verifiers.executor import (
     SCRATCH_PREFIX,
     Executor,
     ExecutorConfig,
+    Program,
     SandboxError,
-    Task,
     remove_stale_scratch,
 )
 
@@ -74,7 +74,7 @@ def test_humaneval_verdict_cannot_be_forged_by_the_child(executors):
 
 
 def test_executor_referee_label_is_the_programs_output_only(executors):
-    from lmselfplay.verifiers.checkable import Task as Question
+    from lmselfplay.verifiers.checkable import Question
     from lmselfplay.verifiers.referees import ExecutorReferee
 
     ref = ExecutorReferee(executor=executors[DEFAULT])
@@ -140,8 +140,8 @@ def test_recursion_bomb_on_the_result_channel_breaks_only_its_task():
     bomb = ("import os\nos.write(3, b'{\"status\":\"ok\",\"value\":' + b'[' * 200000 + b']' * 200000 + b'}')\n"
             "os._exit(0)")
     for mode in MODES:
-        tasks = [Task("def f(i):\n    return i * 2", "f", (i,)) for i in range(40)]
-        tasks[20] = Task(bomb)
+        tasks = [Program("def f(i):\n    return i * 2", "f", (i,)) for i in range(40)]
+        tasks[20] = Program(bomb)
         ex = Executor(ExecutorConfig(sandbox=mode, **{**LIMITS, "max_workers": 2},
                                      max_value_bytes=1 << 20))
         try:
@@ -181,7 +181,7 @@ def test_a_child_finds_no_other_tasks_source():
     # the audit hook off: gc and frames are reachable, as through any escape from the hook
     for mode in MODES[:-1]:
         with Executor(ExecutorConfig(sandbox=mode, audit_hook=False, allow_ctypes=True, **LIMITS)) as ex:
-            results = ex.run_batch([Task(SNOOP.format(i=i), "f") for i in range(8)], progress=False)
+            results = ex.run_batch([Program(SNOOP.format(i=i), "f") for i in range(8)], progress=False)
         for i, r in enumerate(results):
             assert r.ok and set(r.value) <= {i}, (mode, i, r.value, r.error)
 

@@ -22,10 +22,10 @@ from lmselfplay.alphazero.llm_selfplay import (
     q_loss,
 )
 from lmselfplay.alphazero.mcts import mcts, uniform_prior, zero_value
-from lmselfplay.eval.game_metrics import answer_distribution, decision_states
 from lmselfplay.games import make
 from lmselfplay.lm.engines.hf import HFEngine
 from lmselfplay.lm.prompt import encode_completion, encode_prompt
+from lmselfplay.lm.readout import answer_distribution, decision_states
 from lmselfplay.lm.search_eval import LLMEvaluator, QHead, ValueHead, load_head, move_tokens
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
 from tests.lm_fixtures import tiny_tokenizer

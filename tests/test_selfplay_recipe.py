@@ -235,7 +235,7 @@ def test_gnugo_evaluation_of_go_and_its_process_ends(model_dir):
     from lmselfplay.games import make
     from lmselfplay.lm.engines.base import SamplingParams
     from lmselfplay.lm.engines.hf import HFEngine
-    from lmselfplay.lm.policy import load_policy
+    from lmselfplay.models.policy import load_policy
 
     model, tok = load_policy(model_name_or_path=str(model_dir))
     engine = HFEngine(model, tok)

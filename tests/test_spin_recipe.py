@@ -160,14 +160,14 @@ def test_default_config_file_parses_and_bad_keys_are_named(tmp_path):
     recipe = load_recipe()
     cfg = parse_config(recipe.SpinConfig, ["--config", str(ROOT / "recipes/configs/spin.yaml")])
     assert cfg.model_name_or_path is None and cfg.dataset is None  # embedded model, own data
-    assert cfg.spin_iterations >= 2 and all(b > 0 for b in cfg.beta_schedule)
+    assert cfg.spin_iterations >= 2 and all(b > 0 for b in cfg.beta_per_iteration)
     (tmp_path / "bad.yaml").write_text("spin_iterations: 2\nlamda: 0.1\n")
     with pytest.raises(ConfigError, match="lamda"):
         parse_config(recipe.SpinConfig, ["--config", str(tmp_path / "bad.yaml")])
-    cfg = parse_config(recipe.SpinConfig, ["--beta_schedule", "0.1", "0.1", "5.0"])
+    cfg = parse_config(recipe.SpinConfig, ["--beta_per_iteration", "0.1", "0.1", "5.0"])
     assert [recipe.beta_at(cfg, t) for t in range(5)] == [0.1, 0.1, 5.0, 5.0, 5.0]
     with pytest.raises(ConfigError, match="positive"):
-        recipe.main(["--beta_schedule", "-1", "--output_dir", str(tmp_path / "o")])
+        recipe.main(["--beta_per_iteration", "-1", "--output_dir", str(tmp_path / "o")])
 
 
 def test_rpo_alpha_adds_the_nll_on_the_data_answer_to_the_dpo_loss():

@@ -14,13 +14,15 @@ from lmselfplay import games
 from lmselfplay.games.base import CHANCE, all_states
 from lmselfplay.games.text import format_answer
 from lmselfplay.models import corpus as st
+from lmselfplay.tasks.arithmetic import arithmetic_problem
+from lmselfplay.tasks.programs import MAX_OUTPUT_CHARS, python_program
 
 
 def test_arithmetic_answers_are_correct():
     ops = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
     rng = random.Random(0)
     for _ in range(500):
-        p = st.arithmetic_problem(rng)
+        p = arithmetic_problem(rng)
         *steps, last = p["answer"].split("\n")
         assert last == f"#### {p['final']}"
         value = None
@@ -43,17 +45,17 @@ def test_program_outputs_are_correct_and_reproducible():
     rng = random.Random(1)
     kinds = Counter()
     for _ in range(300):
-        t = st.python_program(rng)
+        t = python_program(rng)
         ns: dict = {}
         exec(t["code"], {}, ns)  # our own generated code, with full builtins this time
         arg = ast.literal_eval(t["input"])
         assert repr(ns["f"](arg)) == t["output"]
         assert t["code"].startswith("def f(x):\n")
         kinds[type(arg).__name__] += 1
-        assert len(t["output"]) <= st.MAX_OUTPUT_CHARS
+        assert len(t["output"]) <= MAX_OUTPUT_CHARS
     assert set(kinds) == {"int", "list", "str"}
     again = random.Random(1)
-    assert st.python_program(again) == st.python_program(random.Random(1))
+    assert python_program(again) == python_program(random.Random(1))
 
 
 def _prompt_index(game):
@@ -126,3 +128,25 @@ def test_reading_task_answer_is_the_one_line_named_by_its_cue(name):
     if name == "kuhn_poker":
         cards = {st.reading_task(game, random.Random(i))[1] for i in range(200)}
         assert {f"You are player {p}. Your card: {c}." for p in (1, 2) for c in "JQK"} <= cards
+
+
+def test_generated_corpus_and_tasks_are_unchanged_by_seed():
+    """The corpus text and the seed tasks a seed generates are pinned: the embedded model's
+    build (and the shipped copy's key) depends on every byte of them. Hashes recorded before
+    the task generators moved to lmselfplay.tasks."""
+    import hashlib
+    import json
+
+    from lmselfplay.models import tiny
+
+    def digest(value) -> str:
+        return hashlib.sha256(json.dumps(value).encode()).hexdigest()
+
+    pinned = {"v3": "e40ffae4d67c7b684e336bce613944b3c0c146c76aa9c8450beda0060c0498d5",
+              "v4": "cb3c2d8d4bf4ac38c3f86987232a4d99b00bfb7663ee13fa8fb187c46fb8c1d5"}
+    for build, expected in pinned.items():
+        corpus = tiny.Corpus(tiny.build_config(build), random.Random(1234))
+        assert digest([corpus.sample() for _ in range(400)]) == expected, build
+    rng = random.Random(7)
+    tasks = [[arithmetic_problem(rng), python_program(rng)] for _ in range(200)]
+    assert digest(tasks) == "488a682d24392cea6f8bb0abb48f471ac748a87e2f5088516742e8a24d81c9dc"

@@ -54,7 +54,7 @@ def test_build_loads_back_with_auto_classes(built, tok):
 
 
 def test_load_policy_uses_the_build(built):
-    from lmselfplay.lm.policy import load_policy
+    from lmselfplay.models.policy import load_policy
 
     model, tok = load_policy(model_name_or_path=str(built), device="cpu")
     assert tok.padding_side == "left" and model.config.num_hidden_layers == 1

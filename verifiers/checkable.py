@@ -1,10 +1,10 @@
-"""Questions in a checkable form: model-written text -> a :class:`Task` whose truth a referee
+"""Questions in a checkable form: model-written text -> a :class:`Question` whose truth a referee
 can compute, or the reason it cannot (counted, never raised).
 
 Two forms (chosen by the recipe's config):
 
 * ``arithmetic``: a word problem in one of the shapes the project's generator writes
-  (:func:`lmselfplay.models.corpus.arithmetic_problem`), read back into an arithmetic
+  (:func:`lmselfplay.tasks.arithmetic.arithmetic_problem`), read back into an arithmetic
   expression (:func:`word_problem_expression`) that :func:`safe_eval` computes; or a bare
   expression such as ``3 + 4 * 2``.
 * ``program``: "what does this program print": a function ``f`` the challenger wrote and an
@@ -30,7 +30,7 @@ INJECTION = re.compile(r"(answer|reply|respond|output|say)\b[^.?!\n]{0,20}?-?\d|
 
 
 @dataclass(frozen=True)
-class Task:
+class Question:
     """One question for a solver. ``answer`` is the truth when the generator knows it;
     otherwise ``expression`` (arithmetic) or ``code`` (a program whose stdout is the
     answer) lets the rules / the executor compute it."""
@@ -137,8 +137,8 @@ def question_problem(text: object, max_chars: int = MAX_QUESTION_CHARS) -> str |
     return None
 
 
-def arithmetic_task(task_id: str, text: str, to_prompt: Callable[[str], str]) -> tuple[Task | None, str | None]:
-    """(Task, None) for a checkable arithmetic question; (None, reason) otherwise."""
+def arithmetic_task(task_id: str, text: str, to_prompt: Callable[[str], str]) -> tuple[Question | None, str | None]:
+    """(Question, None) for a checkable arithmetic question; (None, reason) otherwise."""
     problem = question_problem(text)
     if problem:
         return None, problem
@@ -148,12 +148,12 @@ def arithmetic_task(task_id: str, text: str, to_prompt: Callable[[str], str]) ->
         return None, "not_a_question"
     if safe_eval(expr) is None:
         return None, "uncheckable"
-    return Task(task_id, "arithmetic", to_prompt(question), question, expression=expr), None
+    return Question(task_id, "arithmetic", to_prompt(question), question, expression=expr), None
 
 
 def program_task(task_id: str, code: str, arg: str,
-                 to_prompt: Callable[[str, str], str]) -> tuple[Task | None, str | None]:
-    """(Task, None) for a program defining ``f``; the question prints ``repr(f(arg))``.
+                 to_prompt: Callable[[str, str], str]) -> tuple[Question | None, str | None]:
+    """(Question, None) for a program defining ``f``; the question prints ``repr(f(arg))``.
     Whether it runs is the executor's to say (a program that fails is uncheckable there)."""
     code = re.sub(r"^```[a-z]*\s*$", "", code, flags=re.M)  # markdown fences around the code
     problem = question_problem(code, max_chars=4 * MAX_QUESTION_CHARS)
@@ -163,4 +163,4 @@ def program_task(task_id: str, code: str, arg: str,
         return None, "not_a_question"
     body = code.rstrip() + "\n"
     full = f"{body}print(repr(f({arg})))"
-    return Task(task_id, "program", to_prompt(body, arg), body, code=full), None
+    return Question(task_id, "program", to_prompt(body, arg), body, code=full), None

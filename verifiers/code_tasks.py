@@ -44,13 +44,13 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from lmselfplay.games.text import visible_answer_text
-from lmselfplay.models.corpus import program_output_prompt, program_write_prompt, python_program
+from lmselfplay.tasks.programs import program_output_prompt, program_write_prompt, python_program
 from lmselfplay.verifiers.executor import (
     STATUSES,
     ExecResult,
     Executor,
     ExecutorConfig,
-    Task,
+    Program,
     parse_literal_args,
     values_equal,
 )
@@ -95,7 +95,7 @@ def propose_prompt(task_type: str, references: Sequence[CodeTask], n_inputs: int
     """Step 1's prompt. ``paper``: header, K reference tasks of the type (program + inputs),
     the answer format; the proposer writes program and inputs. ``io``: the first reference's
     first input/output pair in the embedded model's pre-training format
-    (:func:`~lmselfplay.models.corpus.program_write_prompt`); the proposer writes only the
+    (:func:`~lmselfplay.tasks.programs.program_write_prompt`); the proposer writes only the
     program and the task takes the reference's inputs (:func:`parse_proposal` ``given_inputs``)."""
     if style == "io":
         if not references:
@@ -112,7 +112,7 @@ def propose_prompt(task_type: str, references: Sequence[CodeTask], n_inputs: int
 
 def solve_prompt(task: CodeTask, answer_tags: bool = False) -> str:
     """Step 3's prompt. Deduction is the embedded model's pre-training format
-    (:func:`~lmselfplay.models.corpus.program_output_prompt`), so it starts in-distribution.
+    (:func:`~lmselfplay.tasks.programs.program_output_prompt`), so it starts in-distribution.
     ``answer_tags`` (real models, which explain before answering) asks for the answer
     inside ``<answer></answer>``, where :func:`parse_answer` looks first."""
     if task.task_type == "deduction":
@@ -431,7 +431,7 @@ IDENTITY = "def f(x):\n    return x\n"
 
 def seed_tasks(task_type: str, rng: random.Random, n_generated: int, n_inputs: int = 1) -> list[CodeTask]:
     """Unvalidated seeds: the identity (as in the paper) and ``n_generated`` of the project's
-    generated programs (:func:`~lmselfplay.models.corpus.python_program`). Induction seeds
+    generated programs (:func:`~lmselfplay.tasks.programs.python_program`). Induction seeds
     get ``n_inputs`` inputs each (the program's own plus inputs of other programs of the
     same kind: an int program gets ints)."""
     out = [CodeTask(task_type, IDENTITY, inputs_like(rng, "1", n_inputs), source="seed")]
@@ -488,7 +488,7 @@ class CodeReferee:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _run(self, tasks: list[Task], both: bool) -> list[list[ExecResult]]:
+    def _run(self, tasks: list[Program], both: bool) -> list[list[ExecResult]]:
         """``tasks`` on executor 0 (and 1 when ``both``), one ``run_batch`` each, timed."""
         t0 = time.perf_counter()
         out: list[list[ExecResult]] = [[], []]
@@ -514,7 +514,7 @@ class CodeReferee:
                 results[i] = Validation(False, "format", p.error)
                 continue
             for j, text in enumerate(p.inputs):
-                tasks.append(Task(p.program, entry=ENTRY, args=check_input(text)[0]))
+                tasks.append(Program(p.program, entry=ENTRY, args=check_input(text)[0]))
                 where.append((i, j))
         first, second = self._run(tasks, both=True) if tasks else ([], [])
         runs: dict[int, list[tuple[ExecResult, ExecResult]]] = {}
@@ -538,11 +538,11 @@ class CodeReferee:
             elif task.task_type == "deduction":
                 out[i] = (float(values_equal(value, task.outputs[0])), "ok")
             elif task.task_type == "abduction":
-                tasks.append(Task(task.program, entry=ENTRY, args=value))
+                tasks.append(Program(task.program, entry=ENTRY, args=value))
                 where.append((i, task.outputs[0]))
             else:
                 for inp, want in task.held_out_pairs():
-                    tasks.append(Task(value, entry=ENTRY, args=check_input(inp)[0]))
+                    tasks.append(Program(value, entry=ENTRY, args=check_input(inp)[0]))
                     where.append((i, want))
         results = self._run(tasks, both=False)[0] if tasks else []
         verdict: dict[int, list[tuple[bool, str]]] = {}

@@ -6,7 +6,7 @@
         r = ex.run("def f(x):\\n    return x * 2", entry="f", args=(21,))
         r.status, r.value            # 'ok', 42
         ex.check_output("def f(a, b): return a + b", "f", "1, 2", "3")   # True
-        ex.run_batch([Task(code, entry="f", args=(i,)) for i in range(1000)])
+        ex.run_batch([Program(code, entry="f", args=(i,)) for i in range(1000)])
 
 One trusted zygote process (``sandbox_worker.py``) sets up the boundary once and forks a
 fresh child per task; see that module and ``docs/sandbox.md`` for what is guaranteed.
@@ -114,7 +114,7 @@ class ExecutorConfig(Config):
 
 
 @dataclass
-class Task:
+class Program:
     """One program to run: call ``entry(*args, **kwargs)`` or evaluate ``expr`` after ``code``."""
 
     code: str
@@ -446,11 +446,11 @@ class Executor:
     def run(self, code: str, entry: str | None = None, args: Sequence[Any] = (),
             kwargs: dict[str, Any] | None = None, expr: str | None = None,
             timeout_s: float | None = None) -> ExecResult:
-        return self.run_batch([Task(code, entry, args, kwargs, expr, timeout_s)], progress=False)[0]
+        return self.run_batch([Program(code, entry, args, kwargs, expr, timeout_s)], progress=False)[0]
 
-    def run_batch(self, tasks: Iterable[Task | dict], progress: bool | None = None) -> list[ExecResult]:
+    def run_batch(self, tasks: Iterable[Program | dict], progress: bool | None = None) -> list[ExecResult]:
         """Run many tasks with bounded concurrency; results come back in input order."""
-        tasks = [t if isinstance(t, Task) else Task(**t) for t in tasks]
+        tasks = [t if isinstance(t, Program) else Program(**t) for t in tasks]
         if not tasks:
             return []
         results: list[ExecResult | None] = [None] * len(tasks)
@@ -584,7 +584,7 @@ class Executor:
             args = parse_literal_args(inp) if isinstance(inp, str) else tuple(inp)
             if isinstance(expected, str):
                 expected = ast.literal_eval(expected)
-            tasks.append(Task(code, entry=func_name, args=args))
+            tasks.append(Program(code, entry=func_name, args=args))
             wants.append(expected)
         results = self.run_batch(tasks, progress=progress)
         return [r.ok and values_equal(r.value, w, float_tol) for r, w in zip(results, wants)]

@@ -1,7 +1,7 @@
 """Referees behind one interface: ``score(tasks, answers) -> list[Verdict]``, batched.
 
 ``tasks[i]`` and ``answers[i]`` are parallel: one verdict per answer. Several answers to
-the same task (same ``Task.id``) form a group, which the vote needs. A verdict says the
+the same task (same ``Question.id``) form a group, which the vote needs. A verdict says the
 reward of that answer, the referee's ``label`` for its task (the answer it holds true; None
 when it cannot say), what decided (``provenance``) and a ``detail`` dict.
 
@@ -27,7 +27,7 @@ import numpy as np
 
 from lmselfplay.games.text import visible_answer_text
 from lmselfplay.verifiers.answers import count_final_marks, extract_final
-from lmselfplay.verifiers.checkable import Task, format_value, safe_eval
+from lmselfplay.verifiers.checkable import Question, format_value, safe_eval
 from lmselfplay.verifiers.math_equivalence import MathEquivalence
 from lmselfplay.verifiers.vote import majority_agreement
 
@@ -48,7 +48,7 @@ class Referee(Protocol):
 
     provenance: str
 
-    def score(self, tasks: Sequence[Task], answers: Sequence[str]) -> list[Verdict]: ...
+    def score(self, tasks: Sequence[Question], answers: Sequence[str]) -> list[Verdict]: ...
 
 
 def extract_final_answer(text: object) -> tuple[str | None, int]:
@@ -116,10 +116,10 @@ class _TruthReferee:
     def __init__(self, matcher: AnswerMatcher | None = None):
         self.matcher = matcher or AnswerMatcher()
 
-    def truths(self, tasks: Sequence[Task]) -> dict[str, str | None]:
+    def truths(self, tasks: Sequence[Question]) -> dict[str, str | None]:
         raise NotImplementedError
 
-    def score(self, tasks: Sequence[Task], answers: Sequence[str]) -> list[Verdict]:
+    def score(self, tasks: Sequence[Question], answers: Sequence[str]) -> list[Verdict]:
         truth = self.truths(tasks)
         out = []
         for task, text in zip(tasks, answers):
@@ -137,7 +137,7 @@ class RulesReferee(_TruthReferee):
 
     provenance = "rules"
 
-    def truths(self, tasks: Sequence[Task]) -> dict[str, str | None]:
+    def truths(self, tasks: Sequence[Question]) -> dict[str, str | None]:
         out: dict[str, str | None] = {}
         for t in tasks:
             if t.id not in out:
@@ -167,11 +167,11 @@ class ExecutorReferee(_TruthReferee):
             self._executor = Executor(ExecutorConfig(timeout_s=self._timeout_s, cpu_s=self._timeout_s))
         return self._executor
 
-    def truths(self, tasks: Sequence[Task]) -> dict[str, str | None]:
-        from lmselfplay.verifiers.executor import Task as ExecTask
+    def truths(self, tasks: Sequence[Question]) -> dict[str, str | None]:
+        from lmselfplay.verifiers.executor import Program
 
         todo = list({t.code: None for t in tasks if t.code and t.code not in self._cache})
-        for code, res in zip(todo, self.executor.run_batch([ExecTask(c) for c in todo], progress=False)):
+        for code, res in zip(todo, self.executor.run_batch([Program(c) for c in todo], progress=False)):
             out = res.stdout.strip() if res.ok else ""
             self._cache[code] = out if out else None
         return {t.id: (t.answer if t.answer is not None else self._cache.get(t.code)) for t in tasks}
@@ -192,7 +192,7 @@ class VoteReferee:
     def __init__(self, matcher: AnswerMatcher | None = None):
         self.matcher = matcher or AnswerMatcher()
 
-    def score(self, tasks: Sequence[Task], answers: Sequence[str]) -> list[Verdict]:
+    def score(self, tasks: Sequence[Question], answers: Sequence[str]) -> list[Verdict]:
         groups: dict[str, list[int]] = {}
         for i, t in enumerate(tasks):
             groups.setdefault(t.id, []).append(i)

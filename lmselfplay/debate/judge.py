@@ -170,7 +170,7 @@ def load_llm_judge(model_name_or_path: str | None, device: str = "auto", dtype: 
     model); ``kwargs`` go to :class:`LLMJudge`. Loading the policy's own path again gives
     a frozen copy of the initial policy."""
     from lmselfplay.lm.engines import HFEngine
-    from lmselfplay.lm.policy import PolicyConfig, load_policy
+    from lmselfplay.models.policy import PolicyConfig, load_policy
 
     model, tok = load_policy(PolicyConfig(model_name_or_path=model_name_or_path, device=device, dtype=dtype))
     model.requires_grad_(False).eval()

@@ -4,7 +4,7 @@ Every task is a :class:`DebateTask`: a question, a context (the story, the progr
 worked solution), the correct answer and one incorrect answer. Correctness is exact, so
 a judge's accuracy is exact. The families:
 
-* ``arithmetic`` — the project's word problems (:func:`lmselfplay.models.corpus.arithmetic_problem`);
+* ``arithmetic`` — the project's word problems (:func:`lmselfplay.tasks.arithmetic.arithmetic_problem`);
   context: the worked solution; wrong answer: a near value (the true one +- 1..10, >= 0).
 * ``programs`` — "what does f(x) return?" for the project's tiny programs; context: the
   program. Both answers come from running code in the executor sandbox (never in this
@@ -31,7 +31,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from lmselfplay.models.corpus import arithmetic_problem, python_program
+from lmselfplay.tasks.arithmetic import arithmetic_problem
+from lmselfplay.tasks.programs import python_program
+from lmselfplay.verifiers.executor import Executor, ExecutorConfig, Program, parse_literal_args
 
 DATASET_COLUMNS = ("question", "context", "correct", "incorrect")
 NEAR_OFFSETS = (1, 2, 3, 4, 5, 10)
@@ -116,9 +118,8 @@ def program_tasks(n: int, seed: int, executor=None) -> list[DebateTask]:
     """``n`` program-output questions; every output is computed by the executor sandbox.
 
     Programs whose true run fails (never expected for the project's grammar) are skipped
-    and replaced by new ones, at most ``4 n`` draws in all."""
-    from lmselfplay.verifiers.executor import Executor, ExecutorConfig, Task, parse_literal_args
-
+    and replaced by new ones, at most ``4 n`` draws in all. ``executor``: the caller's sandbox
+    (left open); default: a sandbox of its own, closed on return."""
     rng = random.Random(f"programs/{seed}")
     own = executor is None
     ex = executor or Executor(ExecutorConfig(timeout_s=2.0, cpu_s=2.0))
@@ -132,7 +133,7 @@ def program_tasks(n: int, seed: int, executor=None) -> list[DebateTask]:
             jobs = []
             for p, m in zip(batch, mutants):
                 args = parse_literal_args(p["input"])
-                jobs += [Task(p["code"], entry="f", args=args), Task(m or p["code"], entry="f", args=args)]
+                jobs += [Program(p["code"], entry="f", args=args), Program(m or p["code"], entry="f", args=args)]
             res = ex.run_batch(jobs, progress=False)
             for k, p in enumerate(batch):
                 true, mut = res[2 * k], res[2 * k + 1]

@@ -1,1 +1,1 @@
-"""The language-model layer: THE prompt formatter, policy loading (+ LoRA), trajectories, batched rollouts, engines."""
+"""The language-model layer: the loaded model at work: THE prompt formatter, trajectories, batched rollouts, engines, readout (loading is models/)."""

@@ -89,19 +89,24 @@ LLAMA3_1_INSTRUCT_GEN = {"bos_token_id": "<|begin_of_text|>",
 LLAMA3_1_BASE_GEN = {"bos_token_id": "<|begin_of_text|>", "eos_token_id": "<|end_of_text|>",
                      "do_sample": True, "temperature": 0.6, "top_p": 0.9}
 
+
+def _qwen(name: str, family: str, architecture: str, added: tuple[str, ...], eos: str, template: str,
+          generation: dict[str, Any]) -> StandinSpec:
+    """A Qwen family's spec: Qwen's specials, all listed in tokenizer_config; pad <|endoftext|>;
+    config.json's eos is the tokenizer's."""
+    return StandinSpec(name, family, architecture, QWEN2_5_SPECIAL, added, eos=eos, pad="<|endoftext|>",
+                       chat_template=template, listed_specials=QWEN_LISTED, generation=generation,
+                       config_eos=(eos,))
+
+
 SPECS: dict[str, StandinSpec] = {s.name: s for s in (
-    StandinSpec("qwen2.5-instruct", "Qwen/Qwen2.5-7B-Instruct", "qwen2", QWEN2_5_SPECIAL, QWEN2_5_ADDED,
-                eos="<|im_end|>", pad="<|endoftext|>", chat_template=chat_templates.QWEN2_5, listed_specials=QWEN_LISTED,
-                generation=QWEN_INSTRUCT_GEN, config_eos=("<|im_end|>",)),
-    StandinSpec("qwen3", "Qwen/Qwen3-4B", "qwen3", QWEN2_5_SPECIAL, QWEN3_ADDED,
-                eos="<|im_end|>", pad="<|endoftext|>", chat_template=chat_templates.QWEN3, listed_specials=QWEN_LISTED,
-                generation=QWEN3_GEN, config_eos=("<|im_end|>",)),
-    StandinSpec("qwen3-base", "Qwen/Qwen3-4B-Base", "qwen3", QWEN2_5_SPECIAL, QWEN3_ADDED,
-                eos="<|endoftext|>", pad="<|endoftext|>", chat_template=chat_templates.QWEN3, listed_specials=QWEN_LISTED,
-                generation=QWEN_BASE_GEN, config_eos=("<|endoftext|>",)),
-    StandinSpec("qwen2.5-coder-base", "Qwen/Qwen2.5-Coder-7B", "qwen2", QWEN2_5_SPECIAL, QWEN2_5_ADDED,
-                eos="<|endoftext|>", pad="<|endoftext|>", chat_template=chat_templates.QWEN2_5, listed_specials=QWEN_LISTED,
-                generation=QWEN_BASE_GEN, config_eos=("<|endoftext|>",)),
+    _qwen("qwen2.5-instruct", "Qwen/Qwen2.5-7B-Instruct", "qwen2", QWEN2_5_ADDED, "<|im_end|>",
+          chat_templates.QWEN2_5, QWEN_INSTRUCT_GEN),
+    _qwen("qwen3", "Qwen/Qwen3-4B", "qwen3", QWEN3_ADDED, "<|im_end|>", chat_templates.QWEN3, QWEN3_GEN),
+    _qwen("qwen3-base", "Qwen/Qwen3-4B-Base", "qwen3", QWEN3_ADDED, "<|endoftext|>", chat_templates.QWEN3,
+          QWEN_BASE_GEN),
+    _qwen("qwen2.5-coder-base", "Qwen/Qwen2.5-Coder-7B", "qwen2", QWEN2_5_ADDED, "<|endoftext|>",
+          chat_templates.QWEN2_5, QWEN_BASE_GEN),
     StandinSpec("llama-3.1-base", "meta-llama/Llama-3.1-8B", "llama", LLAMA3_SPECIAL, split=LLAMA3_SPLIT,
                 bos="<|begin_of_text|>", eos="<|end_of_text|>", add_bos=True,
                 generation=LLAMA3_1_BASE_GEN, config_eos=("<|end_of_text|>",)),
@@ -172,6 +177,8 @@ def corpus_texts(n: int, seed: int = 0) -> list[str]:
     for training the BPE: the merges then fit what the tests and recipes feed the model."""
     from lmselfplay.games import make
     from lmselfplay.models import corpus as st
+    from lmselfplay.tasks.arithmetic import arithmetic_problem, arithmetic_prompt
+    from lmselfplay.tasks.programs import program_output_prompt, python_program
 
     rng = random.Random(seed)
     games = [make(g) for g in ("nim", "tictactoe", "kuhn_poker")]
@@ -179,11 +186,11 @@ def corpus_texts(n: int, seed: int = 0) -> list[str]:
     for i in range(n):
         kind = i % 4
         if kind == 0:
-            p = st.arithmetic_problem(rng)
-            out.append(f"{st.arithmetic_prompt(p)}\n{p['answer']}")
+            p = arithmetic_problem(rng)
+            out.append(f"{arithmetic_prompt(p)}\n{p['answer']}")
         elif kind == 1:
-            t = st.python_program(rng)
-            out.append(f"{st.program_output_prompt(t)}\n{t['output']}\n{t['code']}")
+            t = python_program(rng)
+            out.append(f"{program_output_prompt(t)}\n{t['output']}\n{t['code']}")
         elif kind == 2:
             for prompt, answer in st.game_turns(rng.choice(games), rng, 2):
                 out.append(f"{prompt}\n<think>\nI pick a legal move.\n</think>\n\n{answer}")

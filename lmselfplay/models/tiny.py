@@ -61,6 +61,8 @@ from lmselfplay.games.text import format_answer
 from lmselfplay.lm.batching import pad_batch
 from lmselfplay.lm.prompt import encode_completion, encode_prompt, format_prompt
 from lmselfplay.models import corpus as st
+from lmselfplay.tasks.arithmetic import QUESTION_WRITE_PROMPT, arithmetic_problem, arithmetic_prompt
+from lmselfplay.tasks.programs import program_output_prompt, program_write_prompt, python_program
 from lmselfplay.utils.checkpoint import MARKER, atomic_dir, verify_checkpoint
 
 # Bump when the corpus, tokenizer or training code changes what a config builds.
@@ -208,15 +210,15 @@ class Corpus:
     def sample(self) -> tuple[str, str, list[str] | None]:
         kind = self.rng.choices(self.kinds, weights=self.probs, k=1)[0]
         if kind == "arithmetic":
-            p = st.arithmetic_problem(self.rng)
+            p = arithmetic_problem(self.rng)
             if self.rng.random() < 0.8:
-                return st.arithmetic_prompt(p), p["answer"], None
-            return st.QUESTION_WRITE_PROMPT, p["prompt"], None  # R-Zero's challenger asks
+                return arithmetic_prompt(p), p["answer"], None
+            return QUESTION_WRITE_PROMPT, p["prompt"], None  # R-Zero's challenger asks
         if kind == "programs":
-            t = st.python_program(self.rng)
+            t = python_program(self.rng)
             if self.rng.random() < 0.75:
-                return st.program_output_prompt(t), t["output"], None
-            return st.program_write_prompt(t), t["code"].rstrip("\n"), None
+                return program_output_prompt(t), t["output"], None
+            return program_write_prompt(t), t["code"].rstrip("\n"), None
         if kind == "two_option":
             prompt, label = st.two_option_task(self.rng)
             return prompt, label, None

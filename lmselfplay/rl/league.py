@@ -12,7 +12,7 @@
   members (double oracle) — the table is filled by :meth:`League.play_in` (each new
   snapshot plays every ring member once, ``league_eval_games`` games).
 
-Snapshots are the CPU weights the recipe hands in (:func:`lmselfplay.lm.policy.policy_weights`:
+Snapshots are the CPU weights the recipe hands in (:func:`lmselfplay.models.policy.policy_weights`:
 the adapter alone under LoRA, a few MB). Engines for them come from the recipe's engine
 factory ``make_engine(weights, version) -> Engine`` (HF, vLLM, LoRA alike), are built lazily
 and a few are cached (``max_live_engines``), so the bank costs memory of weights, not of models.

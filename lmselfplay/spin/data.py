@@ -3,7 +3,7 @@
 Sources (``load_supervised``):
 
 * ``None`` -> the project's own arithmetic word problems
-  (:func:`lmselfplay.models.corpus.arithmetic_problem`), generated from a seed, no download;
+  (:func:`lmselfplay.tasks.arithmetic.arithmetic_problem`), generated from a seed, no download;
 * a local file: ``.jsonl`` / ``.json`` / ``.parquet`` / ``.csv``, or a folder written by
   ``Dataset.save_to_disk``;
 * anything else is passed to ``datasets.load_dataset(name, split=split)``.
@@ -25,7 +25,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from lmselfplay.models import corpus as st
+from lmselfplay.tasks.arithmetic import arithmetic_problem, arithmetic_prompt
 from lmselfplay.utils.errors import UserError
 
 FINAL_RE = re.compile(r"####\s*([^\n]*)")
@@ -67,8 +67,8 @@ def arithmetic_pairs(n: int, seed: int, exclude: set[str] | None = None) -> list
         tries += 1
         if tries > 100 * n + 1000:
             raise SpinDataError(f"could not draw {n} distinct arithmetic problems")
-        p = st.arithmetic_problem(rng)
-        prompt = st.arithmetic_prompt(p)
+        p = arithmetic_problem(rng)
+        prompt = arithmetic_prompt(p)
         if prompt in seen:
             continue
         seen.add(prompt)

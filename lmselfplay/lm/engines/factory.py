@@ -9,7 +9,7 @@
 
 Recipes call :func:`make_engine` for the learner and hand it the learner's weights with
 ``PolicyTrainer.serving(engine)``. League snapshots are served by frozen HF engines whatever
-the learner's engine (:func:`lmselfplay.lm.policy.frozen_policy`): every colocated vLLM
+the learner's engine (:func:`lmselfplay.models.policy.frozen_policy`): every colocated vLLM
 instance reserves its own slice of GPU memory for weights and KV cache, and a server holds
 one set of weights (the learner's).
 """

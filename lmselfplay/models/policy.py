@@ -1,7 +1,8 @@
 """Load the policy: a causal LM + its tokenizer, with optional LoRA adapters (PEFT).
 
 The default model is the embedded tiny model (:mod:`lmselfplay.models.tiny`); real models
-are named with ``model_name_or_path``. Prompts are formatted by :mod:`lmselfplay.lm.prompt`,
+are named with ``model_name_or_path``. Loading lives here, above the lm layer, because the
+embedded model is itself built with the lm layer's formatter (see docs/contributing.md). Prompts are formatted by :mod:`lmselfplay.lm.prompt`,
 in the style the config's ``prompt_format`` / ``system_prompt`` / ``enable_thinking`` set; the
 tokenizer returned carries that style.
 """
@@ -19,6 +20,7 @@ import torch
 from lmselfplay.lm.engines.base import declared_eos_ids
 from lmselfplay.lm.engines.hf import unwrap
 from lmselfplay.lm.prompt import PromptStyle, resolve_prompt_format, set_prompt_style
+from lmselfplay.models.tiny import ensure_tiny_model
 from lmselfplay.utils.config import ConfigError
 from lmselfplay.utils.errors import UserError
 
@@ -77,8 +79,6 @@ def resolve_model_path(model_name_or_path: str | None) -> str:
     folder; or a hub name (``org/name``). Something that can only be a local path but does
     not exist is a :class:`UserError` that says so (not a hub error about repo ids)."""
     if model_name_or_path in (None, "", "tiny", "embedded"):
-        from lmselfplay.models.tiny import ensure_tiny_model
-
         return str(ensure_tiny_model())
     name = str(model_name_or_path)
     if Path(name).expanduser().exists():

@@ -1,0 +1,160 @@
+"""Imports point one way: down the layer order, never up and never sideways.
+
+:data:`LAYERS` is THE layer order (docs/contributing.md describes it): rows from the top, each a
+tuple of folders (packages). A module may import its own folder and any folder in a row BELOW
+its own; an import of a folder in its own row (a sibling) or above is an error. Every import
+counts, including those inside functions: a lazy import that dodges a cycle is still a cycle.
+A module whose folder is in no row is an error too, so a new folder must be placed.
+
+Why this order: the programs use everything; measuring (eval) reads what the learning
+algorithms make; the algorithms use referees (verifiers) and models; ``models`` (which model,
+how it is loaded, the embedded tiny model) sits ABOVE ``lm`` because the embedded model is
+pre-trained on the token sequences of lm's one formatter and batching (lm/prompt.py,
+lm/batching.py) while ``lm`` works on any loaded model and needs no model of its own; game
+theory solvers sit on the games; the task generators (tasks/) and the game rules (games/)
+need only utils.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+LAYERS: list[tuple[str, ...]] = [
+    ("lmselfplay.cli", "lmselfplay.human_play"),  # the programs inside the package
+    ("lmselfplay.eval",),
+    ("lmselfplay.rl", "lmselfplay.spin", "lmselfplay.debate", "lmselfplay.alphazero"),
+    ("lmselfplay.verifiers",),
+    ("lmselfplay.models",),
+    ("lmselfplay.lm",),
+    ("lmselfplay.solvers",),
+    ("lmselfplay.games", "lmselfplay.tasks"),
+    ("lmselfplay.utils",),
+]
+PACKAGE_ROOT = "lmselfplay"  # lmselfplay/__init__.py holds the version only: below every row
+
+# Source folders and the package each one installs as (pyproject's package-dir).
+FOLDERS = {"lmselfplay": "lmselfplay", "games": "lmselfplay.games",
+           "verifiers": "lmselfplay.verifiers", "eval": "lmselfplay.eval"}
+
+
+def package_modules(root: Path = ROOT) -> dict[str, Path]:
+    """Every module of the distribution by its installed name (games/ as lmselfplay.games...)."""
+    out: dict[str, Path] = {}
+    for folder, package in FOLDERS.items():
+        for path in sorted((root / folder).rglob("*.py")):
+            parts = list(path.relative_to(root / folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join([package, *parts])] = path
+    return out
+
+
+def imported_names(module: str, path: Path) -> set[str]:
+    """Every dotted name ``module`` imports anywhere in its file (inside functions too):
+    ``from a import b`` gives both ``a`` and ``a.b`` (``b`` may be a module)."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            found |= {base} | {f"{base}.{alias.name}" for alias in node.names}
+    return found
+
+
+def project_target(name: str, modules: dict[str, Path]) -> str | None:
+    """The project module ``name`` refers to (the longest known prefix), or None."""
+    parts = name.split(".")
+    for k in range(len(parts), 0, -1):
+        if ".".join(parts[:k]) in modules:
+            return ".".join(parts[:k])
+    return None
+
+
+def folder_of(module: str) -> tuple[int, str] | None:
+    """(row, folder) of the longest folder in :data:`LAYERS` that holds ``module``."""
+    if module == PACKAGE_ROOT:
+        return len(LAYERS), PACKAGE_ROOT
+    best = None
+    for row, folders in enumerate(LAYERS):
+        for folder in folders:
+            if (module == folder or module.startswith(folder + ".")) and (best is None or len(folder) > len(best[1])):
+                best = (row, folder)
+    return best
+
+
+def wrong_imports(modules: dict[str, Path]) -> list[str]:
+    """One line per import that points sideways or up, or from a module in no row."""
+    errors = []
+    for module, path in modules.items():
+        source = folder_of(module)
+        if source is None:
+            errors.append(f"{module}: its folder is in no row of LAYERS")
+            continue
+        targets = {project_target(name, modules) for name in imported_names(module, path)}
+        for target in sorted(targets - {None, module}):
+            dest = folder_of(target)
+            if dest is None or dest[1] == source[1] or dest[0] > source[0]:
+                continue  # its own folder, or a row below
+            way = "up" if dest[0] < source[0] else "sideways"
+            errors.append(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: "
+                          f"{module} imports {target} ({way}: {dest[1]} is not below {source[1]})")
+    return errors
+
+
+def test_every_import_points_down_the_layers():
+    modules = package_modules()
+    assert len(modules) > 100  # the walk found the whole distribution
+    assert wrong_imports(modules) == []
+
+
+def test_every_package_folder_has_a_row():
+    folders = {m for m in package_modules() if m.count(".") == 1}  # lmselfplay.X
+    rows = {f for row in LAYERS for f in row}
+    assert folders <= rows, sorted(folders - rows)
+
+
+def _fake_tree(tmp_path: Path, files: dict[str, str]) -> dict[str, Path]:
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    return package_modules(tmp_path)
+
+
+def test_an_upward_import_inside_a_function_is_caught(tmp_path):
+    for folder in FOLDERS:
+        (tmp_path / folder).mkdir()
+    modules = _fake_tree(tmp_path, {
+        "lmselfplay/__init__.py": "",
+        "lmselfplay/lm/__init__.py": "",
+        "lmselfplay/lm/policy.py": "def f():\n    from lmselfplay.models.tiny import build\n",
+        "lmselfplay/models/__init__.py": "",
+        "lmselfplay/models/tiny.py": "from lmselfplay.lm import policy\nfrom . import corpus\n",
+        "lmselfplay/models/corpus.py": "from ..utils import config\n",
+        "lmselfplay/utils/__init__.py": "",
+        "lmselfplay/utils/config.py": "",
+        "eval/__init__.py": "from lmselfplay.rl import trainer\n",
+        "lmselfplay/rl/__init__.py": "",
+        "lmselfplay/rl/trainer.py": "import lmselfplay.eval.game_metrics as gm\nfrom lmselfplay import spin\n",
+        "lmselfplay/spin/__init__.py": "",
+        "eval/game_metrics.py": "",
+    })
+    errors = wrong_imports(modules)
+    assert len(errors) == 3, errors
+    assert any("lmselfplay.lm.policy imports lmselfplay.models.tiny (up" in e for e in errors)
+    assert any("lmselfplay.rl.trainer imports lmselfplay.eval.game_metrics (up" in e for e in errors)
+    assert any("lmselfplay.rl.trainer imports lmselfplay.spin (sideways" in e for e in errors)
+
+
+def test_a_module_in_no_row_is_caught(tmp_path):
+    for folder in FOLDERS:
+        (tmp_path / folder).mkdir()
+    modules = _fake_tree(tmp_path, {"lmselfplay/__init__.py": "", "lmselfplay/newfolder/x.py": ""})
+    assert wrong_imports(modules) == ["lmselfplay.newfolder.x: its folder is in no row of LAYERS"]
