@@ -105,12 +105,9 @@ def training_loop(max_staleness: int, steps: int, batch: int, tokens: int, delay
             return [Sample(o.prompt_ids, o.token_ids, o.logprobs, advantage=(-1.0) ** k, policy_version=o.version)
                     for k, o in enumerate(outs)]
 
-        def sync():
-            if eng.version != trainer.step_count:
-                eng.update_weights(trainer.unwrapped, version=trainer.step_count)
-
         eng.update_weights(trainer.unwrapped, version=0)
-        rollouts = OverlappedRollouts(generate, max_staleness, eng, sync=sync)
+        rollouts = OverlappedRollouts(lambda step: lambda: generate(step), max_staleness, eng,
+                                      serving=lambda: trainer.serving(eng))
         t0, dropped, metrics, train_s = time.perf_counter(), 0.0, {}, 0.0
         wait_s = 0.0
         for step in range(steps):

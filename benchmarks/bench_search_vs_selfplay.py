@@ -17,7 +17,8 @@ model — the starting one too — is then measured by the same code, the raw LL
 search (greedy answers, an illegal answer loses):
 
 * P(optimal): the probability of a minimax-optimal move over all 4,520 decision positions
-  (``eval/game_metrics.optimal_move_rates``), and the greedy answer's optimal rate;
+  (``eval/game_metrics.optimal_move_rates``; ``--positions N``: N of them drawn with the seed,
+  the same N for every model — a smoke run's size), and the greedy answer's optimal rate;
 * win rate vs a uniformly random player and loss rate vs the exact (minimax) player,
   ``--games`` games each (half as X, half as O), with 95% Wilson intervals.
 
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -46,6 +48,7 @@ from lmselfplay.games import make
 from lmselfplay.games.bots import reference_bots
 from lmselfplay.games.text import MOVE_STOP
 from lmselfplay.lm.engines import HFEngine, SamplingParams
+from lmselfplay.lm.readout import decision_states
 from lmselfplay.models.policy import load_policy
 from lmselfplay.utils.checkpoint import latest_checkpoint
 from lmselfplay.utils.results import save_results
@@ -105,13 +108,19 @@ def run_for(cmd: list[str], seconds: float, log: Path) -> dict[str, Any]:
     return {"wall_s": time.time() - t0, "stopped_by_budget": stopped}
 
 
-def measure(model_path: str | None, games: int, seed: int) -> dict[str, Any]:
+def measured_states(game: Any, positions: int, seed: int) -> list[Any]:
+    """Every decision position, or ``positions`` of them drawn with ``seed`` (0: all)."""
+    states = decision_states(game)
+    return random.Random(seed).sample(states, positions) if 0 < positions < len(states) else states
+
+
+def measure(model_path: str | None, games: int, seed: int, positions: int = 0) -> dict[str, Any]:
     """The raw LLM's exact metrics and greedy games vs random and minimax (see the docstring)."""
     model, tok = load_policy(model_name_or_path=model_path, dtype="float32")
     model.eval()
     engine, game = HFEngine(model, tok), make("tictactoe")
     out: dict[str, Any] = {}
-    r = game_metrics.optimal_move_rates(engine, tok, game)
+    r = game_metrics.optimal_move_rates(engine, tok, game, measured_states(game, positions, seed))
     out.update(positions=r["positions"], optimal_move_prob=r["expected_optimal_prob"],
                greedy_optimal_rate=r["greedy_optimal_rate"], min_optimal_prob=r["min_expected_optimal_prob"])
     greedy = SamplingParams(max_new_tokens=8, temperature=0.0, stop=MOVE_STOP, seed=seed)
@@ -140,6 +149,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--minutes", type=float, default=8.0, help="wall-clock budget of each arm")
     ap.add_argument("--games", type=int, default=200, help="evaluation games per opponent (half per seat)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--positions", type=int, default=0,
+                    help="decision positions for P(optimal), drawn with the seed (0: all 4,520)")
     ap.add_argument("--model", default=None, help="starting model (default: the embedded tiny model)")
     ap.add_argument("--out", default="runs/bench_search_vs_selfplay", help="run folders (each arm's is replaced)")
     ap.add_argument("--only", choices=["search_selfplay", "selfplay_games"], default=None)
@@ -147,10 +158,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--name", default="search_vs_selfplay", help="results file name (without .json)")
     ap.add_argument("--quick", action="store_true", help="smoke run: tiny rounds (use with --minutes 1 --games 4)")
     args = ap.parse_args(argv)
+    if args.positions < 0:
+        ap.error(f"--positions must be >= 0 (0: all), got {args.positions}")
     torch.set_num_threads(1)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    rows: dict[str, dict[str, Any]] = {"start": measure(args.model, args.games, args.seed)}
+    rows: dict[str, dict[str, Any]] = {"start": measure(args.model, args.games, args.seed, args.positions)}
     print(table(rows), flush=True)
     for name, cmd in arms(out, args.model, args.seed, args.quick).items():
         if args.only and name != args.only:
@@ -163,7 +176,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         state = torch.load(ckpt / "lmselfplay_state.pt", weights_only=False)
         rows[name] = {**run, "trainer_steps": int(state["step_count"]),
                       "iterations": int(state["extra"].get("iteration", state["step_count"])), "checkpoint": str(ckpt),
-                      **measure(str(ckpt / "model"), args.games, args.seed)}
+                      **measure(str(ckpt / "model"), args.games, args.seed, args.positions)}
         print(table(rows), flush=True)
     result = {"args": vars(args), "threads": 1, "rows": rows, "table": table(rows)}
     save_results(args.name, result, args.results)

@@ -33,6 +33,7 @@ The algorithm, in order (every rank plays its own games; gradients are averaged)
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import sys
 import time
@@ -63,6 +64,7 @@ from lmselfplay.rl.advantages import RoleBaselines, observation_key
 from lmselfplay.rl.average_policy import AverageConfig, AveragePolicy, averageable, distill_samples
 from lmselfplay.rl.exact_feedback import ExactFeedback, FeedbackConfig, exact_feedback_games
 from lmselfplay.rl.league import League, LeagueConfig
+from lmselfplay.rl.overlap import rollouts_for
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, beta_for, reference_policy
 from lmselfplay.utils.config import ConfigError, non_negative, parse_config, parse_weights, positive
 from lmselfplay.utils.errors import run_main
@@ -407,6 +409,17 @@ def distill_averages(trainer, averages, tok, steps, logger=None):
     return metrics
 
 
+def episode_plan(cfg, plan, league, me, tok, sampling, process_index):
+    """``step -> play``: the step's episodes and seed are made in the caller (they read the
+    league); ``play()`` plays them, returning (finished episodes, stats)."""
+    def at(step):
+        episodes = make_episodes(cfg, plan, league, me, tok, step, process_index)
+        sp, stats = dataclasses.replace(sampling, seed=hash((cfg.seed, step, process_index)) % (2**31)), RolloutStats()
+        return lambda: (list(play_episodes(episodes, sp, concurrency=cfg.concurrency, retries=cfg.retries,
+                                           max_turns=cfg.max_turns, stats=stats)), stats)
+    return at
+
+
 def snapshot_engines(trainer, tok):
     """The league's engine factory: a frozen HF engine serving a snapshot's weights."""
     return lambda weights, version: HFEngine(frozen_policy(trainer.unwrapped, weights), tok, version=version)
@@ -545,6 +558,8 @@ def main(argv=None):
         trainer, engine, acc = sp.trainer, sp.engine, run.acc
         sampling = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
                                   stop=MOVE_STOP)
+        rollouts = rollouts_for(cfg, trainer, engine,
+                                episode_plan(cfg, sp.plan, sp.league, sp.me, sp.tok, sampling, acc.process_index))
         t0 = time.time()
         bar = tqdm(range(start_step, cfg.max_steps), initial=start_step, total=cfg.max_steps, desc="self-play",
                    disable=not run.is_main)
@@ -555,14 +570,10 @@ def main(argv=None):
             if cfg.eval_every and step % cfg.eval_every == 0 and not resumed_here:
                 log_evaluation(cfg, run, sp, step, t0)
             exact = exact_feedback_step(run, sp, step)
-            # 1-4: play
-            episodes = make_episodes(cfg, sp.plan, sp.league, sp.me, sp.tok, step, acc.process_index)
-            stats = RolloutStats()
-            sampling.seed = hash((cfg.seed, step, acc.process_index)) % (2**31)
-            with trainer.serving(engine):
-                finished = list(play_episodes(episodes, sampling, concurrency=cfg.concurrency, retries=cfg.retries,
-                                              max_turns=cfg.max_turns, stats=stats))
-            samples = training_samples(cfg, finished, sp.baselines) + exact  # 5: advantages
+            # 1-4: play (max_staleness >= 1: played while the previous step trained)
+            finished, stats = rollouts.next(step, cfg.max_steps - 1)
+            # 5: advantages; a game played with weights older than max_staleness versions is dropped
+            samples, stale = rollouts.keep(training_samples(cfg, finished, sp.baselines) + exact, trainer.step_count)
             # 6: update; the engine serves the same (updated) weights next step
             metrics = trainer.step(samples)
             # staleness: trainer vs engine log-probs of the sampled tokens (warning / strict_sync error)
@@ -572,7 +583,7 @@ def main(argv=None):
                 with trainer.generation_model() as m:  # full weights on every rank (ZeRO-3 gathers)
                     snap = sp.league.add(step + 1, policy_weights(m))
                 sp.league.play_in(snap, snapshot_score(cfg, games, sp.league, sp.tok, step))
-            row = step_row(sp, metrics, stats, finished, sync, t0)
+            row = step_row(sp, metrics, stats, finished, {**sync, **stale}, t0)
             run.log(step + 1, row)
             bar.set_postfix(loss=f"{metrics.get('loss', 0):.3f}", invalid=f"{row['rollout/invalid_rate']:.2f}")
             if run.checkpoint_due(step + 1):  # 9: checkpoint

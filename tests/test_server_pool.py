@@ -10,7 +10,7 @@ import pytest
 from lm_fixtures import tiny_model
 
 from lmselfplay.lm.engines.base import SamplingParams
-from lmselfplay.lm.engines.server_pool import ServerPool, ServerUnavailable
+from lmselfplay.lm.engines.server_pool import ServerError, ServerPool, ServerUnavailable
 from lmselfplay.lm.engines.sim_server import SimChannel, SimServer
 from lmselfplay.lm.engines.vllm import NEUTRAL_SAMPLING
 from lmselfplay.lm.engines.vllm_server import VLLMServerEngine
@@ -250,3 +250,32 @@ def test_multinode_rehearsal_two_gloo_ranks_two_servers(tmp_path):
     assert [s["refused_mid_update"] for s in states] == [0, 0]  # nobody generated during a push
     assert states[0]["completions"] > 0 and states[1]["completions"] > 0  # both served
     assert states[0]["weights"] != states[1]["weights"]  # the first kept its step-1 weights, unused
+
+
+def test_token_ids_outside_the_tokenizer_are_one_line_not_an_index_error(servers):
+    class SmallTok(_Tok):
+        def __len__(self):
+            return 10
+
+    (a,) = servers(1)  # answers ids up to 996: another model's
+    eng = VLLMServerEngine(SmallTok(), [a.url], timeout=2.0, retries=0, channel_factory=lambda url, i: SimChannel(a))
+    with pytest.raises(ServerError, match="outside the tokenizer's 10"):
+        eng.generate(PROMPTS[:2], SP)
+
+
+def test_client_threads_keep_their_connections_across_calls(servers):
+    """A burst of requests reuses the engine's worker threads and their kept-alive connections
+    (a TCP handshake and a thread per request cost the CPU the trainer steps on)."""
+    (a,) = servers(1)
+    eng = _engine([a], max_concurrency=4)
+    eng.generate(PROMPTS, SP)
+    opened = a.connections
+    for _ in range(3):
+        eng.generate(PROMPTS, SP)
+    assert a.connections == opened <= 4 + 2  # the workers' and the start-up's, none per request
+    a.close()  # a restarted server on the same port: the kept connections are dead, retried fresh
+    b = SimServer(port=int(a.url.rsplit(":", 1)[1]))
+    try:
+        assert len(eng.generate(PROMPTS, SP)) == len(PROMPTS)
+    finally:
+        b.close()

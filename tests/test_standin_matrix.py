@@ -198,3 +198,38 @@ def test_arena_of_two_standins(standin, tmp_path):
                     "--bootstrap", "5", "--max-new-tokens", "6", "--out", str(tmp_path)]) == 0
     out = json.loads((tmp_path / "arena_nim.json").read_text())
     assert len(out["ratings"]) == 3
+
+
+def test_the_matrix_table_reads_pytests_junit_xml(tmp_path):
+    """scripts/standin_matrix_table.py: one row per recipe / config, one column per stand-in;
+    a later file's result for a cell replaces an earlier one; the other tests are listed."""
+    import subprocess
+    import sys
+
+    def junit(path: Path, cases: str) -> Path:
+        path.write_text(f'<?xml version="1.0"?><testsuites><testsuite name="pytest">{cases}</testsuite></testsuites>')
+        return path
+
+    cell = "test_recipe_runs_on_the_standin[{}]"
+    first = junit(tmp_path / "a.xml",
+                  f'<testcase name="{cell.format("spin-spin_zephyr-qwen3")}" time="12.4"><failure message="boom\nmore"/></testcase>'
+                  f'<testcase name="{cell.format("r_zero-r_zero-llama-3.1-base")}" time="3.0">'
+                  '<skipped message="no gpu"/></testcase>'
+                  '<testcase name="test_lora_run_on_a_standin" time="9.0"/>')
+    rerun = junit(tmp_path / "b.xml", f'<testcase name="{cell.format("spin-spin_zephyr-qwen3")}" time="20.6"/>')
+    script = Path(__file__).resolve().parents[1] / "scripts" / "standin_matrix_table.py"
+    proc = subprocess.run([sys.executable, str(script), str(first), str(rerun), "--out", str(tmp_path / "m")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    table = (tmp_path / "m.md").read_text()
+    names = list(STANDINS)
+    spin_row = next(line for line in table.splitlines() if line.startswith("| spin | spin_zephyr.yaml |"))
+    assert spin_row.split(" | ")[2 + names.index("qwen3")] == "pass 21 s"
+    r_zero_row = next(line for line in table.splitlines() if line.startswith("| r_zero | r_zero.yaml |"))
+    assert r_zero_row.split(" | ")[2 + names.index("llama-3.1-base")] == "skip 3 s (no gpu)"
+    assert "| test_lora_run_on_a_standin | pass 9 s |" in table
+    records = json.loads((tmp_path / "m.json").read_text())
+    assert {(r.get("recipe"), r["outcome"]) for r in records} == {("spin", "pass"), ("r_zero", "skip"), (None, "pass")}
+    bad = subprocess.run([sys.executable, str(script), str(tmp_path / "missing.xml")], capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode != 0 and "cannot read junit xml" in bad.stderr and "Traceback" not in bad.stderr

@@ -160,3 +160,22 @@ def test_lr_schedule_spans_max_steps_calls():
     for _ in range(4):
         lrs.append(tr.step([_sample(prompt, c, 0.1)])["lr"])
     assert lrs == pytest.approx([7.5e-4, 5e-4, 2.5e-4, 0.0])
+
+
+def test_multi_tensor_adamw_moves_the_weights_as_the_per_tensor_loop_does():
+    """The trainer's AdamW runs as one multi-tensor kernel per update op (``foreach``, faster on
+    CPU): three steps with weight decay and clipping give the same weights, bit for bit, as the
+    per-tensor loop (PyTorch's CPU default)."""
+    prompt, c1, c2 = [1, 50, 60], [90, 2], [100, 110, 2]
+    samples = [_sample(prompt, c1, 1.0), _sample(prompt, c2, -1.0), _sample([1, 70], c1, 0.5)]
+    fused = _trainer(weight_decay=0.1, max_grad_norm=1.0)
+    loop = _trainer(weight_decay=0.1, max_grad_norm=1.0)
+    assert [g["foreach"] for g in fused.optimizer.optimizer.param_groups] == [True]
+    for group in loop.optimizer.optimizer.param_groups:
+        group["foreach"] = False
+    for tr in (fused, loop):
+        for _ in range(3):
+            tr.step([Sample(**vars(s)) for s in samples])
+    for p, q in zip(fused.unwrapped.parameters(), loop.unwrapped.parameters(), strict=True):
+        assert torch.equal(p, q)
+    assert not torch.equal(next(fused.unwrapped.parameters()), next(tiny_model(seed=0).parameters()))

@@ -50,6 +50,7 @@ class _Live:
     n_moves: int = 0
     invalid_by: int | None = None
     truncated: bool = False
+    versions: dict[int, int] = field(default_factory=dict)  # per seat: the oldest weights a turn was sampled with
 
 
 @dataclass
@@ -168,6 +169,8 @@ def _apply_answer(g: _Live, out: Any, retries: int, stats: RolloutStats) -> None
     p = game.current_player(g.state)
     action = game.parse_action(g.state, out.text)
     bad = isinstance(action, Invalid)
+    if getattr(out, "version", None) is not None:  # servers: weights may be pushed mid-episode
+        g.versions[p] = min(g.versions.get(p, out.version), out.version)
     g.turns[p].append(Turn(out.prompt_ids, out.token_ids, out.logprobs, out.text, bad,
                            None if bad else action))
     if bad:
@@ -201,7 +204,7 @@ def _finish(g: _Live, stats: RolloutStats) -> Finished:
             trajectories.append(Trajectory(
                 game=game.name, seat=seat, turns=g.turns[seat], reward=returns[seat],
                 invalid=g.invalid_by == seat, truncated=g.truncated,
-                policy_version=getattr(player.engine, "version", 0), opponent=opp,
+                policy_version=g.versions.get(seat, getattr(player.engine, "version", 0)), opponent=opp,
                 start=g.ep.start, episode_id=g.episode_id))
     return Finished(g.ep, returns, trajectories, g.state)
 

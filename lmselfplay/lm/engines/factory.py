@@ -51,6 +51,10 @@ class EngineConfig(StalenessConfig):
     vllm_push_timeout: float = field(default=300.0, metadata={
         "help": "engine=vllm-server: deadline in seconds of each step of a weight push (pause, rendezvous, a bucket, "
                 "cache reset); a server past it leaves the rotation until a later push succeeds"})
+    max_staleness: int = field(default=0, metadata={
+        "help": "0: generate each step's rollouts with the weights being trained (on-policy); k >= 1: the next step's "
+                "rollouts are generated while this step trains (engine vllm-server or vllm), and a rollout sampled "
+                "more than k weight versions ago is dropped (staleness/dropped); correct the rest with tis_cap"})
     weight_sync_bucket_mb: int = field(default=256, metadata={
         "help": "weights pushed to vLLM in buckets of at most this many MB (ZeRO-3 gathers one bucket at a time)"})
 

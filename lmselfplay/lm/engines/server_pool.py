@@ -2,9 +2,10 @@
 
 Rules (stdlib only, so everything here is tested on CPU against fake servers):
 
-* **HTTP** (:func:`request_json`): every request has a timeout; connection failures and
+* **HTTP** (:func:`request_json`): each client thread keeps one connection per server open
+  (HTTP/1.1 keep-alive, as ``vllm serve`` speaks); every request has a timeout; connection failures and
   502/503/504 answers are retried on the same server with exponential backoff (a new connection
-  each attempt, so a restarted server is picked up); any other HTTP error is the request's fault
+  after any failure, so a restarted server is picked up); any other HTTP error is the request's fault
   (:class:`ServerError`, not retried anywhere). A server that stays down, stalls past the
   timeout, or answers something that is not the expected JSON raises :class:`ServerUnavailable`
   naming its URL.
@@ -21,11 +22,11 @@ Rules (stdlib only, so everything here is tested on CPU against fake servers):
 
 from __future__ import annotations
 
+import http.client
 import json
 import threading
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -44,32 +45,79 @@ class ServerError(RuntimeError):
     """A server answered with an error for this request (a bad request: not retried)."""
 
 
+_local = threading.local()  # each client thread keeps one open connection per server
+
+
+def _connection(base_url: str, timeout: float) -> tuple[http.client.HTTPConnection, str, bool]:
+    """(this thread's kept-alive connection to ``base_url``, the URL's path prefix, whether it
+    was used before). A kept connection saves the TCP handshake and a socket per request: the
+    client's CPU, which the trainer's step competes for when generation overlaps it."""
+    conns = _local.__dict__.setdefault("conns", {})
+    parts = urllib.parse.urlsplit(base_url)
+    key = (parts.scheme, parts.netloc)
+    conn = conns.get(key)
+    reused = conn is not None
+    if conn is None:
+        cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        conn = conns[key] = cls(parts.netloc, timeout=timeout)
+    conn.timeout = timeout
+    if conn.sock is not None:
+        conn.sock.settimeout(timeout)
+    return conn, parts.path.rstrip("/"), reused
+
+
+def _drop_connection(base_url: str) -> None:
+    parts = urllib.parse.urlsplit(base_url)
+    conn = _local.__dict__.get("conns", {}).pop((parts.scheme, parts.netloc), None)
+    if conn is not None:
+        conn.close()
+
+
+def _exchange(base_url: str, method: str, path: str, data: bytes | None, timeout: float) -> tuple[int, bytes]:
+    """One request on this thread's connection: (status, body). A kept connection the server
+    closed meanwhile fails before any answer: that is retried once at once on a new one."""
+    headers = {"Content-Type": "application/json"} if data is not None else {}
+    for fresh in (False, True):
+        conn, prefix, reused = _connection(base_url, timeout)
+        try:
+            conn.request(method, prefix + path, body=data, headers=headers)
+            resp = conn.getresponse()
+            body = resp.read()
+        except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+            _drop_connection(base_url)
+            if reused and not fresh:
+                continue
+            raise
+        except BaseException:
+            _drop_connection(base_url)
+            raise
+        if resp.will_close:
+            _drop_connection(base_url)
+        return resp.status, body
+    raise AssertionError("unreachable")
+
+
 def request_json(base_url: str, method: str, path: str, payload: dict | None = None, timeout: float = 300.0,
                  retries: int = 3, backoff: float = 1.0) -> Any:
     """One JSON request with the module's timeout / retry rules; the decoded answer ({} if empty)."""
-    url = base_url + path
     data = json.dumps(payload).encode() if payload is not None else None
     last = ""
     for attempt in range(retries + 1):
         if attempt:
             time.sleep(backoff * 2 ** (attempt - 1))
-        req = urllib.request.Request(url, data=data, method=method,
-                                     headers={"Content-Type": "application/json"} if data else {})
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                body = resp.read()
-        except urllib.error.HTTPError as e:
-            detail = " ".join(e.read().decode(errors="replace")[:300].split())
-            if e.code not in RETRY_STATUS:
-                raise ServerError(f"vLLM server at {base_url}: {method} {path} -> HTTP {e.code}: {detail}") from None
-            last = f"HTTP {e.code}"
+            status, body = _exchange(base_url, method, path, data, timeout)
+        except TimeoutError:
+            raise ServerUnavailable(f"vLLM server at {base_url} did not answer {method} {path} within "
+                                    f"{timeout:g} s") from None
+        except (http.client.HTTPException, OSError) as e:
+            last = str(e) or type(e).__name__
             continue
-        except (urllib.error.URLError, ConnectionError, OSError) as e:
-            reason = getattr(e, "reason", e)
-            if isinstance(e, TimeoutError) or isinstance(reason, TimeoutError):
-                raise ServerUnavailable(f"vLLM server at {base_url} did not answer {method} {path} within "
-                                        f"{timeout:g} s") from None
-            last = str(reason)
+        if status >= 400:
+            if status not in RETRY_STATUS:
+                detail = " ".join(body.decode(errors="replace")[:300].split())
+                raise ServerError(f"vLLM server at {base_url}: {method} {path} -> HTTP {status}: {detail}")
+            last = f"HTTP {status}"
             continue
         try:
             return json.loads(body) if body else {}

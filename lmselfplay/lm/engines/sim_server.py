@@ -9,7 +9,8 @@ sleeping (no CPU burnt), with up to ``max_batch`` requests decoded together as v
 Faults, set on :attr:`SimServer.faults` while it runs: ``down`` (connection refused: the socket
 is closed), ``garbage`` (200 with a body that is not JSON), ``stall`` (seconds before answering),
 ``fail_push`` (``/update_weights`` answers 500), ``reset_fails`` (``/reset_prefix_cache`` answers
-``success: false`` this many times). Every request is recorded in order in :attr:`SimServer.calls`.
+``success: false`` this many times). Every request is recorded in order in :attr:`SimServer.calls`,
+the TCP connections accepted are counted in :attr:`SimServer.connections` (answers keep them alive).
 The weight transfer is simulated by :class:`SimChannel`: it hands the pushed tensors' checksum to
 the server, which serves it from ``/finish_weight_update`` on; between ``start_weight_update`` and
 ``finish_weight_update`` a completion is an error (the real server's layers are on the meta device).
@@ -27,6 +28,11 @@ from typing import Any
 VOCAB = 997
 
 
+class _Listener(ThreadingHTTPServer):
+    # uvicorn's backlog: the default 5 drops the SYNs of a burst of requests (a 1 s retransmit)
+    request_queue_size = 2048
+
+
 class SimServer:
     """One simulated server (a thread; :meth:`close` or the context manager stops it)."""
 
@@ -37,17 +43,18 @@ class SimServer:
         self.calls: list[tuple] = []
         self.faults: dict[str, Any] = {}
         self.weights, self.pending_weights, self.push_digest = "checkpoint", None, hashlib.blake2b(digest_size=8)
-        self.updating = self.paused = False
-        self.completions = self.refused = 0
+        self.updating = self.paused = self.closed = False
+        self.completions = self.refused = self.connections = 0
         self.slots = threading.BoundedSemaphore(max_batch)
         self.lock = threading.Lock()
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
+        self.httpd = _Listener(("127.0.0.1", port), _handler(self))
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
 
     def close(self) -> None:
+        self.closed = True
         self.httpd.shutdown()
         self.httpd.server_close()
 
@@ -65,7 +72,20 @@ class SimServer:
 
 def _handler(sim: SimServer):
     class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.0"
+        protocol_version = "HTTP/1.1"  # keep-alive, as vLLM's uvicorn
+        # headers and body go out in two writes: with Nagle on, a kept connection waits for the
+        # client's delayed ACK (40 ms) per answer; asyncio (uvicorn) sets TCP_NODELAY too
+        disable_nagle_algorithm = True
+
+        def setup(self):
+            super().setup()
+            sim.connections += 1
+
+        def handle_one_request(self):
+            if sim.closed:  # a kept connection outlives shutdown(): refuse like a stopped server
+                self.close_connection = True
+                return
+            super().handle_one_request()
 
         def log_message(self, *args):
             pass
@@ -80,6 +100,7 @@ def _handler(sim: SimServer):
 
         def _fault(self) -> bool:
             if sim.faults.get("down"):
+                self.close_connection = True
                 self.connection.close()  # the client sees a reset connection
                 return True
             if sim.faults.get("stall"):

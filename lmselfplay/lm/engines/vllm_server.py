@@ -110,15 +110,16 @@ def run_with_deadline(what: str, url: str, timeout: float, *fns: Callable[[], An
     pool.shutdown(wait=False, cancel_futures=True)  # a hung broadcast thread is abandoned, not joined
     if pending:
         raise WeightPushError(f"weight push to {url}: {what} did not finish within {timeout:g} s")
-    out = []
-    for f in futures:
-        try:
-            out.append(f.result())
-        except (ServerUnavailable, ServerError) as e:
-            raise WeightPushError(f"weight push to {url}: {what} failed: {e}") from None
-        except Exception as e:  # NCCL / torch errors: one line, the server leaves the rotation
-            raise WeightPushError(f"weight push to {url}: {what} failed: {type(e).__name__}: {e}") from None
-    return out
+    return [_push_result(what, url, f.result) for f in futures]
+
+
+def _push_result(what: str, url: str, fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except (ServerUnavailable, ServerError) as e:
+        raise WeightPushError(f"weight push to {url}: {what} failed: {e}") from None
+    except Exception as e:  # NCCL / torch errors: one line, the server leaves the rotation
+        raise WeightPushError(f"weight push to {url}: {what} failed: {type(e).__name__}: {e}") from None
 
 
 class NCCLChannel:
@@ -226,13 +227,15 @@ class VLLMServerEngine:
         self.max_concurrency, self.bucket_bytes, self.push_timeout = max_concurrency, bucket_bytes, push_timeout
         self.version = version
         self.last_sync = SyncStats()
-        factory = channel_factory or (lambda url, i: NCCLChannel(url, group_port + i))
-        self.channels = {s.url: factory(s.url, i) for i, s in enumerate(self.pool.servers)}
         self.open_channels: set[str] = set()
         self.gate = RequestGate()
         self._metadata: list[tuple[str, str, list[int]]] | None = None
         self._warned_pause = False
+        self._workers: ThreadPoolExecutor | None = None
+        self._workers_lock = threading.Lock()
         self._start(wait_for_server)
+        factory = channel_factory or (lambda url, i: self._channel_for(url, group_port + i))
+        self.channels = {s.url: factory(s.url, i) for i, s in enumerate(self.pool.servers)}
 
     @property
     def base_url(self) -> str:
@@ -283,6 +286,21 @@ class VLLMServerEngine:
             time.sleep(interval)
         return True
 
+    def _channel_for(self, url: str, group_port: int) -> Any:
+        """The weight transfer the server announces: vLLM's NCCL, or the simulated server's
+        checksum over HTTP (:mod:`~lmselfplay.lm.engines.sim_server`: CPU rehearsals)."""
+        s = next(s for s in self.pool.servers if s.url == url)
+        try:
+            info = self._request(s, "GET", "/server_info?config_format=json", retries=0) if s.in_rotation else {}
+            backend = ((info.get("vllm_config") or {}).get("weight_transfer_config") or {}).get("backend")
+        except (ServerError, ServerUnavailable, AttributeError):
+            backend = None
+        if backend == "sim":
+            from lmselfplay.lm.engines.sim_server import SimHTTPChannel
+
+            return SimHTTPChannel(url)
+        return NCCLChannel(url, group_port)
+
     def _server_logprobs_mode(self, s: Server) -> str:
         """The server's ``--logprobs-mode`` (dev endpoint ``/server_info``); vLLM's default if hidden."""
         try:
@@ -309,14 +327,20 @@ class VLLMServerEngine:
             return self.pool.call(one)
 
     def _pool_map(self, fn, items: list) -> list:
+        """``fn`` over ``items``, at most ``max_concurrency`` at once, on the engine's own worker
+        threads: they live as long as the engine, and so do their kept-alive connections."""
         if len(items) <= 1:
             return [fn(x) for x in items]
-        with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(items))) as ex:
-            return list(ex.map(fn, items))
+        with self._workers_lock:
+            if self._workers is None:
+                self._workers = ThreadPoolExecutor(max_workers=self.max_concurrency, thread_name_prefix="vllm-client")
+        return list(self._workers.map(fn, items))
 
     def generate(self, prompts_token_ids: list[list[int]], sampling: SamplingParams) -> list[Completion]:
         check_logprobs_mode(self.logprobs_mode, sampling)
         base = {**sampling_fields(sampling, self.end_ids, native_stops(self.tokenizer, sampling)), "return_token_ids": True, "return_tokens_as_token_ids": True}
+
+        vocab = len(self.tokenizer) if hasattr(self.tokenizer, "__len__") else 0
 
         def one(item):
             prompt, seed = item
@@ -329,6 +353,9 @@ class VLLMServerEngine:
                                   "(is it vLLM with return_token_ids support?)") from None
             if len(lps) != len(toks):
                 raise ServerError(f"vLLM server at {s.url} returned {len(lps)} log-probs for {len(toks)} tokens")
+            if vocab and any(not 0 <= t < vocab for t in toks):
+                raise ServerError(f"vLLM server at {s.url} returned token ids outside the tokenizer's {vocab} "
+                                  f"(max {max(toks)}): does it serve this model?")
             c = to_completion(self.tokenizer, prompt, toks, lps, self.end_ids, sampling.stop)
             c.version = s.version
             return c
@@ -400,8 +427,9 @@ class VLLMServerEngine:
         return f"weight push reached no vLLM server (tried {', '.join(self.pool.urls)}): {why}"
 
     def _step(self, s: Server, what: str, errors: dict[str, str], *fns: Callable[[], Any]) -> list[Any] | None:
-        try:
-            return run_with_deadline(what, s.url, self.push_timeout, *fns)
+        try:  # one HTTP request runs in this thread: its socket timeout (push_timeout) is the deadline
+            return ([_push_result(what, s.url, fns[0])] if len(fns) == 1
+                    else run_with_deadline(what, s.url, self.push_timeout, *fns))
         except WeightPushError as e:
             errors[s.url] = str(e)
             self.pool.take_out(s, str(e))
@@ -506,6 +534,9 @@ class VLLMServerEngine:
             close()
 
     def close(self) -> None:
+        if self._workers is not None:
+            self._workers.shutdown(wait=True)
+            self._workers = None
         for url in list(self.open_channels):
             close = getattr(self.channels[url], "close", None)
             if close is not None:
