@@ -48,25 +48,9 @@ from lmselfplay.lm.engines import EngineConfig, SamplingParams, make_engine
 from lmselfplay.lm.trajectory import Sample
 from lmselfplay.models.policy import PolicyConfig, load_policy
 from lmselfplay.rl.advantages import RoleBaselines
-<<<<<<< HEAD
+from lmselfplay.rl.overlap import rollouts_for
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, reference_policy
 from lmselfplay.utils.checkpoint import atomic_write_text, save_json
-=======
-from lmselfplay.rl.overlap import rollouts_for
-from lmselfplay.rl.trainer import (
-    PolicyTrainer,
-    TrainerConfig,
-    is_partitioned,
-    kl_enabled,
-    make_accelerator,
-)
-from lmselfplay.utils.checkpoint import (
-    atomic_write_text,
-    resume_checkpoint,
-    save_json,
-    save_model,
-)
->>>>>>> main
 from lmselfplay.utils.config import ConfigError, non_negative, parse_config, positive
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.run import Run, RunConfig
@@ -170,7 +154,7 @@ class Debate:
     tok: object
     judge: object
     trainer: PolicyTrainer
-    engine: HFEngine
+    engine: object  # cfg.engine: hf | vllm | vllm-server
     baselines: RoleBaselines
     table: dict  # "step N" -> protocol -> metrics, one entry per evaluation
 
@@ -184,33 +168,11 @@ def build(cfg, run) -> Debate:
     judge_device = cfg.judge_device if cfg.judge_device != "auto" else str(run.acc.device)
     judge = load_llm_judge(cfg.judge_model_name_or_path or cfg.model_name_or_path, judge_device, cfg.judge_dtype,
                            hidden_context=cfg.hidden_context, max_prompt_tokens=cfg.max_prompt_tokens)
-<<<<<<< HEAD
     trainer = PolicyTrainer(model, tok, cfg, accelerator=run.acc, ref_model=ref)
-    return Debate(pool, eval_set, tok, judge, trainer, HFEngine(trainer.unwrapped, tok),
+    return Debate(pool, eval_set, tok, judge, trainer, run.closing(make_engine(cfg, trainer.unwrapped, tok)),
                   RoleBaselines(cfg.baseline_decay), {})
-=======
-    trainer = PolicyTrainer(model, tok, cfg, accelerator=acc, ref_model=ref)
-    engine = make_engine(cfg, trainer.unwrapped, tok)  # cfg.engine: hf | vllm | vllm-server
-    baselines = RoleBaselines(cfg.baseline_decay)
-    table: dict[str, dict] = {}
-    start_step = 0
-    ckpt = resume_checkpoint(cfg)
-    if ckpt is not None:
-        extra = trainer.load_checkpoint(ckpt)
-        baselines.load_state_dict(extra["baselines"])
-        table = extra["table"]
-        start_step = engine.version = trainer.step_count
-        acc.print(f"resumed from {ckpt} at step {start_step}")
-    elif cfg.resume:
-        acc.print(f"--resume: no checkpoint in {out_dir}, starting fresh")
-    logger = open_run_log(out_dir, cfg, start_step if ckpt else None, acc.is_main_process)
-    sampling = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p)
-    rollouts = rollouts_for(cfg, trainer, engine, debate_plan(cfg, pool, engine, tok, sampling, acc.process_index))
-    t0 = time.time()
->>>>>>> main
 
 
-<<<<<<< HEAD
 def load_state(d: Debate, extra: dict) -> None:
     """What the checkpoint saved besides the trainer: baselines and the accuracy table."""
     d.baselines.load_state_dict(extra["baselines"])
@@ -230,13 +192,13 @@ def log_judge_accuracy(cfg, run, d: Debate, step, t0) -> None:
         _plot(run.logger, per)
 
 
-def step_row(trs, js, metrics, baselines, t0) -> dict:
+def step_row(trs, js, metrics, baselines, stale, t0) -> dict:
     speeches = [s for tr in trs for s in tr.speeches]
     return {**{f"train/{k}": v for k, v in metrics.items()},
             "train/judge_accuracy": float(np.mean([j.correct for j in js])),
             "train/true_side_reward": float(np.mean([2 * j.p_correct - 1 for j in js])),
             "train/speech_tokens": float(np.mean([len(s.completion_ids) for s in speeches])),
-            **{f"baseline/{k}": v for k, v in baselines.values.items()}, "wall_s": time.time() - t0}
+            **{f"baseline/{k}": v for k, v in baselines.values.items()}, **stale, "wall_s": time.time() - t0}
 
 
 def finish(cfg, run, d: Debate, t0) -> None:
@@ -260,49 +222,25 @@ def main(argv=None):
         run.report_start(start_step)
         run.open_log(start_step if run.checkpoint else None)
         sampling = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p)
+        rollouts = rollouts_for(cfg, d.trainer, d.engine,
+                                debate_plan(cfg, d.pool, d.engine, d.tok, sampling, run.acc.process_index))
         t0 = time.time()
         bar = tqdm(range(start_step, cfg.max_steps), initial=start_step, total=cfg.max_steps, desc="debate",
                    disable=not run.is_main)
         for step in bar:
             if step == 0 or (cfg.eval_every and step % cfg.eval_every == 0 and f"step {step}" not in d.table):
                 log_judge_accuracy(cfg, run, d, step, t0)  # 6 (before training, and every eval_every)
-            # 1: debates on this step's tasks (seeded by seed, step, rank: resumable)
-            rng = random.Random(f"{cfg.seed}/{step}/{run.acc.process_index}")
-            tasks = [rng.choice(d.pool) for _ in range(cfg.debates_per_step)]
-            sampling.seed = rng.randrange(2**31)
-            with d.trainer.serving(d.engine):
-                trs = run_protocol(tasks, "debate", d.engine, d.tok, cfg, sampling, seed=rng.randrange(2**31))
+            # 1: debates on this step's tasks (max_staleness >= 1: held while the previous step trained)
+            trs = rollouts.next(step, cfg.max_steps - 1)
             # 2: the frozen judge, both orders
             js = judge_transcripts(d.judge, trs)
             # 3-4: zero-sum rewards, baselines per (side, round)
-            samples = debate_samples(trs, js, d.baselines, d.trainer.step_count)
+            samples, stale = rollouts.keep(debate_samples(trs, js, d.baselines, d.trainer.step_count),
+                                           d.trainer.step_count)
             # 5: update; the engine serves the same (updated) weights next step
             metrics = d.trainer.step(samples)
-            row = step_row(trs, js, metrics, d.baselines, t0)
+            row = step_row(trs, js, metrics, d.baselines, stale, t0)
             run.log(step + 1, row)
-=======
-    bar = tqdm(range(start_step, cfg.max_steps), initial=start_step, total=cfg.max_steps, desc="debate",
-               disable=not acc.is_main_process)
-    for step in bar:
-        if step == 0 or (cfg.eval_every and step % cfg.eval_every == 0 and f"step {step}" not in table):
-            run_eval(step)  # 6 (before training, and every eval_every)
-        # 1: debates on this step's tasks (max_staleness >= 1: held while the previous step trained)
-        trs = rollouts.next(step, cfg.max_steps - 1)
-        # 2: the frozen judge, both orders
-        js = judge_transcripts(judge, trs)
-        # 3-4: zero-sum rewards, baselines per (side, round)
-        samples, stale = rollouts.keep(debate_samples(trs, js, baselines, trainer.step_count), trainer.step_count)
-        # 5: update; the engine serves the same (updated) weights next step
-        metrics = trainer.step(samples)
-        speeches = [s for tr in trs for s in tr.speeches]
-        row = {**{f"train/{k}": v for k, v in metrics.items()},
-               "train/judge_accuracy": float(np.mean([j.correct for j in js])),
-               "train/true_side_reward": float(np.mean([2 * j.p_correct - 1 for j in js])),
-               "train/speech_tokens": float(np.mean([len(s.completion_ids) for s in speeches])),
-               **{f"baseline/{k}": v for k, v in baselines.values.items()}, **stale, "wall_s": time.time() - t0}
-        if acc.is_main_process:
-            logger.log(step + 1, row)
->>>>>>> main
             bar.set_postfix(loss=f"{metrics.get('loss', 0):.3f}", true_r=f"{row['train/true_side_reward']:+.2f}")
             if run.checkpoint_due(step + 1):  # 7: checkpoint
                 d.trainer.save_checkpoint(run.out, {"baselines": d.baselines.state_dict(), "table": d.table})
