@@ -73,7 +73,7 @@ PASSTHROUGH = {
     "gametheory-plots": ("lmselfplay.solvers.plots", "main",
                          "PNG of exploitability vs T for best response, fictitious play, regret matching"),
     "lm-eval": ("lmselfplay.eval.lm_eval_bridge", "main", "lm-evaluation-harness with --model lmselfplay"),
-    "referee-study": ("lmselfplay.eval.referee_study", "main", "R-Zero grounded by rules/executor vs vote (vs judge)"),
+    "referee-study": ("lmselfplay.referee_study", "main", "R-Zero grounded by rules/executor vs vote (vs judge)"),
 }
 
 

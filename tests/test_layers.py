@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 LAYERS: list[tuple[str, ...]] = [
-    ("lmselfplay.cli", "lmselfplay.human_play"),  # the programs inside the package
+    ("lmselfplay.cli", "lmselfplay.human_play", "lmselfplay.referee_study"),  # the programs inside the package
     ("lmselfplay.eval",),
     ("lmselfplay.rl", "lmselfplay.spin", "lmselfplay.debate", "lmselfplay.alphazero"),
     ("lmselfplay.verifiers",),
@@ -33,6 +33,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("lmselfplay.games", "lmselfplay.tasks"),
     ("lmselfplay.utils",),
 ]
+# Loading a recipe script (recipes/*.py, the programs above the package) by its path is an
+# import of the top layer that no import statement shows: only the top row may do it.
+RECIPE_LOADER = "lmselfplay.utils.recipe_loader"
 PACKAGE_ROOT = "lmselfplay"  # lmselfplay/__init__.py holds the version only: below every row
 
 # Source folders and the package each one installs as (pyproject's package-dir).
@@ -98,7 +101,10 @@ def wrong_imports(modules: dict[str, Path]) -> list[str]:
         if source is None:
             errors.append(f"{module}: its folder is in no row of LAYERS")
             continue
-        targets = {project_target(name, modules) for name in imported_names(module, path)}
+        names = imported_names(module, path)
+        if source[0] > 0 and module != RECIPE_LOADER and any(n.startswith(RECIPE_LOADER) for n in names):
+            errors.append(f"{module} loads a recipe script ({RECIPE_LOADER}): only {LAYERS[0]} may, being programs")
+        targets = {project_target(name, modules) for name in names}
         for target in sorted(targets - {None, module}):
             dest = folder_of(target)
             if dest is None or dest[1] == source[1] or dest[0] > source[0]:
@@ -151,6 +157,19 @@ def test_an_upward_import_inside_a_function_is_caught(tmp_path):
     assert any("lmselfplay.lm.policy imports lmselfplay.models.tiny (up" in e for e in errors)
     assert any("lmselfplay.rl.trainer imports lmselfplay.eval.game_metrics (up" in e for e in errors)
     assert any("lmselfplay.rl.trainer imports lmselfplay.spin (sideways" in e for e in errors)
+
+
+def test_a_recipe_loaded_below_the_top_row_is_caught(tmp_path):
+    for folder in FOLDERS:
+        (tmp_path / folder).mkdir()
+    modules = _fake_tree(tmp_path, {
+        "lmselfplay/__init__.py": "", "lmselfplay/utils/__init__.py": "",
+        "lmselfplay/utils/recipe_loader.py": "",
+        "lmselfplay/cli.py": "from lmselfplay.utils.recipe_loader import load_recipe\n",
+        "eval/study.py": "def f():\n    from lmselfplay.utils.recipe_loader import load_recipe\n",
+    })
+    errors = wrong_imports(modules)
+    assert len(errors) == 1 and errors[0].startswith("lmselfplay.eval.study loads a recipe script"), errors
 
 
 def test_a_module_in_no_row_is_caught(tmp_path):

@@ -177,7 +177,7 @@ def test_config_errors_are_named():
 
 @pytest.mark.slow
 def test_study_table_and_trend_note(model_dir, tmp_path, monkeypatch):
-    from lmselfplay.eval import referee_study as study
+    from lmselfplay import referee_study as study
 
     monkeypatch.setattr(R.RZero, "generate", scripted_generate)
     rows = []
@@ -196,7 +196,7 @@ def test_study_table_and_trend_note(model_dir, tmp_path, monkeypatch):
 
 
 def test_trend_note_reads_the_intervals():
-    from lmselfplay.eval import referee_study as study
+    from lmselfplay import referee_study as study
 
     falling = [dict(referee="vote", iteration=i, label_accuracy=x / 40, label_accuracy_n=40,
                     label_accuracy_lo=study.wilson(x, 40)[0], label_accuracy_hi=study.wilson(x, 40)[1])
