@@ -279,3 +279,20 @@ def test_client_threads_keep_their_connections_across_calls(servers):
         assert len(eng.generate(PROMPTS, SP)) == len(PROMPTS)
     finally:
         b.close()
+
+
+def test_closing_the_engine_closes_its_kept_connections(servers):
+    """Kept connections are closed when the engine closes, not left to the garbage collector
+    (an unclosed socket per client thread, and a ResourceWarning for each)."""
+    from lmselfplay.lm.engines import server_pool
+
+    (a,) = servers(1)
+    eng = _engine([a], max_concurrency=3)
+    eng.generate(PROMPTS, SP)
+    with server_pool._by_thread_lock:
+        kept = [c for conns in server_pool._by_thread.values() for c in conns.values()]
+    assert kept and any(c.sock is not None for c in kept)
+    eng.close()
+    assert all(c.sock is None for c in kept)
+    with server_pool._by_thread_lock:
+        assert not any(t.is_alive() is False for t in server_pool._by_thread)

@@ -46,13 +46,20 @@ class ServerError(RuntimeError):
 
 
 _local = threading.local()  # each client thread keeps one open connection per server
+# every thread's connections, so that those of finished threads are closed, not left to the GC
+_by_thread: dict[threading.Thread, dict] = {}
+_by_thread_lock = threading.Lock()
 
 
 def _connection(base_url: str, timeout: float) -> tuple[http.client.HTTPConnection, str, bool]:
     """(this thread's kept-alive connection to ``base_url``, the URL's path prefix, whether it
     was used before). A kept connection saves the TCP handshake and a socket per request: the
     client's CPU, which the trainer's step competes for when generation overlaps it."""
-    conns = _local.__dict__.setdefault("conns", {})
+    conns = _local.__dict__.get("conns")
+    if conns is None:
+        conns = _local.conns = {}
+        with _by_thread_lock:
+            _by_thread[threading.current_thread()] = conns
     parts = urllib.parse.urlsplit(base_url)
     key = (parts.scheme, parts.netloc)
     conn = conns.get(key)
@@ -71,6 +78,20 @@ def _drop_connection(base_url: str) -> None:
     conn = _local.__dict__.get("conns", {}).pop((parts.scheme, parts.netloc), None)
     if conn is not None:
         conn.close()
+
+
+def close_idle_connections() -> None:
+    """Close the kept connections of this thread and of every thread that has ended (a
+    connection is only ever used by its own thread, so neither can be in use now)."""
+    me = threading.current_thread()
+    with _by_thread_lock:
+        done = [t for t in _by_thread if t is me or not t.is_alive()]
+        groups = [_by_thread.pop(t) for t in done]
+    for conns in groups:
+        for conn in conns.values():
+            conn.close()
+        conns.clear()
+    _local.__dict__.pop("conns", None)
 
 
 def _exchange(base_url: str, method: str, path: str, data: bytes | None, timeout: float) -> tuple[int, bytes]:

@@ -55,6 +55,7 @@ from lmselfplay.lm.engines.server_pool import (
     ServerError,
     ServerPool,
     ServerUnavailable,
+    close_idle_connections,
     request_json,
 )
 from lmselfplay.lm.engines.vllm import check_logprobs_mode, request_seeds, sampling_fields
@@ -537,6 +538,7 @@ class VLLMServerEngine:
         if self._workers is not None:
             self._workers.shutdown(wait=True)
             self._workers = None
+        close_idle_connections()  # the workers have ended: their kept connections close here
         for url in list(self.open_channels):
             close = getattr(self.channels[url], "close", None)
             if close is not None:
