@@ -354,6 +354,7 @@ def _args(model_dir, out, steps, **kw):
     return [x for k, v in base.items() for x in (f"--{k}", str(v))]
 
 
+@pytest.mark.slow  # ~16 s; the documented absolute_zero command runs the loop by default
 def test_full_loop_two_steps_on_a_tiny_model(model_dir, tmp_path):
     procs_before = _descendants(os.getpid())
     recipe = load_recipe("absolute_zero")

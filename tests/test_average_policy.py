@@ -174,6 +174,7 @@ def test_distillation_teaches_the_tabular_policy(kuhn):
     assert before > 0.5 and error() < 0.05, (before, error())
 
 
+@pytest.mark.slow  # ~20 s: two recipe runs
 def test_recipe_option_off_changes_nothing_and_on_reports_both(model_dir, tmp_path):
     recipe = load_recipe("selfplay_games")
     recipe.main(recipe_args(model_dir, tmp_path / "off", 2))

@@ -78,6 +78,7 @@ def test_zero2_cpu_step_shards_the_optimizer_state(tmp_path, single_process):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow  # ~60 s; test_ddp_cpu_two_ranks_share_one_step keeps 2 ranks in the default run
 def test_zero3_cpu_step_shards_the_parameters(tmp_path, single_process):
     pytest.importorskip("deepspeed")
     ranks = _launch_step("zero3_cpu.yaml", tmp_path)

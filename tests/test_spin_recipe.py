@@ -343,7 +343,8 @@ def test_resume_inside_an_iteration_continues_at_the_saved_step(model_dir, tmp_p
         torch.testing.assert_close(a[k], b[k], atol=1e-6, rtol=1e-5)
 
 
-@pytest.mark.multiprocess  # ~25 s: 2 gloo processes; deselect with -m "not multiprocess"
+@pytest.mark.multiprocess  # ~25 s: 2 gloo processes
+@pytest.mark.slow
 def test_two_processes_on_cpu_through_accelerate(model_dir, tmp_path):
     out = tmp_path / "ddp"
     env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}

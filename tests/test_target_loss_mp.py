@@ -20,6 +20,7 @@ ARGS = ("--steps", "1", "--beta", "0", "--batch", "8", "--targets")
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow  # ~15 s: 2 gloo processes
 def test_target_loss_two_ranks_equal_one_process_on_the_union(tmp_path):
     union, half, ddp = tmp_path / "union", tmp_path / "half", tmp_path / "ddp"
     run_inprocess("--out", str(union), *ARGS)
