@@ -57,8 +57,8 @@ def test_a_bad_config_is_reported_even_while_its_output_folder_is_busy(capsys, t
         holder.wait()
 
 
-def test_a_missing_model_folder_says_so_without_a_hub_message(capsys):
-    line = _one_line_error(capsys, ["--model_name_or_path", "/nonexistent/model"])
+def test_a_missing_model_folder_says_so_without_a_hub_message(capsys, tmp_path):
+    line = _one_line_error(capsys, ["--model_name_or_path", "/nonexistent/model", "--output_dir", str(tmp_path)])
     assert "/nonexistent/model" in line and "no such local folder" in line
     assert "Repo id" not in line and "huggingface" not in line.lower()
 
