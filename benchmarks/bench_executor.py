@@ -132,7 +132,9 @@ def main() -> None:
               f"   -> {cpus / cpu_per[name]:7.1f} exec/s if the {cpus} CPUs were free")
     out = {"exec_per_s": rates, "cpu_ms_per_exec": {k: 1000 * v for k, v in cpu_per.items()},
            "exec_per_s_if_cpus_free": {k: cpus / v for k, v in cpu_per.items()},
-           "startup_s": startup, "modes": {}}
+           "startup_s": startup, "modes": {}, "load_average_before": load_before,
+           "load_average_after": os.getloadavg()[0],
+           "tasks": {"per_mode": args.n, "naive": args.naive_n, "rounds": args.rounds, "workers": args.workers}}
     for m in modes:
         ratio, cpu_ratio = rates[m] / rates["naive"], cpu_per["naive"] / cpu_per[m]
         print(f"{m:18s}: {ratio:.1f}x naive measured exec/s, {cpu_ratio:.1f}x less CPU per exec; "

@@ -22,7 +22,6 @@ shared machine the times, not the bit-identity, move with the other processes).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -30,10 +29,11 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "recipes"))
+from lmselfplay.utils.recipe_loader import load_recipe
+from lmselfplay.utils.results import save_results
 
-import selfplay_games as sp  # noqa: E402  (the recipe's own helpers build the step)
+ROOT = Path(__file__).resolve().parents[1]
+sp = load_recipe("selfplay_games")  # the recipe's own helpers build the step
 
 
 def make_run(cfg):
@@ -52,12 +52,12 @@ def step_batch(cfg, games, with_eval=True):
     read_s = time.perf_counter() - t0
     plan = [g for g in sp.episode_games(games, cfg.game_weights, cfg.episodes_per_step) if g.name not in feedback]
     league = sp.League(cfg, sp.snapshot_engines(trainer, tok))
-    episodes = sp.make_episodes(cfg, plan, league, sp.LLMPlayer(engine, tok, learner=True), tok, 0, 0)
-    sampling = sp.SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, stop=sp.MOVE_STOP,
-                                 seed=1234)
+    sampling = sp.SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
+                                 stop=sp.MOVE_STOP)
+    play = sp.episode_plan(cfg, plan, league, sp.LLMPlayer(engine, tok, learner=True), tok, sampling, 0)(0)
     t0 = time.perf_counter()
     with trainer.serving(engine):
-        finished = list(sp.play_episodes(episodes, sampling, concurrency=cfg.concurrency, max_turns=cfg.max_turns))
+        finished, _ = play()  # the recipe's own step-0 play: its seed, retries and turn limit
     play_s = time.perf_counter() - t0
     samples = sp.training_samples(cfg, finished, sp.RoleBaselines(cfg.baseline_decay)) + exact
     parts = {"exact_read_s": read_s, "play_s": play_s, "exact_rows": len(exact),
@@ -65,7 +65,7 @@ def step_batch(cfg, games, with_eval=True):
     if with_eval:
         t0 = time.perf_counter()
         with trainer.serving(engine):
-            sp.evaluate(cfg, games, sp.eval_positions(cfg, games), engine, tok, 0)
+            sp.evaluate_games(cfg, games, sp.eval_positions(cfg, games), engine, tok, 0)
         parts["evaluate_s"] = time.perf_counter() - t0
     return samples, parts
 
@@ -89,7 +89,7 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--threads", default="2,1", help="intra-op thread counts to time (the first is the baseline)")
     ap.add_argument("--no-eval", action="store_true", help="skip timing one evaluation")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks/results/bench_main_job.json"))
+    ap.add_argument("--results", default=None, help="results folder (default benchmarks/results)")
     args = ap.parse_args(argv)
     cfg = sp.parse_config(sp.SelfPlayConfig, ["--config", str(ROOT / "recipes/configs/selfplay_games.yaml"),
                                               "--output_dir", "/tmp/bench_main_job"])
@@ -112,11 +112,9 @@ def main(argv=None):
         r["speedup_vs_baseline"] = base / r["s_per_step"]
     print({k: round(v["speedup_vs_baseline"], 2) for k, v in rows.items()})
     print({k: round(v, 2) if isinstance(v, float) else v for k, v in parts.items()})
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"steps": args.steps, "threads": threads, "components": parts,
-                                          "trainer_step": rows, "torch": torch.__version__,
-                                          "load_average_1_5_15": list(os.getloadavg())}, indent=1))
-    print(f"wrote {args.out}")
+    save_results("bench_main_job", {"steps": args.steps, "threads": threads, "components": parts,
+                                    "trainer_step": rows, "torch": torch.__version__,
+                                    "load_average_1_5_15": list(os.getloadavg())}, args.results)
     return 0
 
 

@@ -15,6 +15,7 @@ completion after ``token_delay`` seconds per token, burning no CPU, decoding up 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
@@ -176,7 +177,7 @@ def main() -> None:
         "throughput_over_one": {str(n): v / tput[1] for n, v in tput.items()},
         "train_step_s": train_s, "generation_s": train_s,
         "max_staleness": {str(k): r for k, r in loops.items()}, "staleness1_over_0": speedup,
-        "args": vars(args)}, args.out_dir)
+        "load_average_1_5_15": list(os.getloadavg()), "args": vars(args)}, args.out_dir)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import shutil
 import signal
 import subprocess
@@ -48,7 +47,7 @@ from lmselfplay.games import make
 from lmselfplay.games.bots import reference_bots
 from lmselfplay.games.text import MOVE_STOP
 from lmselfplay.lm.engines import HFEngine, SamplingParams
-from lmselfplay.lm.readout import decision_states
+from lmselfplay.lm.readout import sampled_decision_states
 from lmselfplay.models.policy import load_policy
 from lmselfplay.utils.checkpoint import latest_checkpoint
 from lmselfplay.utils.results import save_results
@@ -108,19 +107,14 @@ def run_for(cmd: list[str], seconds: float, log: Path) -> dict[str, Any]:
     return {"wall_s": time.time() - t0, "stopped_by_budget": stopped}
 
 
-def measured_states(game: Any, positions: int, seed: int) -> list[Any]:
-    """Every decision position, or ``positions`` of them drawn with ``seed`` (0: all)."""
-    states = decision_states(game)
-    return random.Random(seed).sample(states, positions) if 0 < positions < len(states) else states
-
-
-def measure(model_path: str | None, games: int, seed: int, positions: int = 0) -> dict[str, Any]:
-    """The raw LLM's exact metrics and greedy games vs random and minimax (see the docstring)."""
+def measure(model_path: str | None, games: int, seed: int, positions: list[Any]) -> dict[str, Any]:
+    """The raw LLM's exact metrics on ``positions`` and greedy games vs random and minimax (see
+    the docstring)."""
     model, tok = load_policy(model_name_or_path=model_path, dtype="float32")
     model.eval()
     engine, game = HFEngine(model, tok), make("tictactoe")
     out: dict[str, Any] = {}
-    r = game_metrics.optimal_move_rates(engine, tok, game, measured_states(game, positions, seed))
+    r = game_metrics.optimal_move_rates(engine, tok, game, positions)
     out.update(positions=r["positions"], optimal_move_prob=r["expected_optimal_prob"],
                greedy_optimal_rate=r["greedy_optimal_rate"], min_optimal_prob=r["min_expected_optimal_prob"])
     greedy = SamplingParams(max_new_tokens=8, temperature=0.0, stop=MOVE_STOP, seed=seed)
@@ -163,7 +157,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     torch.set_num_threads(1)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    rows: dict[str, dict[str, Any]] = {"start": measure(args.model, args.games, args.seed, args.positions)}
+    positions = sampled_decision_states(make("tictactoe"), args.positions, args.seed)  # one set for every model
+    rows: dict[str, dict[str, Any]] = {"start": measure(args.model, args.games, args.seed, positions)}
     print(table(rows), flush=True)
     for name, cmd in arms(out, args.model, args.seed, args.quick).items():
         if args.only and name != args.only:
@@ -176,7 +171,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         state = torch.load(ckpt / "lmselfplay_state.pt", weights_only=False)
         rows[name] = {**run, "trainer_steps": int(state["step_count"]),
                       "iterations": int(state["extra"].get("iteration", state["step_count"])), "checkpoint": str(ckpt),
-                      **measure(str(ckpt / "model"), args.games, args.seed, args.positions)}
+                      **measure(str(ckpt / "model"), args.games, args.seed, positions)}
         print(table(rows), flush=True)
     result = {"args": vars(args), "threads": 1, "rows": rows, "table": table(rows)}
     save_results(args.name, result, args.results)

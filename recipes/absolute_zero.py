@@ -54,7 +54,7 @@ from lmselfplay.rl.rewards import proposer_rewards
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, reference_policy
 from lmselfplay.utils.config import ConfigError, non_negative, parse_config, positive
 from lmselfplay.utils.errors import run_main
-from lmselfplay.utils.run import Run, RunConfig
+from lmselfplay.utils.run import PeriodicCheckpoints, Run, RunConfig
 from lmselfplay.utils.stats import wilson
 from lmselfplay.verifiers.code_tasks import (
     TASK_TYPES,
@@ -74,7 +74,7 @@ from lmselfplay.verifiers.executor import ExecutorConfig
 
 
 @dataclass
-class AbsoluteZeroConfig(TrainerConfig, PolicyConfig, RunConfig):
+class AbsoluteZeroConfig(TrainerConfig, PolicyConfig, RunConfig, PeriodicCheckpoints):
     max_steps: int = field(default=40, metadata={"help": "proposer-solver steps (each one trainer.step())"})
     proposals_per_type: int = field(default=8, metadata={"help": "proposals per task type per step"})
     references: int = field(default=3, metadata={"help": "K buffer tasks shown in each proposal prompt"})

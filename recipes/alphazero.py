@@ -61,11 +61,11 @@ from lmselfplay.utils.config import (
     to_dict,
 )
 from lmselfplay.utils.errors import run_main
-from lmselfplay.utils.run import Run, RunConfig
+from lmselfplay.utils.run import PeriodicCheckpoints, Run, RunConfig
 
 
 @dataclass
-class AlphaZeroConfig(Config, RunConfig):
+class AlphaZeroConfig(Config, RunConfig, PeriodicCheckpoints):
     game: str = field(default="nim", metadata={"help": "registered game name"})
     game_args: str = field(default="{}", metadata={"help": "JSON dict of game parameters"})
     seed: int = field(default=0, metadata={"help": "seed of self-play, search noise and training"})

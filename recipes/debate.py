@@ -53,11 +53,11 @@ from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, reference_policy
 from lmselfplay.utils.checkpoint import atomic_write_text, save_json
 from lmselfplay.utils.config import ConfigError, non_negative, parse_config, positive
 from lmselfplay.utils.errors import run_main
-from lmselfplay.utils.run import Run, RunConfig
+from lmselfplay.utils.run import PeriodicCheckpoints, Run, RunConfig
 
 
 @dataclass
-class DebateConfig(TrainerConfig, ProtocolConfig, PolicyConfig, EngineConfig, RunConfig):
+class DebateConfig(TrainerConfig, ProtocolConfig, PolicyConfig, EngineConfig, RunConfig, PeriodicCheckpoints):
     judge_model_name_or_path: str = field(default="", metadata={
         "help": "the judge (hub name or path); empty: a frozen copy of the initial policy"})
     judge_device: str = field(default="auto", metadata={"help": "auto | cpu | cuda | cuda:N"})

@@ -84,13 +84,13 @@ from lmselfplay.rl.league import League, LeagueConfig
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
 from lmselfplay.utils.config import ConfigError, non_negative, parse_config, positive
 from lmselfplay.utils.errors import run_main
-from lmselfplay.utils.run import Run, RunConfig
+from lmselfplay.utils.run import PeriodicCheckpoints, Run, RunConfig
 
 HEAD_PREFIX = "head."  # the value / Q head's entries in a league snapshot
 
 
 @dataclass
-class SearchSelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig, RunConfig):
+class SearchSelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig, RunConfig, PeriodicCheckpoints):
     game: str = field(default="nim", metadata={"help": "registered game name (perfect information)"})
     game_args: str = field(default="{}", metadata={"help": "JSON dict of game parameters"})
     iterations: int = field(default=10, metadata={"help": "rounds of searched self-play + distillation"})
@@ -251,8 +251,7 @@ def strength_per_budget(face: Any, evaluator: LLMEvaluator, model: Any, tok: Any
     greedy = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=0.0, stop=MOVE_STOP, seed=cfg.seed)
     positions = None
     if game.exact_metric == OPTIMAL_MOVES and cfg.eval_positions > 0:
-        every = policy_readout.decision_states(game)
-        positions = random.Random(f"{cfg.seed}/positions").sample(every, min(cfg.eval_positions, len(every)))
+        positions = policy_readout.sampled_decision_states(game, cfg.eval_positions, f"{cfg.seed}/positions")
     raw = game_metrics.policy_metrics(HFEngine(model, tok), tok, game, positions, n_games=cfg.eval_games,
                                 sampling=greedy, seed=cfg.seed, max_new_tokens=cfg.max_new_tokens)
     out.update({f"eval/raw_{k}": v for k, v in raw.items()})
@@ -286,15 +285,6 @@ def illegal_mass(evaluator: LLMEvaluator, face: Any) -> float:
     return total / max(1, len(states))
 
 
-def save(trainer: PolicyTrainer, cfg: SearchSelfPlayConfig, it: int, head: ValueHead | QHead, head_opt: Any,
-         replay: list[list[Record]], league: League, rng: random.Random, np_rng: Any) -> None:
-    """Step 8: the trainer's atomic checkpoint carries the rest as ``extra``."""
-    extra = {"iteration": it, "head": head.state_dict(), "head_opt": head_opt.state_dict(),
-             "replay": [[asdict(r) for r in part] for part in replay], "league": league.state_dict(),
-             "rng": rng.getstate(), "np_rng": np_rng.bit_generator.state, "torch_rng": torch.get_rng_state(),
-             "config": asdict(cfg)}
-    path = trainer.save_checkpoint(cfg.output_dir, extra, keep=cfg.keep_checkpoints)
-    head.save(path / "model")
 
 
 @dataclass
@@ -348,6 +338,17 @@ def restore(run: Run, s: SearchSelfPlay) -> int:
     s.np_rng.bit_generator.state = extra["np_rng"]
     torch.set_rng_state(extra["torch_rng"])
     return extra["iteration"] + 1
+
+
+def save(s: SearchSelfPlay, cfg: SearchSelfPlayConfig, it: int) -> None:
+    """Step 8: the trainer's atomic checkpoint carries the rest of ``s`` as ``extra`` (what
+    :func:`restore` reads back)."""
+    extra = {"iteration": it, "head": s.head.state_dict(), "head_opt": s.head_opt.state_dict(),
+             "replay": [[asdict(r) for r in part] for part in s.replay], "league": s.league.state_dict(),
+             "rng": s.rng.getstate(), "np_rng": s.np_rng.bit_generator.state, "torch_rng": torch.get_rng_state(),
+             "config": asdict(cfg)}
+    path = s.trainer.save_checkpoint(cfg.output_dir, extra, keep=cfg.keep_checkpoints)
+    s.head.save(path / "model")
 
 
 def opponent_evaluators(s: SearchSelfPlay, games: list[Any]) -> dict[str, LLMEvaluator]:
@@ -419,7 +420,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             run.log(it, metrics)
             # 8. checkpoint
             if run.checkpoint_due(it, last=it == cfg.iterations):
-                save(s.trainer, cfg, it, s.head, s.head_opt, s.replay, s.league, rng, s.np_rng)
+                save(s, cfg, it)
         plot_run(cfg, run.logger)
     return metrics
 

@@ -68,11 +68,11 @@ from lmselfplay.rl.overlap import rollouts_for
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, beta_for, reference_policy
 from lmselfplay.utils.config import ConfigError, non_negative, parse_config, parse_weights, positive
 from lmselfplay.utils.errors import run_main
-from lmselfplay.utils.run import Run, RunConfig
+from lmselfplay.utils.run import PeriodicCheckpoints, Run, RunConfig
 
 
 @dataclass
-class SelfPlayConfig(TrainerConfig, AverageConfig, FeedbackConfig, LeagueConfig, PolicyConfig, EngineConfig, RunConfig):
+class SelfPlayConfig(TrainerConfig, AverageConfig, FeedbackConfig, LeagueConfig, PolicyConfig, EngineConfig, RunConfig, PeriodicCheckpoints):
     games: str = field(default="nim,tictactoe,kuhn_poker", metadata={"help": "comma-separated registry names"})
     game_weights: str = field(default="", metadata={
         "help": "share of each step's episodes per game, e.g. 'kuhn_poker=4' (unlisted games weigh 1)"})
@@ -299,10 +299,7 @@ def eval_positions(cfg, games):
     out = {}
     for game in games:
         if game.exact_metric == OPTIMAL_MOVES:
-            states = policy_readout.decision_states(game)
-            if cfg.eval_positions and len(states) > cfg.eval_positions:
-                states = random.Random(cfg.seed).sample(states, cfg.eval_positions)
-            out[game.name] = states
+            out[game.name] = policy_readout.sampled_decision_states(game, cfg.eval_positions, cfg.seed)
     return out
 
 

@@ -468,8 +468,6 @@ def log_iteration(run: Run, t: int, row: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     cfg = parse_config(SpinConfig, argv)
-    for t in range(cfg.spin_iterations):
-        beta_at(cfg, t)  # fail on a bad schedule before any work
     with Run(cfg, trains_with="state") as run:
         out, state = run.out, run.acc
         torch.manual_seed(cfg.seed)

@@ -44,7 +44,7 @@ def read_cases(paths: list[Path]) -> dict[str, dict]:
                     outcome, message = name, first_line(node.get("message") or node.text or "")
                     break
             cases[case.get("name", "")] = {"outcome": outcome, "seconds": float(case.get("time") or 0.0),
-                                           "message": message, "source": str(path)}
+                                           "message": message, "source": path.name}
     return cases
 
 

@@ -168,21 +168,19 @@ def test_save_results_writes_numpy_and_torch_values(tmp_path, monkeypatch):
         save_results("y", {"bad": object()})
 
 
-def test_search_vs_selfplay_smoke_run_measures_a_sample_of_positions():
+def test_search_vs_selfplay_smoke_run_measures_a_sample_of_positions(capsys):
     """bench_search_vs_selfplay --quick still read all 4,520 tic-tac-toe positions for each of its
     three models, so its documented smoke run ran past its 600 s on a busy 2-core machine."""
-    import importlib.util
-
     from lmselfplay.games import make
+    from lmselfplay.lm.readout import sampled_decision_states
+    from lmselfplay.utils.recipe_loader import load_recipe
 
-    spec = importlib.util.spec_from_file_location("bench_svs", ROOT / "benchmarks" / "bench_search_vs_selfplay.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
     game = make("tictactoe")
-    every = bench.measured_states(game, 0, seed=0)
-    some = bench.measured_states(game, 40, seed=0)
+    every = sampled_decision_states(game, 0, seed=0)
+    some = sampled_decision_states(game, 40, seed=0)
     assert len(every) == 4520 and len(some) == 40
-    assert some == bench.measured_states(game, 40, seed=0)  # the same positions for every model
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_search_vs_selfplay.py"), "--positions", "-1"],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert proc.returncode == 2 and "--positions must be >= 0" in proc.stderr and "Traceback" not in proc.stderr
+    assert some == sampled_decision_states(game, 40, seed=0)  # the same positions for every model
+    bench = load_recipe("bench_search_vs_selfplay", ROOT / "benchmarks")
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(["--positions", "-1"])
+    assert exit_.value.code == 2 and "--positions must be >= 0" in capsys.readouterr().err

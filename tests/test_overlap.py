@@ -179,3 +179,17 @@ def test_selfplay_max_staleness_0_is_the_loop_without_the_hook(model_dir, tmp_pa
             rows = _selfplay(model_dir, tmp_path / f"run{hooked}", [a.url], 2, recipe, max_staleness=0)
         runs.append([{k: v for k, v in r.items() if k != "wall_s"} for r in rows])
     assert runs[0] == runs[1] and any("train/loss" in r for r in runs[0])
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--max_staleness", "-1"], "max_staleness must be >= 0"),
+    (["--max_staleness", "1"], "the hf engine shares the trainer's"),
+    (["--max_staleness", "1", "--engine", "vllm", "--vllm_enable_sleep_mode", "true"], "use one or the other"),
+])
+def test_overlap_settings_that_cannot_work_are_config_errors(args, says):
+    """Refused when the config is read, before any folder, model or engine is touched."""
+    from lmselfplay.utils.config import ConfigError, parse_config
+    from lmselfplay.utils.recipe_loader import load_recipe
+
+    with pytest.raises(ConfigError, match=says):
+        parse_config(load_recipe("selfplay_games").SelfPlayConfig, args)

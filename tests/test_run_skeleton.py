@@ -14,14 +14,14 @@ import pytest
 from lmselfplay.utils.checkpoint import atomic_dir
 from lmselfplay.utils.config import Config, ConfigError, parse_config
 from lmselfplay.utils.recipe_loader import load_recipe
-from lmselfplay.utils.run import Run, RunConfig, release_output_dir
+from lmselfplay.utils.run import PeriodicCheckpoints, Run, RunConfig, release_output_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ("selfplay_games", "spin", "search_selfplay", "alphazero", "absolute_zero", "r_zero", "debate")
 
 
 @dataclass
-class TinyConfig(Config, RunConfig):
+class TinyConfig(Config, RunConfig, PeriodicCheckpoints):
     gradient_accumulation_steps: int = 1
     max_steps: int = 3
 
@@ -98,6 +98,13 @@ def test_the_old_checkpoint_interval_name_names_the_new_one(where, tmp_path):
         argv = ["--config", str(tmp_path / "c.yaml")]
     with pytest.raises(ConfigError, match="save_every is now called checkpoint_every"):
         parse_config(cls, argv)
+
+
+@pytest.mark.parametrize("recipe, cls", [("spin", "SpinConfig"), ("r_zero", "RZeroConfig")])
+def test_recipes_that_checkpoint_per_iteration_refuse_a_checkpoint_interval(recipe, cls):
+    """SPIN saves every iteration, R-Zero every phase: an interval they would ignore is an error."""
+    with pytest.raises(ConfigError, match="checkpoint_every"):
+        parse_config(getattr(load_recipe(recipe), cls), ["--checkpoint_every", "5"])
 
 
 def _recipe_source(name):

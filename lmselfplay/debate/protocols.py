@@ -305,5 +305,5 @@ def run_protocol(tasks: list[DebateTask], protocol: str, engine: Any, tokenizer:
                 text, flags = sanitize_speech(c.text, tr.task.context, cfg.max_speech_chars)
                 flags["at_max_tokens"] = int(c.finish_reason == "length")
                 tr.speeches.append(Speech(k, r, text, c.text, list(c.prompt_ids), list(c.token_ids),
-                                          list(c.logprobs), flags, getattr(c, "version", None)))
+                                          list(c.logprobs), flags, c.version))
     return trs

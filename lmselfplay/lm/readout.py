@@ -17,6 +17,7 @@ Training (exact feedback, the average policy, search distillation's prior) and e
 from __future__ import annotations
 
 import math
+import random
 from typing import Any
 
 from lmselfplay.games import Invalid
@@ -44,6 +45,13 @@ def resolve_readout(readout: str, thinking: bool) -> str:
 def decision_states(game: Any) -> list[Any]:
     """Every reachable non-terminal, non-chance position."""
     return [s for s in all_states(game) if not game.is_terminal(s) and game.current_player(s) >= 0]
+
+
+def sampled_decision_states(game: Any, n: int, seed: Any) -> list[Any]:
+    """Every decision position when ``n`` is 0 or covers them all; else ``n`` of them drawn
+    with ``random.Random(seed)`` (the same set for every model measured with that seed)."""
+    states = decision_states(game)
+    return random.Random(seed).sample(states, n) if 0 < n < len(states) else states
 
 
 def answer_distribution(engine: Any, tokenizer: Any, game: Any, states: list[Any],

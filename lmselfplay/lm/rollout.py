@@ -169,7 +169,7 @@ def _apply_answer(g: _Live, out: Any, retries: int, stats: RolloutStats) -> None
     p = game.current_player(g.state)
     action = game.parse_action(g.state, out.text)
     bad = isinstance(action, Invalid)
-    if getattr(out, "version", None) is not None:  # servers: weights may be pushed mid-episode
+    if out.version is not None:  # servers: weights may be pushed mid-episode
         g.versions[p] = min(g.versions.get(p, out.version), out.version)
     g.turns[p].append(Turn(out.prompt_ids, out.token_ids, out.logprobs, out.text, bad,
                            None if bad else action))

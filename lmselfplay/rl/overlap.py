@@ -103,21 +103,23 @@ class OverlappedRollouts:
         """The result of ``plan(step)()``; with overlap, the next step's generation starts before
         this returns (none after ``last_step``)."""
         if self.max_staleness == 0:
-            play = self.plan(step)
-            with self.serving():
-                return play()
+            return self._play_now(step)
         if self._ahead is not None and self._ahead[0] == step:
             result = self._ahead[1].result()
         else:  # the first step (or a resumed run): nothing was generated ahead
-            play = self.plan(step)
-            with self.serving():
-                result = play()
+            result = self._play_now(step)
         self._ahead = None
         if last_step is None or step < last_step:
             with self.serving():
                 pass
             self._start(step + 1)
         return result
+
+    def _play_now(self, step: int) -> Any:
+        """``plan(step)()`` in this thread, on the trainer's current weights."""
+        play = self.plan(step)
+        with self.serving():
+            return play()
 
     def keep(self, samples: list[Sample], version: int) -> tuple[list[Sample], dict[str, float]]:
         """The samples fresh enough to train at trainer ``version``, and the metrics to log
@@ -142,4 +144,4 @@ class OverlappedRollouts:
 def rollouts_for(cfg: Any, trainer: Any, engine: Any, plan: Callable[[int], Callable[[], Any]]) -> OverlappedRollouts:
     """The recipes' hook: ``plan``'s rollouts with the run's ``max_staleness`` (engine config),
     served through ``trainer.serving(engine)``."""
-    return OverlappedRollouts(plan, int(getattr(cfg, "max_staleness", 0)), engine, lambda: trainer.serving(engine))
+    return OverlappedRollouts(plan, cfg.max_staleness, engine, lambda: trainer.serving(engine))

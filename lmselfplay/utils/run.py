@@ -1,9 +1,10 @@
 """What every recipe run shares: its run-level flags and one run per output folder.
 
-* :class:`RunConfig` — a mixin for a recipe's config dataclass: ``resume_fallback`` (read by
-  :class:`Run`'s fresh-vs-resume decision), ``collective_timeout_s`` (how
-  long a rank waits in a collective for a dead peer before it fails) and
-  ``overwrite_output_dir``.
+* :class:`RunConfig` — a mixin for a recipe's config dataclass, the run's fields declared once:
+  ``output_dir``, ``resume``, ``tensorboard``, ``resume_fallback`` (read by :class:`Run`'s
+  fresh-vs-resume decision), ``collective_timeout_s`` (how long a rank waits in a collective
+  for a dead peer before it fails) and ``overwrite_output_dir``; :class:`PeriodicCheckpoints`
+  adds ``checkpoint_every`` for the recipes that checkpoint every N steps.
 * :func:`claim_output_dir` — the one call at the start of every recipe's ``main``. Its rules:
   an ``output_dir`` that is a file, or that cannot be created or written, is a one-line
   :class:`UserError`; a live run's folder is refused (the lock below); a fresh run (no
@@ -53,12 +54,9 @@ class RunConfig:
     folder with the class attribute ``run_name`` (``output_dir`` left empty: ``runs/<run_name>``)."""
 
     run_name: ClassVar[str] = "run"
-    renamed_keys: ClassVar[dict[str, str]] = {"save_every": "checkpoint_every"}
     output_dir: str = field(default="", metadata={
         "help": "run folder: metrics, curves, checkpoints, final model (default: runs/<recipe>)"})
     resume: bool = field(default=False, metadata={"help": "continue from the latest checkpoint in output_dir"})
-    checkpoint_every: int = field(default=10, metadata={
-        "help": "steps (iterations) between checkpoints (0: none; the iteration recipes also save the last one)"})
     tensorboard: bool = field(default=True, metadata={"help": "also log the metrics to TensorBoard"})
     resume_fallback: bool = field(default=True, metadata={
         "help": "--resume: when the newest checkpoint is damaged, continue from the newest intact one "
@@ -73,6 +71,19 @@ class RunConfig:
     def validate(self) -> None:
         if not self.output_dir:
             self.output_dir = f"runs/{self.run_name}"
+
+
+@dataclass
+class PeriodicCheckpoints:
+    """A mixin beside :class:`RunConfig` for the recipes that checkpoint every N steps
+    (:meth:`Run.checkpoint_due`); recipes that checkpoint once per iteration or phase (SPIN,
+    R-Zero) do not take it, so the flag is never accepted and then ignored."""
+
+    renamed_keys: ClassVar[dict[str, str]] = {"save_every": "checkpoint_every"}
+    checkpoint_every: int = field(default=10, metadata={
+        "help": "steps (iterations) between checkpoints (0: none; the iteration recipes also save the last one)"})
+
+    def validate(self) -> None:
         non_negative(self, "checkpoint_every")
 
 
@@ -185,8 +196,7 @@ def release_output_dir(output_dir: str | Path) -> None:
 
 # --- the run skeleton -------------------------------------------------------------------------
 
-def make_accelerator(gradient_accumulation_steps: int = 1, log_with: Any = None, project_dir: str | None = None,
-                     timeout_s: float | None = None):
+def make_accelerator(gradient_accumulation_steps: int = 1, timeout_s: float | None = None):
     """An Accelerator; on CPU with several processes the process group is gloo (NCCL
     needs GPUs). A single process gets no process group at all. ``timeout_s`` (the recipes'
     ``collective_timeout_s``) bounds how long a rank waits in a collective for a peer that
@@ -206,8 +216,7 @@ def make_accelerator(gradient_accumulation_steps: int = 1, log_with: Any = None,
         pg["backend"] = "gloo"
         cpu = os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() != "true"
     handlers = [InitProcessGroupKwargs(**pg)] if pg else []
-    return Accelerator(gradient_accumulation_steps=gradient_accumulation_steps, kwargs_handlers=handlers,
-                       log_with=log_with, project_dir=project_dir, cpu=cpu)
+    return Accelerator(gradient_accumulation_steps=gradient_accumulation_steps, kwargs_handlers=handlers, cpu=cpu)
 
 
 def process_state(timeout_s: float):
@@ -306,7 +315,7 @@ class Run:
     def save_final_model(self, model: Any, unwrapped: Any, tokenizer: Any, name: str = "final_model") -> Path:
         """``output_dir/name``: the weights of ``model`` (the trainer's wrapped model:
         every rank gathers), saved from ``unwrapped`` atomically by the main process."""
-        state = self.acc.get_state_dict(model) if hasattr(self.acc, "get_state_dict") else None
+        state = self.acc.get_state_dict(model)  # accelerator runs only (trains_with="accelerator")
         if self.is_main:
             save_model(self.out / name, unwrapped, tokenizer, state)
         return self.out / name

@@ -58,6 +58,21 @@ class EngineConfig(StalenessConfig):
     weight_sync_bucket_mb: int = field(default=256, metadata={
         "help": "weights pushed to vLLM in buckets of at most this many MB (ZeRO-3 gathers one bucket at a time)"})
 
+    def validate(self) -> None:
+        """Overlap settings that cannot work, refused before any folder, model or engine is
+        touched: the hf engine serves the trainer's own module (the optimizer would write the
+        weights it samples from), and sleep mode frees the engine while the trainer steps — the
+        time overlap generates in."""
+        if self.max_staleness < 0:
+            raise ConfigError(f"max_staleness must be >= 0, got {self.max_staleness}")
+        if self.max_staleness > 0 and self.engine == "hf":
+            raise ConfigError(f"max_staleness {self.max_staleness} overlaps generation with training, which needs an "
+                              "engine with its own weights (engine: vllm-server or vllm); the hf engine shares the "
+                              "trainer's")
+        if self.max_staleness > 0 and self.vllm_enable_sleep_mode:
+            raise ConfigError(f"max_staleness {self.max_staleness} generates while the trainer steps, when "
+                              "vllm_enable_sleep_mode puts the engine to sleep: use one or the other")
+
 
 def _check_kind(kind: str) -> None:
     if kind not in ENGINES:

@@ -98,24 +98,20 @@ def _exchange(base_url: str, method: str, path: str, data: bytes | None, timeout
     """One request on this thread's connection: (status, body). A kept connection the server
     closed meanwhile fails before any answer: that is retried once at once on a new one."""
     headers = {"Content-Type": "application/json"} if data is not None else {}
-    for fresh in (False, True):
+    while True:  # at most twice: the retry's connection is new, so it is not reused
         conn, prefix, reused = _connection(base_url, timeout)
         try:
             conn.request(method, prefix + path, body=data, headers=headers)
             resp = conn.getresponse()
             body = resp.read()
-        except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+        except BaseException as e:
             _drop_connection(base_url)
-            if reused and not fresh:
+            if reused and isinstance(e, (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)):
                 continue
-            raise
-        except BaseException:
-            _drop_connection(base_url)
             raise
         if resp.will_close:
             _drop_connection(base_url)
         return resp.status, body
-    raise AssertionError("unreachable")
 
 
 def request_json(base_url: str, method: str, path: str, payload: dict | None = None, timeout: float = 300.0,

@@ -79,7 +79,8 @@ def _handler(sim: SimServer):
 
         def setup(self):
             super().setup()
-            sim.connections += 1
+            with sim.lock:  # handler threads run concurrently
+                sim.connections += 1
 
         def handle_one_request(self):
             if sim.closed:  # a kept connection outlives shutdown(): refuse like a stopped server

@@ -221,6 +221,8 @@ class VLLMServerEngine:
                  version: int = 0, push_timeout: float = 300.0,
                  channel_factory: Callable[[str, int], Any] | None = None):
         self.tokenizer = tokenizer
+        # the ids a completion may hold (0: unknown); len() of a slow tokenizer walks its vocabulary
+        self.vocab_size = len(tokenizer) if hasattr(tokenizer, "__len__") else 0
         self.eos_id = tokenizer.eos_token_id
         self.end_ids = end_token_ids(tokenizer)
         self.pool = ServerPool([base_urls] if isinstance(base_urls, str) else list(base_urls))
@@ -341,7 +343,7 @@ class VLLMServerEngine:
         check_logprobs_mode(self.logprobs_mode, sampling)
         base = {**sampling_fields(sampling, self.end_ids, native_stops(self.tokenizer, sampling)), "return_token_ids": True, "return_tokens_as_token_ids": True}
 
-        vocab = len(self.tokenizer) if hasattr(self.tokenizer, "__len__") else 0
+        vocab = self.vocab_size
 
         def one(item):
             prompt, seed = item
