@@ -215,9 +215,51 @@ def target_loss(logits, target, kind="uniform"):
     raise ValueError(f"unknown loss {kind!r}: uniform or set")
 
 
+ARCHS = ("llama", "llama_abspos", "gpt2")
+
+
+class AbsolutePositions(torch.nn.Module):
+    """A token embedding plus a learned absolute position embedding (GPT-2's), so every
+    residual vector, and so every attention VALUE, carries its position; with RoPE alone
+    position enters only the query-key products."""
+
+    def __init__(self, embed, n_positions):
+        super().__init__()
+        self.embed = embed  # the same module: the tied LM head keeps its weight
+        self.positions = torch.nn.Embedding(n_positions, embed.embedding_dim)
+        torch.nn.init.normal_(self.positions.weight, std=0.02)
+
+    def forward(self, ids):
+        return self.embed(ids) + self.positions.weight[: ids.shape[1]]
+
+
+def fresh_model(arch, cfg, tok):
+    """A freshly initialised model of ``cfg``'s width, depth and heads: ``llama`` the
+    embedded model's own architecture (RoPE); ``llama_abspos`` the same plus
+    :class:`AbsolutePositions` (RoPE kept: the one change is position in the residual
+    stream); ``gpt2`` transformers' GPT-2 (learned absolute positions, LayerNorm, GELU MLP
+    of ``intermediate_size``, no dropout, tied embeddings)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from lmselfplay.models.tiny import make_model
+
+    if arch not in ARCHS:
+        raise ValueError(f"unknown arch {arch!r}; known: {list(ARCHS)}")
+    if arch == "gpt2":
+        return GPT2LMHeadModel(GPT2Config(
+            vocab_size=len(tok), n_embd=cfg.hidden_size, n_layer=cfg.num_layers, n_head=cfg.num_heads,
+            n_positions=cfg.max_seq_len, n_inner=cfg.intermediate_size, resid_pdrop=0.0, embd_pdrop=0.0,
+            attn_pdrop=0.0, tie_word_embeddings=True, bos_token_id=tok.bos_token_id,
+            eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id))
+    model = make_model(cfg, tok)
+    if arch == "llama_abspos":
+        model.model.embed_tokens = AbsolutePositions(model.model.embed_tokens, cfg.max_seq_len)
+    return model
+
+
 def move_logits(model, rows, pad_id):
     ids, att = pad_batch([r[0] for r in rows], pad_id)
-    hidden = model.model(input_ids=ids, attention_mask=att).last_hidden_state
+    hidden = model.base_model(input_ids=ids, attention_mask=att).last_hidden_state
     last = att.sum(1) - 1  # right padding: the last real token predicts the move
     return model.lm_head(hidden[torch.arange(len(rows)), last]).float()
 
@@ -361,12 +403,15 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=0, help="linear lr warmup steps")
     ap.add_argument("--layers", type=int, default=0, help="fresh model's layers (0: the embedded shape)")
     ap.add_argument("--heads", type=int, default=0, help="fresh model's heads (0: the embedded shape)")
+    ap.add_argument("--arch", default="llama", choices=ARCHS,
+                    help="fresh model's architecture (llama: the embedded one's; llama_abspos: + learned "
+                         "absolute positions; gpt2)")
     ap.add_argument("--name", default="bench_ttt_representation")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from lmselfplay.models.tiny import TinyConfig, ensure_tiny_model, make_model
+    from lmselfplay.models.tiny import TinyConfig, ensure_tiny_model
 
     path = args.model or str(ensure_tiny_model())
     tok = AutoTokenizer.from_pretrained(path)
@@ -387,7 +432,8 @@ def main() -> None:
                 continue_pretraining(model, tok, args.pretrain_steps, args.task_weights, args.pretrain_lr, args.seed)
         else:
             shape = {k: v for k, v in (("num_layers", args.layers), ("num_heads", args.heads)) if v}
-            model = make_model(TinyConfig(**shape), tok)  # same shape unless --layers/--heads, fresh weights
+            model = fresh_model(args.arch, TinyConfig(**shape), tok)  # same shape unless --layers/--heads
+        print(f"  [{which}] {sum(p.numel() for p in model.parameters()):,} parameters", flush=True)
         if args.legal_steps:  # uniform over the legal moves (the corpus's own target) or over threat_moves
             first = [(r[0], r[1], r[3] if args.legal_target == "threats" else r[1]) for r in rows]
             results["curves"][which + "_legal"] = supervised(
