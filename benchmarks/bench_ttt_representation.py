@@ -168,6 +168,15 @@ def render(game, s, player, fmt="default"):
     return "\n".join(lines)
 
 
+def add_cell_tokens(tok):
+    """Add one token per cell and content (``1X`` .. ``9.``, the ``named`` format's cells)
+    to ``tok``: every cell token then carries its cell index in its own embedding, as the
+    MLP's board planes do, whatever the architecture does with position."""
+    from tokenizers import AddedToken
+
+    tok.add_tokens([AddedToken(f"{i}{m}", normalized=False) for i in range(1, 10) for m in MARKS])
+
+
 def threat_moves(s):
     """Cells that complete a line of the mover's marks, else cells that block one of the
     opponent's, else every empty cell: reading threats, with no look-ahead."""
@@ -228,6 +237,10 @@ class AbsolutePositions(torch.nn.Module):
         self.embed = embed  # the same module: the tied LM head keeps its weight
         self.positions = torch.nn.Embedding(n_positions, embed.embedding_dim)
         torch.nn.init.normal_(self.positions.weight, std=0.02)
+
+    @property
+    def weight(self):  # the token embedding's, as transformers expects of an input embedding
+        return self.embed.weight
 
     def forward(self, ids):
         return self.embed(ids) + self.positions.weight[: ids.shape[1]]
@@ -406,6 +419,8 @@ def main() -> None:
     ap.add_argument("--arch", default="llama", choices=ARCHS,
                     help="fresh model's architecture (llama: the embedded one's; llama_abspos: + learned "
                          "absolute positions; gpt2)")
+    ap.add_argument("--cell_tokens", action="store_true",
+                    help="lever (fresh only): one token per cell and mark ('5X'; see add_cell_tokens), for --format named*")
     ap.add_argument("--name", default="bench_ttt_representation")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -415,6 +430,10 @@ def main() -> None:
 
     path = args.model or str(ensure_tiny_model())
     tok = AutoTokenizer.from_pretrained(path)
+    if args.cell_tokens:
+        if "embedded" in args.which.split(","):
+            ap.error("--cell_tokens changes the vocabulary: fresh models only (--which fresh)")
+        add_cell_tokens(tok)
     rows = move_token_data(tok, make("tictactoe"), args.split_marks, args.format)
     if args.subset:
         rows = random.Random(args.seed + 2).sample(rows, args.subset)
