@@ -17,7 +17,9 @@ changed corpus mix first (e.g. ``grid_reading``); ``--split_marks`` splits BPE's
 ``' X'`` / ``' O'``; ``--format`` re-renders the board (:func:`render`: ``grid`` one token
 per cell with ``.`` for empty, ``named`` ``1X 2. 3O``, ``*_last`` board just before
 ``Answer:``, ``*_only`` side + board and nothing else); ``--layers/--heads`` reshape the
-fresh model; ``--loss set`` trains ``-log P(optimal)``; ``--subset N`` trains and measures
+fresh model and ``--arch`` picks its architecture (:func:`fresh_model`: the embedded Llama,
+the same + learned absolute positions, GPT-2); ``--cell_tokens`` makes every ``named`` cell one
+token that carries its index (:func:`add_cell_tokens`); ``--loss set`` trains ``-log P(optimal)``; ``--subset N`` trains and measures
 on N positions (can it even memorize?); ``--which mlp`` is the yardstick: an MLP on the
 board planes, same targets, optimizer and batches, for which reading the board is free.
 
