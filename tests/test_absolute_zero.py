@@ -310,7 +310,9 @@ def test_hostile_proposals_are_invalid_counted_and_harmless(model_dir, tmp_path)
 
         engine = ScriptedEngine(tok, answer)
         before = {tt: len(b) for tt, b in buffers.items()}
-        row = recipe.train_step(cfg, trainer.accelerator, trainer, engine, tok, referee, buffers, 0, tmp_path / "run")
+        rollouts = recipe.rollouts_for(cfg, trainer, engine,
+                                       recipe.rollout_plan(cfg, trainer.accelerator, engine, tok, referee, buffers))
+        row = recipe.train_step(cfg, trainer.accelerator, trainer, rollouts.next(0), rollouts, 0, tmp_path / "run")
     finally:
         referee.close()
     # every hostile proposal ended invalid, with its status counted
