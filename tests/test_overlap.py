@@ -501,3 +501,29 @@ def test_a_resumed_r_zero_pushes_the_restored_weights_before_it_samples(model_di
         events = _pushes_and_generations(monkeypatch)
         recipe.main(_argv(args, *urls, "--resume", "true"))
     assert _first_generation_after_resume(events) == [("push", 0), ("push", 1)]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow  # two launched ranks
+def test_two_gloo_ranks_one_with_only_stale_rollouts(tmp_path):
+    """Rank 0's rollouts all too old, rank 1's fresh. Alone, rank 0 trains on nothing: the
+    trainer's padded micro-batches keep DDP's collectives in step (no hang, no NaN, the ranks
+    stay equal). Agreeing, both drop their sampled rollouts and log the same run-wide counts."""
+    import json
+    import subprocess
+    import sys
+
+    from mp_helpers import CONFIGS, ROOT, _env
+
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CONFIGS / "ddp_cpu.yaml"),
+           str(ROOT / "tests" / "mp_scripts" / "stale_ranks.py"), "--out", str(tmp_path)]
+    r = subprocess.run(cmd, cwd=ROOT, env={**_env(), "ACCELERATE_USE_CPU": "1"}, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-4000:]
+    ranks = [json.loads((tmp_path / f"rank{k}.json").read_text()) for k in range(2)]
+    assert [rk["world"] for rk in ranks] == [2, 2]
+    alone, agreed = zip(*[rk["steps"] for rk in ranks])
+    assert [s["kept"] for s in alone] == [0, 3] and all(s["finite"] and s["ranks_equal"] for s in alone)
+    assert [s["stale"]["staleness/dropped"] for s in alone] == [3.0, 0.0]  # each rank's own count
+    assert [s["kept"] for s in agreed] == [0, 0] and all(s["finite"] and s["ranks_equal"] for s in agreed)
+    assert [s["stale"] for s in agreed] == [{"staleness/dropped": 6.0, "staleness/age": 0.0}] * 2

@@ -19,9 +19,10 @@ Recipes reach it through :func:`rollouts_for` (``max_staleness`` lives in the en
 Under data parallelism every rank decides on its own samples, then the ranks agree
 (:func:`agreed_drop`): when any rank would be left with none of its sampled rollouts while
 another keeps some, every rank drops its sampled ones that step, so all ranks train on
-something or all on nothing (under ZeRO-3 each forward is a collective: a rank with no
-samples to score would leave the others waiting), and the logged counts are the sums over
-the ranks, the same on each.
+something or all on nothing: a rank with nothing to score skips the reference forwards the
+others make (under ZeRO-3 each forward is a collective). The logged counts are the sums over
+the ranks, the same on each. (A rank training on nothing beside ranks that do is safe under
+DDP: the trainer pads the micro-batches; ``tests/mp_scripts/stale_ranks.py``.)
 
 A recipe whose rollouts use several engines (R-Zero: the challenger writes, the solver
 answers) serves each of them before the generation starts (``also`` in :func:`rollouts_for`).
