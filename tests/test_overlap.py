@@ -372,9 +372,8 @@ def test_r_zero_overlaps_each_phase_on_servers(model_dir, tmp_path, monkeypatch,
     model writes no checkable question). Two copies: the challenger's own server and the
     solver's, each holding its model's weights."""
     from lmselfplay.lm.engines.sim_server import SimServer
-    from lmselfplay.utils.recipe_loader import load_recipe
-
     from lmselfplay.lm.engines.vllm_server import VLLMServerEngine
+    from lmselfplay.utils.recipe_loader import load_recipe
 
     recipe = load_recipe("r_zero")
     monkeypatch.setattr(recipe, "load_kept", lambda path: [dict(r) for r in KEPT])
