@@ -212,7 +212,8 @@ def main(argv=None):
         run.report_start(start_step)
         logger = run.open_log(start_step if run.checkpoint else None)
         # max_staleness >= 1: a step's rollouts are played while the previous step trains
-        rollouts = rollouts_for(cfg, trainer, engine, rollout_plan(cfg, acc, engine, tok, referee, buffers))
+        rollouts = run.closing(rollouts_for(cfg, trainer, engine, rollout_plan(cfg, acc, engine, tok, referee,
+                                                                             buffers)))  # ends before the referee
         t0 = time.time()
         bar = tqdm(range(start_step, cfg.max_steps), initial=start_step, total=cfg.max_steps,
                    desc="absolute zero", disable=not run.is_main)

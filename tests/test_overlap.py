@@ -302,6 +302,24 @@ def test_absolute_zero_overlaps_on_two_servers(model_dir, tmp_path):
     assert pushed[0] == pushed[1] != "checkpoint"
 
 
+def test_absolute_zero_drops_rollouts_older_than_max_staleness(model_dir, tmp_path, monkeypatch):
+    """A push that never lands: the third step's proposals and attempts are two versions old."""
+    from lmselfplay.lm.engines.sim_server import SimServer
+    from lmselfplay.lm.engines.vllm_server import VLLMServerEngine
+    from lmselfplay.utils.recipe_loader import load_recipe
+
+    real = VLLMServerEngine.update_weights
+    monkeypatch.setattr(VLLMServerEngine, "update_weights",
+                        lambda self, model, version=None: real(self, model, version) if version == 0 else None)
+    with SimServer(vocab=len(tiny_tokenizer())) as a:
+        server, urls = _server_args(a.url)
+        load_recipe("absolute_zero").main(_argv(_azr_args(model_dir, tmp_path / "run", 3, max_staleness=1,
+                                                          **server), *urls))
+    train = [r for r in _metrics(tmp_path / "run") if "train/samples" in r]
+    assert [r["staleness/dropped"] > 0 for r in train] == [False, False, True]
+    assert [r["staleness/age"] for r in train][:2] == [0.0, 1.0] and train[2]["train/samples"] == 0.0
+
+
 @pytest.mark.slow  # ~25 s
 def test_absolute_zero_checkpoint_holds_the_buffers_its_step_left(model_dir, tmp_path, monkeypatch):
     """With overlap the next step's proposals enter the live buffers while this step trains and
@@ -345,7 +363,7 @@ def test_absolute_zero_max_staleness_0_is_the_loop_without_the_hook(model_dir, t
         recipe = load_recipe("absolute_zero")
         if not hooked:
             monkeypatch.setattr(recipe, "rollouts_for", Inline)
-        recipe.main(_argv(_azr_args(model_dir, tmp_path / f"run{hooked}", 2, eval_every=2, max_staleness=0)))
+        recipe.main(_argv(_azr_args(model_dir, tmp_path / f"run{hooked}", 2, max_staleness=0)))
         runs.append(_metrics(tmp_path / f"run{hooked}"))
     assert runs[0] == runs[1] and any("train/loss" in r for r in runs[0])
 
