@@ -505,7 +505,8 @@ def solver_step(run: RZero, rollouts: OverlappedRollouts, step: int) -> dict[str
     cfg = run.cfg
     played = rollouts.next(step, cfg.solver_steps - 1)
     if played is None:  # this rank kept nothing but the others did: a zero-loss step keeps them in line
-        return {f"solver/{k}": v for k, v in run.update(run.solver, []).items()}
+        _, stale = rollouts.keep([], run.solver.trainer.step_count)  # every rank counts (a collective)
+        return {**{f"solver/{k}": v for k, v in run.update(run.solver, []).items()}, **stale}
     flat, comps, version = played
     g = cfg.solver_group_size
     finals = [run.matcher.final(cfg.task_form, c.text)[0] for c in comps]

@@ -16,13 +16,12 @@ Recipes reach it through :func:`rollouts_for` (``max_staleness`` lives in the en
 ``rollouts.next(step)`` replaces the step's ``with trainer.serving(engine): generate`` and
 ``rollouts.keep(samples, version)`` filters what is trained on.
 
-Under data parallelism every rank decides on its own samples, then the ranks agree
-(:func:`agreed_drop`): when any rank would be left with none of its sampled rollouts while
-another keeps some, every rank drops its sampled ones that step, so all ranks train on
-something or all on nothing: a rank with nothing to score skips the reference forwards the
-others make (under ZeRO-3 each forward is a collective). The logged counts are the sums over
-the ranks, the same on each. (A rank training on nothing beside ranks that do is safe under
-DDP: the trainer pads the micro-batches; ``tests/mp_scripts/stale_ranks.py``.)
+Under data parallelism each rank drops its own stale samples (by the versions its own
+completions were sampled with), every rank calls :meth:`OverlappedRollouts.keep` at every step (it sums
+the counts over the ranks: a collective), and every rank logs the same run-wide counts. A
+rank left with nothing to train on while the others train is safe: the trainer pads every
+rank to the same micro-batches (the forwards and backwards stay collective-aligned, its
+gradient is zero, no NaN; ``tests/mp_scripts/stale_ranks.py``, DDP and ZeRO-3 on 2 gloo ranks).
 
 A recipe whose rollouts use several engines (R-Zero: the challenger writes, the solver
 answers) serves each of them before the generation starts (``also`` in :func:`rollouts_for`).
@@ -70,26 +69,14 @@ def sampled(s: Sample) -> bool:
 def drop_stale(samples: list[Sample], version: int, max_staleness: int,
                rank_sum: Callable[[list[float]], list[float]] | None = None) -> tuple[list[Sample], dict[str, float]]:
     """The samples at most ``max_staleness`` versions behind ``version``, and the metrics
-    (``staleness/age``: mean age of the sampled ones kept). ``rank_sum`` (element-wise sum
-    over the data-parallel ranks, called on every rank) makes the ranks agree: see
-    :func:`agreed_drop`; the metrics are then the run's, summed over the ranks."""
+    (``staleness/age``: mean age of the sampled ones kept). With ``rank_sum`` (element-wise
+    sum over the data-parallel ranks; every rank calls it) the metrics are the run's, the
+    same on every rank."""
     kept = [s for s in samples if not sampled(s) or version - s.policy_version <= max_staleness]
-    kept_sampled = sum(sampled(s) for s in kept)
-    if agreed_drop(kept_sampled, rank_sum):
-        kept, kept_sampled = [s for s in kept if not sampled(s)], 0
     ages = [version - s.policy_version for s in kept if sampled(s)]
     counts = [float(len(samples) - len(kept)), float(sum(ages)), float(len(ages))]
     dropped, age_sum, n = rank_sum(counts) if rank_sum else counts
     return kept, {"staleness/dropped": dropped, "staleness/age": age_sum / n if n else 0.0}
-
-
-def agreed_drop(kept_sampled: int, rank_sum: Callable[[list[float]], list[float]] | None) -> bool:
-    """Whether this rank drops all its sampled rollouts although some are fresh: when some rank
-    keeps none of its sampled ones and another keeps some (``rank_sum`` None: one process)."""
-    if rank_sum is None:
-        return False
-    empty, nonempty = rank_sum([float(kept_sampled == 0), float(kept_sampled > 0)])
-    return empty > 0 and nonempty > 0
 
 
 class OverlappedRollouts:
@@ -174,8 +161,8 @@ def rollouts_for(cfg: Any, trainer: Any, engine: Any, plan: Callable[[int], Call
                  also: list[tuple[Any, Any]] = ()) -> OverlappedRollouts:
     """The recipes' hook: ``plan``'s rollouts with the run's ``max_staleness`` (engine config),
     served through ``trainer.serving(engine)`` and that of every other ``(trainer, engine)`` in
-    ``also`` (the rollouts' other roles; ``play`` itself must not enter ``serving``). The ranks of
-    ``trainer``'s accelerator agree on what is dropped."""
+    ``also`` (the rollouts' other roles; ``play`` itself must not enter ``serving``). The counts
+    of what is dropped are summed over the ranks of ``trainer``'s accelerator."""
     pairs = [(trainer, engine), *[(t, e) for t, e in also if e is not engine]]
     for _, e in pairs[1:]:
         check_overlap(cfg.max_staleness, e)

@@ -1,7 +1,7 @@
-"""Two gloo ranks, one trainer step each with rank 0's sampled rollouts all too old and rank 1's
-fresh: first on what each rank keeps alone (``--agree false``: rank 0 trains on nothing), then
-with the ranks agreeing (``drop_stale`` with ``rank_sum_of``). Writes ``rank<r>.json``: what
-each rank kept, the metrics, and whether the parameters are finite and equal across ranks."""
+"""Two gloo ranks, two trainer steps, each with rank 0's sampled rollouts all too old and rank
+1's fresh, so rank 0 trains on nothing: the first step counts per rank, the second sums the
+counts over the ranks (``drop_stale`` with ``rank_sum_of``). Writes ``rank<r>.json``: what
+each rank kept, the counts, and whether the parameters are finite and equal across ranks."""
 
 from __future__ import annotations
 
@@ -29,15 +29,15 @@ def main() -> None:
     acc = trainer.accelerator
     rank = acc.process_index
     record = {"rank": rank, "world": acc.num_processes, "steps": []}
-    for agree in (False, True):
+    for summed in (False, True):
         version = trainer.step_count + 3
         made = [Sample([5, 6, 7], [10 + k, 11], [-1.0, -1.0], advantage=(-1.0) ** k,
                        policy_version=version - (3 if rank == 0 else 0)) for k in range(3)]
-        kept, stale = drop_stale(made, version, 1, rank_sum_of(acc) if agree else None)
+        kept, stale = drop_stale(made, version, 1, rank_sum_of(acc) if summed else None)
         metrics = trainer.step(kept)
         flat = torch.cat([p.detach().flatten() for p in trainer.unwrapped.parameters()])
         gathered = acc.gather(flat.unsqueeze(0))
-        record["steps"].append({"agree": agree, "kept": len(kept), "stale": stale,
+        record["steps"].append({"summed": summed, "kept": len(kept), "stale": stale,
                                 "loss": metrics.get("loss"), "finite": bool(torch.isfinite(flat).all()),
                                 "ranks_equal": bool(torch.equal(gathered[0], gathered[-1]))})
     (Path(args.out) / f"rank{rank}.json").write_text(json.dumps(record))
