@@ -30,6 +30,11 @@ The algorithm, in order (every rank runs its own proposals; gradients are averag
         7. every eval_every steps: held-out accuracy per type on fixed generated tasks never
            trained on (95% Wilson CIs); JSONL + PNG + TensorBoard; every checkpoint_every
            steps an atomic checkpoint with the buffers (--resume continues exactly)
+
+The engine comes from ``engine: hf | vllm | vllm-server`` (``make_engine``). With
+``max_staleness: k >= 1`` (a vLLM engine or servers) steps 1-3 of step t + 1 run while step t
+trains, and a proposal or attempt sampled more than k weight versions ago is dropped
+(``staleness/dropped``, ``staleness/age``; docs/scale.md).
 """
 
 from __future__ import annotations
@@ -212,8 +217,8 @@ def main(argv=None):
         run.report_start(start_step)
         logger = run.open_log(start_step if run.checkpoint else None)
         # max_staleness >= 1: a step's rollouts are played while the previous step trains
-        rollouts = run.closing(rollouts_for(cfg, trainer, engine, rollout_plan(cfg, acc, engine, tok, referee,
-                                                                             buffers)))  # ends before the referee
+        plan = rollout_plan(cfg, acc, engine, tok, referee, buffers, lambda step: run.checkpoint_due(step + 1))
+        rollouts = run.closing(rollouts_for(cfg, trainer, engine, plan))  # closed (waited for) before the referee
         t0 = time.time()
         bar = tqdm(range(start_step, cfg.max_steps), initial=start_step, total=cfg.max_steps,
                    desc="absolute zero", disable=not run.is_main)
@@ -315,8 +320,9 @@ class PhaseClock:
 class Rollout:
     """Steps 1-3 of one step (what :func:`rollout_plan`'s ``play`` returns): the proposals, their
     validation, the attempts and their verdicts, the weight version they were sampled with and
-    the buffers as they stood after this step's additions (the checkpoint saves those: with
-    overlap the next step's rollouts are already adding to the live buffers)."""
+    the buffers as they stood after this step's additions when a checkpoint follows the step
+    (it saves those: with overlap the next step's rollouts are already adding to the live
+    buffers)."""
 
     version: int
     types: list[str]
@@ -330,20 +336,22 @@ class Rollout:
     clock: PhaseClock
     executor_s: float
     programs: int
-    buffers: dict[str, list]
+    buffers: dict[str, list] | None
     buffer_sizes: dict[str, int]
 
 
-def rollout_plan(cfg, acc, engine, tok, referee, buffers):
+def rollout_plan(cfg, acc, engine, tok, referee, buffers, checkpoint_after=lambda step: False):
     """``step -> play``; ``play()`` runs steps 1-3 with the weights the engine serves (entered by
     the caller: :func:`lmselfplay.rl.overlap.rollouts_for`), adds the valid proposals to the
-    buffers and returns the :class:`Rollout`. The step's seeds come from (seed, step, rank)."""
+    buffers and returns the :class:`Rollout` (with the buffers' state if
+    ``checkpoint_after(step)``). The step's seeds come from (seed, step, rank)."""
     def at(step: int):
-        return lambda: play_step(cfg, acc, engine, tok, referee, buffers, step)
+        keep_state = checkpoint_after(step)
+        return lambda: play_step(cfg, acc, engine, tok, referee, buffers, step, keep_state)
     return at
 
 
-def play_step(cfg, acc, engine, tok, referee, buffers, step: int) -> Rollout:
+def play_step(cfg, acc, engine, tok, referee, buffers, step: int, keep_state: bool = False) -> Rollout:
     """Steps 1-3 of the algorithm box."""
     rng = random.Random(f"{cfg.seed}/{step}/{acc.process_index}")
     seed = rng.randrange(2**31)
@@ -376,7 +384,8 @@ def play_step(cfg, acc, engine, tok, referee, buffers, step: int) -> Rollout:
         verdicts = referee.check([(x, c.text) for x, c in zip(attempts, answers)])
     return Rollout(version, types, props, parsed, checks, added, attempts, answers, verdicts, clock,
                    referee.seconds - exec_before[0], referee.programs_run - exec_before[1],
-                   {tt: b.state_dict() for tt, b in buffers.items()}, {tt: len(b) for tt, b in buffers.items()})
+                   {tt: b.state_dict() for tt, b in buffers.items()} if keep_state else None,
+                   {tt: len(b) for tt, b in buffers.items()})
 
 
 def sampled_version(comp, version: int) -> int:

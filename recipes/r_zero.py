@@ -30,6 +30,13 @@ k = 1..iterations, in its order:
 The truth (rules / executor) is computed for every question so that the loop can be
 measured; a vote-grounded loop never reads it. Challenger and solver are one policy in two
 roles (default) or two copies of the base model (two_copies).
+
+Engines: ``engine: hf | vllm | vllm-server`` (``make_engine``); with servers and two copies the
+solver is served by ``vllm_server_urls`` and the challenger by ``challenger_vllm_server_urls``
+(a server holds one model's weights). With ``max_staleness: k >= 1`` each training phase's next
+step is generated while its current step trains (the challenger's questions with the solver's
+answers to them; the solver's answers), and a sample more than k versions old is dropped; the
+filter and the held-out evaluation always sample the current weights (docs/scale.md).
 """
 
 from __future__ import annotations
