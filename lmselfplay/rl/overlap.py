@@ -17,11 +17,12 @@ Recipes reach it through :func:`rollouts_for` (``max_staleness`` lives in the en
 ``rollouts.keep(samples, version)`` filters what is trained on.
 
 Under data parallelism each rank drops its own stale samples (by the versions its own
-completions were sampled with), every rank calls :meth:`OverlappedRollouts.keep` at every step (it sums
-the counts over the ranks: a collective), and every rank logs the same run-wide counts. A
-rank left with nothing to train on while the others train is safe: the trainer pads every
-rank to the same micro-batches (the forwards and backwards stay collective-aligned, its
-gradient is zero, no NaN; ``tests/mp_scripts/stale_ranks.py``, DDP and ZeRO-3 on 2 gloo ranks).
+completions were sampled with); every rank calls :meth:`OverlappedRollouts.keep` at every
+step, which sums the counts over the ranks (a collective), so every rank logs the same
+run-wide counts. A rank left with nothing to train on while the others train is safe: the
+trainer pads every rank to the same micro-batches (the forwards and backwards stay
+collective-aligned, its gradient is zero, no NaN; ``tests/mp_scripts/stale_ranks.py``, DDP
+and ZeRO-3 on 2 gloo ranks).
 
 A recipe whose rollouts use several engines (R-Zero: the challenger writes, the solver
 answers) serves each of them before the generation starts (``also`` in :func:`rollouts_for`).
