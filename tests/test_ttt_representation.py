@@ -104,7 +104,6 @@ def test_every_arch_gives_move_logits_and_only_abspos_and_gpt2_put_position_in_t
 
 
 def test_abspos_keeps_the_tied_head_and_trains_its_positions():
-    import torch
     from bench_ttt_representation import fresh_model, move_logits
     from lm_fixtures import tiny_tokenizer
 
