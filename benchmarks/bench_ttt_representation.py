@@ -115,6 +115,7 @@ batch 128, 400 steps, lr 1e-3, no warmup; P(optimal) / argmax on all 4,520 posit
     b128_gpt2_grid_only                 gpt2          grid_only      0     799   0.657   0.754
     b128_gpt2_grid_only_seed1           gpt2          grid_only      1     766   0.614   0.664
     b128_gpt2_grid_only_lr3e-3          gpt2          grid_only      0     905   0.630   0.678   (lr 3e-3, warmup 50)
+    b128_llama_named_only               llama         named_only     0     477   0.686   0.800   ("5", "X": two tokens)
     b128_llama_named_only_cells         llama         named_only     0    1131   0.708   0.816   (--cell_tokens: "5X" one token)
     b128_gpt2_named_only_cells          gpt2          named_only     0     829   0.622   0.701   (--cell_tokens)
     b128_mlp_400                        mlp           (planes)       0       9   0.864   0.988
@@ -128,7 +129,7 @@ slower (llama 0.739 / 0.746; + learned positions 0.627 / 0.706; GPT-2 0.657 / 0.
 larger lr does not rescue GPT-2 (as it did not the Llama, row ``fresh_grid_only_lr3e-3``);
 and a cell token that names its cell (uniform attention over the 9 cell tokens is then a
 linear function of the MLP's board planes) is no better than the digit-free grid (llama
-0.708, GPT-2 0.622). Every transformer stays at 0.60-0.65 for its first ~200 steps
+0.708, GPT-2 0.622; the same board with the index and mark as two tokens 0.686). Every transformer stays at 0.60-0.65 for its first ~200 steps
 (uniform over the legal moves is ~0.57) and climbs slowly after, where the MLP is at 0.77
 by step 200. And at this lr and budget the no-reading MLP itself reaches only 0.864
 (argmax 0.988): ">= 0.95 in 400 steps" asks for more than free reading. For v4 this points
