@@ -290,8 +290,9 @@ class VLLMServerEngine:
         return True
 
     def _channel_for(self, url: str, group_port: int) -> Any:
-        """The weight transfer the server announces: vLLM's NCCL, or the simulated server's
-        checksum over HTTP (:mod:`~lmselfplay.lm.engines.sim_server`: CPU rehearsals)."""
+        """The weight transfer the server announces: vLLM's NCCL, the simulated server's
+        checksum over HTTP (:mod:`~lmselfplay.lm.engines.sim_server`: CPU rehearsals), or the
+        tensors over HTTP (:mod:`~lmselfplay.lm.engines.hf_server`: a real model on CPU)."""
         s = next(s for s in self.pool.servers if s.url == url)
         try:
             info = self._request(s, "GET", "/server_info?config_format=json", retries=0) if s.in_rotation else {}
@@ -302,6 +303,10 @@ class VLLMServerEngine:
             from lmselfplay.lm.engines.sim_server import SimHTTPChannel
 
             return SimHTTPChannel(url)
+        if backend == "http-tensors":
+            from lmselfplay.lm.engines.hf_server import TensorHTTPChannel
+
+            return TensorHTTPChannel(url)
         return NCCLChannel(url, group_port)
 
     def _server_logprobs_mode(self, s: Server) -> str:
