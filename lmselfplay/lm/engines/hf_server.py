@@ -148,7 +148,11 @@ class HFServer(SimServer):
 
         from lmselfplay.lm.batching import pad_batch
         from lmselfplay.lm.engines.base import SamplingParams, completion_length
-        from lmselfplay.lm.engines.hf import SampledLogprobs, StopAfterThink, neutral_generation_defaults
+        from lmselfplay.lm.engines.hf import (
+            SampledLogprobs,
+            StopAfterThink,
+            neutral_generation_defaults,
+        )
 
         r0, eng = reqs[0], self.engine
         sp = SamplingParams(max_new_tokens=int(r0["max_tokens"]), temperature=float(r0.get("temperature", 1.0)),
