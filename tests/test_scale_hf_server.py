@@ -73,3 +73,28 @@ def test_a_bucket_the_model_cannot_hold_fails_the_push_with_one_line(setup):
     assert not eng.pool.in_rotation()  # never serves a half-loaded model
     eng.update_weights(model, version=2)  # the right weights re-admit it
     assert eng.pool.in_rotation() and eng.generate(PROMPTS[:1], SamplingParams(max_new_tokens=2))[0].version == 2
+
+
+@pytest.mark.slow
+def test_selfplay_recipe_overlapped_on_a_weight_following_server_trains_on_its_samples(model_dir, tmp_path):
+    """The learning benchmark's path (benchmarks/bench_staleness_learning.py), 2 short steps:
+    the server's samples carry the version they were drawn with and the trainer's own log-probs
+    of them match the server's (it serves the pushed weights, one version behind at k = 1)."""
+    import json
+
+    from lmselfplay.utils.recipe_loader import load_recipe
+
+    with HFServer(str(model_dir)) as server:
+        args = {"model_name_or_path": str(model_dir), "output_dir": str(tmp_path / "run"), "max_steps": 3,
+                "games": "nim", "episodes_per_step": 4, "eval_every": 0, "checkpoint_every": 0,
+                "league_add_every": 0, "max_new_tokens": 4, "engine": "vllm-server", "max_staleness": 1,
+                "vllm_server_timeout": 60, "vllm_push_timeout": 60, "staleness_threshold": 0}
+        load_recipe("selfplay_games").main([x for k, v in args.items() for x in (f"--{k}", str(v))]
+                                           + ["--vllm_server_urls", server.url])
+        pushes = server.pushes
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in rows if "train/loss" in r]
+    assert [r["staleness/age"] for r in train] == [0.0, 1.0, 1.0] and pushes >= 3
+    # step 1's games were sampled with exactly the trainer's weights, the later ones one update behind
+    diffs = [r["train/logprob_diff"] for r in train]
+    assert diffs[0] < 1e-4 < min(diffs[1:])
