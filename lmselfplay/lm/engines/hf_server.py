@@ -6,7 +6,7 @@ learnt only through the weights the rollouts were sampled with, and a simulated 
 answers do not depend on weights. This server holds its own model, samples from it, and
 follows the trainer's weight push, so a learning comparison of ``max_staleness`` 1 vs 0 runs
 on a laptop (``benchmarks/bench_staleness_learning.py``). It is a test and benchmark
-instrument, not a serving engine: requests are answered one at a time.
+instrument for small models, not a serving engine (no KV-cache paging, no streaming).
 
 Rules:
 
