@@ -5,14 +5,16 @@ config otherwise) with ``engine: vllm-server`` against a generation server that 
 copy of the embedded model and follows the weight push
 (:mod:`lmselfplay.lm.engines.hf_server`, in its own process, CPU), ``max_staleness`` 0
 (on-policy: push, play, train) vs 1 (the next step's games are played while this step trains,
-one weight version behind). A simulated server would not do: its answers do not depend on the
-weights, so both runs would be the same by construction.
+one weight version behind), and 1 with ``tis_cap: 2`` (truncated importance sampling of that
+lag). A simulated server would not do: its answers do not depend on the weights, so every
+setting would learn the same by construction.
 
 Printed per run: Nim's exact P(optimal move) at the start and end, the last step's loss,
 the mean staleness age and the games dropped; then per setting the mean and spread over seeds,
-and the difference of the means beside the seed-to-seed spread of the on-policy runs (noise).
+and each setting's difference from the first one's mean beside the seed-to-seed noise of such
+a difference.
 
-    python benchmarks/bench_staleness_learning.py [--steps 30] [--seeds 0 1 2]
+    python benchmarks/bench_staleness_learning.py [--steps 30] [--seeds 0 1 2] [--settings k0,k1,k1_tis]
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ from lmselfplay.utils.results import save_results
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = "nim/optimal_move_prob"
+# each setting's overrides of the run; the first is the on-policy baseline the others are set against
+SETTINGS = {"k0": {"max_staleness": 0}, "k1": {"max_staleness": 1},
+            "k1_tis": {"max_staleness": 1, "tis_cap": 2.0}}  # + truncated importance sampling of the lag
 
 
 class HFServerProcess:
@@ -52,13 +57,13 @@ class HFServerProcess:
         self.proc.wait(timeout=60)
 
 
-def run(model: str, k: int, seed: int, steps: int, eval_every: int, episodes: int, out: Path) -> list[dict]:
+def run(model: str, setting: dict, seed: int, steps: int, eval_every: int, episodes: int, out: Path) -> list[dict]:
     from lmselfplay.utils.recipe_loader import load_recipe
 
     args = {"model_name_or_path": model, "games": "nim", "max_steps": steps, "seed": seed, "eval_every": eval_every,
             "eval_games": 60, "eval_positions": 200, "checkpoint_every": 0, "output_dir": str(out),
             "feedback": "sampled", "target_passes": 0, "episodes_per_step": episodes, "engine": "vllm-server",
-            "max_staleness": k, "vllm_server_timeout": 120, "vllm_push_timeout": 120}
+            "vllm_server_timeout": 120, "vllm_push_timeout": 120, **setting}
     argv = ["--config", str(ROOT / "recipes" / "configs" / "selfplay_games.yaml")]
     for key, v in args.items():
         argv += [f"--{key}", str(v)]
@@ -85,45 +90,51 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--eval_every", type=int, default=10)
+    ap.add_argument("--eval_every", type=int, default=15)
     ap.add_argument("--episodes", type=int, default=48, help="Nim games per step")
+    ap.add_argument("--settings", default="k0,k1,k1_tis", help=f"comma-separated, of {', '.join(SETTINGS)}")
+    ap.add_argument("--name", default="bench_staleness_learning", help="results file name")
     ap.add_argument("--out_dir", default=None)
     args = ap.parse_args()
     import torch
 
     from lmselfplay.models.tiny import ensure_tiny_model
 
+    names = args.settings.split(",")
+    if unknown := [n for n in names if n not in SETTINGS]:
+        raise SystemExit(f"unknown settings {unknown}; known: {', '.join(SETTINGS)}")
     torch.set_num_threads(1)
     model = str(ensure_tiny_model(progress=False))
-    runs: dict[str, list[dict]] = {"0": [], "1": []}
+    runs: dict[str, list[dict]] = {n: [] for n in names}
     t0 = time.time()
     with tempfile.TemporaryDirectory() as tmp:
         for seed in args.seeds:
-            for k in (0, 1):
-                r = summarize(run(model, k, seed, args.steps, args.eval_every, args.episodes,
-                                  Path(tmp) / f"k{k}_s{seed}"))
-                runs[str(k)].append({"seed": seed, **r})
-                print(f"max_staleness {k} seed {seed}: {KEY} {r['start']:.3f} -> {r['final']:.3f}, "
-                      f"loss {r['final_loss']:.4f}, mean age {r['mean_age']:.2f}, dropped {r['dropped']:.0f}, "
-                      f"{r['wall_s']:.0f} s", flush=True)
+            for n in names:
+                r = summarize(run(model, SETTINGS[n], seed, args.steps, args.eval_every, args.episodes,
+                                  Path(tmp) / f"{n}_s{seed}"))
+                runs[n].append({"seed": seed, **r})
+                print(f"{n} seed {seed}: {KEY} {r['start']:.3f} -> {r['final']:.3f}, loss {r['final_loss']:.4f}, "
+                      f"mean age {r['mean_age']:.2f}, dropped {r['dropped']:.0f}, {r['wall_s']:.0f} s", flush=True)
     table = {}
-    for k, rs in runs.items():
+    for n, rs in runs.items():
         finals = [r["final"] for r in rs]
-        table[k] = {"final_mean": statistics.mean(finals), "final_sd": spread(finals),
+        table[n] = {**SETTINGS[n], "final_mean": statistics.mean(finals), "final_sd": spread(finals),
                     "loss_mean": statistics.mean(r["final_loss"] for r in rs),
-                    "loss_sd": spread([r["final_loss"] for r in rs]),
-                    "start_mean": statistics.mean(r["start"] for r in rs)}
-        print(f"max_staleness {k}: final {KEY} {table[k]['final_mean']:.3f} +- {table[k]['final_sd']:.3f} "
-              f"(sd over {len(rs)} seeds), final loss {table[k]['loss_mean']:.4f} +- {table[k]['loss_sd']:.4f}")
-    diff = table["1"]["final_mean"] - table["0"]["final_mean"]
-    # the difference of two means of n seeds each: its noise is sd * sqrt(2 / n)
-    noise = table["0"]["final_sd"] * (2 / len(args.seeds)) ** 0.5
-    print(f"final {KEY}: max_staleness 1 - 0 = {diff:+.3f}; seed noise of that difference (on-policy sd x "
-          f"sqrt(2/n)) {noise:.3f} -> {'within' if abs(diff) <= 2 * noise else 'OUTSIDE'} 2 x noise")
-    save_results("bench_staleness_learning", {
-        "runs": runs, "table": table, "final_diff_1_minus_0": diff, "noise_of_diff": noise,
-        "within_2_noise": abs(diff) <= 2 * noise, "total_wall_s": time.time() - t0,
-        "load_average_1_5_15": list(os.getloadavg()), "args": vars(args)}, args.out_dir)
+                    "loss_sd": spread([r["final_loss"] for r in rs]), "start_mean": statistics.mean(r["start"] for r in rs)}
+        print(f"{n}: final {KEY} {table[n]['final_mean']:.3f} +- {table[n]['final_sd']:.3f} (sd over {len(rs)} seeds), "
+              f"final loss {table[n]['loss_mean']:.4f} +- {table[n]['loss_sd']:.4f}")
+    base, versus = names[0], {}
+    for n in names[1:]:
+        diff = table[n]["final_mean"] - table[base]["final_mean"]
+        # the noise of a difference of two means of n seeds each: sd x sqrt(2 / n), both settings' sd pooled
+        sd = ((table[n]["final_sd"] ** 2 + table[base]["final_sd"] ** 2) / 2) ** 0.5
+        noise = sd * (2 / len(args.seeds)) ** 0.5
+        versus[n] = {"final_diff": diff, "noise_of_diff": noise, "within_2_noise": abs(diff) <= 2 * noise}
+        print(f"final {KEY}: {n} - {base} = {diff:+.3f}; seed noise of that difference (pooled sd x sqrt(2/n)) "
+              f"{noise:.3f} -> {'within' if abs(diff) <= 2 * noise else 'OUTSIDE'} 2 x noise")
+    save_results(args.name, {"settings": {n: SETTINGS[n] for n in names}, "runs": runs, "table": table,
+                             "versus_" + base: versus, "total_wall_s": time.time() - t0,
+                             "load_average_1_5_15": list(os.getloadavg()), "args": vars(args)}, args.out_dir)
 
 
 if __name__ == "__main__":
