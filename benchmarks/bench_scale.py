@@ -6,12 +6,12 @@ completion after ``token_delay`` seconds per token, burning no CPU, decoding up 
 1. generation throughput with N = 1, 2, 4 servers behind one engine (target: >= 0.9 N times
    one server's);
 2. steps/s of a real training loop (PolicyTrainer on the tiny model) with ``max_staleness`` 1 vs
-   0 (target >= 1.6x), when generation and training take similar time IN the loop: a calibration
-   pass of the same on-policy loop sizes the simulated per-token delay so that its generation
-   (decoding + the client's and server's own time) lasts as long as its training step, both
-   timed there; every loop reports the gen/train ratio it actually had, and the speedup is set
-   against the ideal for the on-policy loop's ratio ((gen + train) / max(gen, train): 2.0 at
-   equal times). The same steps, batch and delay both ways, alternated over rounds (the median
+   0 (target >= 1.6x), when the simulated decoding and the training take the same time IN the
+   loop: a calibration pass of the same on-policy loop (no delay) times its training step, and
+   the per-token delay is sized so that a step's decoding lasts that long; the client's and
+   server's own time per generation comes on top. Every loop reports the generation and
+   training times it actually had, and the speedup is set against the ideal for the on-policy
+   loop's ratio ((gen + train) / max(gen, train): 2.0 at equal times). The same steps, batch and delay both ways, alternated over rounds (the median
    round is reported); also the samples dropped as too stale (0 expected at k = 1).
 
     python benchmarks/bench_scale.py            # ~2 minutes; benchmarks/results/bench_scale.json
@@ -145,16 +145,12 @@ def training_loop(max_staleness: int, steps: int, batch: int, tokens: int, delay
             "rollout_wait_s_per_step": steady(wait_s), "gen_over_train": steady(gen_s) / steady(train_s)}
 
 
-def calibrate(steps: int, batch: int, tokens: int, passes: int = 2) -> tuple[float, list[dict]]:
-    """The per-token delay at which the on-policy loop's generation (simulated decoding + the
-    client's and server's own time) lasts as long as its training step, both timed IN that
-    loop: a pass with no delay, then one correction at the delay it gave."""
-    delay, done = 0.0, []
-    for _ in range(passes):
-        r = training_loop(0, steps, batch, tokens, delay)
-        done.append({"delay": delay, **r})
-        delay = max(0.0, delay + (r["train_s_per_step"] - r["generation_s_per_step"]) / tokens)
-    return delay, done
+def calibrate(steps: int, batch: int, tokens: int) -> tuple[float, dict]:
+    """The per-token delay at which the simulated decoding of a step lasts as long as the
+    training step does IN the loop: a pass of the same on-policy loop with no delay times its
+    training (and the client's and server's own time per generation, which comes on top)."""
+    r = training_loop(0, steps, batch, tokens, 0.0)
+    return r["train_s_per_step"] / tokens, r
 
 
 def main() -> None:
@@ -179,11 +175,10 @@ def main() -> None:
     for n, v in tput.items():
         print(f"{n} server(s): {v:8.0f} tok/s  = {v / tput[1]:.2f} x one server (target >= {0.9 * n:.1f})")
     load_before = list(os.getloadavg())
-    delay, passes = calibrate(args.calibration_steps, args.train_batch, args.train_tokens)
-    for c in passes:
-        print(f"calibration at {c['delay'] * 1e3:.2f} ms/token: train {c['train_s_per_step']:.3f} s/step, "
-              f"generation {c['generation_s_per_step']:.3f} s/step")
-    print(f"simulated delay: {delay * 1e3:.2f} ms/token ({delay * args.train_tokens:.3f} s of decoding per step)")
+    delay, cal = calibrate(args.calibration_steps, args.train_batch, args.train_tokens)
+    print(f"calibration (on-policy, no delay): train {cal['train_s_per_step']:.3f} s/step, the client's and "
+          f"server's own time per generation {cal['generation_s_per_step']:.3f} s")
+    print(f"simulated decoding: {delay * 1e3:.2f} ms/token = {delay * args.train_tokens:.3f} s per step (= training)")
     rounds = []
     for _ in range(args.rounds):  # alternated, so that a change of the machine's load hits both settings
         rounds.append({k: training_loop(k, args.steps, args.train_batch, args.train_tokens, delay) for k in (0, 1)})
@@ -204,7 +199,7 @@ def main() -> None:
     save_results("bench_scale", {
         "throughput_tok_s": {str(n): v for n, v in tput.items()},
         "throughput_over_one": {str(n): v / tput[1] for n, v in tput.items()},
-        "token_delay_s": delay, "calibration": passes,
+        "token_delay_s": delay, "calibration": cal,
         "rounds": [{str(k): r for k, r in loops.items()} for loops in rounds],
         "max_staleness": {str(k): r for k, r in med.items()}, "staleness1_over_0": speedup,
         "staleness1_over_0_rounds": ratios, "ideal_for_measured_gen_train": ideal,
