@@ -220,9 +220,9 @@ REGISTRY: list[Command] = [
         "python recipes/absolute_zero.py --config recipes/configs/absolute_zero.yaml --engine vllm-server "
         "--vllm_server_urls http://gen0:8000 http://gen1:8000 --max_staleness 1 --tis_cap 2",
         "python recipes/r_zero.py --config recipes/configs/r_zero.yaml --engine vllm-server "
-        "--vllm_server_urls http://gen0:8000 http://gen1:8000 --max_staleness 1",
+        "--vllm_server_urls http://gen0:8000 http://gen1:8000 --max_staleness 1 --tis_cap 2",
         "python recipes/r_zero.py --config recipes/configs/r_zero.yaml --two_copies true --engine vllm-server "
-        "--vllm_server_urls http://gen0:8000 --challenger_vllm_server_urls http://gen1:8000 --max_staleness 1")],
+        "--vllm_server_urls http://gen0:8000 --challenger_vllm_server_urls http://gen1:8000 --max_staleness 1 --tis_cap 2")],
     Command("python benchmarks/bench_scale.py", extra="--prompts 8 --tokens 8 --steps 2 --train_batch 8 --out_dir {out}",
             files=("bench_scale.json",), slow=True),
     Command('pip install -e ".[vllm]"', skip=f"installs vLLM for a {GPU}"),
