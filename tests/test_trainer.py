@@ -179,3 +179,24 @@ def test_multi_tensor_adamw_moves_the_weights_as_the_per_tensor_loop_does():
     for p, q in zip(fused.unwrapped.parameters(), loop.unwrapped.parameters(), strict=True):
         assert torch.equal(p, q)
     assert not torch.equal(next(fused.unwrapped.parameters()), next(tiny_model(seed=0).parameters()))
+
+
+def test_a_zero3_rank_with_nothing_to_score_joins_the_other_ranks_reference_forwards(monkeypatch):
+    """Under ZeRO-3 every reference forward is a collective: a rank whose step has no sampled
+    completion (only stale rollouts dropped, or only targets) must make as many reference
+    forwards as the rank with the most, or that rank hangs in its parameter gather."""
+    tr = _trainer(beta=0.5)
+    other_rank_batches = 3  # what the other rank's gather reports
+    monkeypatch.setattr(PolicyTrainer, "deepspeed_stage", property(lambda self: 3))
+    monkeypatch.setattr(type(tr.accelerator), "num_processes", property(lambda self: 2))
+    monkeypatch.setattr(tr.accelerator, "gather", lambda t: torch.cat([t, torch.tensor([other_rank_batches])]))
+    calls = []
+    real = tr._ref_logits
+    monkeypatch.setattr(tr, "_ref_logits", lambda ids, mask: calls.append(ids.shape) or real(ids, mask))
+    monkeypatch.setattr(tr, "_micro_batches", lambda samples, rng: [])  # the passes are not under test
+    tr.step([Sample([1, 50, 60], [], [], target=None)])  # nothing this rank sampled
+    assert len(calls) == other_rank_batches
+    calls.clear()
+    prompt, completion = [1, 50, 60], [90, 100, 2]
+    tr.step([_sample(prompt, completion, 1.0)])  # one batch of its own, two empty ones to match
+    assert len(calls) == other_rank_batches and calls[0] == (1, len(prompt) + len(completion))

@@ -438,7 +438,20 @@ class PolicyTrainer:
                 out[id(s)] = lp[r, a : a + len(s.completion_ids)].float().cpu().tolist()
                 if exact:
                     self._ref_rows[id(s)] = rows[r]
+        self._join_other_ranks_ref_forwards(len(parts))
         return out
+
+    def _join_other_ranks_ref_forwards(self, made: int) -> None:
+        """Under ZeRO-3 each reference forward gathers the sharded parameters on every rank at
+        once, so a rank with fewer reference batches than another (fewer or no sampled
+        completions) makes empty forwards up to the largest count; else the others wait forever."""
+        acc = self.accelerator
+        if self.deepspeed_stage != 3 or acc.num_processes == 1:
+            return
+        most = int(acc.gather(torch.tensor([made], device=acc.device)).max())
+        ids = torch.full((1, 2), self.pad_id, dtype=torch.long, device=acc.device)
+        for _ in range(most - made):
+            self._ref_logits(ids, torch.ones_like(ids))
 
     def _log_softmax_cpu(self, x: torch.Tensor) -> tuple[torch.Tensor]:
         return (torch.log_softmax(x / self.cfg.temperature, dim=-1).cpu(),)
@@ -553,7 +566,8 @@ class PolicyTrainer:
                                                          "ratio", "grad_norm", "logprob_diff", "target_ce",
                                                          "tis/weight", "tis/capped")}
         scored = [s for s in samples if s.completion_ids]  # pure-target samples have no tokens to score
-        ref = self._ref_logprobs(scored) if self.kl_on and scored else None
+        # under ZeRO-3 a rank with nothing to score still joins the other ranks' reference forwards
+        ref = self._ref_logprobs(scored) if self.kl_on and (scored or self.deepspeed_stage == 3) else None
         self._target_total = sum(s.weight for s in samples if s.target is not None)
         self.model.train()
         for it in range(cfg.num_iterations):
