@@ -1,5 +1,5 @@
 """A generation server with its own copy of a real model, on CPU: ``sim_server``'s protocol,
-answers from a Hugging Face model (the embedded tiny model by default).
+answers from a Hugging Face model (a module or a folder; the lm layer loads no model of its own).
 
 Why it exists: overlapping generation with training (``max_staleness >= 1``) changes what is
 learnt only through the weights the rollouts were sampled with, and a simulated server's
@@ -76,18 +76,14 @@ class HFServer(SimServer):
 
     transfer_backend = "http-tensors"
 
-    def __init__(self, model: Any = None, tokenizer: Any = None, port: int = 0):
+    def __init__(self, model: Any, tokenizer: Any = None, port: int = 0):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from lmselfplay.lm.engines.hf import HFEngine
 
-        if model is None or isinstance(model, (str, Path)):
+        if isinstance(model, (str, Path)):
             path = model
-            if path is None:
-                from lmselfplay.models.tiny import ensure_tiny_model
-
-                path = ensure_tiny_model(progress=False)
             model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
             tokenizer = tokenizer or AutoTokenizer.from_pretrained(str(path))
         self.engine = HFEngine(model.eval(), tokenizer)
@@ -233,7 +229,7 @@ class TensorHTTPChannel(SimHTTPChannel):
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m lmselfplay.lm.engines.hf_server [--model PATH]``: one server in its own
+    """``python -m lmselfplay.lm.engines.hf_server --model PATH``: one server in its own
     process, one torch thread; prints its URL, stops when stdin closes."""
     import argparse
     import sys
@@ -241,7 +237,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default=None, help="a Hugging Face model folder (default: the embedded tiny model)")
+    ap.add_argument("--model", required=True, help="a Hugging Face model folder")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
