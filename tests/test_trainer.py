@@ -200,3 +200,14 @@ def test_a_zero3_rank_with_nothing_to_score_joins_the_other_ranks_reference_forw
     prompt, completion = [1, 50, 60], [90, 100, 2]
     tr.step([_sample(prompt, completion, 1.0)])  # one batch of its own, two empty ones to match
     assert len(calls) == other_rank_batches and calls[0] == (1, len(prompt) + len(completion))
+
+
+def test_the_exact_kl_on_a_targets_only_micro_batch_under_zero3_is_zero_not_an_error(monkeypatch):
+    """Under ZeRO-3 a micro-batch of supervised targets takes the general path (every rank makes
+    the same forwards), where the exact KL has no reference rows: it must add nothing, not fail."""
+    tr = _trainer(beta=0.5, kl_estimator="exact", target_passes=1, merge_identical=False)
+    monkeypatch.setattr(PolicyTrainer, "deepspeed_stage", property(lambda self: 3))
+    prompt, completion = [1, 50, 60], [90, 100, 2]
+    target = Sample([1, 5, 9], [], [], target=(0, [4, 7], [0.25, 0.75]))
+    m = tr.step([_sample(prompt, completion, 1.0), target])
+    assert np.isfinite(m["loss"]) and "target_ce" in m
