@@ -223,7 +223,7 @@ REGISTRY: list[Command] = [
         "--vllm_server_urls http://gen0:8000 http://gen1:8000 --max_staleness 1 --tis_cap 2",
         "python recipes/r_zero.py --config recipes/configs/r_zero.yaml --two_copies true --engine vllm-server "
         "--vllm_server_urls http://gen0:8000 --challenger_vllm_server_urls http://gen1:8000 --max_staleness 1 --tis_cap 2")],
-    Command("python benchmarks/bench_scale.py", extra="--prompts 8 --tokens 8 --steps 2 --train_batch 8 --out_dir {out}",
+    Command("python benchmarks/bench_scale.py --rounds 5", subs=(("--rounds 5", "--rounds 1"),), extra="--prompts 8 --tokens 8 --steps 2 --train_batch 8 --out_dir {out}",
             files=("bench_scale.json",), slow=True),
     Command("python benchmarks/bench_staleness_learning.py",
             extra="--steps 2 --seeds 0 --eval_every 2 --episodes 4 --settings k0,k1 --out_dir {out}",
@@ -256,7 +256,7 @@ REGISTRY: list[Command] = [
             output=THROUGHPUT),
     Command("benchmarks/bench_eval_throughput.py --rounds 2", subs=(("benchmarks/", "python benchmarks/"),
                                                                     ("--rounds 2", "--rounds 1")),
-            extra="--suite tiny --skip-default", output=THROUGHPUT, slow=True),  # the plain entry runs by default
+            extra="--suite tiny --skip-default", output=THROUGHPUT, slow=True),
     Command(".venv/bin/python benchmarks/bench_rollout.py", slow=True, extra="--games 4 --sequential-games 1 --max-new-tokens 4",
             output=RESULT),
     Command(".venv/bin/python benchmarks/bench_selfplay_learning.py", extra="--steps 1 --eval-every 1 --seeds 0",
@@ -264,7 +264,7 @@ REGISTRY: list[Command] = [
     Command(".venv/bin/python benchmarks/bench_kuhn_card_reading.py", slow=True, extra="--steps 1", output=RESULT),
     Command("benchmarks/bench_kuhn_card_reading.py --model OLD NEW",
             subs=(("benchmarks/", "python benchmarks/"), ("OLD", "{model}"), ("NEW", "{run}/final_model")),
-            extra="--steps 1", output=RESULT, slow=True),  # the plain entry runs by default
+            extra="--steps 1", output=RESULT, slow=True),
     Command(".venv/bin/python benchmarks/bench_trainer_vs_trl.py", slow=True,
             extra="--prompts 2 --num-generations 2 --batches 1 --warmup 0 --no-merge-variant", output=RESULT),
     Command(".venv/bin/python benchmarks/bench_cfr.py", extra="--iterations 10 --repeats 1", output=RESULT),

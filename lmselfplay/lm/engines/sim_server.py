@@ -300,6 +300,38 @@ class SimHTTPChannel(SimChannel):
             raise RuntimeError(f"{self.url} refused the bucket: {detail}") from None
 
 
+class ServerProcess:
+    """``python -m MODULE ARGS`` of a server (this module's or :mod:`hf_server`'s ``main``) in
+    its own process, so its HTTP threads are off the caller's GIL: the URL is its first line of
+    output; closing stdin stops it (killed if it does not end within 60 s)."""
+
+    def __init__(self, module: str, *args: str):
+        import subprocess
+        import sys
+
+        self.proc = subprocess.Popen([sys.executable, "-m", module, *args], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        self.url = self.proc.stdout.readline().strip()
+        if not self.url.startswith("http"):
+            self.proc.kill()
+            raise RuntimeError(f"the {module} process did not start (no URL printed)")
+
+    def close(self) -> None:
+        import subprocess
+
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+    def __enter__(self) -> ServerProcess:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 def main(argv: list[str] | None = None) -> None:
     """``python -m lmselfplay.lm.engines.sim_server --token_delay S``: one server in its own
     process (benchmarks: its threads do not share the client's interpreter); prints its URL,
