@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import json
 import math
 import shutil
@@ -62,7 +63,6 @@ import torch
 from accelerate import PartialState
 from accelerate.utils import gather_object
 from tqdm.auto import tqdm
-from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer
 
 from lmselfplay.lm.engines.base import SamplingParams
 from lmselfplay.lm.engines.hf import HFEngine
@@ -241,15 +241,22 @@ def save_iterate(trainer: Any, tokenizer: Any, final_dir: Path, info: dict[str, 
     acc.wait_for_everyone()
 
 
-class PretokenizedDPOTrainer(DPOTrainer):
+@functools.cache
+def pretokenized_dpo_trainer() -> type:
     """``DPOTrainer`` fed with token ids we made ourselves (``prompt_ids``, ``chosen_ids``,
     ``rejected_ids``): TRL's own text tokenization would add an EOS to truncated samples and
-    re-tokenize y' from its decoded text, so it could train on tokens nobody generated."""
+    re-tokenize y' from its decoded text, so it could train on tokens nobody generated. Built
+    on first use: importing TRL takes seconds that ``--help``, a refused output folder or a
+    config error should not wait for."""
+    from trl import DPOTrainer
 
-    def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
-        if set(IDS) <= set(dataset.column_names):
-            return dataset
-        return super()._prepare_dataset(dataset, processing_class, args, dataset_name)
+    class PretokenizedDPOTrainer(DPOTrainer):
+        def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
+            if set(IDS) <= set(dataset.column_names):
+                return dataset
+            return super()._prepare_dataset(dataset, processing_class, args, dataset_name)
+
+    return PretokenizedDPOTrainer
 
 
 def trainer_args(cfg: SpinConfig, out: Path, on_cpu: bool, **kw: Any) -> dict[str, Any]:
@@ -287,6 +294,7 @@ def sft_phase(cfg: SpinConfig, start: str | None, out: Path, prompts: list[list[
     """Supervised fine-tuning of ``start`` on the data answers (loss on the answer tokens),
     ``sft_epochs`` epochs at ``sft_learning_rate``; saved as ``out/checkpoint-0``."""
     import datasets
+    from trl import SFTConfig, SFTTrainer
 
     model, _ = load_model(cfg, start, state, lora=cfg.use_lora)
     if not cfg.use_lora:
@@ -426,6 +434,8 @@ def dpo_update(cfg: SpinConfig, run: Run, model: Any, pairs: Pairs, data: Any, t
                lam: float) -> tuple[Path, dict[str, Any]]:
     """Step 3: theta_{t+1} by DPO with beta = lambda_t against the frozen reference theta_t,
     saved as ``checkpoint-<t+1>`` (the next iteration starts from it); its training stats."""
+    from trl import DPOConfig
+
     it_dir = run.out / f"iter-{t}"
     if cfg.use_lora:
         del model
@@ -437,9 +447,9 @@ def dpo_update(cfg: SpinConfig, run: Run, model: Any, pairs: Pairs, data: Any, t
     args = DPOConfig(**trainer_args(cfg, it_dir / "trainer", run.acc.device.type == "cpu",
                                     num_train_epochs=cfg.num_train_epochs, learning_rate=cfg.learning_rate),
                      beta=lam, **dpo_losses(cfg), max_length=None, precompute_ref_log_probs=False)
-    trainer = PretokenizedDPOTrainer(model=model, ref_model=ref_model, args=args,
-                                     train_dataset=data["train"].select_columns(list(IDS)),
-                                     processing_class=pairs.tokenizer)
+    trainer = pretokenized_dpo_trainer()(model=model, ref_model=ref_model, args=args,
+                                         train_dataset=data["train"].select_columns(list(IDS)),
+                                         processing_class=pairs.tokenizer)
     result = trainer.train(resume_from_checkpoint=last_trainer_checkpoint(it_dir / "trainer"))
     final = next((h for h in reversed(trainer.state.log_history) if "rewards/accuracies" in h), {})
     stats = {"train/loss": result.training_loss,  # mean over this run of the iteration

@@ -178,9 +178,9 @@ REGISTRY: list[Command] = [
     Command("accelerate launch --config_file recipes/accelerate/zero2.yaml recipes/r_zero.py "
             "--config recipes/configs/r_zero_qwen3.yaml", skip=f"{GPU}s and Qwen3-4B-Base weights"),
     Command("lmselfplay referee-study --config recipes/configs/r_zero.yaml",
-            extra=f"--study_dir {{out}} --referees grounded,vote {RZERO_SMALL}", output=r"label_accuracy"),
+            extra=f"--study_dir {{out}} --referees grounded,vote {RZERO_SMALL}", output=r"label_accuracy", slow=True),
     Command("lmselfplay referee-study", extra=f"--study_dir {{out}} --referees grounded {RZERO_SMALL}",
-            output=r"label_accuracy", slow=True),
+            output=r"label_accuracy"),  # one referee: the by-default run of the study command
     Command("python recipes/debate.py --config recipes/configs/debate.yaml", extra=DEBATE_SMALL,
             files=("metrics.jsonl", "accuracy_table.json")),
     Command(".venv/bin/python recipes/debate.py --config recipes/configs/debate.yaml", extra=DEBATE_SMALL,
@@ -235,7 +235,7 @@ REGISTRY: list[Command] = [
             subs=(("recipes/selfplay_games.py", "python recipes/selfplay_games.py"),),
             extra=f"--feedback exact {SELFPLAY_SMALL} --games kuhn_poker",
             files=("metrics.jsonl",)),
-    Command("python recipes/selfplay_games.py --config recipes/configs/selfplay_taboo.yaml",
+    Command("python recipes/selfplay_games.py --config recipes/configs/selfplay_taboo.yaml", slow=True,
             extra=SELFPLAY_SMALL.replace("--eval_positions 10", "--text_max_new_tokens 8"), files=("metrics.jsonl",)),
     # benchmarks (LMSELFPLAY_RESULTS_DIR keeps the cited results files untouched)
     Command(".venv/bin/python benchmarks/bench_search_selfplay.py", slow=True, extra="--trees 2 --sims 4", output=RESULT),

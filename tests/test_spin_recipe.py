@@ -265,7 +265,7 @@ def test_prompts_tokenize_identically_in_generation_and_dpo(two_iterations):
     from trl import DPOConfig
 
     model = tiny_model()
-    trainer = recipe.PretokenizedDPOTrainer(
+    trainer = recipe.pretokenized_dpo_trainer()(
         model=model, ref_model=tiny_model(), processing_class=tok,
         train_dataset=ds.select_columns(list(recipe.IDS)),
         args=DPOConfig(output_dir=str(out / "probe"), use_cpu=True, bf16=False, report_to="none",
@@ -311,7 +311,7 @@ def test_resume_inside_an_iteration_continues_at_the_saved_step(model_dir, tmp_p
 
     killed = tmp_path / "killed"
     steps = {"n": 0}
-    original = recipe.PretokenizedDPOTrainer.training_step
+    original = recipe.pretokenized_dpo_trainer().training_step
 
     def dies_at_step_3(self, *a, **k):
         steps["n"] += 1
@@ -319,19 +319,19 @@ def test_resume_inside_an_iteration_continues_at_the_saved_step(model_dir, tmp_p
             raise KeyboardInterrupt("killed")
         return original(self, *a, **k)
 
-    monkeypatch.setattr(recipe.PretokenizedDPOTrainer, "training_step", dies_at_step_3)
+    monkeypatch.setattr(recipe.pretokenized_dpo_trainer(), "training_step", dies_at_step_3)
     with pytest.raises(KeyboardInterrupt):
         recipe.main(fast_args(model_dir, killed, 1, *args))
     assert (killed / "iter-0" / "trainer" / "checkpoint-2").is_dir()
     assert not (killed / "checkpoint-1").exists()
-    monkeypatch.setattr(recipe.PretokenizedDPOTrainer, "training_step", original)
+    monkeypatch.setattr(recipe.pretokenized_dpo_trainer(), "training_step", original)
     counted = {"n": 0}
 
     def counting(self, *a, **k):
         counted["n"] += 1
         return original(self, *a, **k)
 
-    monkeypatch.setattr(recipe.PretokenizedDPOTrainer, "training_step", counting)
+    monkeypatch.setattr(recipe.pretokenized_dpo_trainer(), "training_step", counting)
     summary = recipe.main(fast_args(model_dir, killed, 1, "--resume", *args))
     assert counted["n"] == N_TRAIN // 4 - 2  # only the step that was lost
     assert summary["iterations"][0]["train/steps"] == N_TRAIN // 4
