@@ -179,3 +179,38 @@ def test_multi_tensor_adamw_moves_the_weights_as_the_per_tensor_loop_does():
     for p, q in zip(fused.unwrapped.parameters(), loop.unwrapped.parameters(), strict=True):
         assert torch.equal(p, q)
     assert not torch.equal(next(fused.unwrapped.parameters()), next(tiny_model(seed=0).parameters()))
+
+
+def test_prefix_targets_ride_in_one_row_with_the_same_update(monkeypatch):
+    """Pure-target samples whose sequences are prefixes of one another (a distillation target per
+    answer token) are forwarded as one row per longest sequence, with every target read where it
+    was, at only the positions a target reads: the weights after two steps (one mixed pass with a
+    played turn, one target-only pass) equal those of one row per target."""
+    import lmselfplay.rl.trainer as trainer_mod
+
+    prompt, move = [1, 50, 60, 70], [80, 90]
+    chain = [Sample(prompt, [], [], target=(0, [80], [1.0])),
+             Sample(prompt + [80], [], [], target=(0, [90, 91, 90], [0.5, 0.3, 0.2])),  # 90 listed twice
+             Sample(prompt + move, [], [], target=(0, [2], [1.0]), weight=2.0),
+             Sample(prompt + [80, 91], [], [], target=(0, [2], [1.0])),
+             Sample([1, 55], [], [], target=(0, [80], [1.0]))]
+    played = _sample([1, 70], [90, 2], 0.5)
+
+    def run(pack):
+        if not pack:
+            monkeypatch.setattr(trainer_mod, "pack_targets", lambda samples: samples)
+        tr = _trainer(target_passes=1)
+        rows = []
+        hook = tr.unwrapped.register_forward_pre_hook(lambda m, a, kw: rows.append(kw["input_ids"].shape[0]),
+                                                      with_kwargs=True)
+        tr.step([Sample(**vars(s)) for s in chain + [played]])
+        hook.remove()
+        monkeypatch.undo()
+        return tr, rows
+
+    packed, packed_rows = run(True)
+    single, single_rows = run(False)
+    assert single_rows == [6, 5] and packed_rows == [4, 3]  # (mixed pass, target pass): 5 targets in 3 rows
+    for p, q in zip(packed.unwrapped.parameters(), single.unwrapped.parameters(), strict=True):
+        assert torch.allclose(p, q, atol=1e-6)
+    assert not torch.equal(next(packed.unwrapped.parameters()), next(tiny_model(seed=0).parameters()))

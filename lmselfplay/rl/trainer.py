@@ -260,6 +260,44 @@ def collate(samples: list[Sample], pad_id: int, device: torch.device,
                                              ref=ref_lp, adv=adv, weight=weight).items()}
 
 
+@dataclass
+class TargetRow(Sample):
+    """Pure supervised-target samples (a target, no completion) packed into one sequence, the
+    longest of them: ``targets`` holds each one's (position whose next-token logits it
+    targets, token ids, probabilities, weight)."""
+
+    targets: list[tuple[int, list[int], list[float], float]] = field(default_factory=list)
+
+
+def target_entries(s: Sample) -> list[tuple[int, list[int], list[float], float]]:
+    """A sample's supervised targets as (logit position in ``prompt + completion``, token ids,
+    probabilities, weight): a :class:`TargetRow`'s all, another sample's one or none."""
+    if isinstance(s, TargetRow):
+        return s.targets
+    if s.target is None:
+        return []
+    return [(len(s.prompt_ids) - 1 + s.target[0], s.target[1], s.target[2], s.weight)]
+
+
+def pack_targets(samples: list[Sample]) -> list[Sample]:
+    """The pure-target samples whose sequence is a prefix of another's ride in that one's row
+    (:class:`TargetRow`); the other samples first, as they are. A causal LM's logits at a
+    position depend only on the tokens up to it, so the longer row's forward holds the shorter
+    one's logits: the same loss at a fraction of the rows (a distillation target per answer
+    token, ``distill_samples``, is such a chain), summed in another floating-point order."""
+    pure = sorted((s for s in samples if s.target is not None and not s.completion_ids), key=lambda s: s.prompt_ids)
+    rows: list[TargetRow] = []
+    # in lexicographic order a sequence that is a prefix of any later one is a prefix of the
+    # next one, and so of the row that next one rides in
+    for s in reversed(pure):
+        if rows and rows[-1].prompt_ids[: len(s.prompt_ids)] == s.prompt_ids:
+            rows[-1].targets += target_entries(s)
+        else:
+            rows.append(TargetRow(s.prompt_ids, [], [], role=s.role, task=s.task, policy_version=s.policy_version,
+                                  weight=s.weight, target=s.target, targets=target_entries(s)))
+    return [s for s in samples if s.completion_ids or s.target is None] + rows[::-1]
+
+
 def split_by_tokens(samples: list[Sample], max_tokens: int) -> list[list[Sample]]:
     """``samples`` cut, in order, into runs whose right-padded batch (rows x longest
     ``prompt + completion``) holds at most ``max_tokens`` tokens; a sample longer than the cap is
@@ -547,6 +585,7 @@ class PolicyTrainer:
         self._tis.begin_step()
         if cfg.merge_identical:
             samples = merge_identical(samples)
+        samples = pack_targets(samples)
         rng = random.Random(cfg.seed * 1_000_003 + self.step_count * 7919 + acc.process_index)
         total_tokens = sum(len(s.completion_ids) * s.weight for s in samples)
         stats: dict[str, list[float]] = {k: [] for k in ("loss", "pg_loss", "kl", "entropy", "clip_frac",
@@ -554,7 +593,7 @@ class PolicyTrainer:
                                                          "tis/weight", "tis/capped")}
         scored = [s for s in samples if s.completion_ids]  # pure-target samples have no tokens to score
         ref = self._ref_logprobs(scored) if self.kl_on and scored else None
-        self._target_total = sum(s.weight for s in samples if s.target is not None)
+        self._target_total = sum(e[3] for s in samples for e in target_entries(s))
         self.model.train()
         for it in range(cfg.num_iterations):
             self._pass(self._micro_batches(samples, rng), total_tokens, ref, stats, first_pass=it == 0)
@@ -610,9 +649,12 @@ class PolicyTrainer:
             # only supervised targets (distillation): one forward for the targets, no log-probs,
             # reference or policy-gradient terms. Under ZeRO-3 every rank must make the same
             # forwards whatever its samples, so there the general path below runs instead
+            # and the vocabulary projection only at the positions a target reads (every row's)
             b = collate(mb, self.pad_id, acc.device, None)
-            logits = self.model(input_ids=b["input_ids"], attention_mask=b["attention_mask"], use_cache=False).logits
-            target_loss, target_ce = self._target_loss(mb, logits)
+            keep = sorted({e[0] for s in mb for e in target_entries(s)})
+            logits = self.model(input_ids=b["input_ids"], attention_mask=b["attention_mask"], use_cache=False,
+                                logits_to_keep=torch.tensor(keep, device=acc.device)).logits
+            target_loss, target_ce = self._target_loss(mb, logits, keep)
             loss = cfg.target_coef * target_loss * acc.gradient_accumulation_steps
             return loss, ({"target_ce": target_ce} if target_ce is not None else {})
         b = collate(mb, self.pad_id, acc.device, ref)
@@ -679,23 +721,29 @@ class PolicyTrainer:
         logp_all = torch.log_softmax(x / self.cfg.temperature, dim=-1)
         return (kl_per_token("exact", None, None, logp_all, ref_all.to(x.device)),)
 
-    def _target_loss(self, mb: list[Sample], logits: torch.Tensor) -> tuple[torch.Tensor | float, float | None]:
-        """Cross-entropy from each sample's target distribution (``Sample.target``: index
-        into the completion, token ids, probabilities) to the policy's next-token
-        distribution at that completion token, weighted by ``Sample.weight`` and divided
-        by the total target weight of this rank's batch (set in ``step``); 0 when the
-        micro-batch has none. ``logits``: the policy-gradient forward's over ``mb`` (rows
-        in ``mb``'s order), reused, so the term costs no forward of its own and every rank
-        makes the same forwards whatever its samples (ZeRO-3 gathers shards per forward)."""
-        rows = [r for r, s in enumerate(mb) if s.target is not None]
-        if not rows:
+    def _target_loss(self, mb: list[Sample], logits: torch.Tensor,
+                     columns: list[int] | None = None) -> tuple[torch.Tensor | float, float | None]:
+        """Cross-entropy from each target distribution of the micro-batch (:func:`target_entries`:
+        ``Sample.target``, index into the completion, token ids, probabilities, or a
+        :class:`TargetRow`'s several) to the policy's next-token distribution at its position,
+        weighted by its sample's weight and divided by the total target weight of this rank's
+        batch (set in ``step``); 0 when the micro-batch has none. ``logits``: the micro-batch's
+        forward (rows in ``mb``'s order) at every position, or at the positions ``columns`` only;
+        the policy-gradient forward's is reused, so the term costs no forward of its own and
+        every rank makes the same forwards whatever its samples (ZeRO-3 gathers shards per forward)."""
+        entries = [(r, e) for r, s in enumerate(mb) for e in target_entries(s)]
+        if not entries:
             return 0.0, None
-        pos = torch.tensor([len(mb[r].prompt_ids) - 1 + mb[r].target[0] for r in rows], device=logits.device)
-        at = logits[torch.tensor(rows, device=logits.device), pos].float()
-        logp = torch.log_softmax(at / self.cfg.temperature, dim=-1)
-        ce = torch.stack([-(logp[i, mb[r].target[1]] * torch.tensor(mb[r].target[2], device=logp.device)).sum()
-                          for i, r in enumerate(rows)])
-        w = torch.tensor([mb[r].weight for r in rows], dtype=ce.dtype, device=ce.device)
+        col = {p: i for i, p in enumerate(columns)} if columns is not None else None
+        rows = torch.tensor([r for r, _ in entries], device=logits.device)
+        pos = torch.tensor([col[e[0]] if col else e[0] for _, e in entries], device=logits.device)
+        logp = torch.log_softmax(logits[rows, pos].float() / self.cfg.temperature, dim=-1)
+        probs = torch.zeros_like(logp)  # a token listed twice counts twice
+        for i, (_, e) in enumerate(entries):
+            probs[i].index_add_(0, torch.tensor(e[1], device=probs.device),
+                                torch.tensor(e[2], dtype=probs.dtype, device=probs.device))
+        ce = -(logp * probs).sum(-1)
+        w = torch.tensor([e[3] for _, e in entries], dtype=ce.dtype, device=ce.device)
         return (ce * w).sum() / max(self._target_total, 1e-8), float((ce * w).detach().sum() / w.sum())
 
     # --- checkpoints ----------------------------------------------------------------
