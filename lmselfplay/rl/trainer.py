@@ -35,6 +35,10 @@ a target distribution over the vocabulary at one completion token (``Sample.targ
 its cross-entropy is averaged over the target samples of the batch (see ``_target_loss``).
 ``target_passes`` adds passes over the pure-target samples alone (distillation targets that
 need more optimizer steps than the policy-gradient turns of the same batch should get).
+Pure-target samples that share a prefix share its tokens in one forward row
+(:func:`pack_targets`), and a micro-batch of them projects onto the vocabulary only where a
+target reads: the same loss as one row per sample (the main job's exact-feedback targets in
+about a quarter of the tokens, ``benchmarks/bench_main_job.py``).
 
 Multi-process: `accelerate launch` with the configs in ``recipes/accelerate/`` (DDP,
 DeepSpeed ZeRO-2/3). On CPU the process group uses gloo.
