@@ -19,8 +19,9 @@ Each variant starts from the same weights; ``max_abs_weight_diff`` is the larges
 of the final weights from ``rows_per_target``'s at the same thread count. Also timed: the
 exact-feedback read (policy read + MMD targets) and one evaluation of the three games.
 
-``--main-job`` instead runs the README's main job (``nice``, the default torch threads) once
-per seed with the code of ``--code`` (default: this checkout) and records, under ``--label``,
+``--main-job`` instead runs the README's main job (the default torch threads; on a shared
+machine run the script under ``nice``, which the job inherits) once per seed with the code of
+``--code`` (default: this checkout) and records, under ``--label``,
 each run's command, wall time and final evaluation: the learning check of a change that is
 not bit-identical (old code vs new code, same seeds). Both modes update their own part of
 ``benchmarks/results/bench_main_job.json`` (with the machine's load average: on a shared
@@ -103,7 +104,7 @@ EVAL_MARKERS = ("/win_vs_", "/optimal_move_prob", "/exploitability")
 
 def main_job_run(code: Path, seed: int, out: Path) -> dict:
     """One run of the README's main job with the code in ``code``: its wall time and final evaluation."""
-    cmd = ["nice", sys.executable, "recipes/selfplay_games.py", "--config", "recipes/configs/selfplay_games.yaml",
+    cmd = [sys.executable, "recipes/selfplay_games.py", "--config", "recipes/configs/selfplay_games.yaml",
            "--seed", str(seed), "--output_dir", str(out), "--overwrite_output_dir", "true"]
     out.mkdir(parents=True, exist_ok=True)
     load = list(os.getloadavg())
