@@ -30,12 +30,18 @@ The algorithm, in order (every rank runs its own proposals; gradients are averag
         7. every eval_every steps: held-out accuracy per type on fixed generated tasks never
            trained on (95% Wilson CIs); JSONL + PNG + TensorBoard; every checkpoint_every
            steps an atomic checkpoint with the buffers (--resume continues exactly)
+
+The engine comes from ``engine: hf | vllm | vllm-server`` (``make_engine``). With
+``max_staleness: k >= 1`` (a vLLM engine or servers) steps 1-3 of step t + 1 run while step t
+trains, and a proposal or attempt sampled more than k weight versions ago is dropped
+(``staleness/dropped``, ``staleness/age``; docs/scale.md).
 """
 
 from __future__ import annotations
 
 import random
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -45,11 +51,12 @@ import numpy as np
 from accelerate.utils import gather_object
 from tqdm.auto import tqdm
 
-from lmselfplay.lm.engines import HFEngine, SamplingParams
+from lmselfplay.lm.engines import EngineConfig, SamplingParams, make_engine
 from lmselfplay.lm.prompt import encode_prompt
 from lmselfplay.lm.trajectory import Sample
 from lmselfplay.models.policy import PolicyConfig, load_policy
 from lmselfplay.rl.advantages import task_type_advantages
+from lmselfplay.rl.overlap import rollouts_for
 from lmselfplay.rl.rewards import proposer_rewards
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, reference_policy
 from lmselfplay.utils.config import ConfigError, non_negative, parse_config, positive
@@ -74,7 +81,7 @@ from lmselfplay.verifiers.executor import ExecutorConfig
 
 
 @dataclass
-class AbsoluteZeroConfig(TrainerConfig, PolicyConfig, RunConfig, PeriodicCheckpoints):
+class AbsoluteZeroConfig(TrainerConfig, PolicyConfig, EngineConfig, RunConfig, PeriodicCheckpoints):
     max_steps: int = field(default=40, metadata={"help": "proposer-solver steps (each one trainer.step())"})
     proposals_per_type: int = field(default=8, metadata={"help": "proposals per task type per step"})
     references: int = field(default=3, metadata={"help": "K buffer tasks shown in each proposal prompt"})
@@ -202,13 +209,16 @@ def main(argv=None):
         acc, out_dir = run.acc, run.out
         model, tok = load_policy(cfg, device=str(acc.device))
         trainer = PolicyTrainer(model, tok, cfg, accelerator=acc, ref_model=reference_policy(cfg, model, str(acc.device)))
-        engine = HFEngine(trainer.unwrapped, tok)
-        referee = run.closing(CodeReferee(executor_config(cfg)))  # the sandboxes never outlive the run
+        engine = run.closing(make_engine(cfg, trainer.unwrapped, tok))  # cfg.engine: hf | vllm | vllm-server
+        referee = SharedReferee(run.closing(CodeReferee(executor_config(cfg))))  # sandboxes end with the run
         heldout = heldout_tasks(cfg, referee)
         buffers = seed_buffers(cfg, referee, {task_key(t) for ts in heldout.values() for t in ts})
         start_step = run.resume_trainer(trainer, lambda extra: load_buffers(buffers, extra, acc.process_index))
         run.report_start(start_step)
         logger = run.open_log(start_step if run.checkpoint else None)
+        # max_staleness >= 1: a step's rollouts are played while the previous step trains
+        plan = rollout_plan(cfg, acc, engine, tok, referee, buffers, lambda step: run.checkpoint_due(step + 1))
+        rollouts = run.closing(rollouts_for(cfg, trainer, engine, plan))  # closed (waited for) before the referee
         t0 = time.time()
         bar = tqdm(range(start_step, cfg.max_steps), initial=start_step, total=cfg.max_steps,
                    desc="absolute zero", disable=not run.is_main)
@@ -216,13 +226,13 @@ def main(argv=None):
             resumed_here = run.checkpoint is not None and step == start_step  # evaluated before the kill
             if cfg.eval_every and step % cfg.eval_every == 0 and not resumed_here:
                 log_eval(cfg, acc, trainer, engine, tok, referee, heldout, logger, step, t0)  # 7
-            row = train_step(cfg, acc, trainer, engine, tok, referee, buffers, step, out_dir)  # 1-6
+            ro = rollouts.next(step, cfg.max_steps - 1)  # 1-3
+            row = train_step(cfg, acc, trainer, ro, rollouts, step, out_dir)  # 4-6
             run.log(step + 1, {**row, "wall_s": time.time() - t0})
             bar.set_postfix(valid=f"{row['propose/valid_rate']:.2f}", solve=f"{row['solve/solve_rate']:.2f}")
             if run.checkpoint_due(step + 1):
-                # every rank proposes its own tasks: one buffer set per rank
-                mine = {tt: b.state_dict() for tt, b in buffers.items()}
-                trainer.save_checkpoint(out_dir, {"buffers": gather_object([mine])})
+                # every rank proposes its own tasks: one buffer set per rank, as this step left them
+                trainer.save_checkpoint(out_dir, {"buffers": gather_object([ro.buffers])})
         final = log_eval(cfg, acc, trainer, engine, tok, referee, heldout, logger, cfg.max_steps, t0)
         model_dir = run.save_final_model(trainer.model, trainer.unwrapped, tok)
         if run.is_main:
@@ -259,6 +269,25 @@ def print_run_summary(rows) -> None:
           + f"; executor {sum(r['executor/programs'] for r in train)} programs")
 
 
+class SharedReferee:
+    """The run's referee, one batch at a time: with overlap the next step's rollouts are checked
+    in their own thread while an evaluation's answers are checked in the loop's."""
+
+    def __init__(self, referee: CodeReferee):
+        self.referee, self.lock = referee, threading.Lock()
+
+    def __getattr__(self, name: str):
+        return getattr(self.referee, name)
+
+    def validate(self, proposals):
+        with self.lock:
+            return self.referee.validate(proposals)
+
+    def check(self, items):
+        with self.lock:
+            return self.referee.check(items)
+
+
 def log_eval(cfg, acc, trainer, engine, tok, referee, heldout, logger, step, t0) -> dict[str, float]:
     with trainer.serving(engine):  # every rank evaluates in step (ZeRO-3)
         result = heldout_accuracy(cfg, engine, tok, referee, heldout)
@@ -287,16 +316,46 @@ class PhaseClock:
         return {f"time/{k}_share": v / total for k, v in self.seconds.items()} | {"time/step_s": total}
 
 
-def policy_generate(trainer, engine, tok, prompts, cfg, max_new_tokens: int, seed: int):
-    with trainer.serving(engine):  # full weights on every rank (ZeRO-3 gathers)
-        return generate(engine, tok, prompts, cfg, max_new_tokens, seed)
+@dataclass
+class Rollout:
+    """Steps 1-3 of one step (what :func:`rollout_plan`'s ``play`` returns): the proposals, their
+    validation, the attempts and their verdicts, the weight version they were sampled with and
+    the buffers as they stood after this step's additions when a checkpoint follows the step
+    (it saves those: with overlap the next step's rollouts are already adding to the live
+    buffers)."""
+
+    version: int
+    types: list[str]
+    props: list
+    parsed: list
+    checks: list
+    added: list[bool]
+    attempts: list[CodeTask]
+    answers: list
+    verdicts: list
+    clock: PhaseClock
+    executor_s: float
+    programs: int
+    buffers: dict[str, list] | None
+    buffer_sizes: dict[str, int]
 
 
-def train_step(cfg, acc, trainer, engine, tok, referee, buffers, step: int, out_dir: Path) -> dict[str, float]:
-    """Steps 1-6 of the algorithm box; returns the step's metrics."""
+def rollout_plan(cfg, acc, engine, tok, referee, buffers, checkpoint_after=lambda step: False):
+    """``step -> play``; ``play()`` runs steps 1-3 with the weights the engine serves (entered by
+    the caller: :func:`lmselfplay.rl.overlap.rollouts_for`), adds the valid proposals to the
+    buffers and returns the :class:`Rollout` (with the buffers' state if
+    ``checkpoint_after(step)``). The step's seeds come from (seed, step, rank)."""
+    def at(step: int):
+        keep_state = checkpoint_after(step)
+        return lambda: play_step(cfg, acc, engine, tok, referee, buffers, step, keep_state)
+    return at
+
+
+def play_step(cfg, acc, engine, tok, referee, buffers, step: int, keep_state: bool = False) -> Rollout:
+    """Steps 1-3 of the algorithm box."""
     rng = random.Random(f"{cfg.seed}/{step}/{acc.process_index}")
     seed = rng.randrange(2**31)
-    version = trainer.step_count
+    version = engine.version
     clock = PhaseClock()
     exec_before = (referee.seconds, referee.programs_run)
 
@@ -305,7 +364,7 @@ def train_step(cfg, acc, trainer, engine, tok, referee, buffers, step: int, out_
     refs = [buffers[tt].sample(rng, cfg.references) for tt in types]
     prompts = [propose_prompt(tt, r, n_inputs(cfg, tt), cfg.proposal_style) for tt, r in zip(types, refs)]
     with clock("generation"):
-        props = policy_generate(trainer, engine, tok, prompts, cfg, cfg.propose_max_new_tokens, seed)
+        props = generate(engine, tok, prompts, cfg, cfg.propose_max_new_tokens, seed)
 
     # 2: validate in the executor (one batch); valid tasks enter the buffer (dedup)
     io = cfg.proposal_style == "io"
@@ -319,36 +378,50 @@ def train_step(cfg, acc, trainer, engine, tok, referee, buffers, step: int, out_
     # 3: solve, G attempts per task, checked by the executor (one batch)
     attempts = [t for t in solve_set(cfg, buffers, new_tasks, rng) for _ in range(cfg.num_generations)]
     with clock("generation"):
-        answers = policy_generate(trainer, engine, tok, [solve_prompt(x, cfg.answer_tags) for x in attempts], cfg,
-                                  cfg.solve_max_new_tokens, seed + 1)
+        answers = generate(engine, tok, [solve_prompt(x, cfg.answer_tags) for x in attempts], cfg,
+                           cfg.solve_max_new_tokens, seed + 1)
     with clock("executor"):
         verdicts = referee.check([(x, c.text) for x, c in zip(attempts, answers)])
+    return Rollout(version, types, props, parsed, checks, added, attempts, answers, verdicts, clock,
+                   referee.seconds - exec_before[0], referee.programs_run - exec_before[1],
+                   {tt: b.state_dict() for tt, b in buffers.items()} if keep_state else None,
+                   {tt: len(b) for tt, b in buffers.items()})
 
+
+def sampled_version(comp, version: int) -> int:
+    """The weight version a completion was sampled with: the server's record, else the engine's."""
+    return version if getattr(comp, "version", None) is None else comp.version
+
+
+def train_step(cfg, acc, trainer, ro: Rollout, rollouts, step: int, out_dir: Path) -> dict[str, float]:
+    """Steps 4-6 on the step's :class:`Rollout`; returns the step's metrics."""
     # 4: rewards: solver 1/0 (format error: penalty); proposer learnability over G attempts
-    solve_r = [cfg.format_penalty if status == "format" else r for r, status in verdicts]
-    learn = learnability(attempts, verdicts)
-    prop_r = [proposer_reward(cfg, p, v, learn) for p, v in zip(parsed, checks)]
+    solve_r = [cfg.format_penalty if status == "format" else r for r, status in ro.verdicts]
+    learn = learnability(ro.attempts, ro.verdicts)
+    prop_r = [proposer_reward(cfg, p, v, learn) for p, v in zip(ro.parsed, ro.checks)]
 
     # 5: advantages: TRR++, one bucket per (task type, role)
-    keys = [f"{tt}/propose" for tt in types] + [f"{x.task_type}/solve" for x in attempts]
+    keys = [f"{tt}/propose" for tt in ro.types] + [f"{x.task_type}/solve" for x in ro.attempts]
     adv = task_type_advantages(keys, prop_r + solve_r)
 
-    # 6: update both roles in one trainer step
-    samples = [make_sample(c, a, r, "propose", tt, version)
-               for c, a, r, tt in zip(props, adv[: len(props)], prop_r, types)]
-    samples += [make_sample(c, a, r, "solve", x.task_type, version)
-                for c, a, r, x in zip(answers, adv[len(props):], solve_r, attempts)]
-    with clock("train"):
-        metrics = trainer.step([s for s in samples if s.completion_ids])
+    # 6: update both roles in one trainer step; a rollout older than max_staleness versions is dropped
+    samples = [make_sample(c, a, r, "propose", tt, sampled_version(c, ro.version))
+               for c, a, r, tt in zip(ro.props, adv[: len(ro.props)], prop_r, ro.types)]
+    samples += [make_sample(c, a, r, "solve", x.task_type, sampled_version(c, ro.version))
+                for c, a, r, x in zip(ro.answers, adv[len(ro.props):], solve_r, ro.attempts)]
+    samples, stale = rollouts.keep([s for s in samples if s.completion_ids], trainer.step_count)
+    with ro.clock("train"):
+        metrics = trainer.step(samples)
 
     if cfg.save_datasets and acc.is_main_process:
-        save_step_data(out_dir, step, version, types, props, parsed, checks, prop_r, attempts, answers, verdicts,
-                       solve_r)
-    exec_s, programs = referee.seconds - exec_before[0], referee.programs_run - exec_before[1]
+        save_step_data(out_dir, step, ro.version, ro.types, ro.props, ro.parsed, ro.checks, prop_r, ro.attempts,
+                       ro.answers, ro.verdicts, solve_r)
     row = {f"train/{k}": v for k, v in metrics.items()}
-    row.update(step_metrics(types, parsed, checks, prop_r, attempts, verdicts, buffers, added))
-    row.update(clock.shares())
-    row.update({"executor/programs_per_s": programs / exec_s if exec_s > 0 else 0.0, "executor/programs": programs})
+    row.update(step_metrics(ro.types, ro.parsed, ro.checks, prop_r, ro.attempts, ro.verdicts, ro.buffer_sizes,
+                            ro.added))
+    row.update(ro.clock.shares())
+    row.update({"executor/programs_per_s": ro.programs / ro.executor_s if ro.executor_s > 0 else 0.0,
+                "executor/programs": ro.programs, **stale})
     return row
 
 
@@ -372,14 +445,14 @@ def proposer_reward(cfg, parsed, check, learn: dict[int, float]) -> float:
     return float(learn.get(id(check.task), 0.0))
 
 
-def step_metrics(types, parsed, checks, prop_r, attempts, verdicts, buffers, added) -> dict[str, float]:
+def step_metrics(types, parsed, checks, prop_r, attempts, verdicts, buffer_sizes, added) -> dict[str, float]:
     row: dict[str, float] = {}
     for tt in TASK_TYPES:
         mine = [v.valid for t, v in zip(types, checks) if t == tt]
         row[f"propose/{tt}/valid_rate"] = float(np.mean(mine)) if mine else 0.0
         got = [r > 0 for x, (r, _) in zip(attempts, verdicts) if x.task_type == tt]
         row[f"solve/{tt}/solve_rate"] = float(np.mean(got)) if got else 0.0
-        row[f"buffer/{tt}/size"] = len(buffers[tt])
+        row[f"buffer/{tt}/size"] = buffer_sizes[tt]
     row["propose/valid_rate"] = float(np.mean([v.valid for v in checks])) if checks else 0.0
     row["solve/solve_rate"] = float(np.mean([r > 0 for r, _ in verdicts])) if verdicts else 0.0
     row["propose/reward_mean"] = float(np.mean(prop_r)) if prop_r else 0.0

@@ -174,10 +174,11 @@ def build(cfg, run) -> Debate:
 
 
 def load_state(d: Debate, extra: dict) -> None:
-    """What the checkpoint saved besides the trainer: baselines and the accuracy table."""
+    """What the checkpoint saved besides the trainer: baselines and the accuracy table. The
+    engine keeps the version of the weights it was built with, so the first ``serving`` of the
+    resumed run pushes the restored ones (a server still holds what it loaded)."""
     d.baselines.load_state_dict(extra["baselines"])
     d.table.update(extra["table"])
-    d.engine.version = d.trainer.step_count
 
 
 def log_judge_accuracy(cfg, run, d: Debate, step, t0) -> None:

@@ -30,10 +30,18 @@ k = 1..iterations, in its order:
 The truth (rules / executor) is computed for every question so that the loop can be
 measured; a vote-grounded loop never reads it. Challenger and solver are one policy in two
 roles (default) or two copies of the base model (two_copies).
+
+Engines: ``engine: hf | vllm | vllm-server`` (``make_engine``); with servers and two copies the
+solver is served by ``vllm_server_urls`` and the challenger by ``challenger_vllm_server_urls``
+(a server holds one model's weights). With ``max_staleness: k >= 1`` each training phase's next
+step is generated while its current step trains (the challenger's questions with the solver's
+answers to them; the solver's answers), and a sample more than k versions old is dropped; the
+filter and the held-out evaluation always sample the current weights (docs/scale.md).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
@@ -42,6 +50,8 @@ import shutil
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,11 +59,12 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from lmselfplay.lm.engines import HFEngine, SamplingParams
+from lmselfplay.lm.engines import EngineConfig, SamplingParams, make_engine
 from lmselfplay.lm.prompt import encode_prompt
 from lmselfplay.lm.trajectory import Sample
 from lmselfplay.models.policy import PolicyConfig, load_policy
 from lmselfplay.rl.advantages import group_advantages
+from lmselfplay.rl.overlap import OverlappedRollouts, rollouts_for
 from lmselfplay.rl.rewards import proposer_rewards
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
 from lmselfplay.tasks.arithmetic import QUESTION_WRITE_PROMPT, arithmetic_problem, arithmetic_prompt
@@ -78,11 +89,14 @@ STUDY_KEYS = ["study/label_accuracy", "study/reward_accuracy", "study/difficulty
 
 
 @dataclass
-class RZeroConfig(TrainerConfig, PolicyConfig, RunConfig):
+class RZeroConfig(TrainerConfig, PolicyConfig, EngineConfig, RunConfig):
     task_form: str = field(default="arithmetic", metadata={"help": "arithmetic | program"})
     referee: str = field(default="vote", metadata={
         "help": "vote | grounded (= rules for arithmetic, executor for programs) | rules | executor | judge"})
     two_copies: bool = field(default=False, metadata={"help": "challenger and solver as two models"})
+    challenger_vllm_server_urls: list[str] = field(default_factory=list, metadata={
+        "help": "two_copies with engine=vllm-server: the challenger's `vllm serve` URLs (a server holds one model's "
+                "weights; vllm_server_urls serve the solver)"})
     challenger_prompt: str = field(default="", metadata={
         "help": "what the challenger is asked (arithmetic); empty: the corpus's word-problem request"})
     iterations: int = field(default=3, metadata={"help": "challenger + filter + solver rounds"})
@@ -123,6 +137,21 @@ class RZeroConfig(TrainerConfig, PolicyConfig, RunConfig):
             raise ConfigError("need 0 <= filter_low <= filter_high <= num_answers")
         if self.num_questions % self.challenger_group_size or self.pool_size % self.challenger_group_size:
             raise ConfigError("num_questions and pool_size must be multiples of challenger_group_size")
+        self._check_server_urls()
+
+    def _check_server_urls(self) -> None:
+        """Two copies on servers: one set of servers per model, none shared; one policy: one set."""
+        mine = self.engine == "vllm-server" and self.two_copies
+        if self.challenger_vllm_server_urls and not mine:
+            raise ConfigError("challenger_vllm_server_urls serve the challenger of two_copies with engine vllm-server; "
+                              "one policy uses vllm_server_urls for both roles")
+        if mine and not self.challenger_vllm_server_urls:
+            raise ConfigError("two_copies with engine vllm-server needs challenger_vllm_server_urls: the challenger "
+                              "and the solver are two models, and a server holds one model's weights")
+        shared = sorted(set(self.challenger_vllm_server_urls) & set(self.vllm_server_urls or []))
+        if mine and shared:
+            raise ConfigError(f"challenger_vllm_server_urls and vllm_server_urls share {shared}: "
+                              "a server holds one model's weights")
 
 
 # --- repetition: BLEU clusters ------------------------------------------------------------
@@ -205,7 +234,7 @@ def diversity(texts: list[str]) -> float:
 @dataclass
 class Role:
     trainer: PolicyTrainer
-    engine: HFEngine
+    engine: Any  # cfg.engine: hf | vllm | vllm-server
 
 
 class RZero:
@@ -218,7 +247,8 @@ class RZero:
         self.acc, self.out = run.acc, run.out
         per_iter = cfg.challenger_steps + cfg.solver_steps
         if cfg.two_copies:
-            self.challenger = self._role(dataclasses.replace(cfg, max_steps=cfg.iterations * cfg.challenger_steps))
+            self.challenger = self._role(dataclasses.replace(cfg, max_steps=cfg.iterations * cfg.challenger_steps),
+                                         cfg.challenger_vllm_server_urls)
             self.solver = self._role(dataclasses.replace(cfg, max_steps=cfg.iterations * cfg.solver_steps))
         else:
             self.challenger = self.solver = self._role(dataclasses.replace(cfg, max_steps=cfg.iterations * per_iter))
@@ -233,10 +263,15 @@ class RZero:
         self.bad: Counter = Counter()  # bad input, by kind, over the whole run
         self.global_step = 0
 
-    def _role(self, cfg: RZeroConfig) -> Role:
+    def _role(self, cfg: RZeroConfig, server_urls: list[str] | None = None) -> Role:
+        """A model, its trainer and its engine (``server_urls``: this role's own servers)."""
         model, tok = load_policy(cfg, device=str(self.acc.device))
         trainer = PolicyTrainer(model, tok, cfg, accelerator=self.acc)
-        return Role(trainer, HFEngine(trainer.unwrapped, tok))
+        engine_cfg = cfg
+        if server_urls:  # the same settings, this role's servers (a copy: validated already)
+            engine_cfg = copy.copy(cfg)
+            engine_cfg.vllm_server_urls = list(server_urls)
+        return Role(trainer, make_engine(engine_cfg, trainer.unwrapped, tok))
 
     def roles(self) -> list[tuple[str, Role]]:
         return [("policy", self.solver)] if self.challenger is self.solver else \
@@ -248,8 +283,22 @@ class RZero:
                               top_p=self.cfg.top_p, seed=seed)
 
     def generate(self, role: Role, prompts: list[str], sampling: SamplingParams):
-        with role.trainer.serving(role.engine):
-            return role.engine.generate([encode_prompt(self.tok, p) for p in prompts], sampling)
+        """``role``'s answers, from the weights its engine serves (inside :meth:`serving`)."""
+        return role.engine.generate([encode_prompt(self.tok, p) for p in prompts], sampling)
+
+    @contextmanager
+    def serving(self, *roles: Role) -> Iterator[None]:
+        """Inside, the engine of every role in ``roles`` (default: all) serves its trainer's
+        current weights."""
+        with ExitStack() as stack:
+            for role in roles or [r for _, r in self.roles()]:
+                stack.enter_context(role.trainer.serving(role.engine))
+            yield
+
+    def rollouts(self, role: Role, plan, others: tuple[Role, ...] = ()) -> OverlappedRollouts:
+        """A phase's rollouts for ``role``'s updates (``max_staleness``), generated with the weights
+        of ``role`` and ``others`` (served before each step's generation)."""
+        return rollouts_for(self.cfg, role.trainer, role.engine, plan, also=[(r.trainer, r.engine) for r in others])
 
     def update(self, role: Role, samples: list[Sample]) -> dict[str, float]:
         metrics = role.trainer.step(samples)
@@ -257,6 +306,9 @@ class RZero:
         return metrics
 
     def close(self) -> None:
+        for _, role in self.roles():
+            if hasattr(role.engine, "close"):
+                role.engine.close()
         self.matcher.close()
         for r in (self.truth, self.referee):
             if hasattr(r, "close"):
@@ -355,16 +407,30 @@ def per_question(m: int, tasks: list[Question | None], texts: list[str], verdict
 
 
 def samples_of(completions, advantages, rewards, role: str, version: int) -> list[Sample]:
-    return [Sample(c.prompt_ids, c.token_ids, c.logprobs, float(a), float(r), role, "r_zero", version)
+    """The trained samples; each with the weight version it was sampled with (the server's
+    record, else ``version``: the engine's when the generation started)."""
+    return [Sample(c.prompt_ids, c.token_ids, c.logprobs, float(a), float(r), role, "r_zero",
+                   version if getattr(c, "version", None) is None else c.version)
             for c, a, r in zip(completions, advantages, rewards) if c.token_ids]
 
 
 # --- the three phases -----------------------------------------------------------------------
 
-def challenger_step(run: RZero, it: int, step: int) -> dict[str, float]:
-    """Step 1: one challenger update."""
+def challenger_plan(run: RZero, it: int):
+    """``step -> play``: the challenger's questions and the solver's answers of challenger step
+    ``step`` (with the version the challenger's engine served when they were written)."""
+    def at(step: int):
+        def play():
+            version = run.challenger.engine.version
+            return write_and_answer(run, run.cfg.num_questions, (it, 0, step)), version
+        return play
+    return at
+
+
+def challenger_step(run: RZero, rollouts: OverlappedRollouts, step: int) -> dict[str, float]:
+    """Step 1: one challenger update on the step's questions (played by ``rollouts``)."""
     cfg = run.cfg
-    batch = write_and_answer(run, cfg.num_questions, (it, 0, step))
+    batch, version = rollouts.next(step, cfg.challenger_steps - 1)
     well = np.array([t is not None for t in batch["tasks"]])
     pen = np.zeros(len(well))
     pen[well] = repetition_penalty([t.question for t in batch["tasks"] if t is not None],
@@ -372,9 +438,10 @@ def challenger_step(run: RZero, it: int, step: int) -> dict[str, float]:
     outcomes = np.array([r if r else [0] * cfg.num_answers for r in batch["rewards"]], dtype=int)
     rewards = challenger_rewards(outcomes, well, pen, cfg.malformed_reward)
     adv = group_advantages(rewards.reshape(-1, cfg.challenger_group_size)).reshape(-1)
-    metrics = run.update(run.challenger, samples_of(batch["written"], adv, rewards, "challenger",
-                                                    run.challenger.engine.version))
-    return {**{f"challenger/{k}": v for k, v in metrics.items()}, "challenger/reward": float(rewards.mean()),
+    samples, stale = rollouts.keep(samples_of(batch["written"], adv, rewards, "challenger", version),
+                                   run.challenger.trainer.step_count)
+    metrics = run.update(run.challenger, samples)
+    return {**{f"challenger/{k}": v for k, v in metrics.items()}, **stale, "challenger/reward": float(rewards.mean()),
             "challenger/well_formed": float(well.mean()),
             "challenger/repetition_penalty": float(pen[well].mean()) if well.any() else 0.0,
             "challenger/referee_p": float(outcomes[well].mean()) if well.any() else float("nan")}
@@ -383,7 +450,8 @@ def challenger_step(run: RZero, it: int, step: int) -> dict[str, float]:
 def build_pool(run: RZero, it: int) -> tuple[list[dict[str, Any]], dict[str, float]]:
     """Step 2: write the pool, label it, filter it; the records and the study measures."""
     cfg = run.cfg
-    b = write_and_answer(run, cfg.pool_size, (it, 1, 0))
+    with run.serving():
+        b = write_and_answer(run, cfg.pool_size, (it, 1, 0))
     records = []
     for i, t in enumerate(b["tasks"]):
         label, truth = b["label"][i], b["truth"][i]
@@ -418,30 +486,52 @@ def pool_measures(records: list[dict[str, Any]]) -> dict[str, float]:
             "study/malformed": 1 - len(well) / len(records) if records else float("nan")}
 
 
-def solver_step(run: RZero, kept: list[dict[str, Any]], it: int, step: int) -> dict[str, float]:
+def solver_plan(run: RZero, kept: list[dict[str, Any]], it: int):
+    """``step -> play``: solver_batch kept questions (seeded by seed, rank, iteration, step),
+    solver_group_size answers each; ``play()`` returns (questions, answers, version), or None
+    when this rank kept nothing."""
+    cfg = run.cfg
+
+    def at(step: int):
+        if not kept:
+            return lambda: None
+        rng = random.Random(hash((cfg.seed, run.acc.process_index, it, 2, step)))
+        batch = [kept[i % len(kept)] for i in rng.sample(range(max(len(kept), cfg.solver_batch)), cfg.solver_batch)]
+        flat = [r for r in batch for _ in range(cfg.solver_group_size)]
+        sampling = run.sampling(cfg.solver_max_new_tokens, it, 2, step)
+
+        def play():
+            version = run.solver.engine.version
+            return flat, run.generate(run.solver, [r["prompt"] for r in flat], sampling), version
+        return play
+    return at
+
+
+def solver_step(run: RZero, rollouts: OverlappedRollouts, step: int) -> dict[str, float]:
     """Step 3: one solver update on a batch of kept questions against their labels."""
     cfg = run.cfg
-    if not kept:  # this rank kept nothing but the others did: a zero-loss step keeps them in line
-        return {f"solver/{k}": v for k, v in run.update(run.solver, []).items()}
-    rng = random.Random(hash((cfg.seed, run.acc.process_index, it, 2, step)))
-    batch = [kept[i % len(kept)] for i in rng.sample(range(max(len(kept), cfg.solver_batch)), cfg.solver_batch)]
+    played = rollouts.next(step, cfg.solver_steps - 1)
+    if played is None:  # this rank kept nothing but the others did: a zero-loss step keeps them in line
+        _, stale = rollouts.keep([], run.solver.trainer.step_count)  # every rank counts (a collective)
+        return {**{f"solver/{k}": v for k, v in run.update(run.solver, []).items()}, **stale}
+    flat, comps, version = played
     g = cfg.solver_group_size
-    flat = [r for r in batch for _ in range(g)]
-    comps = run.generate(run.solver, [r["prompt"] for r in flat], run.sampling(cfg.solver_max_new_tokens, it, 2, step))
     finals = [run.matcher.final(cfg.task_form, c.text)[0] for c in comps]
     rewards = np.array([float(run.matcher.matches(cfg.task_form, f, r["label"])) for f, r in zip(finals, flat)])
     right = np.array([float(run.matcher.matches(cfg.task_form, f, r["truth"])) for f, r in zip(finals, flat)])
     adv = group_advantages(rewards.reshape(-1, g)).reshape(-1)
-    metrics = run.update(run.solver, samples_of(comps, adv, rewards, "solver", run.solver.engine.version))
-    return {**{f"solver/{k}": v for k, v in metrics.items()}, "solver/reward": float(rewards.mean()),
+    samples, stale = rollouts.keep(samples_of(comps, adv, rewards, "solver", version), run.solver.trainer.step_count)
+    metrics = run.update(run.solver, samples)
+    return {**{f"solver/{k}": v for k, v in metrics.items()}, **stale, "solver/reward": float(rewards.mean()),
             "solver/true_accuracy": float(right.mean()), "study/reward_accuracy": float((rewards == right).mean()),
             "study/n_rewards": len(rewards), "study/rewards_right": int((rewards == right).sum())}
 
 
 def heldout_accuracy(run: RZero, it: int) -> dict[str, float]:
     """Step 4: the solver's greedy accuracy on the fixed held-out set."""
-    comps = run.generate(run.solver, [t.prompt for t in run.heldout],
-                         run.sampling(run.cfg.solver_max_new_tokens, it, 3, greedy=True))
+    with run.serving(run.solver):
+        comps = run.generate(run.solver, [t.prompt for t in run.heldout],
+                             run.sampling(run.cfg.solver_max_new_tokens, it, 3, greedy=True))
     v = run.truth.score(run.heldout, [c.text for c in comps])
     right = sum(x.reward for x in v)
     return {"eval/heldout_accuracy": right / max(len(v), 1), "eval/heldout_right": right, "eval/heldout_n": len(v)}
@@ -484,8 +574,7 @@ def save_phase(run: RZero, it: int, phase: int) -> None:
             role.trainer.save_checkpoint(tmp / name, keep=1)
         if acc.is_main_process:
             save_json(tmp / "progress.json", {"iteration": it, "phase": phase, "global_step": run.global_step,
-                                              "bad": dict(run.bad), "engine_versions": {
-                                                  n: r.engine.version for n, r in run.roles()}})
+                                              "bad": dict(run.bad)})
             commit_dir(tmp, final)  # the marker holds every file's digest
             for old in phase_dirs(out)[:-2]:
                 shutil.rmtree(old, ignore_errors=True)
@@ -504,9 +593,8 @@ def resume(run: RZero) -> tuple[int, int]:
         run.skeleton.report_start(1, "iteration")
         return 1, 0
     progress = json.loads((last / "progress.json").read_text())
-    for name, role in run.roles():
+    for name, role in run.roles():  # each engine keeps its version: the first serving pushes the restored weights
         role.trainer.load_checkpoint(checkpoint_dirs(last / name)[-1])
-        role.engine.version = progress["engine_versions"][name]
     run.global_step, run.bad = progress["global_step"], Counter(progress["bad"])
     it, phase = progress["iteration"], progress["phase"] + 1
     run.skeleton.report_start(f"{it}, phase {PHASES[phase] if phase < 3 else 'next'}", "iteration")
@@ -538,9 +626,10 @@ def loop(run: RZero) -> Path:
         for it in range(start_it, cfg.iterations + 1):
             first = start_phase if it == start_it else 0
             # 1: challenger phase
-            if first <= 0:
+            if first <= 0:  # max_staleness >= 1: a step's questions are written while the previous one trains
+                rollouts = run.rollouts(run.challenger, challenger_plan(run, it), others=(run.solver,))
                 for step in range(cfg.challenger_steps):
-                    log(run.global_step + 1, {"iteration": it, **challenger_step(run, it, step)})
+                    log(run.global_step + 1, {"iteration": it, **challenger_step(run, rollouts, step)})
                 save_phase(run, it, 0)
                 bar.update(1)
             # 2: filter; 4: the pool saved with `datasets`, its measures logged
@@ -554,9 +643,10 @@ def loop(run: RZero) -> Path:
             # 3: solver phase on the kept questions and their labels
             kept = load_kept(pool_dir(out, it, acc.process_index))
             study = Counter()
+            rollouts = run.rollouts(run.solver, solver_plan(run, kept, it))
             # every rank makes the same number of updates (collectives); alone, none without data
             for step in range(cfg.solver_steps if kept or acc.num_processes > 1 else 0):
-                row = solver_step(run, kept, it, step)
+                row = solver_step(run, rollouts, step)
                 study.update({k: row.get(k, 0) for k in ("study/n_rewards", "study/rewards_right")})
                 log(run.global_step, {"iteration": it, **row})
             # 4: measures of the iteration, held-out accuracy, checkpoint

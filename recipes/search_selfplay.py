@@ -126,6 +126,8 @@ class SearchSelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig, RunConfig,
     keep_checkpoints: int = field(default=2, metadata={"help": "checkpoints kept on disk"})
     torch_threads: int = field(default=1, metadata={"help": "torch CPU threads"})
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
+    max_staleness: int = field(default=0, metadata={
+        "help": "must be 0: search self-play has no rollouts to overlap or drop (see validate)"})
     # recipe defaults (the trainer's and league's own defaults suit policy-gradient runs)
     learning_rate: float = 1e-3
     beta: float = 0.01
@@ -152,6 +154,11 @@ class SearchSelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig, RunConfig,
         if self.enable_thinking:
             raise ConfigError("search self-play reads the LLM's prior right after <move> (no think block): "
                               "enable_thinking must be false")
+        if self.max_staleness != 0:
+            raise ConfigError(f"max_staleness must be 0 for search self-play (got {self.max_staleness}): its games are "
+                              "played by PUCT on the trainer's own forward passes and value head (no engine holds "
+                              "their weights), and it trains on search targets from a window of the last "
+                              "replay_window iterations, off-policy by design, which replay_window already bounds")
         if self.bot_fraction > 0:
             raise ConfigError("bot_fraction must be 0: a bot gives no search to distil")
         try:

@@ -215,6 +215,14 @@ REGISTRY: list[Command] = [
     Command("accelerate launch --config_file recipes/accelerate/zero3.yaml --num_machines 2 --num_processes 16 "
             "--machine_rank $RANK --main_process_ip $HEAD --main_process_port 29500 recipes/selfplay_games.py "
             "--config my_run.yaml", skip="two machines of 8 CUDA GPUs each and the user's own config"),
+    *[Command(c, skip="needs `vllm serve` processes at gen0/gen1 (CUDA); tests/test_overlap.py runs these flags "
+                      "against simulated servers") for c in (
+        "python recipes/absolute_zero.py --config recipes/configs/absolute_zero.yaml --engine vllm-server "
+        "--vllm_server_urls http://gen0:8000 http://gen1:8000 --max_staleness 1 --tis_cap 2",
+        "python recipes/r_zero.py --config recipes/configs/r_zero.yaml --engine vllm-server "
+        "--vllm_server_urls http://gen0:8000 http://gen1:8000 --max_staleness 1",
+        "python recipes/r_zero.py --config recipes/configs/r_zero.yaml --two_copies true --engine vllm-server "
+        "--vllm_server_urls http://gen0:8000 --challenger_vllm_server_urls http://gen1:8000 --max_staleness 1")],
     Command("python benchmarks/bench_scale.py", extra="--prompts 8 --tokens 8 --steps 2 --train_batch 8 --out_dir {out}",
             files=("bench_scale.json",), slow=True),
     Command('pip install -e ".[vllm]"', skip=f"installs vLLM for a {GPU}"),

@@ -310,7 +310,9 @@ def test_hostile_proposals_are_invalid_counted_and_harmless(model_dir, tmp_path)
 
         engine = ScriptedEngine(tok, answer)
         before = {tt: len(b) for tt, b in buffers.items()}
-        row = recipe.train_step(cfg, trainer.accelerator, trainer, engine, tok, referee, buffers, 0, tmp_path / "run")
+        rollouts = recipe.rollouts_for(cfg, trainer, engine,
+                                       recipe.rollout_plan(cfg, trainer.accelerator, engine, tok, referee, buffers))
+        row = recipe.train_step(cfg, trainer.accelerator, trainer, rollouts.next(0), rollouts, 0, tmp_path / "run")
     finally:
         referee.close()
     # every hostile proposal ended invalid, with its status counted
@@ -396,7 +398,7 @@ def _proposing_engine(tok):
 
 def test_resume_is_exact_with_buffers(model_dir, tmp_path, monkeypatch):
     recipe = load_recipe("absolute_zero")
-    monkeypatch.setattr(recipe, "HFEngine", lambda model, tok: _proposing_engine(tok))
+    monkeypatch.setattr(recipe, "make_engine", lambda cfg, model, tok: _proposing_engine(tok))
     kw = dict(eval_every=0, save_datasets="false")
     recipe.main(_args(model_dir, tmp_path / "full", 2, **kw))
     recipe.main(_args(model_dir, tmp_path / "cut", 1, **kw))  # "killed" after step 1

@@ -6,13 +6,9 @@ its own; an import of a folder in its own row (a sibling) or above is an error. 
 counts, including those inside functions: a lazy import that dodges a cycle is still a cycle.
 A module whose folder is in no row is an error too, so a new folder must be placed.
 
-Why this order: the programs use everything; measuring (eval) reads what the learning
-algorithms make; the algorithms use referees (verifiers) and models; ``models`` (which model,
-how it is loaded, the embedded tiny model) sits ABOVE ``lm`` because the embedded model is
-pre-trained on the token sequences of lm's one formatter and batching (lm/prompt.py,
-lm/batching.py) while ``lm`` works on any loaded model and needs no model of its own; game
-theory solvers sit on the games; the task generators (tasks/) and the game rules (games/)
-need only utils.
+Why this order is docs/contributing.md's to say (one place); in short: the programs use
+everything, measuring (eval) reads what the learning algorithms make, and the algorithms use
+referees (verifiers) and models.
 """
 
 from __future__ import annotations

@@ -16,6 +16,17 @@ Recipes reach it through :func:`rollouts_for` (``max_staleness`` lives in the en
 ``rollouts.next(step)`` replaces the step's ``with trainer.serving(engine): generate`` and
 ``rollouts.keep(samples, version)`` filters what is trained on.
 
+Under data parallelism each rank drops its own stale samples (by the versions its own
+completions were sampled with); every rank calls :meth:`OverlappedRollouts.keep` at every
+step, which sums the counts over the ranks (a collective), so every rank logs the same
+run-wide counts. A rank left with nothing to train on while the others train is safe: the
+trainer pads every rank to the same micro-batches (the forwards and backwards stay
+collective-aligned, its gradient is zero, no NaN; ``tests/mp_scripts/stale_ranks.py``, DDP
+and ZeRO-3 on 2 gloo ranks).
+
+A recipe whose rollouts use several engines (R-Zero: the challenger writes, the solver
+answers) serves each of them before the generation starts (``also`` in :func:`rollouts_for`).
+
 Overlap needs an engine with its own copy of the weights (a vLLM server or engine): an engine
 sharing the trainer's module (HF) would sample from weights the optimizer is writing, so it is
 refused. The weight push of the next step waits for the background generation's requests in
@@ -33,7 +44,7 @@ import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from typing import Any
 
 from lmselfplay.lm.trajectory import Sample
@@ -56,13 +67,17 @@ def sampled(s: Sample) -> bool:
     return bool(s.completion_ids) and s.target is None
 
 
-def drop_stale(samples: list[Sample], version: int, max_staleness: int) -> tuple[list[Sample], dict[str, float]]:
+def drop_stale(samples: list[Sample], version: int, max_staleness: int,
+               rank_sum: Callable[[list[float]], list[float]] | None = None) -> tuple[list[Sample], dict[str, float]]:
     """The samples at most ``max_staleness`` versions behind ``version``, and the metrics
-    (``staleness/age``: mean age of the sampled ones kept)."""
+    (``staleness/age``: mean age of the sampled ones kept). With ``rank_sum`` (element-wise
+    sum over the data-parallel ranks; every rank calls it) the metrics are the run's, the
+    same on every rank."""
     kept = [s for s in samples if not sampled(s) or version - s.policy_version <= max_staleness]
     ages = [version - s.policy_version for s in kept if sampled(s)]
-    return kept, {"staleness/dropped": float(len(samples) - len(kept)),
-                  "staleness/age": sum(ages) / len(ages) if ages else 0.0}
+    counts = [float(len(samples) - len(kept)), float(sum(ages)), float(len(ages))]
+    dropped, age_sum, n = rank_sum(counts) if rank_sum else counts
+    return kept, {"staleness/dropped": dropped, "staleness/age": age_sum / n if n else 0.0}
 
 
 class OverlappedRollouts:
@@ -78,8 +93,10 @@ class OverlappedRollouts:
     background thread after it; ``play`` itself must not push."""
 
     def __init__(self, plan: Callable[[int], Callable[[], Any]], max_staleness: int, engine: Any = None,
-                 serving: Callable[[], AbstractContextManager] | None = None):
+                 serving: Callable[[], AbstractContextManager] | None = None,
+                 rank_sum: Callable[[list[float]], list[float]] | None = None):
         check_overlap(max_staleness, engine)
+        self.rank_sum = rank_sum
         if max_staleness > 0:
             sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
         self.plan, self.max_staleness, self.serving = plan, max_staleness, serving or nullcontext
@@ -126,7 +143,7 @@ class OverlappedRollouts:
         (none with ``max_staleness`` 0: every sample is on-policy)."""
         if self.max_staleness == 0:
             return samples, {}
-        kept, metrics = drop_stale(samples, version, self.max_staleness)
+        kept, metrics = drop_stale(samples, version, self.max_staleness, self.rank_sum)
         self.dropped += int(metrics["staleness/dropped"])
         return kept, metrics
 
@@ -141,7 +158,35 @@ class OverlappedRollouts:
             self._ahead = None
 
 
-def rollouts_for(cfg: Any, trainer: Any, engine: Any, plan: Callable[[int], Callable[[], Any]]) -> OverlappedRollouts:
+def rollouts_for(cfg: Any, trainer: Any, engine: Any, plan: Callable[[int], Callable[[], Any]],
+                 also: list[tuple[Any, Any]] = ()) -> OverlappedRollouts:
     """The recipes' hook: ``plan``'s rollouts with the run's ``max_staleness`` (engine config),
-    served through ``trainer.serving(engine)``."""
-    return OverlappedRollouts(plan, cfg.max_staleness, engine, lambda: trainer.serving(engine))
+    served through ``trainer.serving(engine)`` and that of every other ``(trainer, engine)`` in
+    ``also`` (the rollouts' other roles; ``play`` itself must not enter ``serving``). The counts
+    of what is dropped are summed over the ranks of ``trainer``'s accelerator."""
+    pairs = [(trainer, engine), *[(t, e) for t, e in also if e is not engine]]
+    for _, e in pairs[1:]:
+        check_overlap(cfg.max_staleness, e)
+
+    @contextmanager
+    def serving():
+        with ExitStack() as stack:
+            for t, e in pairs:
+                stack.enter_context(t.serving(e))
+            yield
+
+    return OverlappedRollouts(plan, cfg.max_staleness, engine, serving, rank_sum_of(trainer.accelerator))
+
+
+def rank_sum_of(accelerator: Any) -> Callable[[list[float]], list[float]] | None:
+    """Element-wise sum over the data-parallel ranks (a collective: every rank calls it);
+    None in one process."""
+    if accelerator is None or accelerator.num_processes == 1:
+        return None
+
+    def rank_sum(values: list[float]) -> list[float]:
+        import torch
+
+        t = torch.tensor(values, dtype=torch.float64, device=accelerator.device)
+        return accelerator.reduce(t, reduction="sum").tolist()
+    return rank_sum
