@@ -112,11 +112,18 @@ def main_job_run(code: Path, seed: int, out: Path) -> dict:
     with open(out.with_suffix(".log"), "w") as log:
         subprocess.run(cmd, cwd=code, env={**os.environ, "PYTHONPATH": str(code)}, stdout=log, stderr=log, check=True)
     wall = time.perf_counter() - t0
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    final = [r for r in rows if any(m in k for k in r for m in EVAL_MARKERS)][-1]
     return {"command": " ".join(cmd), "code": str(code), "wall_s": wall, "load_average_before": load,
-            "load_average_after": list(os.getloadavg()), "step": final["step"],
-            "final": {k: v for k, v in final.items() if any(m in k for m in EVAL_MARKERS)}}
+            "load_average_after": list(os.getloadavg()), **evaluations(out)}
+
+
+def evaluations(out: Path) -> dict:
+    """The evaluations a run's ``metrics.jsonl`` holds (a run still going, or killed, included):
+    its exact metrics per evaluated step, the last step reached, and the last evaluation as ``final``."""
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    evals = {r["step"]: {k: v for k, v in r.items() if any(m in k for m in EVAL_MARKERS)}
+             for r in rows if any(m in k for k in r for m in EVAL_MARKERS)}
+    last = max(evals)
+    return {"step": last, "steps_done": max(r["step"] for r in rows), "final": evals[last], "evaluations": evals}
 
 
 def update_results(part: str, value, out_dir) -> None:
@@ -142,7 +149,13 @@ def main(argv=None):
     ap.add_argument("--label", default="this", help="--main-job: the name its runs are recorded under")
     ap.add_argument("--code", type=Path, default=ROOT, help="--main-job: the checkout whose code runs")
     ap.add_argument("--runs-dir", type=Path, default=Path("/tmp/bench_main_job_runs"))
+    ap.add_argument("--collect", type=Path, default=None,
+                    help="record the evaluations the run in this folder reached (--label, one --seeds) without running")
     args = ap.parse_args(argv)
+    if args.collect:
+        update_results("main_job_runs", {f"{args.label}/seed{args.seeds}": {"run": str(args.collect),
+                                                                         **evaluations(args.collect)}}, args.results)
+        return 0
     if args.main_job:
         for seed in [int(x) for x in args.seeds.split(",")]:
             run = main_job_run(args.code.resolve(), seed, args.runs_dir / f"{args.label}_seed{seed}")
