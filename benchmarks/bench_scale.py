@@ -5,11 +5,16 @@ completion after ``token_delay`` seconds per token, burning no CPU, decoding up 
 
 1. generation throughput with N = 1, 2, 4 servers behind one engine (target: >= 0.9 N times
    one server's);
-2. steps/s of a real training loop (PolicyTrainer on the tiny model) whose simulated generation
-   takes about as long as its training, with ``max_staleness`` 1 vs 0 (target >= 1.6x), and the
-   samples dropped as too stale (0 expected at k = 1).
+2. steps/s of a real training loop (PolicyTrainer on the tiny model) with ``max_staleness`` 1 vs
+   0 (target >= 1.6x), when the simulated decoding and the training take the same time IN the
+   loop: a calibration pass of the same on-policy loop (no delay) times its training step, and
+   the per-token delay is sized so that a step's decoding lasts that long; the client's and
+   server's own time per generation comes on top. Every loop reports the generation and
+   training times it actually had, and the speedup is set against the ideal for the on-policy
+   loop's ratio ((gen + train) / max(gen, train): 2.0 at equal times). The same steps, batch and delay both ways, alternated over rounds (the median
+   round is reported); also the samples dropped as too stale (0 expected at k = 1).
 
-    python benchmarks/bench_scale.py            # ~1 minute; benchmarks/results/bench_scale.json
+    python benchmarks/bench_scale.py            # ~2 minutes; benchmarks/results/bench_scale.json
 """
 
 from __future__ import annotations
@@ -88,6 +93,10 @@ def throughput(n_servers: int, prompts: int, tokens: int, delay: float, batch: i
 
 
 def training_loop(max_staleness: int, steps: int, batch: int, tokens: int, delay: float) -> dict[str, float]:
+    """The loop of a recipe (rollouts through OverlappedRollouts, PolicyTrainer.step) on a
+    simulated server answering after ``delay`` s per token. Timed from the end of the first step
+    (the warm-up, which no setting can overlap) to the end: steps/s, and per step the wall time
+    of the training step, of the generation (wherever it ran) and of the wait for it + the push."""
     from lm_fixtures import tiny_model, tiny_tokenizer
 
     from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
@@ -96,50 +105,52 @@ def training_loop(max_staleness: int, steps: int, batch: int, tokens: int, delay
     trainer = PolicyTrainer(tiny_model(seed=0), tok, TrainerConfig(num_iterations=2, beta=0.0, learning_rate=1e-3,
                                                                    merge_identical=False))
     sim = ServerProcess(delay, vocab=len(tok))
+    gen_s: list[float] = []
     try:
         eng = engine_on([sim], tok)
         sp = SamplingParams(max_new_tokens=tokens, temperature=1.0)
 
         def generate(step: int) -> list[Sample]:
+            t = time.perf_counter()
             sp.seed = step
             outs = eng.generate([[5, 6, 7, k % 50 + 10] for k in range(batch)], sp)
+            gen_s.append(time.perf_counter() - t)
             return [Sample(o.prompt_ids, o.token_ids, o.logprobs, advantage=(-1.0) ** k, policy_version=o.version)
                     for k, o in enumerate(outs)]
 
         eng.update_weights(trainer.unwrapped, version=0)
         rollouts = OverlappedRollouts(lambda step: lambda: generate(step), max_staleness, eng,
                                       serving=lambda: trainer.serving(eng))
-        t0, dropped, metrics, train_s = time.perf_counter(), 0.0, {}, 0.0
-        wait_s = 0.0
+        dropped, metrics, train_s, wait_s, t0 = 0.0, {}, [], [], 0.0
         for step in range(steps):
+            if step == 1:
+                t0 = time.perf_counter()
             t1 = time.perf_counter()
             samples, m = rollouts.next_batch(step, trainer.step_count, last_step=steps - 1)
-            wait_s += time.perf_counter() - t1
+            wait_s.append(time.perf_counter() - t1)
             dropped += m.get("staleness/dropped", 0.0)
             t1 = time.perf_counter()
             metrics = trainer.step(samples)
-            train_s += time.perf_counter() - t1
-        rollouts.close()
+            train_s.append(time.perf_counter() - t1)
         dt = time.perf_counter() - t0
+        rollouts.close()
+        eng.close()
     finally:
         sim.close()
-    return {"steps_per_s": steps / dt, "dropped": dropped, "final_loss": metrics.get("loss", float("nan")),
-            "train_s_per_step": train_s / steps, "rollout_wait_s_per_step": wait_s / steps}
+    def steady(xs: list[float]) -> float:  # the first step (warm-up) left out
+        return sum(xs[1:]) / len(xs[1:])
+
+    return {"steps_per_s": (steps - 1) / dt, "dropped": dropped, "final_loss": metrics.get("loss", float("nan")),
+            "train_s_per_step": steady(train_s), "generation_s_per_step": steady(gen_s),
+            "rollout_wait_s_per_step": steady(wait_s), "gen_over_train": steady(gen_s) / steady(train_s)}
 
 
-def time_train_step(batch: int, tokens: int) -> float:
-    from lm_fixtures import tiny_model, tiny_tokenizer
-
-    from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
-
-    trainer = PolicyTrainer(tiny_model(seed=0), tiny_tokenizer(), TrainerConfig(num_iterations=2, beta=0.0,
-                                                                               merge_identical=False))
-    samples = [Sample([5, 6, 7, k % 50 + 10], [11] * tokens, [-1.0] * tokens, advantage=1.0) for k in range(batch)]
-    trainer.step(samples)
-    t0 = time.perf_counter()
-    for _ in range(3):
-        trainer.step(samples)
-    return (time.perf_counter() - t0) / 3
+def calibrate(steps: int, batch: int, tokens: int) -> tuple[float, dict]:
+    """The per-token delay at which the simulated decoding of a step lasts as long as the
+    training step does IN the loop: a pass of the same on-policy loop with no delay times its
+    training (and the client's and server's own time per generation, which comes on top)."""
+    r = training_loop(0, steps, batch, tokens, 0.0)
+    return r["train_s_per_step"] / tokens, r
 
 
 def main() -> None:
@@ -149,6 +160,8 @@ def main() -> None:
     ap.add_argument("--token_delay", type=float, default=0.01)
     ap.add_argument("--max_batch", type=int, default=8, help="requests one simulated server decodes at once")
     ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--calibration_steps", type=int, default=6)
+    ap.add_argument("--rounds", type=int, default=3, help="max_staleness 0 and 1 loops, alternated; the median")
     ap.add_argument("--train_batch", type=int, default=64)
     ap.add_argument("--train_tokens", type=int, default=16)
     ap.add_argument("--out_dir", default=None)
@@ -161,23 +174,38 @@ def main() -> None:
     tput = {n: throughput(n, args.prompts, args.tokens, args.token_delay, args.max_batch) for n in (1, 2, 4)}
     for n, v in tput.items():
         print(f"{n} server(s): {v:8.0f} tok/s  = {v / tput[1]:.2f} x one server (target >= {0.9 * n:.1f})")
-    train_s = time_train_step(args.train_batch, args.train_tokens)
-    delay = train_s / args.train_tokens  # one generation wave (the whole batch at once) ~ one training step
-    loops = {k: training_loop(k, args.steps, args.train_batch, args.train_tokens, delay) for k in (0, 1)}
-    speedup = loops[1]["steps_per_s"] / loops[0]["steps_per_s"]
-    print(f"train step {train_s:.3f} s, simulated generation {train_s:.3f} s per step")
-    for k, r in loops.items():
-        print(f"max_staleness {k}: {r['steps_per_s']:.2f} steps/s, train {r['train_s_per_step']:.2f} s/step, "
-              f"waiting for rollouts + push {r['rollout_wait_s_per_step']:.2f} s/step, "
-              f"dropped {r['dropped']:.0f}, "
-              f"final loss {r['final_loss']:.4f}")
-    print(f"max_staleness 1 / 0 = {speedup:.2f}x steps/s (target >= 1.6)")
+    load_before = list(os.getloadavg())
+    delay, cal = calibrate(args.calibration_steps, args.train_batch, args.train_tokens)
+    print(f"calibration (on-policy, no delay): train {cal['train_s_per_step']:.3f} s/step, the client's and "
+          f"server's own time per generation {cal['generation_s_per_step']:.3f} s")
+    print(f"simulated decoding: {delay * 1e3:.2f} ms/token = {delay * args.train_tokens:.3f} s per step (= training)")
+    rounds = []
+    for _ in range(args.rounds):  # alternated, so that a change of the machine's load hits both settings
+        rounds.append({k: training_loop(k, args.steps, args.train_batch, args.train_tokens, delay) for k in (0, 1)})
+    for i, loops in enumerate(rounds):
+        for k, r in loops.items():
+            print(f"round {i} max_staleness {k}: {r['steps_per_s']:.2f} steps/s, train {r['train_s_per_step']:.3f} "
+                  f"s/step, generation {r['generation_s_per_step']:.3f} s/step (gen/train "
+                  f"{r['gen_over_train']:.2f}), waiting for rollouts + push {r['rollout_wait_s_per_step']:.3f} s/step, "
+                  f"dropped {r['dropped']:.0f}, final loss {r['final_loss']:.4f}")
+    ratios = [loops[1]["steps_per_s"] / loops[0]["steps_per_s"] for loops in rounds]
+    median = sorted(range(len(rounds)), key=lambda i: ratios[i])[len(rounds) // 2]
+    med, speedup = rounds[median], ratios[median]
+    g, t = med[0]["generation_s_per_step"], med[0]["train_s_per_step"]
+    ideal = (g + t) / max(g, t)  # a perfect overlap of the on-policy loop's own generation and training
+    print(f"max_staleness 1 / 0 = {speedup:.2f}x steps/s (median of rounds {', '.join(f'{x:.2f}' for x in ratios)}; "
+          f"target >= 1.6); ideal at the on-policy gen/train {g / t:.2f}: {ideal:.2f}x -> {speedup / ideal:.0%} of it, "
+          f"{speedup / 2:.0%} of 2.0")
     save_results("bench_scale", {
         "throughput_tok_s": {str(n): v for n, v in tput.items()},
         "throughput_over_one": {str(n): v / tput[1] for n, v in tput.items()},
-        "train_step_s": train_s, "generation_s": train_s,
-        "max_staleness": {str(k): r for k, r in loops.items()}, "staleness1_over_0": speedup,
-        "load_average_1_5_15": list(os.getloadavg()), "args": vars(args)}, args.out_dir)
+        "token_delay_s": delay, "calibration": cal,
+        "rounds": [{str(k): r for k, r in loops.items()} for loops in rounds],
+        "max_staleness": {str(k): r for k, r in med.items()}, "staleness1_over_0": speedup,
+        "staleness1_over_0_rounds": ratios, "ideal_for_measured_gen_train": ideal,
+        "fraction_of_ideal": speedup / ideal, "fraction_of_2x": speedup / 2,
+        "load_average_1_5_15_before": load_before, "load_average_1_5_15": list(os.getloadavg()),
+        "args": vars(args)}, args.out_dir)
 
 
 if __name__ == "__main__":

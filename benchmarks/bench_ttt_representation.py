@@ -17,7 +17,9 @@ changed corpus mix first (e.g. ``grid_reading``); ``--split_marks`` splits BPE's
 ``' X'`` / ``' O'``; ``--format`` re-renders the board (:func:`render`: ``grid`` one token
 per cell with ``.`` for empty, ``named`` ``1X 2. 3O``, ``*_last`` board just before
 ``Answer:``, ``*_only`` side + board and nothing else); ``--layers/--heads`` reshape the
-fresh model; ``--loss set`` trains ``-log P(optimal)``; ``--subset N`` trains and measures
+fresh model and ``--arch`` picks its architecture (:func:`fresh_model`: the embedded Llama,
+the same + learned absolute positions, GPT-2); ``--cell_tokens`` makes every ``named`` cell one
+token that carries its index (:func:`add_cell_tokens`); ``--loss set`` trains ``-log P(optimal)``; ``--subset N`` trains and measures
 on N positions (can it even memorize?); ``--which mlp`` is the yardstick: an MLP on the
 board planes, same targets, optimizer and batches, for which reading the board is free.
 
@@ -97,6 +99,52 @@ Still, nothing measured gets near 0.95 in a few hundred steps: the best transfor
 
     nice -n 15 python benchmarks/bench_ttt_representation.py --which fresh --batch 64 \
         --steps 300 --eval_every 100 --format grid_only --name bench_ttt_representation_fresh_grid_only
+
+Architecture and cell identity (issue 30's hypothesis: with RoPE, position enters only the
+query-key products and the VALUE vectors carry none, so a head that gathers the 9 cells gets
+a bag of marks; a residual stream that carries position, or cell tokens that carry their
+index, would read the board as the MLP's planes do). Fresh 4 x 128 models, the defaults:
+batch 128, 400 steps, lr 1e-3, no warmup; P(optimal) / argmax on all 4,520 positions at step
+400; load 6-9 on 2 cores, two or three runs at once, so wall times are only indicative:
+
+    name (bench_ttt_representation_*)   arch          format      seed  wall s  P(opt)  argmax
+    b128_llama_grid_only                llama         grid_only      0     860   0.739   0.862
+    b128_llama_grid_only_seed1          llama         grid_only      1     864   0.746   0.862
+    b128_llama_abspos_grid_only         llama_abspos  grid_only      0    1019   0.627   0.704
+    b128_llama_abspos_grid_only_seed1   llama_abspos  grid_only      1     953   0.706   0.817
+    b128_gpt2_grid_only                 gpt2          grid_only      0     799   0.657   0.754
+    b128_gpt2_grid_only_seed1           gpt2          grid_only      1     766   0.614   0.664
+    b128_gpt2_grid_only_lr3e-3          gpt2          grid_only      0     905   0.630   0.678   (lr 3e-3, warmup 50)
+    b128_llama_named_only               llama         named_only     0     477   0.686   0.800   ("5", "X": two tokens)
+    b128_llama_named_only_cells         llama         named_only     0    1131   0.708   0.816   (--cell_tokens: "5X" one token)
+    b128_gpt2_named_only_cells          gpt2          named_only     0     829   0.622   0.701   (--cell_tokens)
+    b128_mlp_400                        mlp           (planes)       0       9   0.864   0.988
+
+(``llama_abspos`` is the embedded Llama plus a learned position embedding added to the
+token embedding, RoPE kept: 1.25M parameters; ``gpt2`` 0.99M; ``llama`` 1.18M.)
+
+Reading: the hypothesis does not hold at this budget. Position in the residual stream, by
+either architecture, reads the board no faster than RoPE alone, and on two seeds each
+slower (llama 0.739 / 0.746; + learned positions 0.627 / 0.706; GPT-2 0.657 / 0.614); a
+larger lr does not rescue GPT-2 (as it did not the Llama, row ``fresh_grid_only_lr3e-3``);
+and a cell token that names its cell (uniform attention over the 9 cell tokens is then a
+linear function of the MLP's board planes) is no better than the digit-free grid (llama
+0.708, GPT-2 0.622; the same board with the index and mark as two tokens 0.686). Every transformer stays at 0.60-0.65 for its first ~200 steps
+(uniform over the legal moves is ~0.57) and climbs slowly after, where the MLP is at 0.77
+by step 200. And at this lr and budget the no-reading MLP itself reaches only 0.864
+(argmax 0.988): ">= 0.95 in 400 steps" asks for more than free reading. For v4 this points
+away from the architecture (keep the Llama) and from cell identity in the tokens (the
+digit-free grid is one token per cell already; indexed cell tokens add nothing), toward
+what pre-training puts in the residual stream before the control starts (targets that
+need the board: the ``threats`` rows are the only lever measured that moved a digit
+prompt). That needs a pre-trained v4 build, which this probe does not build; so the issue's
+guard (P(optimal) before any recipe within +-0.05 of uniform over the legal moves) is not
+tested here: every model above is fresh and starts at 0.56-0.58.
+
+    nice -n 15 python benchmarks/bench_ttt_representation.py --which fresh --arch gpt2 \
+        --format grid_only --name bench_ttt_representation_b128_gpt2_grid_only
+    # the other rows: --arch llama | llama_abspos, --seed 1, --lr 3e-3 --warmup 50,
+    # --format named_only --cell_tokens; --which mlp --steps 400 (each file records its command)
 """
 
 from __future__ import annotations
@@ -168,6 +216,15 @@ def render(game, s, player, fmt="default"):
     return "\n".join(lines)
 
 
+def add_cell_tokens(tok):
+    """Add one token per cell and content (``1X`` .. ``9.``, the ``named`` format's cells)
+    to ``tok``: every cell token then carries its cell index in its own embedding, as the
+    MLP's board planes do, whatever the architecture does with position."""
+    from tokenizers import AddedToken
+
+    tok.add_tokens([AddedToken(f"{i}{m}", normalized=False) for i in range(1, 10) for m in MARKS])
+
+
 def threat_moves(s):
     """Cells that complete a line of the mover's marks, else cells that block one of the
     opponent's, else every empty cell: reading threats, with no look-ahead."""
@@ -215,9 +272,55 @@ def target_loss(logits, target, kind="uniform"):
     raise ValueError(f"unknown loss {kind!r}: uniform or set")
 
 
+ARCHS = ("llama", "llama_abspos", "gpt2")
+
+
+class AbsolutePositions(torch.nn.Module):
+    """A token embedding plus a learned absolute position embedding (GPT-2's), so every
+    residual vector, and so every attention VALUE, carries its position; with RoPE alone
+    position enters only the query-key products."""
+
+    def __init__(self, embed, n_positions):
+        super().__init__()
+        self.embed = embed  # the same module: the tied LM head keeps its weight
+        self.positions = torch.nn.Embedding(n_positions, embed.embedding_dim)
+        torch.nn.init.normal_(self.positions.weight, std=0.02)
+
+    @property
+    def weight(self):  # the token embedding's, as transformers expects of an input embedding
+        return self.embed.weight
+
+    def forward(self, ids):
+        return self.embed(ids) + self.positions.weight[: ids.shape[1]]
+
+
+def fresh_model(arch, cfg, tok):
+    """A freshly initialised model of ``cfg``'s width, depth and heads: ``llama`` the
+    embedded model's own architecture (RoPE); ``llama_abspos`` the same plus
+    :class:`AbsolutePositions` (RoPE kept: the one change is position in the residual
+    stream); ``gpt2`` transformers' GPT-2 (learned absolute positions, LayerNorm, GELU MLP
+    of ``intermediate_size``, no dropout, tied embeddings)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from lmselfplay.models.tiny import make_model
+
+    if arch not in ARCHS:
+        raise ValueError(f"unknown arch {arch!r}; known: {list(ARCHS)}")
+    if arch == "gpt2":
+        return GPT2LMHeadModel(GPT2Config(
+            vocab_size=len(tok), n_embd=cfg.hidden_size, n_layer=cfg.num_layers, n_head=cfg.num_heads,
+            n_positions=cfg.max_seq_len, n_inner=cfg.intermediate_size, resid_pdrop=0.0, embd_pdrop=0.0,
+            attn_pdrop=0.0, tie_word_embeddings=True, bos_token_id=tok.bos_token_id,
+            eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id))
+    model = make_model(cfg, tok)
+    if arch == "llama_abspos":
+        model.model.embed_tokens = AbsolutePositions(model.model.embed_tokens, cfg.max_seq_len)
+    return model
+
+
 def move_logits(model, rows, pad_id):
     ids, att = pad_batch([r[0] for r in rows], pad_id)
-    hidden = model.model(input_ids=ids, attention_mask=att).last_hidden_state
+    hidden = model.base_model(input_ids=ids, attention_mask=att).last_hidden_state
     last = att.sum(1) - 1  # right padding: the last real token predicts the move
     return model.lm_head(hidden[torch.arange(len(rows)), last]).float()
 
@@ -361,15 +464,24 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=0, help="linear lr warmup steps")
     ap.add_argument("--layers", type=int, default=0, help="fresh model's layers (0: the embedded shape)")
     ap.add_argument("--heads", type=int, default=0, help="fresh model's heads (0: the embedded shape)")
+    ap.add_argument("--arch", default="llama", choices=ARCHS,
+                    help="fresh model's architecture (llama: the embedded one's; llama_abspos: + learned "
+                         "absolute positions; gpt2)")
+    ap.add_argument("--cell_tokens", action="store_true",
+                    help="lever (fresh only): one token per cell and mark ('5X'; see add_cell_tokens), for --format named*")
     ap.add_argument("--name", default="bench_ttt_representation")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from lmselfplay.models.tiny import TinyConfig, ensure_tiny_model, make_model
+    from lmselfplay.models.tiny import TinyConfig, ensure_tiny_model
 
     path = args.model or str(ensure_tiny_model())
     tok = AutoTokenizer.from_pretrained(path)
+    if args.cell_tokens:
+        if "embedded" in args.which.split(","):
+            ap.error("--cell_tokens changes the vocabulary: fresh models only (--which fresh)")
+        add_cell_tokens(tok)
     rows = move_token_data(tok, make("tictactoe"), args.split_marks, args.format)
     if args.subset:
         rows = random.Random(args.seed + 2).sample(rows, args.subset)
@@ -387,7 +499,8 @@ def main() -> None:
                 continue_pretraining(model, tok, args.pretrain_steps, args.task_weights, args.pretrain_lr, args.seed)
         else:
             shape = {k: v for k, v in (("num_layers", args.layers), ("num_heads", args.heads)) if v}
-            model = make_model(TinyConfig(**shape), tok)  # same shape unless --layers/--heads, fresh weights
+            model = fresh_model(args.arch, TinyConfig(**shape), tok)  # same shape unless --layers/--heads
+        print(f"  [{which}] {sum(p.numel() for p in model.parameters()):,} parameters", flush=True)
         if args.legal_steps:  # uniform over the legal moves (the corpus's own target) or over threat_moves
             first = [(r[0], r[1], r[3] if args.legal_target == "threats" else r[1]) for r in rows]
             results["curves"][which + "_legal"] = supervised(

@@ -220,11 +220,14 @@ REGISTRY: list[Command] = [
         "python recipes/absolute_zero.py --config recipes/configs/absolute_zero.yaml --engine vllm-server "
         "--vllm_server_urls http://gen0:8000 http://gen1:8000 --max_staleness 1 --tis_cap 2",
         "python recipes/r_zero.py --config recipes/configs/r_zero.yaml --engine vllm-server "
-        "--vllm_server_urls http://gen0:8000 http://gen1:8000 --max_staleness 1",
+        "--vllm_server_urls http://gen0:8000 http://gen1:8000 --max_staleness 1 --tis_cap 2",
         "python recipes/r_zero.py --config recipes/configs/r_zero.yaml --two_copies true --engine vllm-server "
-        "--vllm_server_urls http://gen0:8000 --challenger_vllm_server_urls http://gen1:8000 --max_staleness 1")],
+        "--vllm_server_urls http://gen0:8000 --challenger_vllm_server_urls http://gen1:8000 --max_staleness 1 --tis_cap 2")],
     Command("python benchmarks/bench_scale.py", extra="--prompts 8 --tokens 8 --steps 2 --train_batch 8 --out_dir {out}",
             files=("bench_scale.json",), slow=True),
+    Command("python benchmarks/bench_staleness_learning.py",
+            extra="--steps 2 --seeds 0 --eval_every 2 --episodes 4 --settings k0,k1 --out_dir {out}",
+            files=("bench_staleness_learning.json",), slow=True),
     Command('pip install -e ".[vllm]"', skip=f"installs vLLM for a {GPU}"),
     Command("python recipes/selfplay_games.py --config recipes/configs/selfplay_games.yaml --engine vllm "
             "--vllm_gpu_memory_utilization 0.3 [--vllm_enable_sleep_mode true]", skip=f"{GPU} and vLLM"),

@@ -296,3 +296,33 @@ def test_closing_the_engine_closes_its_kept_connections(servers):
     assert all(c.sock is None for c in kept)
     with server_pool._by_thread_lock:
         assert all(t.is_alive() for t in server_pool._by_thread)  # the ended workers' entries are gone
+
+
+def test_request_threads_run_a_call_concurrently_in_order_and_raise_the_first_error():
+    from lmselfplay.lm.engines.server_pool import RequestThreads
+
+    threads = RequestThreads(8)
+    together = threading.Barrier(8, timeout=10)  # passes only if all 8 items run at once
+
+    def item(i):
+        together.wait()
+        return i * i
+
+    assert threads.map(item, list(range(8))) == [i * i for i in range(8)]
+    other = []  # a second caller at the same time gets threads of its own (no call waits on another's)
+    t = threading.Thread(target=lambda: other.append(threads.map(lambda i: (together.wait(), i)[1], list(range(4)))))
+    t.start()
+    assert threads.map(lambda i: (together.wait(), -i)[1], list(range(4))) == [0, -1, -2, -3]
+    t.join(10)
+    assert other == [[0, 1, 2, 3]]
+
+    def bad(i):
+        if i in (3, 5):
+            raise ValueError(f"item {i}")
+        return i
+
+    with pytest.raises(ValueError, match="item 3"):
+        threads.map(bad, list(range(8)))
+    assert threads.map(str, [1, 2]) == ["1", "2"]  # still usable after an error
+    threads.close()
+    assert not threads.threads

@@ -73,3 +73,55 @@ def test_threat_moves_win_first_then_block_then_anything():
     assert threat_moves(TicTacToeState((1, 1, 0, 2, 0, 0, 0, 0, 0))) == [2]
     # X . . / . . . / . . . : no threat, every empty cell
     assert threat_moves(TicTacToeState((1, 0, 0, 0, 0, 0, 0, 0, 0))) == list(range(1, 9))
+
+
+def _small_cfg():
+    from lmselfplay.models.tiny import TinyConfig
+
+    return TinyConfig(num_layers=1, hidden_size=32, num_heads=2, intermediate_size=64, max_seq_len=128)
+
+
+def test_every_arch_gives_move_logits_and_only_abspos_and_gpt2_put_position_in_the_embedding():
+    import torch
+    from bench_ttt_representation import fresh_model, move_logits
+    from lm_fixtures import tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    ids = torch.tensor([[5, 5, 5]])
+    rows = [([5, 6, 7], [], [], []), ([5, 6], [], [], [])]
+    for arch, positional in (("llama", False), ("llama_abspos", True), ("gpt2", True)):
+        torch.manual_seed(0)
+        model = fresh_model(arch, _small_cfg(), tok)
+        assert model.lm_head.weight is model.get_input_embeddings().weight  # tied, as the embedded model
+        if arch == "gpt2":
+            emb = model.transformer.wte(ids) + model.transformer.wpe(torch.arange(3))
+        else:
+            emb = model.model.embed_tokens(ids)
+        assert (not torch.allclose(emb[0, 0], emb[0, 2])) == positional, arch
+        assert move_logits(model, rows, tok.pad_token_id).shape == (2, len(tok))
+    with pytest.raises(ValueError, match="unknown arch"):
+        fresh_model("nope", _small_cfg(), tok)
+
+
+def test_abspos_keeps_the_tied_head_and_trains_its_positions():
+    from bench_ttt_representation import fresh_model, move_logits
+    from lm_fixtures import tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    model = fresh_model("llama_abspos", _small_cfg(), tok)
+    assert model.lm_head.weight is model.model.embed_tokens.embed.weight
+    move_logits(model, [([5, 6, 7], [], [], [])], tok.pad_token_id).sum().backward()
+    assert model.model.embed_tokens.positions.weight.grad[:3].abs().sum() > 0
+
+
+def test_cell_tokens_make_every_named_cell_one_token():
+    from bench_ttt_representation import add_cell_tokens
+    from lm_fixtures import tiny_tokenizer
+
+    tok = copy.deepcopy(tiny_tokenizer())
+    tok.add_special_tokens({"additional_special_tokens": ["<move>"]})
+    add_cell_tokens(tok)
+    cells = {tok.convert_tokens_to_ids(f"{i}{m}") for i in range(1, 10) for m in "XO."}
+    assert len(cells) == 27
+    for ids, *_ in move_token_data(tok, make("tictactoe"), fmt="named_only")[:50]:
+        assert sum(t in cells for t in ids) == 9

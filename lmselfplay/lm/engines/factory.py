@@ -54,7 +54,7 @@ class EngineConfig(StalenessConfig):
     max_staleness: int = field(default=0, metadata={
         "help": "0: generate each step's rollouts with the weights being trained (on-policy); k >= 1: the next step's "
                 "rollouts are generated while this step trains (engine vllm-server or vllm), and a rollout sampled "
-                "more than k weight versions ago is dropped (staleness/dropped); correct the rest with tis_cap"})
+                "more than k weight versions ago is dropped (staleness/dropped); correct the rest with tis_cap (without it k = 1 learned worse in docs/scale.md's measurement)"})
     weight_sync_bucket_mb: int = field(default=256, metadata={
         "help": "weights pushed to vLLM in buckets of at most this many MB (ZeRO-3 gathers one bucket at a time)"})
 

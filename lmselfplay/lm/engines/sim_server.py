@@ -69,6 +69,34 @@ class SimServer:
         return [int.from_bytes(hashlib.blake2b(key + bytes([k % 256, k // 256]), digest_size=4).digest(), "big")
                 % self.vocab for k in range(n)]
 
+    # --- what a subclass with a real model replaces (:mod:`lmselfplay.lm.engines.hf_server`) ---
+    transfer_backend = "sim"  # announced in /server_info: the client picks its weight channel by it
+
+    def complete(self, req: dict) -> tuple[list[int], list[float]]:
+        """(token ids, their log-probs) of one ``/v1/completions`` request."""
+        with self.slots:  # decoded with the other requests of the batch
+            time.sleep(self.token_delay * int(req["max_tokens"]))
+        toks = self.tokens(req["prompt"], req.get("seed"), int(req["max_tokens"]))
+        return toks, [-0.1 * (k + 1) for k in range(len(toks))]
+
+    def prompt_logprobs(self, prompt: list[int]) -> list[float | None]:
+        """Each prompt token's log-prob given the tokens before it (None for the first)."""
+        return [None] + [-0.01 * t for t in prompt[1:]]
+
+    def load(self, body: bytes) -> None:
+        """``POST /sim/load``: one bucket of the push (here its checksum, chained into the push's)."""
+        self.push_digest.update(json.loads(body)["part"].encode())
+        self.pending_weights = self.push_digest.hexdigest()
+
+    def start_update(self) -> None:
+        """``/start_weight_update``: a new push begins (what an earlier, failed one sent is discarded)."""
+        self.push_digest, self.pending_weights = hashlib.blake2b(digest_size=8), None
+
+    def finish_update(self) -> None:
+        """``/finish_weight_update``: serve the pushed weights from now on."""
+        if self.pending_weights is not None:
+            self.weights, self.pending_weights = self.pending_weights, None
+
 
 def _handler(sim: SimServer):
     class Handler(BaseHTTPRequestHandler):
@@ -122,7 +150,7 @@ def _handler(sim: SimServer):
                 return self._send(200, {"data": [{"id": sim.model}]})
             if path == "/server_info":
                 return self._send(200, {"vllm_config": {"model_config": {"logprobs_mode": sim.logprobs_mode},
-                                                        "weight_transfer_config": {"backend": "sim"}}})
+                                                        "weight_transfer_config": {"backend": sim.transfer_backend}}})
             if path == "/get_world_size":
                 return self._send(200, {"world_size": 1})
             if path == "/sim/state":
@@ -132,8 +160,12 @@ def _handler(sim: SimServer):
 
         def do_POST(self):
             n = int(self.headers.get("Content-Length") or 0)
-            req = json.loads(self.rfile.read(n)) if n else {}
+            raw = self.rfile.read(n) if n else b""
             path = self.path.split("?")[0]
+            if path == "/sim/load":  # a bucket: its body is the server's to read (JSON or tensors)
+                sim.calls.append(("POST", path, len(raw)))
+                return self._fault() or self._load(raw)
+            req = json.loads(raw) if raw else {}
             sim.calls.append(("POST", path, req))
             if path == "/sim/faults":  # test control, never faulty itself
                 sim.faults.update(req)
@@ -143,15 +175,16 @@ def _handler(sim: SimServer):
             handler = {"/v1/completions": self._complete, "/pause": self._pause, "/resume": self._resume,
                        "/start_weight_update": self._start, "/update_weights": self._update,
                        "/finish_weight_update": self._finish, "/reset_prefix_cache": self._reset,
-                       "/sim/load": self._load,
                        "/init_weight_transfer_engine": lambda r: self._send(200, {})}.get(path)
             if handler is None:
                 return self._send(404, {"error": "no such endpoint"})
             handler(req)
 
-        def _load(self, req):  # a bucket's checksum, chained into this push's
-            sim.push_digest.update(req["part"].encode())
-            sim.pending_weights = sim.push_digest.hexdigest()
+        def _load(self, raw: bytes):
+            try:
+                sim.load(raw)
+            except Exception as e:  # a bucket this server cannot load: the push step fails, the server stays up
+                return self._send(400, {"error": f"cannot load the bucket: {type(e).__name__}: {e}"})
             self._send(200, {})
 
         def _complete(self, req):
@@ -162,16 +195,18 @@ def _handler(sim: SimServer):
                 time.sleep(0.001)
             if "prompt_logprobs" in req:
                 p = req["prompt"]
+                lps = sim.prompt_logprobs(p)
                 return self._send(200, {"choices": [{"prompt_logprobs": [None] + [
-                    {str(t): {"logprob": -0.01 * t}} for t in p[1:]], "token_ids": [0]}]})
+                    {str(t): {"logprob": lp}} for t, lp in zip(p[1:], lps[1:])], "token_ids": [0]}]})
             if int(req.get("max_tokens", 0)) < 0:
                 return self._send(400, {"error": "max_tokens must be >= 0"})
-            with sim.slots:  # decoded with the other requests of the batch
-                time.sleep(sim.token_delay * int(req["max_tokens"]))
-            toks = sim.tokens(req["prompt"], req.get("seed"), int(req["max_tokens"]))
-            sim.completions += 1
-            self._send(200, {"choices": [{"token_ids": toks, "logprobs": {
-                "token_logprobs": [-0.1 * (k + 1) for k in range(len(toks))]}}]})
+            try:
+                toks, lps = sim.complete(req)
+            except Exception as e:  # the model failed on this request: an error answer, the server goes on
+                return self._send(500, {"error": f"generation failed: {type(e).__name__}: {e}"})
+            with sim.lock:
+                sim.completions += 1
+            self._send(200, {"choices": [{"token_ids": toks, "logprobs": {"token_logprobs": lps}}]})
 
         def _pause(self, req):
             sim.paused = True
@@ -182,7 +217,8 @@ def _handler(sim: SimServer):
             self._send(200, {"status": "resumed"})
 
         def _start(self, req):
-            sim.updating, sim.push_digest = True, hashlib.blake2b(digest_size=8)
+            sim.updating = True
+            sim.start_update()
             self._send(200, {})
 
         def _update(self, req):
@@ -192,8 +228,7 @@ def _handler(sim: SimServer):
 
         def _finish(self, req):
             with sim.lock:
-                if sim.pending_weights is not None:
-                    sim.weights, sim.pending_weights = sim.pending_weights, None
+                sim.finish_update()
                 sim.updating = False
             self._send(200, {})
 

@@ -51,6 +51,7 @@ from lmselfplay.lm.engines.base import (
     to_completion,
 )
 from lmselfplay.lm.engines.server_pool import (
+    RequestThreads,
     Server,
     ServerError,
     ServerPool,
@@ -234,7 +235,7 @@ class VLLMServerEngine:
         self.gate = RequestGate()
         self._metadata: list[tuple[str, str, list[int]]] | None = None
         self._warned_pause = False
-        self._workers: ThreadPoolExecutor | None = None
+        self._workers: RequestThreads | None = None
         self._workers_lock = threading.Lock()
         self._start(wait_for_server)
         factory = channel_factory or (lambda url, i: self._channel_for(url, group_port + i))
@@ -290,8 +291,9 @@ class VLLMServerEngine:
         return True
 
     def _channel_for(self, url: str, group_port: int) -> Any:
-        """The weight transfer the server announces: vLLM's NCCL, or the simulated server's
-        checksum over HTTP (:mod:`~lmselfplay.lm.engines.sim_server`: CPU rehearsals)."""
+        """The weight transfer the server announces: vLLM's NCCL, the simulated server's
+        checksum over HTTP (:mod:`~lmselfplay.lm.engines.sim_server`: CPU rehearsals), or the
+        tensors over HTTP (:mod:`~lmselfplay.lm.engines.hf_server`: a real model on CPU)."""
         s = next(s for s in self.pool.servers if s.url == url)
         try:
             info = self._request(s, "GET", "/server_info?config_format=json", retries=0) if s.in_rotation else {}
@@ -302,6 +304,10 @@ class VLLMServerEngine:
             from lmselfplay.lm.engines.sim_server import SimHTTPChannel
 
             return SimHTTPChannel(url)
+        if backend == "http-tensors":
+            from lmselfplay.lm.engines.hf_server import TensorHTTPChannel
+
+            return TensorHTTPChannel(url)
         return NCCLChannel(url, group_port)
 
     def _server_logprobs_mode(self, s: Server) -> str:
@@ -331,13 +337,14 @@ class VLLMServerEngine:
 
     def _pool_map(self, fn, items: list) -> list:
         """``fn`` over ``items``, at most ``max_concurrency`` at once, on the engine's own worker
-        threads: they live as long as the engine, and so do their kept-alive connections."""
+        threads (:class:`~lmselfplay.lm.engines.server_pool.RequestThreads`): they live as long as
+        the engine, and so do their kept-alive connections."""
         if len(items) <= 1:
             return [fn(x) for x in items]
         with self._workers_lock:
             if self._workers is None:
-                self._workers = ThreadPoolExecutor(max_workers=self.max_concurrency, thread_name_prefix="vllm-client")
-        return list(self._workers.map(fn, items))
+                self._workers = RequestThreads(self.max_concurrency)
+        return self._workers.map(fn, items)
 
     def generate(self, prompts_token_ids: list[list[int]], sampling: SamplingParams) -> list[Completion]:
         check_logprobs_mode(self.logprobs_mode, sampling)
@@ -538,7 +545,7 @@ class VLLMServerEngine:
 
     def close(self) -> None:
         if self._workers is not None:
-            self._workers.shutdown(wait=True)
+            self._workers.close()
             self._workers = None
         close_idle_connections()  # the workers have ended: their kept connections close here
         for url in list(self.open_channels):
