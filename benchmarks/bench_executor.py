@@ -120,10 +120,10 @@ def main() -> None:
         for e in exs.values():
             e.close()
 
-    cpus = os.cpu_count() or 1
+    cpus, load_after = os.cpu_count() or 1, os.getloadavg()[0]
     print(f"\nconcurrency {args.workers}, trivial program, {args.n} sandbox tasks per mode, "
           f"{args.naive_n} naive tasks, {args.rounds} interleaved rounds, {cpus} CPUs, load "
-          f"average {load_before:.1f} before / {os.getloadavg()[0]:.1f} after")
+          f"average {load_before:.1f} before / {load_after:.1f} after")
     rates, cpu_per = {}, {}
     for name, s in sides.items():
         rates[name] = s.n / s.wall
@@ -133,8 +133,7 @@ def main() -> None:
     out = {"exec_per_s": rates, "cpu_ms_per_exec": {k: 1000 * v for k, v in cpu_per.items()},
            "exec_per_s_if_cpus_free": {k: cpus / v for k, v in cpu_per.items()},
            "startup_s": startup, "modes": {}, "load_average_before": load_before,
-           "load_average_after": os.getloadavg()[0],
-           "tasks": {"per_mode": args.n, "naive": args.naive_n, "rounds": args.rounds, "workers": args.workers}}
+           "load_average_after": load_after, "args": vars(args)}
     for m in modes:
         ratio, cpu_ratio = rates[m] / rates["naive"], cpu_per["naive"] / cpu_per[m]
         print(f"{m:18s}: {ratio:.1f}x naive measured exec/s, {cpu_ratio:.1f}x less CPU per exec; "

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from lmselfplay.lm.engines.base import SamplingParams  # noqa: E402
+from lmselfplay.lm.engines.sim_server import ServerProcess  # noqa: E402
 from lmselfplay.lm.engines.vllm_server import VLLMServerEngine  # noqa: E402
 from lmselfplay.lm.trajectory import Sample  # noqa: E402
 from lmselfplay.rl.overlap import OverlappedRollouts  # noqa: E402
@@ -42,18 +42,10 @@ class _Tok:
         return " ".join(map(str, ids))
 
 
-class ServerProcess:
-    """A simulated server in its own process (its HTTP threads off this interpreter's GIL)."""
-
-    def __init__(self, token_delay: float, max_batch: int = 256, vocab: int = 997):
-        self.proc = subprocess.Popen([sys.executable, "-m", "lmselfplay.lm.engines.sim_server", "--token_delay",
-                                      str(token_delay), "--max_batch", str(max_batch), "--vocab", str(vocab)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self.url = self.proc.stdout.readline().strip()
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait(timeout=30)
+def sim_process(token_delay: float, max_batch: int = 256, vocab: int = 997) -> ServerProcess:
+    """A simulated server in its own process."""
+    return ServerProcess("lmselfplay.lm.engines.sim_server", "--token_delay", str(token_delay),
+                         "--max_batch", str(max_batch), "--vocab", str(vocab))
 
 
 class NoWeights:
@@ -78,7 +70,7 @@ def engine_on(servers, tok=None) -> VLLMServerEngine:
 
 
 def throughput(n_servers: int, prompts: int, tokens: int, delay: float, batch: int) -> float:
-    sims = [ServerProcess(delay, batch) for _ in range(n_servers)]
+    sims = [sim_process(delay, max_batch=batch) for _ in range(n_servers)]
     try:
         eng = engine_on(sims)
         sp = SamplingParams(max_new_tokens=tokens, temperature=1.0, seed=0)
@@ -104,7 +96,7 @@ def training_loop(max_staleness: int, steps: int, batch: int, tokens: int, delay
     tok = tiny_tokenizer()
     trainer = PolicyTrainer(tiny_model(seed=0), tok, TrainerConfig(num_iterations=2, beta=0.0, learning_rate=1e-3,
                                                                    merge_identical=False))
-    sim = ServerProcess(delay, vocab=len(tok))
+    sim = sim_process(delay, vocab=len(tok))
     gen_s: list[float] = []
     try:
         eng = engine_on([sim], tok)

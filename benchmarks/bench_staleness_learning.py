@@ -23,12 +23,11 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from lmselfplay.lm.engines.sim_server import ServerProcess
 from lmselfplay.utils.results import save_results
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,25 +35,6 @@ KEY = "nim/optimal_move_prob"
 # each setting's overrides of the run; the first is the on-policy baseline the others are set against
 SETTINGS = {"k0": {"max_staleness": 0}, "k1": {"max_staleness": 1},
             "k1_tis": {"max_staleness": 1, "tis_cap": 2.0}}  # + truncated importance sampling of the lag
-
-
-class HFServerProcess:
-    """``python -m lmselfplay.lm.engines.hf_server`` in its own process (one torch thread)."""
-
-    def __init__(self, model: str):
-        self.proc = subprocess.Popen([sys.executable, "-m", "lmselfplay.lm.engines.hf_server", "--model", model],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self.url = self.proc.stdout.readline().strip()
-        if not self.url.startswith("http"):
-            self.proc.kill()
-            raise RuntimeError("the hf_server process did not start (no URL printed)")
-
-    def __enter__(self) -> HFServerProcess:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.proc.stdin.close()
-        self.proc.wait(timeout=60)
 
 
 def run(model: str, setting: dict, seed: int, steps: int, eval_every: int, episodes: int, out: Path) -> list[dict]:
@@ -67,7 +47,7 @@ def run(model: str, setting: dict, seed: int, steps: int, eval_every: int, episo
     argv = ["--config", str(ROOT / "recipes" / "configs" / "selfplay_games.yaml")]
     for key, v in args.items():
         argv += [f"--{key}", str(v)]
-    with HFServerProcess(model) as server:
+    with ServerProcess("lmselfplay.lm.engines.hf_server", "--model", model) as server:
         load_recipe("selfplay_games").main(argv + ["--vllm_server_urls", server.url])
     return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
 

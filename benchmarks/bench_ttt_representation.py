@@ -129,7 +129,7 @@ slower (llama 0.739 / 0.746; + learned positions 0.627 / 0.706; GPT-2 0.657 / 0.
 larger lr does not rescue GPT-2 (as it did not the Llama, row ``fresh_grid_only_lr3e-3``);
 and a cell token that names its cell (uniform attention over the 9 cell tokens is then a
 linear function of the MLP's board planes) is no better than the digit-free grid (llama
-0.708, GPT-2 0.622; the same board with the index and mark as two tokens 0.686). Every transformer stays at 0.60-0.65 for its first ~200 steps
+0.708, GPT-2 0.622; the same board with the index and mark as two tokens 0.686). Every transformer stays at 0.58-0.65 for its first ~200 steps
 (uniform over the legal moves is ~0.57) and climbs slowly after, where the MLP is at 0.77
 by step 200. And at this lr and budget the no-reading MLP itself reaches only 0.864
 (argmax 0.988): ">= 0.95 in 400 steps" asks for more than free reading. For v4 this points

@@ -271,21 +271,37 @@ def print_run_summary(rows) -> None:
 
 class SharedReferee:
     """The run's referee, one batch at a time: with overlap the next step's rollouts are checked
-    in their own thread while an evaluation's answers are checked in the loop's."""
+    in their own thread while an evaluation's answers are checked in the loop's. Its
+    ``seconds`` / ``programs_run`` count the calling thread's batches only, so a step's executor
+    metrics never include an evaluation's programs."""
 
     def __init__(self, referee: CodeReferee):
-        self.referee, self.lock = referee, threading.Lock()
+        self.referee, self.lock, self._mine = referee, threading.Lock(), threading.local()
 
     def __getattr__(self, name: str):
         return getattr(self.referee, name)
 
-    def validate(self, proposals):
+    @property
+    def seconds(self) -> float:
+        return getattr(self._mine, "seconds", 0.0)
+
+    @property
+    def programs_run(self) -> int:
+        return getattr(self._mine, "programs", 0)
+
+    def _counted(self, judge, batch):
         with self.lock:
-            return self.referee.validate(proposals)
+            seconds, programs = self.referee.seconds, self.referee.programs_run
+            out = judge(batch)
+            self._mine.seconds = self.seconds + self.referee.seconds - seconds
+            self._mine.programs = self.programs_run + self.referee.programs_run - programs
+        return out
+
+    def validate(self, proposals):
+        return self._counted(self.referee.validate, proposals)
 
     def check(self, items):
-        with self.lock:
-            return self.referee.check(items)
+        return self._counted(self.referee.check, items)
 
 
 def log_eval(cfg, acc, trainer, engine, tok, referee, heldout, logger, step, t0) -> dict[str, float]:
@@ -388,11 +404,6 @@ def play_step(cfg, acc, engine, tok, referee, buffers, step: int, keep_state: bo
                    {tt: len(b) for tt, b in buffers.items()})
 
 
-def sampled_version(comp, version: int) -> int:
-    """The weight version a completion was sampled with: the server's record, else the engine's."""
-    return version if getattr(comp, "version", None) is None else comp.version
-
-
 def train_step(cfg, acc, trainer, ro: Rollout, rollouts, step: int, out_dir: Path) -> dict[str, float]:
     """Steps 4-6 on the step's :class:`Rollout`; returns the step's metrics."""
     # 4: rewards: solver 1/0 (format error: penalty); proposer learnability over G attempts
@@ -405,9 +416,9 @@ def train_step(cfg, acc, trainer, ro: Rollout, rollouts, step: int, out_dir: Pat
     adv = task_type_advantages(keys, prop_r + solve_r)
 
     # 6: update both roles in one trainer step; a rollout older than max_staleness versions is dropped
-    samples = [make_sample(c, a, r, "propose", tt, sampled_version(c, ro.version))
+    samples = [make_sample(c, a, r, "propose", tt, ro.version if c.version is None else c.version)
                for c, a, r, tt in zip(ro.props, adv[: len(ro.props)], prop_r, ro.types)]
-    samples += [make_sample(c, a, r, "solve", x.task_type, sampled_version(c, ro.version))
+    samples += [make_sample(c, a, r, "solve", x.task_type, ro.version if c.version is None else c.version)
                 for c, a, r, x in zip(ro.answers, adv[len(ro.props):], solve_r, ro.attempts)]
     samples, stale = rollouts.keep([s for s in samples if s.completion_ids], trainer.step_count)
     with ro.clock("train"):

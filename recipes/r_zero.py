@@ -51,7 +51,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,7 +64,7 @@ from lmselfplay.lm.prompt import encode_prompt
 from lmselfplay.lm.trajectory import Sample
 from lmselfplay.models.policy import PolicyConfig, load_policy
 from lmselfplay.rl.advantages import group_advantages
-from lmselfplay.rl.overlap import OverlappedRollouts, rollouts_for
+from lmselfplay.rl.overlap import OverlappedRollouts, rollouts_for, serving_all
 from lmselfplay.rl.rewards import proposer_rewards
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
 from lmselfplay.tasks.arithmetic import QUESTION_WRITE_PROMPT, arithmetic_problem, arithmetic_prompt
@@ -290,9 +290,7 @@ class RZero:
     def serving(self, *roles: Role) -> Iterator[None]:
         """Inside, the engine of every role in ``roles`` (default: all) serves its trainer's
         current weights."""
-        with ExitStack() as stack:
-            for role in roles or [r for _, r in self.roles()]:
-                stack.enter_context(role.trainer.serving(role.engine))
+        with serving_all([(role.trainer, role.engine) for role in roles or [r for _, r in self.roles()]]):
             yield
 
     def rollouts(self, role: Role, plan, others: tuple[Role, ...] = ()) -> OverlappedRollouts:
@@ -410,7 +408,7 @@ def samples_of(completions, advantages, rewards, role: str, version: int) -> lis
     """The trained samples; each with the weight version it was sampled with (the server's
     record, else ``version``: the engine's when the generation started)."""
     return [Sample(c.prompt_ids, c.token_ids, c.logprobs, float(a), float(r), role, "r_zero",
-                   version if getattr(c, "version", None) is None else c.version)
+                   version if c.version is None else c.version)
             for c, a, r in zip(completions, advantages, rewards) if c.token_ids]
 
 
@@ -627,9 +625,9 @@ def loop(run: RZero) -> Path:
             first = start_phase if it == start_it else 0
             # 1: challenger phase
             if first <= 0:  # max_staleness >= 1: a step's questions are written while the previous one trains
-                rollouts = run.rollouts(run.challenger, challenger_plan(run, it), others=(run.solver,))
-                for step in range(cfg.challenger_steps):
-                    log(run.global_step + 1, {"iteration": it, **challenger_step(run, rollouts, step)})
+                with closing(run.rollouts(run.challenger, challenger_plan(run, it), others=(run.solver,))) as rollouts:
+                    for step in range(cfg.challenger_steps):
+                        log(run.global_step + 1, {"iteration": it, **challenger_step(run, rollouts, step)})
                 save_phase(run, it, 0)
                 bar.update(1)
             # 2: filter; 4: the pool saved with `datasets`, its measures logged
@@ -643,12 +641,12 @@ def loop(run: RZero) -> Path:
             # 3: solver phase on the kept questions and their labels
             kept = load_kept(pool_dir(out, it, acc.process_index))
             study = Counter()
-            rollouts = run.rollouts(run.solver, solver_plan(run, kept, it))
             # every rank makes the same number of updates (collectives); alone, none without data
-            for step in range(cfg.solver_steps if kept or acc.num_processes > 1 else 0):
-                row = solver_step(run, rollouts, step)
-                study.update({k: row.get(k, 0) for k in ("study/n_rewards", "study/rewards_right")})
-                log(run.global_step, {"iteration": it, **row})
+            with closing(run.rollouts(run.solver, solver_plan(run, kept, it))) as rollouts:
+                for step in range(cfg.solver_steps if kept or acc.num_processes > 1 else 0):
+                    row = solver_step(run, rollouts, step)
+                    study.update({k: row.get(k, 0) for k in ("study/n_rewards", "study/rewards_right")})
+                    log(run.global_step, {"iteration": it, **row})
             # 4: measures of the iteration, held-out accuracy, checkpoint
             log(run.global_step, {"iteration": it, **heldout_accuracy(run, it), "study/reward_accuracy_iteration":
                                   study["study/rewards_right"] / study["study/n_rewards"]

@@ -467,3 +467,33 @@ def test_recipe_under_accelerate_launch(model_dir, tmp_path):
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "train/loss" in r] == [1, 2]
     assert (tmp_path / "run" / "final_model").is_dir()
+
+
+def test_the_shared_referee_counts_each_threads_programs_apart():
+    """With overlap the next step's rollout checks programs in its thread while an evaluation
+    checks in the loop's: each must count only its own (the step's executor metrics)."""
+    import threading
+
+    class Counting:
+        seconds, programs_run = 0.0, 0
+
+        def check(self, items):
+            self.seconds += 1.0
+            self.programs_run += len(items)
+            return items
+
+        validate = check
+
+    shared = load_recipe("absolute_zero").SharedReferee(Counting())
+    seen = {}
+
+    def rollout():
+        shared.validate([1, 2, 3])
+        seen["rollout"] = (shared.seconds, shared.programs_run)
+
+    shared.check([1])  # the evaluation, in the loop's thread
+    worker = threading.Thread(target=rollout)
+    worker.start()
+    worker.join()
+    shared.check([1, 2])
+    assert seen["rollout"] == (1.0, 3) and (shared.seconds, shared.programs_run) == (2.0, 3)

@@ -169,6 +169,7 @@ def test_distillation_keeps_the_answer_format_at_forced_moves():
                                                             for j in range(len(answer))]
 
 
+@pytest.mark.slow  # ~18 s; the Kuhn-alone and Nim-alone recipe tests run by default
 def test_recipe_sampled_is_the_default_and_exact_trains_kuhn_without_playing(model_dir, tmp_path):
     recipe = load_recipe("selfplay_games")
     recipe.main(recipe_args(model_dir, tmp_path / "default", 2))

@@ -185,6 +185,7 @@ def test_every_training_recipe_offers_gradient_checkpointing():
         assert cfg.gradient_checkpointing is True, recipe
 
 
+@pytest.mark.slow  # ~15 s; the caps themselves are tested by default above
 def test_memory_benchmark_runs_quick(tmp_path):
     out = tmp_path / "memory.json"
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_memory.py"), "--quick", "--out", str(out)],

@@ -536,5 +536,6 @@ def test_two_gloo_ranks_one_with_only_stale_rollouts(tmp_path, config):
     alone, summed = zip(*[rk["steps"] for rk in ranks])
     for step in (alone, summed):
         assert [s["kept"] for s in step] == [0, 3] and all(s["finite"] and s["ranks_equal"] for s in step)
+        assert all(s["numel"] > 0 for s in step)  # full parameters compared, not ZeRO-3's placeholders
     assert [s["stale"]["staleness/dropped"] for s in alone] == [3.0, 0.0]  # each rank's own count
     assert [s["stale"] for s in summed] == [{"staleness/dropped": 3.0, "staleness/age": 0.0}] * 2

@@ -11,7 +11,7 @@ from lm_fixtures import tiny_model, tiny_tokenizer
 
 from lmselfplay.lm.engines.base import SamplingParams
 from lmselfplay.lm.engines.hf import HFEngine
-from lmselfplay.lm.engines.hf_server import HFServer
+from lmselfplay.lm.engines.hf_server import HFServer, TensorHTTPChannel
 from lmselfplay.lm.engines.server_pool import ServerUnavailable
 from lmselfplay.lm.engines.vllm_server import VLLMServerEngine
 
@@ -37,7 +37,7 @@ def _perturb(model):
 def test_the_server_samples_and_scores_with_the_weights_pushed_to_it(setup):
     tok, model, server, eng = setup
     sp = SamplingParams(max_new_tokens=6, temperature=1.0, seed=3)
-    assert server.transfer_backend == "http-tensors" and eng.logprobs_mode == "processed_logprobs"
+    assert isinstance(eng.channels[server.url], TensorHTTPChannel) and eng.logprobs_mode == "processed_logprobs"
     _perturb(model)
     before = eng.generate(PROMPTS, sp)
     eng.update_weights(model, version=1)
@@ -77,7 +77,7 @@ def test_a_bucket_the_model_cannot_hold_fails_the_push_with_one_line(setup):
 
 @pytest.mark.slow
 def test_selfplay_recipe_overlapped_on_a_weight_following_server_trains_on_its_samples(model_dir, tmp_path):
-    """The learning benchmark's path (benchmarks/bench_staleness_learning.py), 2 short steps:
+    """The learning benchmark's path (benchmarks/bench_staleness_learning.py), 3 short steps:
     the server's samples carry the version they were drawn with and the trainer's own log-probs
     of them match the server's (it serves the pushed weights, one version behind at k = 1)."""
     import json
@@ -98,3 +98,15 @@ def test_selfplay_recipe_overlapped_on_a_weight_following_server_trains_on_its_s
     # step 1's games were sampled with exactly the trainer's weights, the later ones one update behind
     diffs = [r["train/logprob_diff"] for r in train]
     assert diffs[0] < 1e-4 < min(diffs[1:])
+
+
+def test_serving_in_the_callers_process_leaves_its_global_generator_alone(setup):
+    """A server in the trainer's own process (as here) must not move the trainer's RNG: rows
+    draw with their own generators, unseeded ones from fresh entropy, greedy ones not at all."""
+    tok, model, server, eng = setup
+    torch.manual_seed(123)
+    want = torch.rand(3)
+    torch.manual_seed(123)
+    eng.generate(PROMPTS, SamplingParams(max_new_tokens=4, temperature=1.0))  # no seed
+    eng.generate(PROMPTS, SamplingParams(max_new_tokens=4, temperature=0.0))
+    assert torch.equal(torch.rand(3), want)

@@ -324,5 +324,8 @@ def test_request_threads_run_a_call_concurrently_in_order_and_raise_the_first_er
     with pytest.raises(ValueError, match="item 3"):
         threads.map(bad, list(range(8)))
     assert threads.map(str, [1, 2]) == ["1", "2"]  # still usable after an error
+    started = list(threads.threads)
     threads.close()
-    assert not threads.threads
+    for t in started:
+        t.join(timeout=5)
+    assert started and not any(t.is_alive() for t in started) and not threads.threads

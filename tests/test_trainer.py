@@ -219,3 +219,35 @@ def test_target_rows_sharing_a_prefix_are_packed_with_the_same_update(monkeypatc
     for p, q in zip(packed.unwrapped.parameters(), single.unwrapped.parameters(), strict=True):
         assert torch.allclose(p, q, atol=1e-5)  # Adam moves each weight ~1e-2: equal up to float order
     assert not torch.equal(next(packed.unwrapped.parameters()), next(tiny_model(seed=0).parameters()))
+
+
+def test_a_zero3_rank_with_nothing_to_score_joins_the_other_ranks_reference_forwards(monkeypatch):
+    """Under ZeRO-3 every reference forward is a collective: a rank whose step has no sampled
+    completion (only stale rollouts dropped, or only targets) must make as many reference
+    forwards as the rank with the most, or that rank hangs in its parameter gather."""
+    tr = _trainer(beta=0.5)
+    other_rank_batches = 3  # what the other rank's gather reports
+    monkeypatch.setattr(PolicyTrainer, "deepspeed_stage", property(lambda self: 3))
+    monkeypatch.setattr(type(tr.accelerator), "num_processes", property(lambda self: 2))
+    monkeypatch.setattr(tr.accelerator, "gather", lambda t: torch.cat([t, torch.tensor([other_rank_batches])]))
+    calls = []
+    real = tr._ref_logits
+    monkeypatch.setattr(tr, "_ref_logits", lambda ids, mask: calls.append(ids.shape) or real(ids, mask))
+    monkeypatch.setattr(tr, "_micro_batches", lambda samples, rng: [])  # the passes are not under test
+    tr.step([Sample([1, 50, 60], [], [], target=None)])  # nothing this rank sampled
+    assert len(calls) == other_rank_batches
+    calls.clear()
+    prompt, completion = [1, 50, 60], [90, 100, 2]
+    tr.step([_sample(prompt, completion, 1.0)])  # one batch of its own, two empty ones to match
+    assert len(calls) == other_rank_batches and calls[0] == (1, len(prompt) + len(completion))
+
+
+def test_the_exact_kl_on_a_targets_only_micro_batch_under_zero3_is_zero_not_an_error(monkeypatch):
+    """Under ZeRO-3 a micro-batch of supervised targets takes the general path (every rank makes
+    the same forwards), where the exact KL has no reference rows: it must add nothing, not fail."""
+    tr = _trainer(beta=0.5, kl_estimator="exact", target_passes=1, merge_identical=False)
+    monkeypatch.setattr(PolicyTrainer, "deepspeed_stage", property(lambda self: 3))
+    prompt, completion = [1, 50, 60], [90, 100, 2]
+    target = Sample([1, 5, 9], [], [], target=(0, [4, 7], [0.25, 0.75]))
+    m = tr.step([_sample(prompt, completion, 1.0), target])
+    assert np.isfinite(m["loss"]) and "target_ce" in m

@@ -81,6 +81,24 @@ def _small_cfg():
     return TinyConfig(num_layers=1, hidden_size=32, num_heads=2, intermediate_size=64, max_seq_len=128)
 
 
+def _first_block_input(model, arch, ids):
+    import torch
+
+    blocks = model.transformer.h if arch == "gpt2" else model.model.layers
+    seen = {}
+
+    def grab(module, args, kwargs):
+        seen["x"] = (args[0] if args else kwargs["hidden_states"]).detach()
+
+    hook = blocks[0].register_forward_pre_hook(grab, with_kwargs=True)
+    try:
+        with torch.no_grad():
+            model(input_ids=ids)
+    finally:
+        hook.remove()
+    return seen["x"]
+
+
 def test_every_arch_gives_move_logits_and_only_abspos_and_gpt2_put_position_in_the_embedding():
     import torch
     from bench_ttt_representation import fresh_model, move_logits
@@ -93,10 +111,7 @@ def test_every_arch_gives_move_logits_and_only_abspos_and_gpt2_put_position_in_t
         torch.manual_seed(0)
         model = fresh_model(arch, _small_cfg(), tok)
         assert model.lm_head.weight is model.get_input_embeddings().weight  # tied, as the embedded model
-        if arch == "gpt2":
-            emb = model.transformer.wte(ids) + model.transformer.wpe(torch.arange(3))
-        else:
-            emb = model.model.embed_tokens(ids)
+        emb = _first_block_input(model, arch, ids)  # what the model itself feeds its first block
         assert (not torch.allclose(emb[0, 0], emb[0, 2])) == positional, arch
         assert move_logits(model, rows, tok.pad_token_id).shape == (2, len(tok))
     with pytest.raises(ValueError, match="unknown arch"):

@@ -42,23 +42,19 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from typing import Any
 
+from lmselfplay.lm.engines.factory import check_staleness
 from lmselfplay.lm.trajectory import Sample
-from lmselfplay.utils.config import ConfigError
 
 SWITCH_INTERVAL_S = 2e-4
 
 
 def check_overlap(max_staleness: int, engine: Any) -> None:
-    if max_staleness < 0:
-        raise ConfigError(f"max_staleness must be >= 0, got {max_staleness}")
-    if max_staleness > 0 and getattr(engine, "shares_module", False):
-        raise ConfigError(f"max_staleness {max_staleness} overlaps generation with training, which needs an engine "
-                          "with its own weights (engine: vllm-server or vllm); the hf engine shares the trainer's")
+    check_staleness(max_staleness, shares_module=getattr(engine, "shares_module", False))
 
 
 def sampled(s: Sample) -> bool:
@@ -168,14 +164,17 @@ def rollouts_for(cfg: Any, trainer: Any, engine: Any, plan: Callable[[int], Call
     for _, e in pairs[1:]:
         check_overlap(cfg.max_staleness, e)
 
-    @contextmanager
-    def serving():
-        with ExitStack() as stack:
-            for t, e in pairs:
-                stack.enter_context(t.serving(e))
-            yield
+    return OverlappedRollouts(plan, cfg.max_staleness, engine, lambda: serving_all(pairs),
+                              rank_sum_of(trainer.accelerator))
 
-    return OverlappedRollouts(plan, cfg.max_staleness, engine, serving, rank_sum_of(trainer.accelerator))
+
+@contextmanager
+def serving_all(pairs: list[tuple[Any, Any]]) -> Iterator[None]:
+    """Inside, every ``(trainer, engine)``'s engine serves its trainer's current weights."""
+    with ExitStack() as stack:
+        for trainer, engine in pairs:
+            stack.enter_context(trainer.serving(engine))
+        yield
 
 
 def rank_sum_of(accelerator: Any) -> Callable[[list[float]], list[float]] | None:

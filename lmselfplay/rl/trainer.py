@@ -532,7 +532,29 @@ class PolicyTrainer:
                 out[id(s)] = lp[r, a : a + len(s.completion_ids)].float().cpu().tolist()
                 if exact:
                     self._ref_rows[id(s)] = rows[r]
+        self._join_other_ranks_ref_forwards(len(parts))
         return out
+
+    def _join_other_ranks_ref_forwards(self, made: int) -> None:
+        """Under ZeRO-3 each reference forward gathers the sharded parameters on every rank at
+        once, so a rank with fewer reference batches than another (fewer or no sampled
+        completions) makes empty forwards up to the largest count; else the others wait forever."""
+        if self.deepspeed_stage != 3:
+            return
+        ids = self._filler_ids()
+        for _ in range(self._most_across_ranks(made) - made):
+            self._ref_logits(ids, torch.ones_like(ids))
+
+    def _most_across_ranks(self, n: int) -> int:
+        """The largest ``n`` of any rank (every rank must call it: a collective when there are several)."""
+        acc = self.accelerator
+        if acc.num_processes == 1:
+            return n
+        return int(acc.gather(torch.tensor([n], device=acc.device)).max())
+
+    def _filler_ids(self) -> torch.Tensor:
+        """The input of a forward made only to keep the ranks' collectives in step."""
+        return torch.full((1, 2), self.pad_id, dtype=torch.long, device=self.accelerator.device)
 
     def _log_softmax_cpu(self, x: torch.Tensor) -> tuple[torch.Tensor]:
         return (torch.log_softmax(x / self.cfg.temperature, dim=-1).cpu(),)
@@ -625,11 +647,7 @@ class PolicyTrainer:
         size = math.ceil(len(order) / k) if order else 0
         groups = [order[i * size : (i + 1) * size] for i in range(k)]
         out = [mb for g in groups for mb in (split_by_tokens(g, self.cfg.max_tokens_per_micro_batch) or [[]])]
-        acc = self.accelerator
-        if acc.num_processes > 1:
-            n = int(acc.gather(torch.tensor([len(out)], device=acc.device)).max())
-            out += [[] for _ in range(n - len(out))]
-        return out
+        return out + [[] for _ in range(self._most_across_ranks(len(out)) - len(out))]
 
     # --- the step -------------------------------------------------------------------
     def step(self, samples: list[Sample]) -> dict[str, float]:
@@ -649,7 +667,7 @@ class PolicyTrainer:
                                                          "ratio", "grad_norm", "logprob_diff", "target_ce",
                                                          "tis/weight", "tis/capped")}
         scored = [s for s in samples if s.completion_ids]  # pure-target samples have no tokens to score
-        ref = self._ref_logprobs(scored) if self.kl_on and scored else None
+        ref = self._ref_logprobs(scored) if self.kl_on else None
         self._target_total = sum(e[3] for s in samples for e in target_entries(s))
         self.model.train()
         for it in range(cfg.num_iterations):
@@ -699,7 +717,7 @@ class PolicyTrainer:
                     first_pass: bool = False):
         cfg, acc = self.cfg, self.accelerator
         if not mb:  # keep collectives aligned across ranks: a forward with zero loss
-            ids = torch.full((1, 2), self.pad_id, dtype=torch.long, device=acc.device)
+            ids = self._filler_ids()
             logits = self.model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False).logits
             return logits.sum() * 0.0, {}
         if self.deepspeed_stage != 3 and not any(s.completion_ids for s in mb) and any(s.target for s in mb):
@@ -770,6 +788,8 @@ class PolicyTrainer:
         step (row-major, as ``mask`` enumerates them) against the policy's there."""
         if self.cfg.kl_estimator == "k3":
             return kl_per_token("k3", lp, b["ref"])
+        if not any(s.completion_ids for s in mb):  # only targets (ZeRO-3 brings them here): no KL
+            return torch.zeros_like(lp)
         ref_all = torch.cat([self._ref_rows[id(s)] for s in mb if s.completion_ids])
         rows, cols, (exact,) = over_positions(logits, F.pad(b["mask"].bool(), (0, 1)), self._exact_kl_block, ref_all)
         return torch.zeros_like(lp).index_put((rows, cols), exact)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -14,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ for lm_fi
 
 import torch  # noqa: E402
 from lm_fixtures import tiny_model, tiny_tokenizer  # noqa: E402
+from trainer_steps import full_params  # noqa: E402
 
 from lmselfplay.lm.trajectory import Sample  # noqa: E402
 from lmselfplay.rl.overlap import drop_stale, rank_sum_of  # noqa: E402
@@ -35,10 +37,13 @@ def main() -> None:
                        policy_version=version - (3 if rank == 0 else 0)) for k in range(3)]
         kept, stale = drop_stale(made, version, 1, rank_sum_of(acc) if summed else None)
         metrics = trainer.step(kept)
-        flat = torch.cat([p.detach().flatten() for p in trainer.unwrapped.parameters()])
+        # in full (under ZeRO-3 the local tensors are empty placeholders: they would always agree)
+        flat = torch.cat([p.flatten() for p in full_params(trainer).values()])
         gathered = acc.gather(flat.unsqueeze(0))
-        record["steps"].append({"summed": summed, "kept": len(kept), "stale": stale,
-                                "loss": metrics.get("loss"), "finite": bool(torch.isfinite(flat).all()),
+        loss = metrics.get("loss")
+        finite = bool(torch.isfinite(flat).all()) and (loss is None or math.isfinite(loss))
+        record["steps"].append({"summed": summed, "kept": len(kept), "stale": stale, "loss": loss,
+                                "finite": finite, "numel": flat.numel(),
                                 "ranks_equal": bool(torch.equal(gathered[0], gathered[-1]))})
     (Path(args.out) / f"rank{rank}.json").write_text(json.dumps(record))
 

@@ -63,15 +63,20 @@ class EngineConfig(StalenessConfig):
         touched: the hf engine serves the trainer's own module (the optimizer would write the
         weights it samples from), and sleep mode frees the engine while the trainer steps — the
         time overlap generates in."""
-        if self.max_staleness < 0:
-            raise ConfigError(f"max_staleness must be >= 0, got {self.max_staleness}")
-        if self.max_staleness > 0 and self.engine == "hf":
-            raise ConfigError(f"max_staleness {self.max_staleness} overlaps generation with training, which needs an "
-                              "engine with its own weights (engine: vllm-server or vllm); the hf engine shares the "
-                              "trainer's")
+        check_staleness(self.max_staleness, shares_module=self.engine == "hf")
         if self.max_staleness > 0 and self.vllm_enable_sleep_mode:
             raise ConfigError(f"max_staleness {self.max_staleness} generates while the trainer steps, when "
                               "vllm_enable_sleep_mode puts the engine to sleep: use one or the other")
+
+
+def check_staleness(max_staleness: int, shares_module: bool) -> None:
+    """``max_staleness`` is >= 0, and > 0 only with an engine holding its own copy of the weights:
+    one sharing the trainer's module would sample from weights the optimizer is writing."""
+    if max_staleness < 0:
+        raise ConfigError(f"max_staleness must be >= 0, got {max_staleness}")
+    if max_staleness > 0 and shares_module:
+        raise ConfigError(f"max_staleness {max_staleness} overlaps generation with training, which needs an engine "
+                          "with its own weights (engine: vllm-server or vllm); the hf engine shares the trainer's")
 
 
 def _check_kind(kind: str) -> None:

@@ -17,7 +17,8 @@ One ``generate`` call per batch of prompts (chunks of ``max_batch_size``). Rules
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import dataclasses
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -153,7 +154,11 @@ class HFEngine:
             return_dict_in_generate=False, output_logits=False, output_scores=False)
 
     @torch.no_grad()
-    def _generate_batch(self, prompts: list[list[int]], sp: SamplingParams) -> list[Completion]:
+    def _generate_batch(self, prompts: list[list[int]], sp: SamplingParams,
+                        draw: Callable[[SampledLogprobs], Any] | None = None) -> list[Completion]:
+        """One left-padded batch. ``draw(recorder)``, when given, is a logits processor that picks
+        every row's token itself (after the recorder) and leaves only that token allowed; the
+        decoding is then greedy over its choice, so nothing is drawn from torch's global generator."""
         from transformers import LogitsProcessorList, StoppingCriteriaList
 
         if not prompts:
@@ -161,6 +166,8 @@ class HFEngine:
         ids, mask = pad_batch(prompts, self.pad_id, side="left")
         width = ids.shape[1]
         recorder = SampledLogprobs(sp.temperature, sp.top_p)
+        processor = draw(recorder) if draw is not None else recorder
+        decoding = dataclasses.replace(sp, temperature=0.0) if draw is not None else sp
         stopping = StoppingCriteriaList([StopAfterThink(self.tokenizer, sp.stop)] if sp.stop else [])
         was_training = self.model.training
         self.model.eval()
@@ -168,7 +175,7 @@ class HFEngine:
             with neutral_generation_defaults(self.model):
                 seqs = self.model.generate(
                     input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                    generation_config=self.generation_config(sp), logits_processor=LogitsProcessorList([recorder]),
+                    generation_config=self.generation_config(decoding), logits_processor=LogitsProcessorList([processor]),
                     stopping_criteria=stopping,
                     # Each rank generates for its own games (different numbers of calls and lengths):
                     # under ZeRO-3 transformers would otherwise sync every token across ranks

@@ -1,5 +1,5 @@
 """A generation server with its own copy of a real model, on CPU: ``sim_server``'s protocol,
-answers from a Hugging Face model (the embedded tiny model by default).
+answers from a Hugging Face model (a module or a folder; the lm layer loads no model of its own).
 
 Why it exists: overlapping generation with training (``max_staleness >= 1``) changes what is
 learnt only through the weights the rollouts were sampled with, and a simulated server's
@@ -44,24 +44,27 @@ BATCH_WAIT_S = 0.003  # how long the batch waits for the requests sent together 
 
 class RowSeededSampler:
     """A logits processor: the HF engine's recorder (``log_softmax(logits / T)``, top-p), then
-    one token per row drawn with that row's own generator; HF is handed scores that allow only
-    that token, so its own sampling picks it."""
+    one token per row drawn with that row's own generator (seeded by its request, else from
+    fresh entropy: never torch's global generator); only that token is left allowed."""
 
-    def __init__(self, recorder: Any, seeds: list[int | None], greedy: bool):
+    def __init__(self, recorder: Any, seeds: list[int | None]):
         import torch
 
-        self.recorder, self.greedy = recorder, greedy
-        self.gens = [torch.Generator().manual_seed(int(s) if s is not None else torch.seed()) for s in seeds]
+        self.recorder = recorder
+        self.gens = []
+        for s in seeds:
+            g = torch.Generator()
+            if s is None:
+                g.seed()
+            else:
+                g.manual_seed(int(s))
+            self.gens.append(g)
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         import torch
 
-        scores = self.recorder(input_ids, scores)
-        if self.greedy:
-            picks = scores.argmax(-1)
-        else:
-            probs = torch.softmax(scores, dim=-1)
-            picks = torch.cat([torch.multinomial(probs[r], 1, generator=g) for r, g in enumerate(self.gens)])
+        probs = torch.softmax(self.recorder(input_ids, scores), dim=-1)
+        picks = torch.cat([torch.multinomial(probs[r], 1, generator=g) for r, g in enumerate(self.gens)])
         only = torch.full_like(scores, float("-inf"))
         return only.scatter_(1, picks[:, None], 0.0)
 
@@ -76,18 +79,14 @@ class HFServer(SimServer):
 
     transfer_backend = "http-tensors"
 
-    def __init__(self, model: Any = None, tokenizer: Any = None, port: int = 0):
+    def __init__(self, model: Any, tokenizer: Any = None, port: int = 0):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from lmselfplay.lm.engines.hf import HFEngine
 
-        if model is None or isinstance(model, (str, Path)):
+        if isinstance(model, (str, Path)):
             path = model
-            if path is None:
-                from lmselfplay.models.tiny import ensure_tiny_model
-
-                path = ensure_tiny_model(progress=False)
             model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
             tokenizer = tokenizer or AutoTokenizer.from_pretrained(str(path))
         self.engine = HFEngine(model.eval(), tokenizer)
@@ -123,7 +122,10 @@ class HFServer(SimServer):
             items = [first]
             while not self.queue.empty():
                 item = self.queue.get()
-                if item is None:
+                if item is None:  # closed: the requests taken with it fail, none waits forever
+                    for waiting in items:
+                        waiting.error = RuntimeError("the server closed")
+                        waiting.done.set()
                     return
                 items.append(item)
             groups: dict[str, list[_Request]] = {}
@@ -142,45 +144,23 @@ class HFServer(SimServer):
                     g.done.set()
 
     def _generate(self, reqs: list[dict]) -> list[tuple[list[int], list[float]]]:
-        """One batch of requests with the same sampling settings (left padded, as the HF engine)."""
-        import torch
-        from transformers import LogitsProcessorList, StoppingCriteriaList
+        """One batch of requests with the same sampling settings, decoded as the HF engine
+        decodes (:meth:`HFEngine._generate_batch`); sampled rows draw with their own seeds."""
+        from lmselfplay.lm.engines.base import SamplingParams
 
-        from lmselfplay.lm.batching import pad_batch
-        from lmselfplay.lm.engines.base import SamplingParams, completion_length
-        from lmselfplay.lm.engines.hf import (
-            SampledLogprobs,
-            StopAfterThink,
-            neutral_generation_defaults,
-        )
-
-        r0, eng = reqs[0], self.engine
+        r0 = reqs[0]
         sp = SamplingParams(max_new_tokens=int(r0["max_tokens"]), temperature=float(r0.get("temperature", 1.0)),
                             top_p=float(r0.get("top_p", 1.0)), stop=list(r0.get("stop") or []))
-        prompts = [list(r["prompt"]) for r in reqs]
-        ids, mask = pad_batch(prompts, eng.pad_id, side="left")
-        recorder = SampledLogprobs(sp.temperature, sp.top_p)
-        sampler = RowSeededSampler(recorder, [r.get("seed") for r in reqs], greedy=sp.temperature <= 0)
-        stopping = StoppingCriteriaList([StopAfterThink(eng.tokenizer, sp.stop)] if sp.stop else [])
-        with self.model_lock, torch.no_grad(), neutral_generation_defaults(eng.model):
-            seqs = eng.model.generate(input_ids=ids, attention_mask=mask, generation_config=eng.generation_config(sp),
-                                      logits_processor=LogitsProcessorList([sampler]), stopping_criteria=stopping)
+        seeds = [r.get("seed") for r in reqs]
+        draw = (lambda recorder: RowSeededSampler(recorder, seeds)) if sp.temperature > 0 else None
+        with self.model_lock:
+            done = self.engine._generate_batch([list(r["prompt"]) for r in reqs], sp, draw=draw)
         self.batches.append(len(reqs))
-        new = seqs[:, ids.shape[1]:]
-        lps = recorder.finish(new[:, -1]) if new.shape[1] else torch.zeros(len(reqs), 0)
-        out = []
-        for row, lp in zip(new.tolist(), lps.tolist()):
-            n, _ = completion_length(eng.tokenizer, row, eng.end_ids, sp.stop)
-            out.append((row[:n], lp[:n]))
-        return out
+        return [(c.token_ids, c.logprobs) for c in done]
 
     def prompt_logprobs(self, prompt: list[int]) -> list[float | None]:
-        import torch
-
-        with self.model_lock, torch.no_grad():
-            logits = self.engine.model(torch.tensor([prompt])).logits[0].float()
-            lps = torch.log_softmax(logits[:-1], dim=-1).gather(1, torch.tensor(prompt[1:])[:, None])[:, 0]
-        return [None] + lps.tolist()
+        with self.model_lock:
+            return [None] + self.engine.score([prompt[:1]], [prompt[1:]])[0]
 
     def load(self, body: bytes) -> None:
         import torch
@@ -212,28 +192,15 @@ class TensorHTTPChannel(SimHTTPChannel):
     ``torch.save``-d, in the body of ``POST /sim/load``."""
 
     def send(self, bucket: list[tuple[str, Any]]) -> None:
-        import urllib.error
-        import urllib.request
-
         import torch
 
         buf = io.BytesIO()
         torch.save({name: t.detach().cpu().contiguous() for name, t in bucket}, buf)
-        req = urllib.request.Request(self.url + "/sim/load", data=buf.getvalue(), method="POST",
-                                     headers={"Content-Type": "application/octet-stream"})
-        try:
-            urllib.request.urlopen(req, timeout=300).read()
-        except urllib.error.HTTPError as e:  # the server's one-line reason, not urllib's traceback
-            detail = e.read().decode(errors="replace")[:300]
-            try:
-                detail = json.loads(detail)["error"]
-            except (ValueError, KeyError, TypeError):
-                pass
-            raise RuntimeError(f"{self.url} refused the bucket: {detail}") from None
+        self._post(buf.getvalue(), "application/octet-stream", timeout=300)
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m lmselfplay.lm.engines.hf_server [--model PATH]``: one server in its own
+    """``python -m lmselfplay.lm.engines.hf_server --model PATH``: one server in its own
     process, one torch thread; prints its URL, stops when stdin closes."""
     import argparse
     import sys
@@ -241,7 +208,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default=None, help="a Hugging Face model folder (default: the embedded tiny model)")
+    ap.add_argument("--model", required=True, help="a Hugging Face model folder")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)

@@ -153,7 +153,7 @@ class RequestThreads:
 
     Why not ``ThreadPoolExecutor.map``: with the generation overlapping the trainer, every
     microsecond of client CPU is taken from the training step, and a Future per request (its
-    Condition, its lock, its result wait) cost about a third of the client's CPU per completion.
+    Condition, its lock, its result wait) was a large share of the client's CPU in a py-spy profile.
     Here a call puts its items on one C-implemented queue and waits on one event; the threads
     write the results in order. The first exception (in item order) is raised after all finish.
     Calls from several threads at once share the threads (there are as many as tasks pending,

@@ -276,17 +276,60 @@ class SimHTTPChannel(SimChannel):
         self.url, self.opened = url, 0
 
     def send(self, bucket: list[tuple[str, Any]]) -> None:
-        import urllib.request
-
         digest = hashlib.blake2b(digest_size=8)
         for name, t in bucket:
             digest.update(name.encode())
             digest.update(t.detach().float().cpu().numpy().tobytes())
-        body = json.dumps({"part": digest.hexdigest()}).encode()
-        req = urllib.request.Request(self.url + "/sim/load", data=body, method="POST",
-                                     headers={"Content-Type": "application/json"})
-        urllib.request.urlopen(req, timeout=30).read()
+        self._post(json.dumps({"part": digest.hexdigest()}).encode(), "application/json", timeout=30)
 
+    def _post(self, body: bytes, content_type: str, timeout: float) -> None:
+        """``POST /sim/load``; a refusal is one line with the server's reason, not urllib's traceback."""
+        import urllib.error
+        import urllib.request
+
+        req = urllib.request.Request(self.url + "/sim/load", data=body, method="POST",
+                                     headers={"Content-Type": content_type})
+        try:
+            urllib.request.urlopen(req, timeout=timeout).read()
+        except urllib.error.HTTPError as e:
+            detail = e.read().decode(errors="replace")[:300]
+            try:
+                detail = json.loads(detail)["error"]
+            except (ValueError, KeyError, TypeError):
+                pass
+            raise RuntimeError(f"{self.url} refused the bucket: {detail}") from None
+
+
+class ServerProcess:
+    """``python -m MODULE ARGS`` of a server (this module's or :mod:`hf_server`'s ``main``) in
+    its own process, so its HTTP threads are off the caller's GIL: the URL is its first line of
+    output; closing stdin stops it (killed if it does not end within 60 s)."""
+
+    def __init__(self, module: str, *args: str):
+        import subprocess
+        import sys
+
+        self.proc = subprocess.Popen([sys.executable, "-m", module, *args], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        self.url = self.proc.stdout.readline().strip()
+        if not self.url.startswith("http"):
+            self.proc.kill()
+            raise RuntimeError(f"the {module} process did not start (no URL printed)")
+
+    def close(self) -> None:
+        import subprocess
+
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+    def __enter__(self) -> ServerProcess:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def main(argv: list[str] | None = None) -> None:
