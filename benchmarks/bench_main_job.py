@@ -1,28 +1,39 @@
-"""Where the main job's step time goes, and what a bit-identical change saves, side by side.
+"""Where the main job's step time goes, what packing its target rows saves, and what it learns.
 
     python benchmarks/bench_main_job.py [--steps 2] [--threads 2,1]
+    python benchmarks/bench_main_job.py --main-job --seeds 0,1 --label packed [--code DIR]
 
 The main job (``recipes/configs/selfplay_games.yaml``) spends most of a step in the trainer:
-the exact-feedback targets of Nim and Kuhn poker (a few hundred prompt rows) get
-``num_iterations`` + ``target_passes`` = 6 forward/backward passes and 6 AdamW steps. This
-script builds that step's real batch (exact targets + one step of sampled tic-tac-toe play),
-then times, in one process and on the same batch, ``--steps`` trainer steps of each variant:
+the exact-feedback targets of Nim and Kuhn poker (``distill_samples``: per information set
+one row for ``<move>``, one for the move token, one per legal answer for ``</move>``, each row
+the whole prompt) get ``num_iterations`` + ``target_passes`` = 6 forward/backward passes. The
+trainer packs the rows that are prefixes of another into that one (``pack_targets``: the
+same loss, summed in another order). This script builds that step's real batch (exact
+targets + one step of sampled tic-tac-toe play), then times, in one process and on the same
+batch, ``--steps`` trainer steps of each variant, per ``--threads`` value:
 
-* ``old``: AdamW's per-tensor loop (``foreach=False``, PyTorch's CPU default);
-* ``foreach``: the fused multi-tensor AdamW the trainer uses (``foreach=True``);
-* per ``--threads`` value: the same step at that many intra-op threads.
+* ``rows_per_target``: one forward row per target sample, as ``distill_samples`` makes them;
+* ``packed``: the trainer as it is.
 
-Each variant starts from the same weights; the final weights are compared bit for bit with
-``old``'s at the first thread count (``bit_identical``). Also timed: the exact-feedback read
-(policy read + MMD targets) and one evaluation of the three games. Prints the ratios and
-writes ``benchmarks/results/bench_main_job.json`` (with the machine's load average: on a
-shared machine the times, not the bit-identity, move with the other processes).
+Each variant starts from the same weights; ``max_abs_weight_diff`` is the largest difference
+of the final weights from ``rows_per_target``'s at the same thread count. Also timed: the
+exact-feedback read (policy read + MMD targets) and one evaluation of the three games.
+
+``--main-job`` instead runs the README's main job (the default torch threads; on a shared
+machine run the script under ``nice``, which the job inherits) once per seed with the code of
+``--code`` (default: this checkout) and records, under ``--label``,
+each run's command, wall time and final evaluation: the learning check of a change that is
+not bit-identical (old code vs new code, same seeds). Both modes update their own part of
+``benchmarks/results/bench_main_job.json`` (with the machine's load average: on a shared
+machine the times move with the other processes).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,10 +41,11 @@ from pathlib import Path
 import torch
 
 from lmselfplay.utils.recipe_loader import load_recipe
-from lmselfplay.utils.results import save_results
+from lmselfplay.utils.results import results_dir, save_results
 
 ROOT = Path(__file__).resolve().parents[1]
 sp = load_recipe("selfplay_games")  # the recipe's own helpers build the step
+sp_trainer = sys.modules[sp.PolicyTrainer.__module__]  # where the trainer looks pack_targets up
 
 
 def make_run(cfg):
@@ -70,51 +82,109 @@ def step_batch(cfg, games, with_eval=True):
     return samples, parts
 
 
-def timed_steps(cfg, samples, steps, threads, foreach):
+def timed_steps(cfg, samples, steps, threads, pack):
     """Seconds per trainer step, and the final weights, of one variant."""
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     trainer, _, _ = make_run(cfg)
-    for group in trainer.optimizer.optimizer.param_groups:  # AdamW reads it at every step
-        group["foreach"] = foreach
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        trainer.step(samples)
-    per_step = (time.perf_counter() - t0) / steps
+    packing = sp_trainer.pack_targets
+    sp_trainer.pack_targets = packing if pack else (lambda batch, branching=False: batch)
+    try:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            trainer.step(samples)
+        per_step = (time.perf_counter() - t0) / steps
+    finally:
+        sp_trainer.pack_targets = packing
     return per_step, [p.detach().clone() for p in trainer.unwrapped.parameters()]
+
+
+EVAL_MARKERS = ("/win_vs_", "/optimal_move_prob", "/exploitability")
+
+
+def main_job_run(code: Path, seed: int, out: Path) -> dict:
+    """One run of the README's main job with the code in ``code``: its wall time and final evaluation."""
+    cmd = [sys.executable, "recipes/selfplay_games.py", "--config", "recipes/configs/selfplay_games.yaml",
+           "--seed", str(seed), "--output_dir", str(out), "--overwrite_output_dir", "true"]
+    out.mkdir(parents=True, exist_ok=True)
+    load = list(os.getloadavg())
+    t0 = time.perf_counter()
+    with open(out.with_suffix(".log"), "w") as log:
+        subprocess.run(cmd, cwd=code, env={**os.environ, "PYTHONPATH": str(code)}, stdout=log, stderr=log, check=True)
+    wall = time.perf_counter() - t0
+    return {"command": " ".join(cmd), "code": str(code), "wall_s": wall, "load_average_before": load,
+            "load_average_after": list(os.getloadavg()), **evaluations(out)}
+
+
+def evaluations(out: Path) -> dict:
+    """The evaluations a run's ``metrics.jsonl`` holds (a run still going, or killed, included):
+    its exact metrics per evaluated step, the last step reached, and the last evaluation as ``final``."""
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    evals = {r["step"]: {k: v for k, v in r.items() if any(m in k for m in EVAL_MARKERS)}
+             for r in rows if any(m in k for k in r for m in EVAL_MARKERS)}
+    last = max(evals)
+    return {"step": last, "steps_done": max(r["step"] for r in rows), "final": evals[last], "evaluations": evals}
+
+
+def update_results(part: str, value, out_dir) -> None:
+    """Replace one part of the results file, keeping the others."""
+    path = Path(out_dir or results_dir()) / "bench_main_job.json"
+    results = json.loads(path.read_text())["results"] if path.is_file() else {}
+    if part == "main_job_runs":
+        runs = results.get(part, {})
+        runs.update(value)
+        value = runs
+    results[part] = value
+    save_results("bench_main_job", results, out_dir)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=2)
-    ap.add_argument("--threads", default="2,1", help="intra-op thread counts to time (the first is the baseline)")
+    ap.add_argument("--threads", default="2,1", help="intra-op thread counts to time")
     ap.add_argument("--no-eval", action="store_true", help="skip timing one evaluation")
     ap.add_argument("--results", default=None, help="results folder (default benchmarks/results)")
+    ap.add_argument("--main-job", action="store_true", help="run the main job per --seeds instead")
+    ap.add_argument("--seeds", default="0,1")
+    ap.add_argument("--label", default="this", help="--main-job: the name its runs are recorded under")
+    ap.add_argument("--code", type=Path, default=ROOT, help="--main-job: the checkout whose code runs")
+    ap.add_argument("--runs-dir", type=Path, default=Path("/tmp/bench_main_job_runs"))
+    ap.add_argument("--collect", type=Path, default=None,
+                    help="record the evaluations the run in this folder reached (--label, one --seeds) without running")
     args = ap.parse_args(argv)
+    if args.collect:
+        update_results("main_job_runs", {f"{args.label}/seed{args.seeds}": {"run": str(args.collect),
+                                                                         **evaluations(args.collect)}}, args.results)
+        return 0
+    if args.main_job:
+        for seed in [int(x) for x in args.seeds.split(",")]:
+            run = main_job_run(args.code.resolve(), seed, args.runs_dir / f"{args.label}_seed{seed}")
+            print(f"{args.label} seed {seed}: {run['wall_s']:.0f} s  {run['final']}", flush=True)
+            update_results("main_job_runs", {f"{args.label}/seed{seed}": run}, args.results)
+        return 0
     cfg = sp.parse_config(sp.SelfPlayConfig, ["--config", str(ROOT / "recipes/configs/selfplay_games.yaml"),
                                               "--output_dir", "/tmp/bench_main_job"])
     games = sp.make_games(cfg.games)
     threads = [int(x) for x in args.threads.split(",")]
     torch.set_num_threads(threads[0])
     samples, parts = step_batch(cfg, games, with_eval=not args.no_eval)
+    merged = sp_trainer.merge_identical(samples)
+    parts.update(rows_per_target=len(merged), packed_rows_chains=len(sp_trainer.pack_targets(merged)),
+                 packed_rows_tree=len(sp_trainer.pack_targets(merged, branching=True)))
     rows = {}
-    base_w = None
     for n in threads:
-        for foreach in (False, True):
-            name = f"threads{n}/{'foreach' if foreach else 'old'}"
-            s, w = timed_steps(cfg, samples, args.steps, n, foreach)
-            base_w = w if base_w is None else base_w
-            same = all(torch.equal(a, b) for a, b in zip(base_w, w, strict=True))
-            rows[name] = {"s_per_step": s, "bit_identical": same}
-            print(f"{name:<20} {s:8.2f} s/step  bit-identical to the baseline: {same}", flush=True)
-    base = rows[f"threads{threads[0]}/old"]["s_per_step"]
-    for r in rows.values():
-        r["speedup_vs_baseline"] = base / r["s_per_step"]
-    print({k: round(v["speedup_vs_baseline"], 2) for k, v in rows.items()})
+        base_s, base_w = None, None
+        for pack in (False, True):
+            name = f"threads{n}/{'packed' if pack else 'rows_per_target'}"
+            s, w = timed_steps(cfg, samples, args.steps, n, pack)
+            base_s, base_w = (s, w) if base_w is None else (base_s, base_w)
+            diff = max(float((a - b).abs().max()) for a, b in zip(base_w, w, strict=True))
+            rows[name] = {"s_per_step": s, "speedup_vs_rows_per_target": base_s / s, "max_abs_weight_diff": diff}
+            print(f"{name:<28} {s:8.2f} s/step  x{base_s / s:.2f}  max |weight diff| {diff:.2e}", flush=True)
     print({k: round(v, 2) if isinstance(v, float) else v for k, v in parts.items()})
-    save_results("bench_main_job", {"steps": args.steps, "threads": threads, "components": parts,
-                                    "trainer_step": rows, "torch": torch.__version__,
-                                    "load_average_1_5_15": list(os.getloadavg())}, args.results)
+    update_results("trainer_step", {"steps": args.steps, "threads": threads, "components": parts, "variants": rows,
+                                    "torch": torch.__version__, "load_average_1_5_15": list(os.getloadavg())},
+                   args.results)
     return 0
 
 

@@ -181,6 +181,46 @@ def test_multi_tensor_adamw_moves_the_weights_as_the_per_tensor_loop_does():
     assert not torch.equal(next(fused.unwrapped.parameters()), next(tiny_model(seed=0).parameters()))
 
 
+@pytest.mark.parametrize("attention, rows", [("sdpa", [2, 1]), ("eager", [4, 3])])
+def test_target_rows_sharing_a_prefix_are_packed_with_the_same_update(monkeypatch, attention, rows):
+    """Pure-target samples whose sequences share a prefix (a distillation target per answer token)
+    share its tokens in one row: a prefix tree under SDPA attention (a 4D mask and position ids),
+    chains of prefixes otherwise, never longer than the batch's longest sequence; every target is
+    read where it was, at only the positions a target reads. The weights after a step (one mixed
+    pass with a played turn, one target-only pass) equal those of one row per target."""
+    import lmselfplay.rl.trainer as trainer_mod
+
+    prompt, move = [1, 50, 60, 70], [80, 90]
+    chain = [Sample(prompt, [], [], target=(0, [80], [1.0])),
+             Sample(prompt + [80], [], [], target=(0, [90, 91, 90], [0.5, 0.3, 0.2])),  # 90 listed twice
+             Sample(prompt + move, [], [], target=(0, [2], [1.0]), weight=2.0),
+             Sample(prompt + [80, 91], [], [], target=(0, [2], [1.0])),
+             Sample([1, 55], [], [], target=(0, [80], [1.0]))]
+    played = _sample([1, 70, 71, 72, 73, 74], [90, 2], 0.5)  # 8 tokens: room for the 8-node tree
+
+    def run(pack):
+        if not pack:
+            monkeypatch.setattr(trainer_mod, "pack_targets", lambda samples, branching: samples)
+        model = tiny_model(seed=0)
+        model.config._attn_implementation = attention
+        tr = PolicyTrainer(model, tiny_tokenizer(), TrainerConfig(learning_rate=1e-2, beta=0.0, num_iterations=1,
+                                                                  max_grad_norm=0.0, target_passes=1))
+        seen = []
+        hook = tr.unwrapped.register_forward_pre_hook(lambda m, a, kw: seen.append(kw["input_ids"].shape[0]),
+                                                      with_kwargs=True)
+        tr.step([Sample(**vars(s)) for s in chain + [played]])
+        hook.remove()
+        monkeypatch.undo()
+        return tr, seen
+
+    packed, packed_rows = run(True)
+    single, single_rows = run(False)
+    assert single_rows == [6, 5] and packed_rows == rows  # (mixed pass, target pass)
+    for p, q in zip(packed.unwrapped.parameters(), single.unwrapped.parameters(), strict=True):
+        assert torch.allclose(p, q, atol=1e-5)  # Adam moves each weight ~1e-2: equal up to float order
+    assert not torch.equal(next(packed.unwrapped.parameters()), next(tiny_model(seed=0).parameters()))
+
+
 def test_a_zero3_rank_with_nothing_to_score_joins_the_other_ranks_reference_forwards(monkeypatch):
     """Under ZeRO-3 every reference forward is a collective: a rank whose step has no sampled
     completion (only stale rollouts dropped, or only targets) must make as many reference

@@ -35,6 +35,10 @@ a target distribution over the vocabulary at one completion token (``Sample.targ
 its cross-entropy is averaged over the target samples of the batch (see ``_target_loss``).
 ``target_passes`` adds passes over the pure-target samples alone (distillation targets that
 need more optimizer steps than the policy-gradient turns of the same batch should get).
+Pure-target samples that share a prefix share its tokens in one forward row
+(:func:`pack_targets`), and a micro-batch of them projects onto the vocabulary only where a
+target reads: the same loss as one row per sample (the main job's exact-feedback targets in
+about a quarter of the tokens, ``benchmarks/bench_main_job.py``).
 
 Multi-process: `accelerate launch` with the configs in ``recipes/accelerate/`` (DDP,
 DeepSpeed ZeRO-2/3). On CPU the process group uses gloo.
@@ -240,7 +244,8 @@ def reference_policy(cfg: Any, model: Any, device: str) -> Any:
 def collate(samples: list[Sample], pad_id: int, device: torch.device,
             ref: dict[int, list[float]] | None = None) -> dict[str, torch.Tensor]:
     """Right-padded batch; ``mask`` marks completion tokens as positions in the shifted
-    (next-token) frame, aligned with ``behaviour`` log-probs."""
+    (next-token) frame, aligned with ``behaviour`` log-probs. With a branching
+    :class:`TargetRow` the attention mask is 4D, with position ids (:func:`tree_inputs`)."""
     ids, attn = pad_batch([s.prompt_ids + s.completion_ids for s in samples], pad_id)
     n, width = ids.shape
     mask = torch.zeros((n, width - 1))
@@ -256,8 +261,94 @@ def collate(samples: list[Sample], pad_id: int, device: torch.device,
             ref_lp[r, a:b] = torch.tensor(ref[id(s)], dtype=torch.float)
         adv[r] = s.advantage / s.weight  # merged samples: mean advantage, counted `weight` times
         weight[r] = s.weight
-    return {k: v.to(device) for k, v in dict(input_ids=ids, attention_mask=attn, mask=mask, old=old,
-                                             ref=ref_lp, adv=adv, weight=weight).items()}
+    out = {k: v.to(device) for k, v in dict(input_ids=ids, attention_mask=attn, mask=mask, old=old,
+                                            ref=ref_lp, adv=adv, weight=weight).items()}
+    if any(isinstance(s, TargetRow) and s.branches for s in samples):
+        out.update(tree_inputs(samples, width, device))
+    return out
+
+
+@dataclass
+class TargetRow(Sample):
+    """Pure supervised-target samples (a target, no completion) packed into one row by
+    :func:`pack_targets`: ``prompt_ids`` are the nodes of their sequences' prefix tree in
+    depth-first order, ``parents`` each node's parent (-1: a root), ``targets`` each sample's
+    (node whose next-token logits it targets, token ids, probabilities, weight)."""
+
+    parents: list[int] = field(default_factory=list)
+    targets: list[tuple[int, list[int], list[float], float]] = field(default_factory=list)
+
+    @property
+    def branches(self) -> bool:
+        """Whether the row is more than one sequence (a token whose parent is not the one before it)."""
+        return any(p != i - 1 for i, p in enumerate(self.parents))
+
+
+def target_entries(s: Sample) -> list[tuple[int, list[int], list[float], float]]:
+    """A sample's supervised targets as (logit position in ``prompt + completion``, token ids,
+    probabilities, weight): a :class:`TargetRow`'s all, another sample's one or none."""
+    if isinstance(s, TargetRow):
+        return s.targets
+    if s.target is None:
+        return []
+    return [(len(s.prompt_ids) - 1 + s.target[0], s.target[1], s.target[2], s.weight)]
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < len(a) and n < len(b) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def pack_targets(samples: list[Sample], branching: bool = False) -> list[Sample]:
+    """The pure-target samples (a target, no completion) packed into :class:`TargetRow` s, the
+    other samples first, as they are. The logits of a causal LM at a token depend only on that
+    token's prefix and positions, so sequences that share a prefix can share its tokens: with
+    ``branching`` (the model takes a custom attention mask and position ids, :func:`tree_inputs`)
+    a row is a prefix tree of sequences, each token attending to its ancestors at its depth;
+    without, a row is a chain of sequences each a prefix of the next (the causal mask as it is).
+    A row never gets longer than the batch's longest sequence, so it never widens a micro-batch.
+    The loss is the same as one row per sample, summed in another floating-point order. The
+    distillation targets (``distill_samples``: a target per answer token, each on the whole
+    prompt) share all but their last few tokens."""
+    pure = sorted((s for s in samples if s.target is not None and not s.completion_ids), key=lambda s: s.prompt_ids)
+    width = max((len(s.prompt_ids) + len(s.completion_ids) for s in samples), default=0)
+    rows: list[TargetRow] = []
+    prev: list[int] = []
+    path: list[int] = []  # the node of each token of prev, the last sequence placed
+    for s in pure:
+        # in lexicographic order the sequence placed last shares the longest prefix with s
+        seq, n = s.prompt_ids, common_prefix(prev, s.prompt_ids)
+        row = rows[-1] if rows else None
+        if row is None or not (branching or n == len(prev)) or len(row.prompt_ids) + len(seq) - n > width:
+            row, n, path = TargetRow([], [], [], role=s.role, task=s.task, policy_version=s.policy_version,
+                                     weight=s.weight, target=s.target), 0, []
+            rows.append(row)
+        start = len(row.prompt_ids)
+        path = path[:n] + list(range(start, start + len(seq) - n))
+        row.prompt_ids = row.prompt_ids + seq[n:]
+        row.parents += [path[k - 1] if k else -1 for k in range(n, len(seq))]
+        row.targets.append((path[len(seq) - 1 + s.target[0]], s.target[1], s.target[2], s.weight))
+        prev = seq
+    return [s for s in samples if s.completion_ids or s.target is None] + rows
+
+
+def tree_inputs(samples: list[Sample], width: int, device: torch.device) -> dict[str, torch.Tensor]:
+    """The boolean 4D attention mask (True: attend) and position ids of a right-padded batch
+    holding branching :class:`TargetRow` s: a node attends to its ancestors and itself at
+    position = its depth; every other row (and the padding) keeps the causal mask and
+    positions 0, 1, ..."""
+    allowed = torch.ones(width, width, dtype=torch.bool).tril().repeat(len(samples), 1, 1)
+    positions = torch.arange(width).repeat(len(samples), 1)
+    for r, s in enumerate(samples):
+        if not (isinstance(s, TargetRow) and s.branches):
+            continue
+        for i, p in enumerate(s.parents):
+            allowed[r, i, : len(s.parents)] = allowed[r, p, : len(s.parents)] if p >= 0 else False
+            allowed[r, i, i] = True
+            positions[r, i] = positions[r, p] + 1 if p >= 0 else 0
+    return {"attention_mask": allowed.unsqueeze(1).to(device), "position_ids": positions.to(device)}
 
 
 def split_by_tokens(samples: list[Sample], max_tokens: int) -> list[list[Sample]]:
@@ -330,6 +421,9 @@ class PolicyTrainer:
         self.is_peft = hasattr(model, "disable_adapter")
         self.kl_on = kl_enabled(config.beta)
         self._tis = TruncatedImportance(config.tis_cap)
+        # a boolean 4D mask with position ids is what transformers' SDPA attention takes as it is
+        # (eager adds the mask, flash attention takes none): target rows branch only there
+        self.tree_attention = getattr(getattr(model, "config", None), "_attn_implementation", None) == "sdpa"
         if self.kl_on and ref_model is None and not self.is_peft:
             if is_partitioned(model):
                 raise ValueError("the model was loaded partitioned (DeepSpeed ZeRO-3 init): a deep copy of it "
@@ -565,6 +659,8 @@ class PolicyTrainer:
         self._tis.begin_step()
         if cfg.merge_identical:
             samples = merge_identical(samples)
+        n_samples = len(samples)
+        samples = pack_targets(samples, branching=self.tree_attention)
         rng = random.Random(cfg.seed * 1_000_003 + self.step_count * 7919 + acc.process_index)
         total_tokens = sum(len(s.completion_ids) * s.weight for s in samples)
         stats: dict[str, list[float]] = {k: [] for k in ("loss", "pg_loss", "kl", "entropy", "clip_frac",
@@ -572,7 +668,7 @@ class PolicyTrainer:
                                                          "tis/weight", "tis/capped")}
         scored = [s for s in samples if s.completion_ids]  # pure-target samples have no tokens to score
         ref = self._ref_logprobs(scored) if self.kl_on else None
-        self._target_total = sum(s.weight for s in samples if s.target is not None)
+        self._target_total = sum(e[3] for s in samples for e in target_entries(s))
         self.model.train()
         for it in range(cfg.num_iterations):
             self._pass(self._micro_batches(samples, rng), total_tokens, ref, stats, first_pass=it == 0)
@@ -585,7 +681,7 @@ class PolicyTrainer:
         if cfg.ref_update_every and self.kl_on and self.step_count % cfg.ref_update_every == 0:
             self.update_reference()
         out = {k: sum(v) / len(v) for k, v in stats.items() if v}
-        out.update(samples=float(len(samples)), tokens=float(total_tokens),
+        out.update(samples=float(n_samples), tokens=float(total_tokens),
                    lr=float(self.scheduler.get_last_lr()[0]))
         return out
 
@@ -628,14 +724,19 @@ class PolicyTrainer:
             # only supervised targets (distillation): one forward for the targets, no log-probs,
             # reference or policy-gradient terms. Under ZeRO-3 every rank must make the same
             # forwards whatever its samples, so there the general path below runs instead
+            # and the vocabulary projection only at the positions a target reads (every row's)
             b = collate(mb, self.pad_id, acc.device, None)
-            logits = self.model(input_ids=b["input_ids"], attention_mask=b["attention_mask"], use_cache=False).logits
-            target_loss, target_ce = self._target_loss(mb, logits)
+            keep = sorted({e[0] for s in mb for e in target_entries(s)})
+            logits = self.model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
+                                position_ids=b.get("position_ids"), use_cache=False,
+                                logits_to_keep=torch.tensor(keep, device=acc.device)).logits
+            target_loss, target_ce = self._target_loss(mb, logits, keep)
             loss = cfg.target_coef * target_loss * acc.gradient_accumulation_steps
             return loss, ({"target_ce": target_ce} if target_ce is not None else {})
         b = collate(mb, self.pad_id, acc.device, ref)
         need_entropy = cfg.entropy_coef > 0
-        logits = self.model(input_ids=b["input_ids"], attention_mask=b["attention_mask"], use_cache=False).logits
+        logits = self.model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
+                            position_ids=b.get("position_ids"), use_cache=False).logits
         lp, ent = logprobs_from_logits(logits, b["input_ids"], cfg.temperature, True, where=b["mask"])
         if not need_entropy:
             ent = ent.detach()  # logged (collapse shows as entropy -> 0), not optimized
@@ -699,23 +800,29 @@ class PolicyTrainer:
         logp_all = torch.log_softmax(x / self.cfg.temperature, dim=-1)
         return (kl_per_token("exact", None, None, logp_all, ref_all.to(x.device)),)
 
-    def _target_loss(self, mb: list[Sample], logits: torch.Tensor) -> tuple[torch.Tensor | float, float | None]:
-        """Cross-entropy from each sample's target distribution (``Sample.target``: index
-        into the completion, token ids, probabilities) to the policy's next-token
-        distribution at that completion token, weighted by ``Sample.weight`` and divided
-        by the total target weight of this rank's batch (set in ``step``); 0 when the
-        micro-batch has none. ``logits``: the policy-gradient forward's over ``mb`` (rows
-        in ``mb``'s order), reused, so the term costs no forward of its own and every rank
-        makes the same forwards whatever its samples (ZeRO-3 gathers shards per forward)."""
-        rows = [r for r, s in enumerate(mb) if s.target is not None]
-        if not rows:
+    def _target_loss(self, mb: list[Sample], logits: torch.Tensor,
+                     columns: list[int] | None = None) -> tuple[torch.Tensor | float, float | None]:
+        """Cross-entropy from each target distribution of the micro-batch (:func:`target_entries`:
+        ``Sample.target``, index into the completion, token ids, probabilities, or a
+        :class:`TargetRow`'s several) to the policy's next-token distribution at its position,
+        weighted by its sample's weight and divided by the total target weight of this rank's
+        batch (set in ``step``); 0 when the micro-batch has none. ``logits``: the micro-batch's
+        forward (rows in ``mb``'s order) at every position, or at the positions ``columns`` only;
+        the policy-gradient forward's is reused, so the term costs no forward of its own and
+        every rank makes the same forwards whatever its samples (ZeRO-3 gathers shards per forward)."""
+        entries = [(r, e) for r, s in enumerate(mb) for e in target_entries(s)]
+        if not entries:
             return 0.0, None
-        pos = torch.tensor([len(mb[r].prompt_ids) - 1 + mb[r].target[0] for r in rows], device=logits.device)
-        at = logits[torch.tensor(rows, device=logits.device), pos].float()
-        logp = torch.log_softmax(at / self.cfg.temperature, dim=-1)
-        ce = torch.stack([-(logp[i, mb[r].target[1]] * torch.tensor(mb[r].target[2], device=logp.device)).sum()
-                          for i, r in enumerate(rows)])
-        w = torch.tensor([mb[r].weight for r in rows], dtype=ce.dtype, device=ce.device)
+        col = {p: i for i, p in enumerate(columns)} if columns is not None else None
+        rows = torch.tensor([r for r, _ in entries], device=logits.device)
+        pos = torch.tensor([col[e[0]] if col else e[0] for _, e in entries], device=logits.device)
+        logp = torch.log_softmax(logits[rows, pos].float() / self.cfg.temperature, dim=-1)
+        probs = torch.zeros_like(logp)  # a token listed twice counts twice
+        for i, (_, e) in enumerate(entries):
+            probs[i].index_add_(0, torch.tensor(e[1], device=probs.device),
+                                torch.tensor(e[2], dtype=probs.dtype, device=probs.device))
+        ce = -(logp * probs).sum(-1)
+        w = torch.tensor([e[3] for _, e in entries], dtype=ce.dtype, device=ce.device)
         return (ce * w).sum() / max(self._target_total, 1e-8), float((ce * w).detach().sum() / w.sum())
 
     # --- checkpoints ----------------------------------------------------------------
