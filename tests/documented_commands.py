@@ -278,6 +278,8 @@ REGISTRY: list[Command] = [
     Command("python benchmarks/bench_spin.py --control-epochs 1 5", subs=(("1 5", "1 2"),), extra=SPIN_SET,
             output=RESULT, slow=True),
     Command(".venv/bin/python benchmarks/bench_leak.py", extra="--steps 3 --quick", output=RESULT, slow=True),
+    Command(".venv/bin/python benchmarks/bench_main_job.py", extra="--steps 1 --threads 1 --no-eval", output=RESULT,
+            slow=True),
     Command(".venv/bin/python benchmarks/record_run.py RUN --name NAME", subs=(("RUN", "{run}"), ("NAME", "main_job")),
             output=RESULT),
     Command("benchmarks/average_policy_table.py benchmarks/results/kuhn_average_anneal_obs_probe.json --from 40",
