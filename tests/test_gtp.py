@@ -195,8 +195,11 @@ def test_close_kills_a_detached_grandchild(tmp_path):
 
 
 HOST = """
-import sys, time
+import signal, sys, time
 from lmselfplay.games.gtp import GTPEngine
+# Python's own SIGINT handler even when the test runner was started with SIGINT ignored (a
+# shell's background job), whose children would inherit that and never see the signal
+signal.signal(signal.SIGINT, signal.default_int_handler)
 e = GTPEngine([sys.executable, sys.argv[1], "setsid", sys.argv[2]])
 e.start()
 print(e.proc.pid, flush=True)
