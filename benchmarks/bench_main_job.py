@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 
 import torch
+from record_run import EVAL_MARKERS, evaluation_rows
 
 from lmselfplay.utils.recipe_loader import load_recipe
 from lmselfplay.utils.results import results_dir, save_results
@@ -99,9 +100,6 @@ def timed_steps(cfg, samples, steps, threads, pack):
     return per_step, [p.detach().clone() for p in trainer.unwrapped.parameters()]
 
 
-EVAL_MARKERS = ("/win_vs_", "/optimal_move_prob", "/exploitability")
-
-
 def main_job_run(code: Path, seed: int, out: Path) -> dict:
     """One run of the README's main job with the code in ``code``: its wall time and final evaluation."""
     cmd = [sys.executable, "recipes/selfplay_games.py", "--config", "recipes/configs/selfplay_games.yaml",
@@ -119,11 +117,11 @@ def main_job_run(code: Path, seed: int, out: Path) -> dict:
 def evaluations(out: Path) -> dict:
     """The evaluations a run's ``metrics.jsonl`` holds (a run still going, or killed, included):
     its exact metrics per evaluated step, the last step reached, and the last evaluation as ``final``."""
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    evals = {r["step"]: {k: v for k, v in r.items() if any(m in k for m in EVAL_MARKERS)}
-             for r in rows if any(m in k for k in r for m in EVAL_MARKERS)}
+    evals = {int(step): {k: v for k, v in row.items() if any(m in k for m in EVAL_MARKERS)}
+             for step, row in evaluation_rows(out).items()}
     last = max(evals)
-    return {"step": last, "steps_done": max(r["step"] for r in rows), "final": evals[last], "evaluations": evals}
+    steps_done = max(json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines())
+    return {"step": last, "steps_done": steps_done, "final": evals[last], "evaluations": evals}
 
 
 def update_results(part: str, value, out_dir) -> None:

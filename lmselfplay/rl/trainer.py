@@ -49,6 +49,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import os
 import random
 import shutil
 from collections.abc import Iterator
@@ -294,13 +295,6 @@ def target_entries(s: Sample) -> list[tuple[int, list[int], list[float], float]]
     return [(len(s.prompt_ids) - 1 + s.target[0], s.target[1], s.target[2], s.weight)]
 
 
-def common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    while n < len(a) and n < len(b) and a[n] == b[n]:
-        n += 1
-    return n
-
-
 def pack_targets(samples: list[Sample], branching: bool = False) -> list[Sample]:
     """The pure-target samples (a target, no completion) packed into :class:`TargetRow` s, the
     other samples first, as they are. The logits of a causal LM at a token depend only on that
@@ -319,7 +313,7 @@ def pack_targets(samples: list[Sample], branching: bool = False) -> list[Sample]
     path: list[int] = []  # the node of each token of prev, the last sequence placed
     for s in pure:
         # in lexicographic order the sequence placed last shares the longest prefix with s
-        seq, n = s.prompt_ids, common_prefix(prev, s.prompt_ids)
+        seq, n = s.prompt_ids, len(os.path.commonprefix([prev, s.prompt_ids]))
         row = rows[-1] if rows else None
         if row is None or not (branching or n == len(prev)) or len(row.prompt_ids) + len(seq) - n > width:
             row, n, path = TargetRow([], [], [], role=s.role, task=s.task, policy_version=s.policy_version,
@@ -815,7 +809,7 @@ class PolicyTrainer:
             return 0.0, None
         col = {p: i for i, p in enumerate(columns)} if columns is not None else None
         rows = torch.tensor([r for r, _ in entries], device=logits.device)
-        pos = torch.tensor([col[e[0]] if col else e[0] for _, e in entries], device=logits.device)
+        pos = torch.tensor([e[0] if col is None else col[e[0]] for _, e in entries], device=logits.device)
         logp = torch.log_softmax(logits[rows, pos].float() / self.cfg.temperature, dim=-1)
         probs = torch.zeros_like(logp)  # a token listed twice counts twice
         for i, (_, e) in enumerate(entries):

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -306,9 +308,6 @@ class ServerProcess:
     output; closing stdin stops it (killed if it does not end within 60 s)."""
 
     def __init__(self, module: str, *args: str):
-        import subprocess
-        import sys
-
         self.proc = subprocess.Popen([sys.executable, "-m", module, *args], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True)
         self.url = self.proc.stdout.readline().strip()
@@ -317,8 +316,6 @@ class ServerProcess:
             raise RuntimeError(f"the {module} process did not start (no URL printed)")
 
     def close(self) -> None:
-        import subprocess
-
         self.proc.stdin.close()
         try:
             self.proc.wait(timeout=60)
@@ -337,7 +334,6 @@ def main(argv: list[str] | None = None) -> None:
     process (benchmarks: its threads do not share the client's interpreter); prints its URL,
     stops when stdin closes."""
     import argparse
-    import sys
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--token_delay", type=float, default=0.0)
