@@ -81,10 +81,11 @@ EMBEDDED_DIR = Path(__file__).resolve().parent / "embedded"  # the shipped defau
 # Named builds: the fields each one sets on top of TinyConfig's defaults (v3, shipped).
 # v4 (issue 30): the "cells" tokenizer (one token per board cell, digit and move name),
 # reading targets on the board (grid_reading), more arithmetic and program tasks and the
-# judge's two-option questions; its step count is a plan, not yet a measured choice.
+# judge's two-option questions. Its 2,400 steps are what the 60-minute build limit allows:
+# 1.4 s a step with 2 threads on 2 idle cores (2.2 s with 1), its longer cell-token sequences.
 BUILDS: dict[str, dict[str, Any]] = {
     "v3": {},
-    "v4": {"tokenizer": "cells", "train_steps": 3000,
+    "v4": {"tokenizer": "cells", "train_steps": 2400, "num_threads": 2,
            "task_weights": "tictactoe=8,reading=3,grid_reading=4,arithmetic=3,programs=3,two_option=2"},
 }
 
