@@ -2,8 +2,9 @@
 
     python benchmarks/record_run.py runs/selfplay_games --name main_job
 
-Reads ``RUN/metrics.jsonl`` and keeps the evaluation rows (those with exact game metrics),
-keyed by step, plus the run's wall time and config, into ``benchmarks/results/NAME.json``.
+Reads ``RUN/metrics.jsonl`` and keeps the evaluation rows (those with exact game metrics,
+held-out accuracies or referee-study measures), merged per step, plus the run's wall time and
+config, into ``benchmarks/results/NAME.json``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from lmselfplay.utils.results import save_results
 
-EVAL_MARKERS = ("/win_vs_", "/optimal_move_prob", "/exploitability")
+EVAL_MARKERS = ("/win_vs_", "/optimal_move_prob", "/exploitability", "heldout", "study/")
 
 
 def evaluation_rows(run: Path) -> dict[str, dict[str, float]]:
@@ -23,7 +24,7 @@ def evaluation_rows(run: Path) -> dict[str, dict[str, float]]:
     for line in (run / "metrics.jsonl").read_text().splitlines():
         row = json.loads(line)
         if any(m in k for k in row for m in EVAL_MARKERS):
-            rows[str(row["step"])] = {k: v for k, v in row.items() if k != "step"}
+            rows.setdefault(str(row["step"]), {}).update({k: v for k, v in row.items() if k != "step"})
     return rows
 
 
