@@ -72,14 +72,18 @@ not get the model out of copying a listed digit.
 The v4 build itself (``lmselfplay bootstrap --build v4``, tiny-96358453958d: the cells tokenizer
 and 2,400 pre-training steps with board-reading questions), ``--model PATH --which embedded``,
 batch 128, lr 1e-3, P(optimal) / argmax (1,000 positions for the curve, all 4,520 at step 400;
-two runs side by side on an otherwise idle 2-core machine; docs/embedded_model.md):
+two runs side by side on an otherwise idle 2-core machine; docs/embedded_model.md; the v3
+rows the same, without ``--model``):
 
     name (bench_ttt_representation_*)   format      step 0         step 100       step 400
     v4_b128                             default     0.573 / 0.600  0.605 / 0.650  0.617 / 0.677
     v4_b128_grid_only                   grid_only   0.562 / 0.565  0.608 / 0.642  0.627 / 0.692
+    v3_b128 (the shipped build)         default     0.564 / 0.526  0.602 / 0.660  0.682 / 0.788
+    v3_b128_grid_only                   grid_only   0.560 / 0.562  0.599 / 0.634  0.634 / 0.722
 
-the pre-trained v4 is in the uniform-over-legal basin on both prompts, below the fresh Llama on
-the board alone (0.739): the board-reading questions did not carry over to the move.
+the pre-trained v4 is in the uniform-over-legal basin on both prompts, below v3 on the game's
+own text and below the fresh Llama on the board alone (0.739): the board-reading questions did
+not carry over to the move.
 
 Earlier, batch 128, 300 steps: embedded 0.630 (argmax 0.700), fresh 0.613 (0.664);
 ``--split_marks`` 0.611 / 0.611; 100 steps of pre-training at ``grid_reading=20`` first:
