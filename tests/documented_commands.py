@@ -281,7 +281,8 @@ REGISTRY: list[Command] = [
     Command(".venv/bin/python benchmarks/bench_main_job.py", extra="--steps 1 --threads 1 --no-eval", output=RESULT,
             slow=True),
     # docs/embedded_model.md: a named build, and the measurements of a build's folder (PATH)
-    Command("lmselfplay bootstrap --build v4", output=r"tiny model: ",
+    # ~12 s; test_tiny_v4 runs the same bootstrap options in-process by default
+    Command("lmselfplay bootstrap --build v4", output=r"tiny model: ", slow=True,
             extra="--cache-dir {out} --quiet --num_layers 1 --hidden_size 32 --num_heads 2 --intermediate_size 64 "
                   "--train_steps 2 --batch_size 4 --tokenizer_texts 300"),
     Command(".venv/bin/python benchmarks/bench_tiny_legal.py --model PATH --n 512",
