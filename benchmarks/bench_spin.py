@@ -10,9 +10,15 @@ The control is the paper's: more epochs of plain SFT from the same start theta_0
 control per ``--control-epochs`` value), evaluated on the same held-out prompts (its margin
 against the same y').
 
+``--plateau`` starts SPIN where its paper does, from an SFT model that more SFT no longer
+improves (:func:`sft_plateau`): rounds of SPIN's own number of SFT epochs until a round
+does not raise held-out accuracy beyond its paired 95% interval; SPIN then runs from the
+last round's start, and the control is one more such round (the same passes over the data).
+
     python benchmarks/bench_spin.py [--config recipes/configs/spin.yaml] [--seed 0]
                                     [--set key=value ...] [--name NAME] [--no-control]
                                     [--control-epochs 1 [5 ...]]
+                                    [--plateau [--plateau-epochs E] [--plateau-max-rounds 8]]
 """
 
 from __future__ import annotations
@@ -59,36 +65,82 @@ def spin_run(recipe, argv, out):
     return rows, wall
 
 
-def control_run(recipe, argv, spin_out, out, epochs, lr=None):
-    """``epochs`` more epochs of SFT from the SPIN run's theta_0 (at ``lr``, default the SFT
-    phase's), evaluated like an iteration."""
+def sft_scored(recipe, argv, start, data_dir, rejected_dir, out, epochs, lr=None):
+    """``epochs`` epochs of SFT from the checkpoint ``start`` (at ``lr``, default the SFT
+    phase's) on the supervised sets in ``data_dir``, saved in ``out/checkpoint-0``; returns
+    that path and the per-prompt held-out scores (y' of the margin: ``rejected_dir``'s
+    held-out answers)."""
     import datasets
     import torch
     from accelerate import PartialState
 
     from lmselfplay.lm.engines.hf import HFEngine
-    from lmselfplay.models.policy import load_tokenizer, resolve_model_path
+    from lmselfplay.models.policy import load_tokenizer
     from lmselfplay.utils.config import parse_config
 
-    t0 = time.time()
     cfg = parse_config(recipe.SpinConfig, argv)
     cfg = dataclasses.replace(cfg, sft_epochs=epochs, sft_learning_rate=lr or cfg.sft_learning_rate)
     state = PartialState(cpu=not torch.cuda.is_available())
-    start = spin_out / "checkpoint-0" if (spin_out / "checkpoint-0").exists() else resolve_model_path(
-        cfg.model_name_or_path)
-    sup = datasets.load_from_disk(str(spin_out / "data" / "ds"))
+    sup = datasets.load_from_disk(str(data_dir / "ds"))
     train_rows, held = sup["train"].to_list(), sup["eval"].to_list()
     tok = load_tokenizer(str(start))
     p_train, y_train, _ = recipe.tokenize_pairs(tok, train_rows, cfg.max_completion_length)
     gen_len = cfg.max_completion_length or max(len(c) for c in y_train)
     p_held, y_held, _ = recipe.tokenize_pairs(tok, held, gen_len)
     path = recipe.sft_phase(cfg, str(start), out, p_train, y_train, tok, state)
-    rejected = datasets.load_from_disk(str(spin_out / "iter-0" / "data" / "ds"))["eval"]["rejected_ids"]
+    rejected = datasets.load_from_disk(str(rejected_dir / "data" / "ds"))["eval"]["rejected_ids"]
     model, _ = recipe.load_model(cfg, str(path), state, lora=False)
     engine = HFEngine(model, tok, max_batch_size=cfg.generation_batch_size)
-    scores = recipe.held_out_scores(engine, state, held, p_held, y_held, rejected, gen_len, cfg)
+    return path, recipe.held_out_scores(engine, state, held, p_held, y_held, rejected, gen_len, cfg)
+
+
+def control_run(recipe, argv, spin_out, out, epochs, lr=None):
+    """``epochs`` more epochs of SFT from the SPIN run's theta_0 (at ``lr``, default the SFT
+    phase's), evaluated like an iteration."""
+    from lmselfplay.models.policy import resolve_model_path
+    from lmselfplay.utils.config import parse_config
+
+    t0 = time.time()
+    cfg = parse_config(recipe.SpinConfig, argv)
+    start = spin_out / "checkpoint-0" if (spin_out / "checkpoint-0").exists() else resolve_model_path(
+        cfg.model_name_or_path)
+    _, scores = sft_scored(recipe, argv, start, spin_out / "data", spin_out / "iter-0", out, epochs, lr)
     row = {**recipe.summarize(scores), "time/iteration_s": time.time() - t0}
     return with_changes(recipe, row, scores, read_jsonl(spin_out / "eval" / "step-0.jsonl"))
+
+
+def sft_plateau(recipe, argv, work, epochs, max_rounds):
+    """theta_0 the paper's way: SFT until more SFT no longer raises held-out accuracy. From
+    the config's theta_0, rounds of ``epochs`` SFT epochs (one schedule each: SPIN's own
+    number of passes over the data, so a round is the same compute of further SFT the
+    control gets); after each round the paired accuracy change against the round's start is
+    measured on the same prompts. The first round whose gain is not beyond that change's 95%
+    half-width ends the search (or ``max_rounds``): theta_0 is that round's start. The data
+    and the margin's y' come from a one-iteration SPIN run from the config's start
+    (``work/probe``). Returns theta_0's checkpoint and one row per round."""
+    from lmselfplay.models.policy import resolve_model_path
+    from lmselfplay.utils.config import parse_config
+
+    probe = work / "probe"
+    recipe.main([*argv, "--spin_iterations", "1", "--output_dir", str(probe)])
+    start = probe / "checkpoint-0" if (probe / "checkpoint-0").exists() else resolve_model_path(
+        parse_config(recipe.SpinConfig, argv).model_name_or_path)
+    before = read_jsonl(probe / "eval" / "step-0.jsonl")
+    curve = [{"round": 0, "sft_epochs": 0.0, **recipe.summarize(before)}]
+    print(f"  [plateau] round 0 (the config's theta_0): accuracy {curve[0]['eval/accuracy']:.3f}", flush=True)
+    for k in range(1, max_rounds + 1):
+        t0 = time.time()
+        path, scores = sft_scored(recipe, argv, start, probe / "data", probe / "iter-0", work / f"sft-{k}", epochs)
+        gain, ci = paired_change(recipe, scores, before, "correct")
+        curve.append({"round": k, "sft_epochs": k * epochs, **recipe.summarize(scores), "gain": gain,
+                      "gain_ci": ci, "rises": gain > ci, "time_s": time.time() - t0})
+        print(f"  [plateau] round {k} (+{epochs:g} SFT epochs): accuracy {curve[-1]['eval/accuracy']:.3f}, "
+              f"{gain:+.3f} +- {ci:.3f} ({'rises' if gain > ci else 'no rise: plateau'}), {time.time() - t0:.0f} s",
+              flush=True)
+        if gain <= ci:
+            break
+        start, before = path, scores
+    return start, curve
 
 
 def fmt(row):
@@ -103,15 +155,25 @@ def main():
     ap.add_argument("--config", default=str(ROOT / "recipes" / "configs" / "spin.yaml"))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--set", nargs="*", default=[], help="extra key=value for the run")
-    ap.add_argument("--control-epochs", type=float, nargs="+", default=[1.0],
-                    help="one control per value: that many SFT epochs from theta_0")
+    ap.add_argument("--control-epochs", type=float, nargs="+", default=None,
+                    help="one control per value: that many SFT epochs from theta_0 (default 1; with --plateau "
+                         "spin_iterations x num_train_epochs, SPIN's own number of epochs)")
     ap.add_argument("--control-lr", type=float, default=None,
                     help="learning rate of the controls (default: the config's sft_learning_rate)")
     ap.add_argument("--no-control", action="store_true")
+    ap.add_argument("--plateau", action="store_true",
+                    help="theta_0 = SFT until a round of --plateau-epochs more SFT epochs no longer raises held-out "
+                         "accuracy (sft_plateau); the control gets that many further epochs unless "
+                         "--control-epochs is given")
+    ap.add_argument("--plateau-epochs", type=float, default=None,
+                    help="SFT epochs per plateau round (default spin_iterations x num_train_epochs: SPIN's own)")
+    ap.add_argument("--plateau-max-rounds", type=int, default=8)
     ap.add_argument("--name", default="bench_spin")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     import torch
+
+    from lmselfplay.utils.config import parse_config
 
     torch.set_num_threads(args.threads)
     argv = ["--config", args.config, "--seed", str(args.seed), "--progress", "false", "--tensorboard", "false"]
@@ -120,12 +182,28 @@ def main():
         argv += [f"--{k}", *v.split()]
     recipe = load_recipe()
     load = os.getloadavg()[0]
+    plateau, control_epochs = [], args.control_epochs or [1.0]
     with tempfile.TemporaryDirectory() as d:
+        if args.plateau:
+            cfg = parse_config(recipe.SpinConfig, argv)
+            spin_epochs = args.plateau_epochs or cfg.spin_iterations * cfg.num_train_epochs
+            theta_0, plateau = sft_plateau(recipe, argv, Path(d), spin_epochs, args.plateau_max_rounds)
+            argv += ["--model_name_or_path", str(theta_0), "--sft_epochs", "0"]
+            control_epochs = args.control_epochs or [spin_epochs]
         rows, wall = spin_run(recipe, argv, Path(d) / "spin")
         controls = [] if args.no_control else [
             {"epochs": e, **control_run(recipe, argv, Path(d) / "spin", Path(d) / f"control-{i}", e,
                                                  args.control_lr)}
-            for i, e in enumerate(args.control_epochs)]
+            for i, e in enumerate(control_epochs)]
+    if plateau:
+        reached = not plateau[-1].get("rises", True)
+        print(f"\nSFT until a round of more SFT no longer raises held-out accuracy: theta_0 = round "
+              f"{plateau[-1]['round'] - reached}" + ("" if reached else
+              f" (no plateau within {args.plateau_max_rounds} rounds: theta_0 is still rising)"))
+        for r in plateau:
+            extra = f"  vs the round's start {r['gain']:+.3f} +- {r['gain_ci']:.3f}" if r["round"] else ""
+            print(f"  round {r['round']}  +{r['sft_epochs']:g} SFT epochs  accuracy {r['eval/accuracy']:.3f} "
+                  f"[{r['eval/accuracy_ci_low']:.3f}, {r['eval/accuracy_ci_high']:.3f}]{extra}")
     print(f"\nSPIN on held-out prompts ({args.config}, seed {args.seed}, {' '.join(args.set)}); "
           f"wall {wall:.0f} s, load average {load:.1f} -> {os.getloadavg()[0]:.1f}")
     print(f"{'iteration':<22} {'accuracy [95% CI]':<22}  {'change vs theta_0':<16}  {'loglik(y|x) +- CI':<15}  "
@@ -138,7 +216,8 @@ def main():
         print(f"{name:<22} {fmt(c)}  {c['time/iteration_s']:7.0f}")
     save_results(args.name, {"config": args.config, "seed": args.seed, "set": args.set, "wall_s": wall,
                              "load_start": load, "load_end": os.getloadavg()[0], "iterations": rows,
-                             "controls": controls, "control_lr": args.control_lr})
+                             "controls": controls, "control_lr": args.control_lr, "plateau": plateau,
+                             "plateau_epochs": control_epochs[0] if args.plateau else None})
 
 
 if __name__ == "__main__":

@@ -277,6 +277,8 @@ REGISTRY: list[Command] = [
     Command(".venv/bin/python benchmarks/bench_spin.py", slow=True, extra=SPIN_SET, output=RESULT),
     Command("python benchmarks/bench_spin.py --control-epochs 1 5", subs=(("1 5", "1 2"),), extra=SPIN_SET,
             output=RESULT, slow=True),
+    Command("python benchmarks/bench_spin.py --plateau", extra=f"{SPIN_SET} --plateau-max-rounds 1", output=RESULT,
+            slow=True),
     Command(".venv/bin/python benchmarks/bench_leak.py", extra="--steps 3 --quick", output=RESULT, slow=True),
     Command(".venv/bin/python benchmarks/bench_main_job.py", extra="--steps 1 --threads 1 --no-eval", output=RESULT,
             slow=True),
