@@ -182,7 +182,7 @@ def main():
         argv += [f"--{k}", *v.split()]
     recipe = load_recipe()
     load = os.getloadavg()[0]
-    plateau, control_epochs = [], args.control_epochs or [1.0]
+    plateau, control_epochs, spin_epochs = [], args.control_epochs or [1.0], None
     with tempfile.TemporaryDirectory() as d:
         if args.plateau:
             cfg = parse_config(recipe.SpinConfig, argv)
@@ -217,7 +217,7 @@ def main():
     save_results(args.name, {"config": args.config, "seed": args.seed, "set": args.set, "wall_s": wall,
                              "load_start": load, "load_end": os.getloadavg()[0], "iterations": rows,
                              "controls": controls, "control_lr": args.control_lr, "plateau": plateau,
-                             "plateau_epochs": control_epochs[0] if args.plateau else None})
+                             "plateau_epochs": spin_epochs})
 
 
 if __name__ == "__main__":
