@@ -94,17 +94,23 @@ def sft_scored(recipe, argv, start, data_dir, rejected_dir, out, epochs, lr=None
     return path, recipe.held_out_scores(engine, state, held, p_held, y_held, rejected, gen_len, cfg)
 
 
-def control_run(recipe, argv, spin_out, out, epochs, lr=None):
-    """``epochs`` more epochs of SFT from the SPIN run's theta_0 (at ``lr``, default the SFT
-    phase's), evaluated like an iteration."""
+def theta_0_of(recipe, argv, spin_out):
+    """The theta_0 of the SPIN run in ``spin_out``: its SFT phase's ``checkpoint-0``, or the
+    config's model when the run had no SFT phase."""
     from lmselfplay.models.policy import resolve_model_path
     from lmselfplay.utils.config import parse_config
 
+    if (spin_out / "checkpoint-0").exists():
+        return spin_out / "checkpoint-0"
+    return resolve_model_path(parse_config(recipe.SpinConfig, argv).model_name_or_path)
+
+
+def control_run(recipe, argv, spin_out, out, epochs, lr=None):
+    """``epochs`` more epochs of SFT from the SPIN run's theta_0 (at ``lr``, default the SFT
+    phase's), evaluated like an iteration."""
     t0 = time.time()
-    cfg = parse_config(recipe.SpinConfig, argv)
-    start = spin_out / "checkpoint-0" if (spin_out / "checkpoint-0").exists() else resolve_model_path(
-        cfg.model_name_or_path)
-    _, scores = sft_scored(recipe, argv, start, spin_out / "data", spin_out / "iter-0", out, epochs, lr)
+    _, scores = sft_scored(recipe, argv, theta_0_of(recipe, argv, spin_out), spin_out / "data", spin_out / "iter-0",
+                           out, epochs, lr)
     row = {**recipe.summarize(scores), "time/iteration_s": time.time() - t0}
     return with_changes(recipe, row, scores, read_jsonl(spin_out / "eval" / "step-0.jsonl"))
 
@@ -118,13 +124,9 @@ def sft_plateau(recipe, argv, work, epochs, max_rounds):
     half-width ends the search (or ``max_rounds``): theta_0 is that round's start. The data
     and the margin's y' come from a one-iteration SPIN run from the config's start
     (``work/probe``). Returns theta_0's checkpoint and one row per round."""
-    from lmselfplay.models.policy import resolve_model_path
-    from lmselfplay.utils.config import parse_config
-
     probe = work / "probe"
     recipe.main([*argv, "--spin_iterations", "1", "--output_dir", str(probe)])
-    start = probe / "checkpoint-0" if (probe / "checkpoint-0").exists() else resolve_model_path(
-        parse_config(recipe.SpinConfig, argv).model_name_or_path)
+    start = theta_0_of(recipe, argv, probe)
     before = read_jsonl(probe / "eval" / "step-0.jsonl")
     curve = [{"round": 0, "sft_epochs": 0.0, **recipe.summarize(before)}]
     print(f"  [plateau] round 0 (the config's theta_0): accuracy {curve[0]['eval/accuracy']:.3f}", flush=True)

@@ -89,6 +89,7 @@ def test_every_recipe_help_exits_zero():
     procs = {r: subprocess.Popen([sys.executable, str(ROOT / "recipes" / f"{r}.py"), "--help"],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for r in RECIPES}
+    assert len(RECIPES) >= 7, RECIPES  # the glob found the recipes folder
     failed = {}
     try:
         for recipe, proc in procs.items():
