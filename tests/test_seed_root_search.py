@@ -14,6 +14,7 @@ from bench_seed_root_search import (  # noqa: E402
     TableNet,
     evaluator,
     measure,
+    searched_win_rate,
     self_play,
     train,
     winning_moves,
@@ -80,3 +81,17 @@ def test_one_generation_moves_the_table_toward_the_wins_its_search_found():
     start = win_mass()
     train(net, samples, epochs=20, lr=0.1)
     assert win_mass() > start + 0.2
+
+
+def test_the_search_player_takes_wins_the_untrained_table_does_not():
+    from lmselfplay.games.base import all_states
+
+    face = SearchGame(make("tictactoe"))
+    net = TableNet(face)
+    g = face.game
+    found = [(face.position(s), winning_moves(s.board, g.current_player(s) + 1))
+             for s in all_states(g) if not g.is_terminal(s)]
+    found = [(p, w) for p, w in found if w][:60]
+    raw = np.mean([len(w) / int(face.legal(p).sum()) for p, w in found])  # the uniform table
+    searched = searched_win_rate(net, face, [p for p, _ in found], [w for _, w in found], 32)
+    assert searched > max(0.85, raw + 0.25) and searched <= 1.0
