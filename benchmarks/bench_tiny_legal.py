@@ -8,7 +8,7 @@ it is (random prior: it should NOT be optimal).
 
     .venv/bin/python benchmarks/bench_tiny_legal.py            # default model, cached
     .venv/bin/python benchmarks/bench_tiny_legal.py --force    # time a fresh build
-    .venv/bin/python benchmarks/bench_tiny_legal.py --model PATH --n 512
+    .venv/bin/python benchmarks/bench_tiny_legal.py --model PATH --n 512 --name bench_tiny_legal_v5
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def sample(model, tok, prompts: list[str], batch: int = 128, max_new_tokens: int
 def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from lmselfplay.models.tiny import INFO_FILE, TinyConfig, ensure_tiny_model
+    from lmselfplay.models.tiny import INFO_FILE, build_config, ensure_tiny_model
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=None, help="model folder (default: the tiny model)")
@@ -76,13 +76,14 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--train_steps", type=int, default=None, help="override for a trial build")
     ap.add_argument("--cache_dir", default=None)
+    ap.add_argument("--name", default="bench_tiny_legal", help="results file name (benchmarks/results/NAME.json)")
     args = ap.parse_args()
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
 
     build_s = None
     if args.model is None:
-        cfg = TinyConfig() if args.train_steps is None else TinyConfig(train_steps=args.train_steps)
+        cfg = build_config() if args.train_steps is None else build_config(train_steps=args.train_steps)
         t0 = time.time()
         path = ensure_tiny_model(force=args.force, cfg=cfg, cache_dir=args.cache_dir)
         build_s = time.time() - t0
@@ -137,7 +138,7 @@ def main() -> None:
     results.update(arithmetic_sampled=arith, arithmetic_greedy=arith_g, program_output=prog,
                    build_call_seconds=build_s)
     print(json.dumps(results))
-    save_results("bench_tiny_legal", results)
+    save_results(args.name, results)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,14 @@
 """Ship the default embedded model's build inside the package (``lmselfplay/models/embedded/``).
 
-    python scripts/ship_embedded_model.py            # the cached build of TinyConfig()'s key, or build it
+    python scripts/ship_embedded_model.py            # the cached build of the default build's key, or build it
     python scripts/ship_embedded_model.py --rebuild  # build afresh even if cached (minutes)
     python scripts/ship_embedded_model.py --build v4 # ship a named build (tiny.BUILDS) instead
 
 Shipping another build than the default only makes sense together with making it the default
-(``TinyConfig``'s defaults = that build's settings): the package uses the shipped files only
-for ``TinyConfig().key()``, and ``tests/test_shipped_model.py`` fails on any other key.
+(``tiny.DEFAULT_BUILD``): the package uses the shipped files only for ``build_config().key()``,
+and ``tests/test_shipped_model.py`` fails on any other key.
 
-Re-run after anything that changes ``TinyConfig().key()`` (the corpus, the defaults,
+Re-run after anything that changes ``build_config().key()`` (the corpus, the build's settings,
 ``BUILD_VERSION``): ``ensure_tiny_model()`` uses the shipped files only for the key they were
 built from, so a stale copy is never used, just ignored (and ``tests/test_shipped_model.py``
 says it is stale). The copy is written atomically with a checksum of every file.
@@ -22,6 +22,7 @@ from pathlib import Path
 
 from lmselfplay.models.tiny import (
     BUILDS,
+    DEFAULT_BUILD,
     EMBEDDED_DIR,
     INFO_FILE,
     TinyConfig,
@@ -56,9 +57,9 @@ def ship(src: Path, dest: Path = EMBEDDED_DIR) -> Path:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rebuild", action="store_true", help="build afresh even if the cache holds the key")
-    ap.add_argument("--build", default=None, choices=list(BUILDS), help="a named build (default: TinyConfig())")
+    ap.add_argument("--build", default=DEFAULT_BUILD, choices=list(BUILDS), help="a named build (default: the default)")
     args = ap.parse_args()
-    cfg = TinyConfig() if args.build is None else build_config(args.build)
+    cfg = build_config(args.build)
     dest = ship(source_build(cfg, args.rebuild))
     size = sum(p.stat().st_size for p in dest.iterdir()) / 1e6
     print(f"shipped tiny-{cfg.key()} -> {dest} ({size:.1f} MB; marker {dest / MARKER})")

@@ -287,6 +287,8 @@ REGISTRY: list[Command] = [
     Command("lmselfplay bootstrap --build v4", output=r"tiny model: ", slow=True,
             extra="--cache-dir {out} --quiet --num_layers 1 --hidden_size 32 --num_heads 2 --intermediate_size 64 "
                   "--train_steps 2 --batch_size 4 --tokenizer_texts 300"),
+    Command(".venv/bin/python benchmarks/bench_corpus_mix.py --weights arithmetic=1",
+            extra="--steps 2 --every 1 --n 4 --batch 4 --measure arith,tictactoe", output=RESULT, slow=True),
     Command(".venv/bin/python benchmarks/bench_tiny_legal.py --model PATH --n 512",
             subs=(("PATH", "{model}"), ("--n 512", "--n 2")), output=RESULT, slow=True),
     Command("lmselfplay eval-game nim tictactoe kuhn_poker --model PATH", subs=(("PATH", "{model}"), (" tictactoe", "")),

@@ -241,7 +241,7 @@ def test_cache_reuse_force_and_atomic_failure(tmp_path, monkeypatch):
 
 
 def test_bootstrap_cli(tmp_path, capsys):
-    args = ["--cache-dir", str(tmp_path), "--quiet", "--num_layers", "1", "--hidden_size", "32",
+    args = ["--build", "v3", "--cache-dir", str(tmp_path), "--quiet", "--num_layers", "1", "--hidden_size", "32",
             "--num_heads", "2", "--intermediate_size", "64", "--train_steps", "2",
             "--batch_size", "4", "--tokenizer_texts", "300", "--vocab_size", "300"]
     path = tiny.bootstrap_main(args)

@@ -145,3 +145,17 @@ def test_ensure_tiny_model_continues_a_killed_build(tmp_path):
     path = tiny.ensure_tiny_model(cfg=cfg, progress=False, cache_dir=tmp_path)
     info = json.loads((path / tiny.INFO_FILE).read_text())
     assert info["resumed_at_step"] == 2 and not state.exists()
+
+
+def test_a_continued_build_starts_from_its_base_and_keeps_its_tokenizer(tmp_path):
+    base = tiny.ensure_tiny_model(progress=False)  # the shipped default build
+    cfg = tiny.TinyConfig(continue_from=tiny.DEFAULT_BUILD, train_steps=2, batch_size=4, warmup_steps=1,
+                          task_weights="arithmetic=1,tictactoe=0,reading=0")
+    assert cfg.key() != tiny.build_config().key() != tiny.build_config(train_steps=2).key()
+    tiny.build_tiny_model(cfg, tmp_path / "v", progress=False)
+    assert (tmp_path / "v" / "tokenizer.json").read_bytes() == (base / "tokenizer.json").read_bytes()
+    a, b = _weights(base), _weights(tmp_path / "v")
+    assert a.keys() == b.keys() and not all(torch.equal(a[k], b[k]) for k in a)
+    assert max((a[k] - b[k]).abs().max().item() for k in a) < 0.05  # two small steps, not a new model
+    with pytest.raises(ValueError, match="takes its hidden_size"):
+        tiny.TinyConfig(continue_from=tiny.DEFAULT_BUILD, hidden_size=64).key()
