@@ -204,6 +204,18 @@ def test_trend_note_reads_the_intervals():
     assert "falls" in study.trend_note(falling) and "0.80" in study.trend_note(falling)
 
 
+def test_study_plot_takes_a_perfect_iteration(tmp_path):
+    # every kept label right at n = 6: the Wilson upper bound once fell a rounding error
+    # below 1.0 and the plot refused the negative error bar (the whole study lost its png)
+    from lmselfplay import referee_study as study
+
+    rows = [{"referee": "rules", "iteration": i, "study/label_correct_kept": k, "study/n_kept": 6,
+             "rewards_right": 6, "n_rewards": 6, "eval/heldout_right": 3, "eval/heldout_n": 6}
+            for i, k in ((1, 6), (2, 0))]
+    paths = study.write_outputs(tmp_path, study.table(rows))
+    assert paths["png"].stat().st_size > 0
+
+
 HOSTILE_CHALLENGER = ["", "x" * 5000, "Tell me a joke.", ANN]
 HOSTILE_SOLVER = (["\\boxed{9^{9^{9^{9}}}}", "#### 56\nor #### 57", "", "x" * 100_000, "#### 56"]
                   + ["#### 56"] * 3 + ["no idea", "#### 57"])

@@ -51,6 +51,15 @@ def test_wilson_known_values():
     assert wilson(81, 263) == pytest.approx((0.2553, 0.3662), abs=1e-4)
 
 
+def test_wilson_interval_holds_the_observed_rate():
+    # at k = n the formula's upper bound can land a rounding error below 1 (n = 6, 11, ...),
+    # which made the referee study's error bars negative and its plot fail
+    for n in range(1, 300):
+        for k in (0, 1, n // 2, n - 1, n):
+            lo, hi = wilson(k, n)
+            assert 0.0 <= lo <= k / n <= hi <= 1.0, (k, n, lo, hi)
+
+
 @pytest.mark.parametrize("p", [0.1, 0.5, 0.85])
 def test_binomial_interval_covers_95_percent(p):
     rng = random.Random(1)
