@@ -24,8 +24,8 @@ point drawn from the whole board (31.9 legal of 82 on average in these positions
 fresh model with the v4 "cells" tokenizer, where every point is one token in the legal list
 and in the answer (``--model`` a ``--train_steps 0`` v4 build, lr 3e-3), reached 0.410 / 0.414
 after 150 / 300 Go-only steps. Arithmetic rises steadily; programs stop at 0.125. With the
-games kept in the mix (v5's weights at 38% arithmetic) arithmetic stays at 0.10 for 500 steps,
-then rises (0.266 at 750, 0.250 at 1,000): the build runs 2,000.
+games kept in the mix (38% arithmetic) arithmetic stays at 0.10 for 500 steps, then rises
+(0.266 at 750, 0.250 at 1,000): so v5 and v6 run 2,000 and 2,400 steps.
 """
 
 from __future__ import annotations

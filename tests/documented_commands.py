@@ -287,15 +287,21 @@ REGISTRY: list[Command] = [
     Command("lmselfplay bootstrap --build v4", output=r"tiny model: ", slow=True,
             extra="--cache-dir {out} --quiet --num_layers 1 --hidden_size 32 --num_heads 2 --intermediate_size 64 "
                   "--train_steps 2 --batch_size 4 --tokenizer_texts 300"),
+    Command("lmselfplay bootstrap --build v3", output=r"tiny model: ", slow=True,
+            extra="--cache-dir {out} --quiet --num_layers 1 --hidden_size 32 --num_heads 2 --intermediate_size 64 "
+                  "--train_steps 2 --batch_size 4 --tokenizer_texts 300"),
+    Command("python recipes/selfplay_games.py --config recipes/configs/selfplay_games.yaml --model_name_or_path PATH "
+            "--lr_scheduler_type constant", subs=(("PATH", "{model}"),), extra=MAIN_JOB,
+            files=("metrics.jsonl", "final_model"), slow=True),
     Command(".venv/bin/python benchmarks/bench_corpus_mix.py --weights arithmetic=1",
             extra="--steps 2 --every 1 --n 4 --batch 4 --measure arith,tictactoe", output=RESULT, slow=True),
     Command(".venv/bin/python benchmarks/bench_tiny_legal.py --model PATH --n 512",
             subs=(("PATH", "{model}"), ("--n 512", "--n 2")), output=RESULT, slow=True),
     Command("lmselfplay eval-game nim tictactoe kuhn_poker --model PATH", subs=(("PATH", "{model}"), (" tictactoe", "")),
             extra="--n-games 4 --json {out}/metrics.json", files=("metrics.json",), slow=True),
-    Command(".venv/bin/python benchmarks/bench_ttt_representation.py --model PATH --which embedded",
-            subs=(("PATH", "{model}"),), extra="--steps 2 --batch 8 --eval_every 1 --eval_positions 20",
-            output=RESULT, slow=True),
+    Command(".venv/bin/python benchmarks/bench_ttt_representation.py --model PATH --which embedded --steps 400 "
+            "--batch 128", subs=(("PATH", "{model}"), ("--steps 400 --batch 128", "--steps 2 --batch 8")),
+            extra="--eval_every 1 --eval_positions 20", output=RESULT, slow=True),
     Command("python recipes/r_zero.py --config recipes/configs/r_zero.yaml --model_name_or_path PATH --iterations 1",
             subs=(("PATH", "{model}"),), extra=f"--output_dir {{out}} {RZERO_SMALL}", files=("metrics.jsonl",),
             slow=True),
