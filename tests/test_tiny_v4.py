@@ -159,3 +159,17 @@ def test_a_continued_build_starts_from_its_base_and_keeps_its_tokenizer(tmp_path
     assert max((a[k] - b[k]).abs().max().item() for k in a) < 0.05  # two small steps, not a new model
     with pytest.raises(ValueError, match="takes its hidden_size"):
         tiny.TinyConfig(continue_from=tiny.DEFAULT_BUILD, hidden_size=64).key()
+
+
+def test_a_killed_continued_build_resumes_to_the_uninterrupted_weights(tmp_path):
+    # v6 ships from a continued build: it must resume and repeat like a build from scratch
+    cfg = tiny.TinyConfig(continue_from=tiny.DEFAULT_BUILD, train_steps=4, batch_size=4, warmup_steps=1,
+                          checkpoint_every=2, num_threads=1, task_weights="arithmetic=1,tictactoe=1,reading=0")
+    tiny.build_tiny_model(cfg, tmp_path / "whole", progress=False)
+    again = tiny.build_tiny_model(cfg, tmp_path / "again", progress=False)
+    state = tmp_path / "state"
+    tiny.build_tiny_model(cfg, tmp_path / "resumed", progress=False, resume_dir=state, stop_after=3)
+    info = tiny.build_tiny_model(cfg, tmp_path / "resumed", progress=False, resume_dir=state)
+    assert info["resumed_at_step"] == 3 and info["tokens_seen"] == again["tokens_seen"]
+    a, b, c = (_weights(tmp_path / d) for d in ("whole", "again", "resumed"))
+    assert all(torch.equal(a[k], b[k]) and torch.equal(a[k], c[k]) for k in a)
