@@ -40,12 +40,12 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_tiny_legal import random_positions, sample  # noqa: E402
+from bench_tiny_legal import arithmetic_solved, outputs_predicted, random_positions, sample  # noqa: E402
 
 from lmselfplay import games  # noqa: E402
 from lmselfplay.models.tiny import Corpus, TinyConfig, batches, ensure_tiny_model, weighted_lm_loss  # noqa: E402
-from lmselfplay.tasks.arithmetic import arithmetic_problem, arithmetic_prompt  # noqa: E402
-from lmselfplay.tasks.programs import program_output_prompt, python_program  # noqa: E402
+from lmselfplay.tasks.arithmetic import arithmetic_problem  # noqa: E402
+from lmselfplay.tasks.programs import python_program  # noqa: E402
 from lmselfplay.utils.results import save_results  # noqa: E402
 
 
@@ -63,13 +63,9 @@ def measure(model, tok, what: list[str], n: int) -> dict[str, float]:
     torch.manual_seed(0)
     for m in what:
         if m == "arith":
-            ps = [arithmetic_problem(rng) for _ in range(n // 2)]
-            got = sample(model, tok, [arithmetic_prompt(p) for p in ps], max_new_tokens=40, do_sample=False)
-            out[m] = sum(g.strip().endswith(f"#### {p['final']}") for g, p in zip(got, ps)) / len(ps)
+            out[m], _ = arithmetic_solved(model, tok, [arithmetic_problem(rng) for _ in range(n // 2)], do_sample=False)
         elif m == "prog":
-            ts = [python_program(rng) for _ in range(n // 2)]
-            got = sample(model, tok, [program_output_prompt(t) for t in ts], max_new_tokens=30, do_sample=False)
-            out[m] = sum(g.strip() == t["output"] for g, t in zip(got, ts)) / len(ts)
+            out[m] = outputs_predicted(model, tok, [python_program(rng) for _ in range(n // 2)], do_sample=False)
         else:
             game = games.make(m)
             states = random_positions(game, n, rng)

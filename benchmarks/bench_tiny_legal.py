@@ -8,7 +8,7 @@ it is (random prior: it should NOT be optimal).
 
     .venv/bin/python benchmarks/bench_tiny_legal.py            # default model, cached
     .venv/bin/python benchmarks/bench_tiny_legal.py --force    # time a fresh build
-    .venv/bin/python benchmarks/bench_tiny_legal.py --model PATH --n 512 --name bench_tiny_legal_v5
+    .venv/bin/python benchmarks/bench_tiny_legal.py --model PATH --n 512 --name NAME
 """
 
 from __future__ import annotations
@@ -45,6 +45,18 @@ def playout(game, rng: random.Random) -> list:
     while not game.is_terminal(states[-1]):
         states.append(game.apply(states[-1], game.scripted_action(states[-1], rng)))
     return states
+
+
+def arithmetic_solved(model, tok, problems: list[dict], do_sample: bool = True) -> tuple[float, list[str]]:
+    """Share of word problems whose answer ends with ``#### <the final answer>``, and the answers."""
+    answers = sample(model, tok, [arithmetic_prompt(p) for p in problems], max_new_tokens=40, do_sample=do_sample)
+    return sum(a.strip().endswith(f"#### {p['final']}") for a, p in zip(answers, problems)) / len(problems), answers
+
+
+def outputs_predicted(model, tok, programs: list[dict], do_sample: bool = True) -> float:
+    """Share of programs whose printed output the answer names exactly."""
+    answers = sample(model, tok, [program_output_prompt(t) for t in programs], max_new_tokens=30, do_sample=do_sample)
+    return sum(a.strip() == t["output"] for a, t in zip(answers, programs)) / len(programs)
 
 
 @torch.no_grad()
@@ -124,14 +136,9 @@ def main() -> None:
             print(f"{'':12s} e.g. illegal answers: {bad}")
 
     probs = [arithmetic_problem(rng) for _ in range(args.n // 2)]
-    answers = sample(model, tok, [arithmetic_prompt(p) for p in probs], max_new_tokens=40)
-    arith = sum(a.strip().endswith(f"#### {p['final']}") for a, p in zip(answers, probs)) / len(probs)
-    greedy = sample(model, tok, [arithmetic_prompt(p) for p in probs], max_new_tokens=40,
-                    do_sample=False)
-    arith_g = sum(a.strip().endswith(f"#### {p['final']}") for a, p in zip(greedy, probs)) / len(probs)
-    progs = [python_program(rng) for _ in range(args.n // 2)]
-    answers = sample(model, tok, [program_output_prompt(t) for t in progs], max_new_tokens=30)
-    prog = sum(a.strip() == t["output"] for a, t in zip(answers, progs)) / len(progs)
+    arith, _ = arithmetic_solved(model, tok, probs)
+    arith_g, greedy = arithmetic_solved(model, tok, probs, do_sample=False)
+    prog = outputs_predicted(model, tok, [python_program(rng) for _ in range(args.n // 2)])
     print(f"\narithmetic solved: {arith:.3f} sampled, {arith_g:.3f} greedy; "
           f"program outputs predicted (sampled): {prog:.3f}")
     print(f"example arithmetic answer: {greedy[0]!r} (truth {probs[0]['final']})")
