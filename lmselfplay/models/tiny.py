@@ -95,9 +95,9 @@ BUILDS: dict[str, dict[str, Any]] = {
     # v5 and v6: v3's weights and tokenizer, then more steps of the same game turns and
     # reading beside arithmetic word problems, programs and the judge's A/B questions; the
     # games stay at the random prior (docs/embedded_model.md). v5 (2,000 steps, 47%
-    # arithmetic) took greedy arithmetic from 0.12 to 0.61, but read Kuhn cards later than v3
-    # and the main job's Kuhn row missed; v6 (the default) gives the reading questions and
-    # Kuhn turns back their share: cards read sooner than v3, arithmetic 0.69.
+    # arithmetic) took greedy arithmetic from 0.12 to 0.61, but the main job's Kuhn row missed
+    # on it; v6 (the default) gives the reading questions and Kuhn turns more share: its cards
+    # read by step 20 of bench_kuhn_card_reading, arithmetic 0.69.
     # v6 builds in 29 min with 2 threads, after v3's 20.
     "v5": {"continue_from": "v3", "train_steps": 2000, "lr": 1e-3, "num_threads": 2,
            "task_weights": "tictactoe=8,reading=3,arithmetic=20,programs=5,two_option=2"},
