@@ -30,7 +30,18 @@ Weights (:meth:`VLLMServerEngine.update_weights`), every rank calls it at the sa
 
 Every step has a deadline (``push_timeout``): a step past it, or failing, takes that server out of
 rotation (its error is kept); with no server left the push is :class:`ServerUnavailable` naming
-every URL and reason. NCCL needs CUDA and vLLM on the trainer side; generation alone needs neither.
+every URL and reason. The fault rules (docs/scale.md, "The weight push"):
+
+* a step's first failing side ends it at once with its own message (the server's answer), so a
+  fast error is not reported as the deadline;
+* a server dropped after ``/pause`` gets ``/resume``, after ``/start_weight_update`` first
+  ``/finish_weight_update``; a start answered 409 (an update left open) finishes it and retries;
+* the NCCL rendezvous is bounded by the deadline and, past it, releases its port
+  (:class:`NCCLChannel`);
+* a server out of rotation, whatever took it out, may have restarted without a weight-transfer
+  engine: its channel is closed and the next push that reaches it redoes the rendezvous.
+
+NCCL needs CUDA and vLLM on the trainer side; generation alone needs neither.
 """
 
 from __future__ import annotations
