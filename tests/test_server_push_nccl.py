@@ -141,6 +141,7 @@ def test_a_rendezvous_no_worker_joins_ends_at_the_deadline_not_at_vllms_300_s(nc
     deadline = time.monotonic() + 5
     while not _free(port) and time.monotonic() < deadline:
         time.sleep(0.1)
+    eng.close()
     assert _free(port)
 
 
