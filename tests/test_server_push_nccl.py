@@ -5,6 +5,7 @@ a rendezvous past its deadline that frees its port, the stream sync before the p
 from __future__ import annotations
 
 import socket
+import threading
 import time
 
 import fake_vllm
@@ -123,6 +124,8 @@ def test_a_rendezvous_stuck_in_nccl_init_frees_its_port_and_the_next_push_redoes
     assert time.monotonic() - t0 < 5
     assert _free(port), "the abandoned rendezvous still holds its port"
     assert not sim.paused  # resumed although it never loaded anything
+    stuck = [t for t in threading.enumerate() if t.name.startswith("weight-push")]
+    assert stuck and all(t.daemon for t in stuck)  # it cannot hold the process at exit
     fake_vllm.nccl_joins.set()  # the server's workers join NCCL this time
     eng.update_weights(tiny_model(seed=2), version=2)
     assert eng.pool.servers[0].in_rotation and eng.pool.servers[0].version == 2

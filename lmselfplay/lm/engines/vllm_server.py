@@ -51,8 +51,7 @@ import re
 import threading
 import warnings
 from collections.abc import Callable
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor
-from concurrent.futures import wait as wait_futures
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
@@ -120,17 +119,36 @@ def run_with_deadline(what: str, url: str, timeout: float, *fns: Callable[[], An
     """Run ``fns`` concurrently (an HTTP post beside the NCCL side it pairs with). The first to
     fail ends the step at once with its own message (the server's answer, not a deadline: the
     other side, e.g. a rendezvous the server will never join, is abandoned); any still running
-    at ``timeout`` is a :class:`WeightPushError` naming the step."""
-    pool = ThreadPoolExecutor(max_workers=len(fns), thread_name_prefix="weight-push")
-    futures = [pool.submit(f) for f in fns]
-    done, pending = wait_futures(futures, timeout=timeout, return_when=FIRST_EXCEPTION)
-    pool.shutdown(wait=False, cancel_futures=True)  # a hung NCCL thread is abandoned, not joined
-    failed = [f for f in futures if f in done and f.exception() is not None]
-    if failed:
-        _push_result(what, url, failed[0].result)
-    if pending:
+    at ``timeout`` is a :class:`WeightPushError` naming the step. Each side runs on a daemon
+    thread: one stuck in NCCL (which nothing interrupts) must not hold the process at exit, as
+    a ``ThreadPoolExecutor`` worker would (they are joined at interpreter exit)."""
+    cond = threading.Condition()
+    outcome: list[tuple[bool, Any] | None] = [None] * len(fns)  # (ok, result or exception)
+
+    def run(i: int) -> None:
+        try:
+            got = (True, fns[i]())
+        except BaseException as e:  # reported by the caller
+            got = (False, e)
+        with cond:
+            outcome[i] = got
+            cond.notify_all()
+
+    for i in range(len(fns)):
+        threading.Thread(target=run, args=(i,), name=f"weight-push-{i}", daemon=True).start()
+    with cond:
+        cond.wait_for(lambda: all(outcome) or any(o is not None and not o[0] for o in outcome), timeout)
+        seen = list(outcome)
+    for o in seen:
+        if o is not None and not o[0]:
+            _push_result(what, url, lambda e=o[1]: _reraise(e))
+    if not all(seen):
         raise WeightPushError(f"weight push to {url}: {what} did not finish within {timeout:g} s")
-    return [_push_result(what, url, f.result) for f in futures]
+    return [o[1] for o in seen]
+
+
+def _reraise(e: BaseException) -> Any:
+    raise e
 
 
 def _push_result(what: str, url: str, fn: Callable[[], Any]) -> Any:
