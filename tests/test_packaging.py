@@ -40,3 +40,23 @@ def test_editable_install_maps_the_folders():
     assert Path(lmselfplay.games.__file__).parent == ROOT / "games"
     assert Path(lmselfplay.verifiers.__file__).parent == ROOT / "verifiers"
     assert Path(lmselfplay.eval.__file__).parent == ROOT / "eval"
+
+
+def test_torch_requirement_admits_current_gpu_builds_and_setup_pins_the_cpu_wheel():
+    """Installing the project into a GPU environment keeps its torch (no upper pin); .ci/setup
+    installs this workplace's CPU wheel first and names it again in the project's own pip call,
+    so that pip never resolves the open range to a newer CUDA build."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    (torch_req,) = [Requirement(d) for d in deps if Requirement(d).name == "torch"]
+    for version in ("2.4.0", "2.11.0", "2.13.0+cpu", "2.14.1", "2.15.0+cu130"):
+        assert torch_req.specifier.contains(version), (str(torch_req), version)
+    pip_lines = [ln.strip() for ln in (ROOT / ".ci" / "setup").read_text().splitlines()
+                 if '"${PIP[@]}"' in ln and not ln.strip().startswith("#")]
+    assert 'TORCH="torch==2.13.0"' in (ROOT / ".ci" / "setup").read_text()
+    project = next(i for i, ln in enumerate(pip_lines) if '-e ".[dev]"' in ln)
+    assert any(ln.endswith('"$TORCH"') for ln in pip_lines[:project]), pip_lines
+    assert all('"$TORCH"' in ln for ln in pip_lines[project:]), pip_lines

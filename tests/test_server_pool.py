@@ -144,7 +144,7 @@ def test_least_outstanding_requests_favours_the_idle_server():
         ServerPool(["http://a", "http://a/"])
 
 
-@pytest.mark.parametrize("fault", [{"down": True}, {"garbage": True}, {"stall": 4.0}])
+@pytest.mark.parametrize("fault", [{"down": True}, {"garbage": True}, {"stall": 4.0}, {"dying": True}])
 def test_a_failing_server_moves_its_requests_and_comes_back_after_a_push(servers, fault):
     a, b = servers(2)
     eng = _engine([a, b], timeout=1.5)
@@ -176,6 +176,80 @@ def test_a_failed_push_takes_the_server_out_until_resynced(servers):
     assert {o.version for o in outs} == {2}  # ... and serves nothing
     assert not any(c[1] == "/v1/completions" for c in a.calls[before:])
     assert "HTTP 500" in eng.pool.servers[0].last_error
+
+
+def test_a_server_dropped_mid_push_is_finished_and_resumed_and_rejoins_at_the_next_push(servers):
+    """vLLM answers 409 to a start while an update is open: a server whose bucket failed still
+    gets /finish_weight_update and /resume, so the next push (fault cleared) re-admits it."""
+    a, b = servers(2)
+    eng = _engine([a, b])
+    eng.update_weights(tiny_model(seed=1), version=1)
+    a.faults["fail_push"] = True
+    eng.update_weights(tiny_model(seed=2), version=2)
+    after = _posts(a)[_posts(a).index("/update_weights", len(_posts(a)) - 6):]
+    assert after[:1] == ["/update_weights"] and "/finish_weight_update" in after and after[-1] == "/resume"
+    assert not a.updating and not a.paused and a.weights != b.weights
+    a.faults.clear()
+    eng.update_weights(tiny_model(seed=3), version=3)
+    assert all(s.in_rotation and s.version == 3 for s in eng.pool.servers)
+
+
+def test_a_server_left_mid_update_by_an_earlier_trainer_is_finished_then_started(servers):
+    (a,) = servers(1)
+    a.updating = True  # a trainer died between /start_weight_update and /finish_weight_update
+    eng = _engine([a])
+    eng.update_weights(tiny_model(seed=1), version=1)
+    assert eng.pool.servers[0].version == 1
+    posts = _posts(a)
+    k = posts.index("/start_weight_update")
+    assert posts[k:k + 3] == ["/start_weight_update", "/finish_weight_update", "/start_weight_update"]
+
+
+class _BlockingChannel(SimChannel):
+    """The trainer's side of a rendezvous the server never joins: vLLM's TCPStore master
+    waits for the server's workers (``vllm/distributed/utils.py``: StatelessProcessGroup.create)."""
+
+    def __init__(self, server, release):
+        super().__init__(server)
+        self.release = release
+
+    def open_fns(self, info):
+        init_info, _ = super().open_fns(info)
+        return init_info, lambda: self.release.wait(30)
+
+
+def test_a_fast_server_error_in_the_rendezvous_is_reported_at_once_with_its_message(servers):
+    a, b = servers(2)
+    a.faults["init_fails"] = True  # e.g. vLLM 0.27 refusing an init info with `packed`
+    release = threading.Event()
+    chans = {a.url: _BlockingChannel(a, release), b.url: SimChannel(b)}
+    eng = VLLMServerEngine(_Tok(), [a.url, b.url], timeout=2.0, backoff=0.01, retries=1, push_timeout=20.0,
+                           channel_factory=lambda url, i: chans[url])
+    t0 = time.monotonic()
+    try:
+        eng.update_weights(tiny_model(seed=1), version=1)
+    finally:
+        release.set()
+    assert time.monotonic() - t0 < 5  # not the 20 s deadline
+    err = eng.pool.servers[0].last_error
+    assert "NCCL rendezvous failed" in err and "HTTP 500: Internal Server Error" in err and "within" not in err
+    assert not a.paused and [s.in_rotation for s in eng.pool.servers] == [False, True]
+
+
+def test_a_server_restarted_after_a_failure_gets_a_new_rendezvous(servers):
+    """A restarted vLLM has no weight-transfer engine: the channel of a server that left the
+    rotation is not trusted, the next push that reaches it joins it again."""
+    a, b = servers(2)
+    eng = _engine([a, b])
+    eng.update_weights(tiny_model(seed=1), version=1)
+    a.faults["down"] = True
+    eng.update_weights(tiny_model(seed=2), version=2)
+    assert not eng.pool.servers[0].in_rotation
+    a.faults.clear()
+    a.restart()
+    eng.update_weights(tiny_model(seed=3), version=3)
+    assert all(s.in_rotation and s.version == 3 for s in eng.pool.servers)
+    assert _posts(a).count("/init_weight_transfer_engine") == 2 and a.weights == b.weights
 
 
 def test_a_push_step_past_its_deadline_is_one_line_and_the_run_goes_on(servers):

@@ -178,7 +178,8 @@ class HFServer(SimServer):
         self.pending = {}
 
     def finish_update(self) -> None:
-        if not self.pending:
+        if not self.pending or self.push_failed:  # a push that failed a bucket is not served
+            self.pending = {}
             return
         with self.model_lock:
             self.engine.model.load_state_dict(self.pending, strict=False)

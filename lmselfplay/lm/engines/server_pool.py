@@ -5,10 +5,13 @@ Rules (stdlib only, so everything here is tested on CPU against fake servers):
 * **HTTP** (:func:`request_json`): each client thread keeps one connection per server open
   (HTTP/1.1 keep-alive, as ``vllm serve`` speaks); every request has a timeout; connection failures and
   502/503/504 answers are retried on the same server with exponential backoff (a new connection
-  after any failure, so a restarted server is picked up); any other HTTP error is the request's fault
-  (:class:`ServerError`, not retried anywhere). A server that stays down, stalls past the
-  timeout, or answers something that is not the expected JSON raises :class:`ServerUnavailable`
-  naming its URL.
+  after any failure, so a restarted server is picked up). HTTP 500 is the server failing, not the
+  request: vLLM's API server answers it, with an empty body, for an engine that died or errored
+  (``vllm/entrypoints/launcher.py``: the RuntimeError / EngineDeadError handler, which also
+  shuts the server down), so it is :class:`ServerUnavailable` at once (not retried on that server:
+  the request fails over). Any other HTTP error is the request's fault (:class:`ServerError`, not
+  retried anywhere). A server that stays down, stalls past the timeout, or answers something that
+  is not the expected JSON raises :class:`ServerUnavailable` naming its URL.
 * **Spreading** (:class:`ServerPool`): each request goes to the server in rotation with the
   fewest outstanding requests (ties: the one picked least recently), so a slow server gets fewer.
 * **Failover**: a request whose server fails moves to the next server in rotation, until every
@@ -36,6 +39,7 @@ from typing import Any, TypeVar
 from lmselfplay.utils.errors import UserError
 
 RETRY_STATUS = (502, 503, 504)
+FAILING_STATUS = 500  # the server's engine failed: fail over, do not retry there
 T = TypeVar("T")
 
 
@@ -133,11 +137,14 @@ def request_json(base_url: str, method: str, path: str, payload: dict | None = N
             last = str(e) or type(e).__name__
             continue
         if status >= 400:
-            if status not in RETRY_STATUS:
-                detail = " ".join(body.decode(errors="replace")[:300].split())
-                raise ServerError(f"vLLM server at {base_url}: {method} {path} -> HTTP {status}: {detail}")
-            last = f"HTTP {status}"
-            continue
+            if status in RETRY_STATUS:
+                last = f"HTTP {status}"
+                continue
+            detail = " ".join(body.decode(errors="replace")[:300].split()) or "(no body)"
+            if status == FAILING_STATUS:
+                raise ServerUnavailable(f"vLLM server at {base_url} is failing: {method} {path} -> HTTP {status}: "
+                                        f"{detail}")
+            raise ServerError(f"vLLM server at {base_url}: {method} {path} -> HTTP {status}: {detail}")
         try:
             return json.loads(body) if body else {}
         except ValueError:

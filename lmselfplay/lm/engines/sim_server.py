@@ -8,12 +8,26 @@ sleeping (no CPU burnt), with up to ``max_batch`` requests decoded together as v
 
 Faults, set on :attr:`SimServer.faults` while it runs: ``down`` (connection refused: the socket
 is closed), ``garbage`` (200 with a body that is not JSON), ``stall`` (seconds before answering),
-``fail_push`` (``/update_weights`` answers 500), ``reset_fails`` (``/reset_prefix_cache`` answers
-``success: false`` this many times). Every request is recorded in order in :attr:`SimServer.calls`,
-the TCP connections accepted are counted in :attr:`SimServer.connections` (answers keep them alive).
-The weight transfer is simulated by :class:`SimChannel`: it hands the pushed tensors' checksum to
-the server, which serves it from ``/finish_weight_update`` on; between ``start_weight_update`` and
-``finish_weight_update`` a completion is an error (the real server's layers are on the meta device).
+``dying`` (an engine that died: every endpoint answers 500 with an empty body, ``/health`` 503 —
+``vllm/entrypoints/launcher.py``'s RuntimeError / EngineDeadError handler and
+``vllm/entrypoints/serve/instrumentator/health.py``), ``fail_push`` (``/update_weights`` answers
+500; the push's weights are not served), ``init_fails`` (``/init_weight_transfer_engine`` answers
+500 "Internal Server Error" at once: the route lets the ``ValueError`` of
+``WeightTransferEngine.parse_init_info`` escape, e.g. an init info with a field this vLLM does
+not have), ``reset_fails`` (``/reset_prefix_cache`` answers ``success: false`` this many times).
+:meth:`SimServer.restart` is a restarted ``vllm serve``: its checkpoint's weights, no
+weight-transfer engine (``/update_weights`` answers 500 until ``/init_weight_transfer_engine``:
+``NCCLWeightTransferEngine.receive_weights`` raises "not initialized"), not paused, no update open.
+
+The weight-update order is vLLM's (``vllm/entrypoints/serve/rlhf/api_router.py`` with
+``rl_state_machine.py``): ``/start_weight_update`` while an update is open, ``/update_weights`` or
+``/finish_weight_update`` while none is, answer 409. Every request is recorded in order in
+:attr:`SimServer.calls`, the TCP connections accepted are counted in :attr:`SimServer.connections`
+(answers keep them alive). The weight transfer is simulated by :class:`SimChannel`: it hands the
+pushed tensors' checksum to the server, which serves it from ``/finish_weight_update`` on; between
+``start_weight_update`` and ``finish_weight_update`` a completion is an error (the real server's
+layers are on the meta device). :attr:`SimServer.on_init` (a test's hook) runs with the init info
+of each ``/init_weight_transfer_engine``: the server side of a rendezvous.
 """
 
 from __future__ import annotations
@@ -45,7 +59,9 @@ class SimServer:
         self.calls: list[tuple] = []
         self.faults: dict[str, Any] = {}
         self.weights, self.pending_weights, self.push_digest = "checkpoint", None, hashlib.blake2b(digest_size=8)
-        self.updating = self.paused = self.closed = False
+        self.updating = self.paused = self.closed = self.push_failed = False
+        self.transfer_ready = False  # /init_weight_transfer_engine has run
+        self.on_init: Any = None
         self.completions = self.refused = self.connections = 0
         self.slots = threading.BoundedSemaphore(max_batch)
         self.lock = threading.Lock()
@@ -54,6 +70,12 @@ class SimServer:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
+
+    def restart(self) -> None:
+        """What a restarted ``vllm serve`` on the same URL holds (the module docstring)."""
+        with self.lock:
+            self.weights, self.pending_weights = "checkpoint", None
+            self.updating = self.paused = self.push_failed = self.transfer_ready = False
 
     def close(self) -> None:
         self.closed = True
@@ -93,11 +115,14 @@ class SimServer:
     def start_update(self) -> None:
         """``/start_weight_update``: a new push begins (what an earlier, failed one sent is discarded)."""
         self.push_digest, self.pending_weights = hashlib.blake2b(digest_size=8), None
+        self.push_failed = False
 
     def finish_update(self) -> None:
-        """``/finish_weight_update``: serve the pushed weights from now on."""
-        if self.pending_weights is not None:
-            self.weights, self.pending_weights = self.pending_weights, None
+        """``/finish_weight_update``: serve the pushed weights from now on (not those of a push
+        whose ``/update_weights`` failed: they are not the trainer's)."""
+        if self.pending_weights is not None and not self.push_failed:
+            self.weights = self.pending_weights
+        self.pending_weights = None
 
 
 def _handler(sim: SimServer):
@@ -130,6 +155,10 @@ def _handler(sim: SimServer):
             self.wfile.write(body)
 
         def _fault(self) -> bool:
+            if sim.faults.get("dying"):
+                code = 503 if self.path.split("?")[0] == "/health" else 500
+                self._send(code, raw=b"")
+                return True
             if sim.faults.get("down"):
                 self.close_connection = True
                 self.connection.close()  # the client sees a reset connection
@@ -177,7 +206,7 @@ def _handler(sim: SimServer):
             handler = {"/v1/completions": self._complete, "/pause": self._pause, "/resume": self._resume,
                        "/start_weight_update": self._start, "/update_weights": self._update,
                        "/finish_weight_update": self._finish, "/reset_prefix_cache": self._reset,
-                       "/init_weight_transfer_engine": lambda r: self._send(200, {})}.get(path)
+                       "/init_weight_transfer_engine": self._init}.get(path)
             if handler is None:
                 return self._send(404, {"error": "no such endpoint"})
             handler(req)
@@ -218,17 +247,34 @@ def _handler(sim: SimServer):
             sim.paused = False
             self._send(200, {"status": "resumed"})
 
+        def _init(self, req):
+            if sim.faults.get("init_fails"):
+                return self._send(500, raw=b"Internal Server Error")
+            if sim.on_init is not None:
+                sim.on_init(req.get("init_info") or {})
+            sim.transfer_ready = True
+            self._send(200, {"message": "Weight transfer initialized"})
+
         def _start(self, req):
+            if sim.updating:
+                return self._send(409, {"detail": "start_weight_update called while a weight update is already "
+                                                  "in progress. Call finish_weight_update first."})
             sim.updating = True
             sim.start_update()
             self._send(200, {})
 
         def _update(self, req):
-            if sim.faults.get("fail_push"):
-                return self._send(500, {"error": "weight update failed"})
+            if not sim.updating:
+                return self._send(409, {"detail": "update_weights called without a preceding start_weight_update."})
+            if sim.faults.get("fail_push") or not sim.transfer_ready:
+                sim.push_failed = True
+                return self._send(500, raw=b"")
             self._send(200, {})
 
         def _finish(self, req):
+            if not sim.updating:
+                return self._send(409, {"detail": "finish_weight_update called without a preceding "
+                                                  "start_weight_update."})
             with sim.lock:
                 sim.finish_update()
                 sim.updating = False

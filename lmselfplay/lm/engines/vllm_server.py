@@ -30,16 +30,28 @@ Weights (:meth:`VLLMServerEngine.update_weights`), every rank calls it at the sa
 
 Every step has a deadline (``push_timeout``): a step past it, or failing, takes that server out of
 rotation (its error is kept); with no server left the push is :class:`ServerUnavailable` naming
-every URL and reason. NCCL needs CUDA and vLLM on the trainer side; generation alone needs neither.
+every URL and reason. The fault rules (docs/scale.md, "The weight push"):
+
+* a step's first failing side ends it at once with its own message (the server's answer), so a
+  fast error is not reported as the deadline;
+* a server dropped after ``/pause`` gets ``/resume``, after ``/start_weight_update`` first
+  ``/finish_weight_update``; a start answered 409 (an update left open) finishes it and retries;
+* the NCCL rendezvous is bounded by the deadline and, past it, releases its port
+  (:class:`NCCLChannel`);
+* a server out of rotation, whatever took it out, may have restarted without a weight-transfer
+  engine: its channel is closed and the next push that reaches it redoes the rendezvous.
+
+NCCL needs CUDA and vLLM on the trainer side; generation alone needs neither.
 """
 
 from __future__ import annotations
 
+import math
+import re
 import threading
 import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import wait as wait_futures
 from contextlib import contextmanager
 from typing import Any
 
@@ -104,15 +116,39 @@ class RequestGate:
 
 
 def run_with_deadline(what: str, url: str, timeout: float, *fns: Callable[[], Any]) -> list[Any]:
-    """Run ``fns`` concurrently (an HTTP post beside the NCCL broadcast it pairs with); a
-    :class:`WeightPushError` naming the step when one fails or any is still running at ``timeout``."""
-    pool = ThreadPoolExecutor(max_workers=len(fns))
-    futures = [pool.submit(f) for f in fns]
-    _, pending = wait_futures(futures, timeout=timeout)
-    pool.shutdown(wait=False, cancel_futures=True)  # a hung broadcast thread is abandoned, not joined
-    if pending:
+    """Run ``fns`` concurrently (an HTTP post beside the NCCL side it pairs with). The first to
+    fail ends the step at once with its own message (the server's answer, not a deadline: the
+    other side, e.g. a rendezvous the server will never join, is abandoned); any still running
+    at ``timeout`` is a :class:`WeightPushError` naming the step. Each side runs on a daemon
+    thread: one stuck in NCCL (which nothing interrupts) must not hold the process at exit, as
+    a ``ThreadPoolExecutor`` worker would (they are joined at interpreter exit)."""
+    cond = threading.Condition()
+    outcome: list[tuple[bool, Any] | None] = [None] * len(fns)  # (ok, result or exception)
+
+    def run(i: int) -> None:
+        try:
+            got = (True, fns[i]())
+        except BaseException as e:  # reported by the caller
+            got = (False, e)
+        with cond:
+            outcome[i] = got
+            cond.notify_all()
+
+    for i in range(len(fns)):
+        threading.Thread(target=run, args=(i,), name=f"weight-push-{i}", daemon=True).start()
+    with cond:
+        cond.wait_for(lambda: all(outcome) or any(o is not None and not o[0] for o in outcome), timeout)
+        seen = list(outcome)
+    for o in seen:
+        if o is not None and not o[0]:
+            _push_result(what, url, lambda e=o[1]: _reraise(e))
+    if not all(seen):
         raise WeightPushError(f"weight push to {url}: {what} did not finish within {timeout:g} s")
-    return [_push_result(what, url, f.result) for f in futures]
+    return [o[1] for o in seen]
+
+
+def _reraise(e: BaseException) -> Any:
+    raise e
 
 
 def _push_result(what: str, url: str, fn: Callable[[], Any]) -> Any:
@@ -124,16 +160,51 @@ def _push_result(what: str, url: str, fn: Callable[[], Any]) -> Any:
         raise WeightPushError(f"weight push to {url}: {what} failed: {type(e).__name__}: {e}") from None
 
 
+PACKED_IN_INIT_INFO = (0, 28)  # vLLM release from which `packed` is an init-info field
+
+
+def vllm_release(version: str) -> tuple[int, int]:
+    """(major, minor) of a vLLM version string (``0.27.1+cpu`` -> (0, 27); a 0.28 pre-release
+    is 0.28: the API change came before the release)."""
+    m = re.match(r"(\d+)\.(\d+)", version)
+    if m is None:
+        raise ImportError(f"cannot read the vLLM version {version!r}")
+    return int(m[1]), int(m[2])
+
+
 class NCCLChannel:
     """vLLM's NCCL weight transfer to one server: the trainer is rank 0 of a group with the
-    server's workers (one group per server, so one failing server does not break the others)."""
+    server's workers (one group per server, so one failing server does not break the others).
+
+    Which API, by the server-side vLLM's release (the trainer's ``vllm`` must match it), as TRL
+    gates it (``trl/generation/vllm_client.py``, TRL #7001):
+
+    * vLLM >= 0.28 (vllm-project/vllm#50902): ``packed`` is a field of the init info
+      (``vllm/distributed/weight_transfer/nccl_common.py``: ``NCCLWeightTransferInitInfo``) and not
+      of the update info; the trainer calls ``packed_tensor.packed_nccl_broadcast_producer``.
+    * vLLM 0.26 / 0.27: the init info holds only the rendezvous fields (an unknown key fails the
+      server's ``WeightTransferEngine.parse_init_info``, ``weight_transfer/base.py``), so ``packed``
+      goes in every update info and ``NCCLWeightTransferEngine.trainer_send_weights`` packs
+      (``weight_transfer/nccl_engine.py``). ``nccl_common.trainer_init`` exists there too, so an
+      import does not tell the two apart.
+
+    The rendezvous is what ``nccl_common.trainer_init`` runs (``stateless_init_process_group``:
+    ``StatelessProcessGroup.create`` then ``PyNcclCommunicator``), done here so that it is bounded
+    and can be cleaned up: the store (the TCP listener on ``group_port``) waits for the server's
+    workers at most ``store_timeout`` s, and :meth:`close` drops the group's store, so a
+    rendezvous abandoned at its deadline (e.g. stuck in ``ncclCommInitRank``, which no timeout
+    reaches) frees the port for the next push's rendezvous. The stuck thread itself cannot be
+    interrupted; it is a daemon thread holding no port.
+    """
 
     needs_cuda = True
 
-    def __init__(self, url: str, group_port: int):
-        self.url, self.group_port = url, group_port
+    def __init__(self, url: str, group_port: int, store_timeout: float = 300.0):
+        self.url, self.group_port, self.store_timeout = url, group_port, store_timeout
         self.comm: Any = None
+        self.group: Any = None  # the StatelessProcessGroup while the rendezvous runs and after
         self.stateful = True
+        self._attempt: object | None = None  # the rendezvous whose result counts
 
     def check(self) -> None:
         import torch
@@ -147,33 +218,43 @@ class NCCLChannel:
 
     def open_fns(self, info: dict) -> tuple[dict, Callable[[], Any]]:
         """(init_info for ``/init_weight_transfer_engine``, the trainer side of the rendezvous)."""
+        import vllm
         from vllm.utils.network_utils import get_ip
 
         if info.get("weight_transfer_config") is None:
             raise WeightPushError(f"vLLM server at {self.url} has no weight-transfer engine: restart it with "
                                   """--weight-transfer-config '{"backend": "nccl"}'""")
+        self.stateful = vllm_release(getattr(vllm, "__version__", "unknown")) >= PACKED_IN_INIT_INFO
         init_info = {"master_address": get_ip(), "master_port": self.group_port, "rank_offset": 1,
                      "world_size": int(info["world_size"]) + 1}
-        try:  # vLLM >= 0.28: a stateful trainer endpoint, `packed` set at init
-            from vllm.distributed.weight_transfer.nccl_common import trainer_init
-
+        if self.stateful:
             init_info["packed"] = True
+        attempt = self._attempt = object()
+        return init_info, lambda: self._rendezvous(init_info, attempt)
 
-            def open_group():
-                self.comm = trainer_init(init_info)
-        except ImportError:
-            from vllm.distributed.weight_transfer.nccl_engine import NCCLWeightTransferEngine
+    def _rendezvous(self, init_info: dict, attempt: object) -> None:
+        """The trainer's side; an attempt abandoned meanwhile (closed) keeps nothing it made."""
+        import torch
+        from vllm.distributed.device_communicators.pynccl import PyNcclCommunicator
+        from vllm.distributed.utils import StatelessProcessGroup
 
-            self.stateful = False
-
-            def open_group():
-                self.comm = NCCLWeightTransferEngine.trainer_init(init_info)
-        return init_info, open_group
+        group = StatelessProcessGroup.create(host=init_info["master_address"], port=init_info["master_port"],
+                                             rank=0, world_size=init_info["world_size"],
+                                             store_timeout=max(1, math.ceil(self.store_timeout)))
+        if self._attempt is not attempt:
+            return _release(group)
+        self.group = group
+        device = torch.accelerator.current_device_index() if torch.cuda.is_available() else None
+        comm = PyNcclCommunicator(group, device=device)
+        if self._attempt is not attempt:
+            return _release(group)
+        self.comm = comm
 
     def update_info(self) -> dict:
         return {} if self.stateful else {"packed": True}
 
     def send(self, bucket: list[tuple[str, Any]]) -> None:
+        _settle_streams()
         if self.stateful:
             from vllm.distributed.weight_transfer.packed_tensor import (
                 packed_nccl_broadcast_producer,
@@ -191,9 +272,31 @@ class NCCLChannel:
                 iterator=iter(bucket), trainer_args=NCCLTrainerSendWeightsArgs(group=self.comm, packed=True))
 
     def close(self) -> None:
-        if self.comm is not None and getattr(self.comm, "group", None) is not None:
-            self.comm.group.store = self.comm.group.socket = None  # the server would wait on its socket
-        self.comm = None
+        """Drop the group's store (its listener on ``group_port``; the server would wait on it),
+        whether the rendezvous finished or was abandoned."""
+        for group in (self.group, getattr(self.comm, "group", None)):
+            _release(group)
+        self.comm = self.group = self._attempt = None
+
+
+def _release(group: Any) -> None:
+    """Drop a StatelessProcessGroup's store: the TCPStore master closes its listener."""
+    if group is not None:
+        group.store = None
+        if hasattr(group, "socket"):
+            group.socket = None
+
+
+def _settle_streams() -> None:
+    """The bucket's tensors (gathered by ZeRO-3, merged from LoRA) are written on the current
+    CUDA stream; vLLM's packed producer reads them on side streams of its own
+    (``vllm/distributed/weight_transfer/packed_tensor.py``: ``pack_tensors`` under
+    ``torch.cuda.stream(streams[i])``) with no wait on the current one, so that stream is
+    synchronized first (TRL #6798 fixed the same ordering for FSDP2). Nothing to wait for without CUDA."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.current_stream().synchronize()
 
 
 def _dist() -> tuple[bool, int]:
@@ -308,7 +411,7 @@ class VLLMServerEngine:
             from lmselfplay.lm.engines.hf_server import TensorHTTPChannel
 
             return TensorHTTPChannel(url)
-        return NCCLChannel(url, group_port)
+        return NCCLChannel(url, group_port, store_timeout=self.push_timeout)
 
     def _server_logprobs_mode(self, s: Server) -> str:
         """The server's ``--logprobs-mode`` (dev endpoint ``/server_info``); vLLM's default if hidden."""
@@ -450,18 +553,46 @@ class VLLMServerEngine:
                                      timeout=self.push_timeout, retries=0)
 
     def _prepare(self, errors: dict[str, str]) -> list[Server]:
-        """Rank 0, before any bucket: the servers that are up, paused, joined and ready to load."""
+        """Rank 0, before any bucket: the servers that are up, paused, joined and ready to load.
+
+        A server out of rotation (it failed a request or a push, so it may have restarted with
+        no weight-transfer engine) gets a new rendezvous; one dropped after ``/pause`` is resumed
+        (:meth:`_leave`)."""
         ready = []
         for s in self.pool.servers:
             if self._step(s, "GET /health", errors,
                           lambda s=s: self._request(s, "GET", "/health", timeout=self.push_timeout, retries=0)) is None:
                 continue
+            if not s.in_rotation:
+                self._drop_channel(s)
             self._pause(s)
             if s.url not in self.open_channels and not self._open(s, errors):
-                continue
-            if self._step(s, "POST /start_weight_update", errors, self._post(s, "/start_weight_update")) is not None:
+                self._leave(s, started=False)
+            elif self._start_update(s, errors):
                 ready.append(s)
+            else:
+                self._leave(s, started=False)
         return ready
+
+    def _start_update(self, s: Server, errors: dict[str, str]) -> bool:
+        """``/start_weight_update``. vLLM answers 409 while an earlier update was never finished
+        (``vllm/entrypoints/serve/rlhf/api_router.py``: ``rl_state.is_updating``), e.g. after a
+        trainer that died mid-push: that update is finished, then the start retried once."""
+        try:
+            self._request(s, "POST", "/start_weight_update", {}, timeout=self.push_timeout, retries=0)
+            return True
+        except ServerError as e:
+            if "HTTP 409" not in str(e):
+                return self._fail(s, errors, f"weight push to {s.url}: POST /start_weight_update failed: {e}")
+        except ServerUnavailable as e:
+            return self._fail(s, errors, f"weight push to {s.url}: POST /start_weight_update failed: {e}")
+        self._quietly(s, "/finish_weight_update")
+        return self._step(s, "POST /start_weight_update", errors, self._post(s, "/start_weight_update")) is not None
+
+    def _fail(self, s: Server, errors: dict[str, str], why: str) -> bool:
+        errors[s.url] = why
+        self.pool.take_out(s, why)
+        return False
 
     def _pause(self, s: Server) -> None:
         """The server finishes its in-flight requests and holds new ones (from every rank and
@@ -477,7 +608,8 @@ class VLLMServerEngine:
                 self._warned_pause = True
 
     def _open(self, s: Server, errors: dict[str, str]) -> bool:
-        """The channel's rendezvous: the server's POST and the trainer's side run together."""
+        """The channel's rendezvous: the server's POST and the trainer's side run together; a
+        failed or late one releases what the trainer's side holds (:meth:`_drop_channel`)."""
         ch = self.channels[s.url]
         try:
             info = self._request(s, "GET", "/server_info?config_format=json", timeout=self.push_timeout, retries=0)
@@ -485,15 +617,15 @@ class VLLMServerEngine:
             init_info, open_group = ch.open_fns({"weight_transfer_config":
                                                  (info.get("vllm_config") or {}).get("weight_transfer_config"),
                                                  "world_size": world})
-        except (ServerError, ServerUnavailable, KeyError, TypeError) as e:
-            errors[s.url] = f"weight push to {s.url}: cannot set up the weight transfer: {e}"
-            self.pool.take_out(s, errors[s.url])
-            return False
+        except (ServerError, ServerUnavailable, KeyError, TypeError, ImportError) as e:
+            return self._fail(s, errors, f"weight push to {s.url}: cannot set up the weight transfer: {e}")
         done = self._step(s, "the NCCL rendezvous", errors,
                           self._post(s, "/init_weight_transfer_engine", {"init_info": init_info}), open_group)
-        if done is not None:
-            self.open_channels.add(s.url)
-        return done is not None
+        if done is None:
+            self._drop_channel(s)
+            return False
+        self.open_channels.add(s.url)
+        return True
 
     def _send(self, s: Server, bucket: list[tuple[str, Any]], errors: dict[str, str]) -> bool:
         ch = self.channels[s.url]
@@ -503,6 +635,7 @@ class VLLMServerEngine:
                         self._post(s, "/update_weights", {"update_info": info}), lambda: ch.send(bucket))
         if ok is None:
             self._drop_channel(s)
+            self._leave(s, started=True)
         return ok is not None
 
     def _finish(self, s: Server, errors: dict[str, str]) -> bool:
@@ -525,19 +658,30 @@ class VLLMServerEngine:
             if isinstance(answer[0], dict) and answer[0].get("success") is True:
                 return True
             time.sleep(0.1 * (k + 1))
-        errors[s.url] = (f"weight push to {s.url}: /reset_prefix_cache did not succeed ({str(answer[0])[:80]}) after "
-                         f"{attempts} attempts; its prefix cache would serve the old weights")
-        self.pool.take_out(s, errors[s.url])
-        return False
+        return self._fail(s, errors, f"weight push to {s.url}: /reset_prefix_cache did not succeed "
+                          f"({str(answer[0])[:80]}) after {attempts} attempts; its prefix cache would serve the old weights")
+
+    def _leave(self, s: Server, started: bool) -> None:
+        """A server dropped mid-push is not left mid-update or paused: vLLM would answer the next
+        ``/start_weight_update`` with 409 and hold every request until ``/resume``
+        (``vllm/entrypoints/serve/rlhf/api_router.py``). Best effort: it is out of rotation, and
+        a server that is gone answers nothing."""
+        if started:
+            self._quietly(s, "/finish_weight_update")
+        self._resume(s)
+
+    def _quietly(self, s: Server, path: str) -> None:
+        try:
+            self._request(s, "POST", path, {}, timeout=self.push_timeout, retries=0)
+        except (ServerError, ServerUnavailable):
+            pass  # cleanup of a server that is out of rotation already
 
     def _resume(self, s: Server) -> None:
-        try:
-            self._request(s, "POST", "/resume", {}, timeout=self.push_timeout, retries=0)
-        except (ServerError, ServerUnavailable):
-            pass  # the server could not pause (warned) or is gone (out of rotation already)
+        self._quietly(s, "/resume")  # a server that could not pause (warned) answers an error here
 
     def _drop_channel(self, s: Server) -> None:
-        """A server that failed mid-push needs a new rendezvous next time (it may have restarted)."""
+        """The next push to this server redoes the rendezvous (it may have restarted); what the
+        trainer's side holds (a group, its port) is released now."""
         self.open_channels.discard(s.url)
         close = getattr(self.channels[s.url], "close", None)
         if close is not None:
