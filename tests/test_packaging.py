@@ -47,7 +47,6 @@ def test_torch_requirement_admits_current_gpu_builds_and_setup_pins_the_cpu_whee
     installs this workplace's CPU wheel first and names it again in the project's own pip call,
     so that pip never resolves the open range to a newer CUDA build."""
     import tomllib
-
     from packaging.requirements import Requirement
 
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]

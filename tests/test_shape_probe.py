@@ -12,7 +12,15 @@ from lmselfplay.games import make
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from bench_shape_probe import (  # noqa: E402
-    FORMATS, GRIDS, control_data, encode, main_job_step_seconds, main_job_turns, parse_row, train_row, vocabulary,
+    FORMATS,
+    GRIDS,
+    control_data,
+    encode,
+    main_job_step_seconds,
+    main_job_turns,
+    parse_row,
+    train_row,
+    vocabulary,
 )
 
 
