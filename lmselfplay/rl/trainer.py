@@ -492,12 +492,12 @@ class PolicyTrainer:
         recipes hand the learner to an engine. An engine that shares the learner's module
         (HF: ``shares_module``) serves the gathered module (ZeRO-3: every rank together);
         one with its own copy (vLLM) gets a bucketed push when it is behind the trainer."""
+        self._served = engine  # its detector checks the next step; sleeps (if it can) when that step starts
         if getattr(engine, "shares_module", False):
             with self.generation_model() as m:
                 engine.update_weights(m, version=self.step_count)
                 yield engine
             return
-        self._served = engine  # sleeps (if it can) when the next step starts: once per step
         if engine.version != self.step_count:  # every rank calls this: ZeRO-3 gathers per bucket
             engine.update_weights(self.model, version=self.step_count)
         yield engine
@@ -677,7 +677,20 @@ class PolicyTrainer:
         out = {k: sum(v) / len(v) for k, v in stats.items() if v}
         out.update(samples=float(n_samples), tokens=float(total_tokens),
                    lr=float(self.scheduler.get_last_lr()[0]))
+        out.update(self._check_sync(out))
         return out
+
+    def _check_sync(self, metrics: dict[str, float]) -> dict[str, float]:
+        """The staleness check of every step (``sync/logprob_diff``, ``sync/stale``): the detector
+        of the engine last served (:meth:`serving`; :func:`~lmselfplay.lm.engines.factory.make_engine`
+        gives every learner engine one) judges the first pass's ``logprob_diff``, warning or
+        raising (``strict_sync``) when the engine's weights are not the trainer's. Nothing when no
+        engine was served or no sampled token was trained on (pure targets)."""
+        engine = getattr(self, "_served", None)
+        detector = getattr(engine, "detector", None)
+        if detector is None or "logprob_diff" not in metrics:
+            return {}
+        return detector.check(metrics["logprob_diff"], self.step_count, type(engine).__name__)
 
     def _pass(self, micro_batches: list[list[Sample]], total_tokens: float, ref: dict[int, list[float]] | None,
               stats: dict[str, list[float]], first_pass: bool = False, schedule: bool = True) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 
 from lmselfplay.lm.engines.base import Engine, SamplingParams
 from lmselfplay.lm.engines.hf import HFEngine
-from lmselfplay.lm.engines.staleness import StalenessConfig
+from lmselfplay.lm.engines.staleness import StalenessConfig, StalenessDetector
 from lmselfplay.utils.config import ConfigError
 
 ENGINES = ("hf", "vllm", "vllm-server")
@@ -103,10 +103,20 @@ def colocated_max_model_len(cfg: Any, model: Any) -> int:
 
 
 def make_engine(cfg: Any, model: Any, tokenizer: Any) -> Engine:
-    """The learner's engine for ``cfg.engine``, serving ``model``'s current weights.
+    """The learner's engine for ``cfg.engine``, serving ``model``'s current weights, with the
+    run's staleness detector as ``engine.detector`` (``staleness_threshold`` / ``strict_sync``):
+    :meth:`~lmselfplay.rl.trainer.PolicyTrainer.step` checks it every step against the engine the
+    trainer served, so every recipe that builds its engine here is checked.
 
     Fails early (before any rollout) when vLLM is missing or cannot return the protocol's
     log-probs for the configured temperature / top_p."""
+    engine = build_engine(cfg, model, tokenizer)
+    engine.detector = StalenessDetector.from_config(cfg)
+    return engine
+
+
+def build_engine(cfg: Any, model: Any, tokenizer: Any) -> Engine:
+    """The engine of :func:`make_engine`, without its detector."""
     kind = getattr(cfg, "engine", "hf")
     _check_kind(kind)
     if kind == "hf":
