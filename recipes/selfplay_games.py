@@ -507,6 +507,7 @@ def step_row(sp: SelfPlay, metrics, stats, finished, stale, t0) -> dict:
     mirror = [f for f in finished if f.episode.players[0] is f.episode.players[1]]
     return {**{f"train/{k}": v for k, v in metrics.items()},
             "rollout/invalid_rate": stats.as_dict()["invalid_rate"],
+            "rollout/over_long_prompts": stats.over_long_prompts,  # forfeited: longer than the engine takes
             "rollout/mean_return": float(np.mean([t.reward for t in trajs])) if trajs else 0.0,
             "rollout/selfplay_first_seat_win_rate":
                 float(np.mean([f.returns[0] > 0 for f in mirror])) if mirror else float("nan"),
@@ -574,8 +575,8 @@ def main(argv=None):
             metrics = trainer.step(samples)
             # 7: league
             if sp.league.due(step + 1):
-                with trainer.generation_model() as m:  # full weights on every rank (ZeRO-3 gathers)
-                    snap = sp.league.add(step + 1, policy_weights(m))
+                # every rank copies the snapshot it plays against (ZeRO-3: gathered a bucket at a time)
+                snap = sp.league.add(step + 1, policy_weights(trainer.model))
                 sp.league.play_in(snap, snapshot_score(cfg, games, sp.league, sp.tok, step))
             row = step_row(sp, metrics, stats, finished, stale, t0)
             run.log(step + 1, row)

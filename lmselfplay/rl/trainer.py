@@ -677,20 +677,26 @@ class PolicyTrainer:
         out = {k: sum(v) / len(v) for k, v in stats.items() if v}
         out.update(samples=float(n_samples), tokens=float(total_tokens),
                    lr=float(self.scheduler.get_last_lr()[0]))
-        out.update(self._check_sync(out))
+        out.update(self._engine_metrics(out))
         return out
 
-    def _check_sync(self, metrics: dict[str, float]) -> dict[str, float]:
-        """The staleness check of every step (``sync/logprob_diff``, ``sync/stale``): the detector
-        of the engine last served (:meth:`serving`; :func:`~lmselfplay.lm.engines.factory.make_engine`
-        gives every learner engine one) judges the first pass's ``logprob_diff``, warning or
-        raising (``strict_sync``) when the engine's weights are not the trainer's. Nothing when no
-        engine was served or no sampled token was trained on (pure targets)."""
+    def _engine_metrics(self, metrics: dict[str, float]) -> dict[str, Any]:
+        """What the engine last served (:meth:`serving`) reports every step: the staleness check
+        (``sync/logprob_diff``, ``sync/stale``) — its detector (:func:`~lmselfplay.lm.engines.factory.make_engine`
+        gives every learner engine one) judges the first pass's ``logprob_diff``, warning or raising
+        (``strict_sync``) when the engine's weights are not the trainer's; nothing is judged when no
+        sampled token was trained on (pure targets) — and, where the engine has them, its dtype
+        (``engine/dtype``) and the prompts it was too short for (``engine/over_long_prompts``, run total)."""
         engine = getattr(self, "_served", None)
-        detector = getattr(engine, "detector", None)
-        if detector is None or "logprob_diff" not in metrics:
+        if engine is None:
             return {}
-        return detector.check(metrics["logprob_diff"], self.step_count, type(engine).__name__)
+        out: dict[str, Any] = {"engine/over_long_prompts": float(getattr(engine, "over_long_prompts", 0))}
+        if isinstance(getattr(engine, "dtype", None), str):
+            out["engine/dtype"] = engine.dtype
+        detector = getattr(engine, "detector", None)
+        if detector is not None and "logprob_diff" in metrics:
+            out.update(detector.check(metrics["logprob_diff"], self.step_count, type(engine).__name__))
+        return out
 
     def _pass(self, micro_batches: list[list[Sample]], total_tokens: float, ref: dict[int, list[float]] | None,
               stats: dict[str, list[float]], first_pass: bool = False, schedule: bool = True) -> None:

@@ -40,6 +40,10 @@ class EngineConfig(StalenessConfig):
         "help": "engine=vllm: the prompt budget vllm_max_model_len is derived from"})
     vllm_max_num_batched_tokens: int = field(default=0, metadata={
         "help": "engine=vllm: tokens per scheduler step (0: vLLM's default); lower it on a small GPU"})
+    vllm_dtype: str = field(default="auto", metadata={
+        "help": "engine=vllm: auto | bfloat16 | float16 | float32, the dtype vLLM runs in (the push casts the "
+                "trainer's float32 master weights to it); auto: the model's declared dtype, bfloat16 on CUDA when "
+                "that is float32 or absent (logged every step as engine/dtype)"})
     vllm_enable_sleep_mode: bool = field(default=False, metadata={
         "help": "engine=vllm: free vLLM's GPU memory while the trainer steps (once per step; for tight memory)"})
     vllm_server_urls: list[str] = field(default_factory=lambda: ["http://127.0.0.1:8000"], metadata={
@@ -64,6 +68,10 @@ class EngineConfig(StalenessConfig):
         weights it samples from), and sleep mode frees the engine while the trainer steps — the
         time overlap generates in."""
         check_staleness(self.max_staleness, shares_module=self.engine == "hf")
+        from lmselfplay.lm.engines.vllm import ENGINE_DTYPES  # no vLLM import: the rule only
+
+        if self.vllm_dtype not in ENGINE_DTYPES:
+            raise ConfigError(f"vllm_dtype must be one of {', '.join(ENGINE_DTYPES)}, got {self.vllm_dtype!r}")
         if self.max_staleness > 0 and self.vllm_enable_sleep_mode:
             raise ConfigError(f"max_staleness {self.max_staleness} generates while the trainer steps, when "
                               "vllm_enable_sleep_mode puts the engine to sleep: use one or the other")
@@ -77,6 +85,16 @@ def check_staleness(max_staleness: int, shares_module: bool) -> None:
     if max_staleness > 0 and shares_module:
         raise ConfigError(f"max_staleness {max_staleness} overlaps generation with training, which needs an engine "
                           "with its own weights (engine: vllm-server or vllm); the hf engine shares the trainer's")
+
+
+def check_sleep_mode_engines(cfg: Any, engines: int) -> None:
+    """At most one colocated vLLM engine with sleep mode per process: vLLM's sleep mode puts the
+    weights in its process-wide CuMem allocator, and a second instance's load asserts that the
+    allocator is empty ("CuMem allocator can only be used for one instance per process",
+    ``_maybe_get_memory_pool_context`` in vllm/v1/worker/gpu_worker.py). ConfigError otherwise."""
+    if engines > 1 and getattr(cfg, "engine", "hf") == "vllm" and getattr(cfg, "vllm_enable_sleep_mode", False):
+        raise ConfigError(f"{engines} colocated vLLM engines with vllm_enable_sleep_mode: vLLM allows one sleep-mode "
+                          "engine per process (its CuMem allocator); turn sleep mode off or use engine vllm-server")
 
 
 def _check_kind(kind: str) -> None:
@@ -137,6 +155,7 @@ def build_engine(cfg: Any, model: Any, tokenizer: Any) -> Engine:
         return VLLMEngine(model, tokenizer, gpu_memory_utilization=float(cfg.vllm_gpu_memory_utilization),
                           enable_sleep_mode=bool(cfg.vllm_enable_sleep_mode), logprobs_mode=mode,
                           bucket_bytes=bucket, seed=int(getattr(cfg, "seed", 0)),
+                          dtype=str(getattr(cfg, "vllm_dtype", "auto")),
                           max_model_len=colocated_max_model_len(cfg, unwrap(model)), **extra)
     from lmselfplay.lm.engines.vllm_server import VLLMServerEngine
 
