@@ -217,5 +217,6 @@ def test_memory_benchmark_runs_quick(tmp_path):
     res = json.loads(out.read_text())["results"]
     assert {(r["cap"], r["batch"]) for r in res["trainer"]} == {(16, 2), (16, 8), (0, 2), (0, 8)}
     assert {r["cap"] for r in res["logprobs"]} == {"blocks", "full"} and len(res["generation"]) == 4
-    assert all(r["peak_mb"] >= 0 for part in ("trainer", "logprobs", "generation") for r in res[part])
+    assert {r["cap"] for r in res["evaluation"]} == {"kept", "full"}
+    assert all(r["peak_mb"] >= 0 for part in ("trainer", "logprobs", "generation", "evaluation") for r in res[part])
     assert "trainer: peak MB" in proc.stdout

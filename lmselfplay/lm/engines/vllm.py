@@ -26,6 +26,8 @@ Weights: the engine starts from the model's config with dummy weights (``load_fo
 no checkpoint on disk) and :meth:`VLLMEngine.update_weights` pushes the trainer's tensors bucket
 by bucket (:mod:`~lmselfplay.lm.engines.weight_sync`: ZeRO-3 gathered per bucket, LoRA
 merged), then resets the prefix cache (cached KV of the old weights would otherwise be reused).
+The engine runs in :func:`engine_dtype` (``vllm_dtype``: the model's declared dtype, not the
+trainer's float32 masters) and every bucket is cast to it on the way (:func:`cast_bucket`).
 Sleep mode (optional) frees the GPU memory of the KV cache and weights while the trainer steps:
 once per step (:meth:`VLLMEngine.sleep`), woken by the next rollout after emptying the CUDA cache.
 """
