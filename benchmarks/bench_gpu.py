@@ -199,8 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="results file (default: $OUT or benchmarks/results)")
     args = ap.parse_args(argv)
     mount_checkout()
-    from lmselfplay.models.standins import ensure_standin
     from lmselfplay.models.policy import load_tokenizer
+    from lmselfplay.models.standins import ensure_standin
     from lmselfplay.utils.results import save_results
 
     cuda = torch.cuda.is_available() and not args.dry_run

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from lmselfplay.lm.engines import weight_sync
 from lmselfplay.lm.engines.base import declared_eos_ids
 from lmselfplay.lm.engines.hf import unwrap
 from lmselfplay.lm.prompt import PromptStyle, resolve_prompt_format, set_prompt_style
@@ -165,8 +166,6 @@ def policy_weights(model: Any, dtype: torch.dtype | None = None, bucket_bytes: i
 
 def _gathered_state(state: dict[str, torch.Tensor], dtype: torch.dtype, bucket_bytes: int) -> dict[str, torch.Tensor]:
     """ZeRO-3: a bucket of shards gathered on every rank, copied to the CPU, released; the next one."""
-    from lmselfplay.lm.engines import weight_sync
-
     units = [weight_sync.Unit(k, [v] if hasattr(v, "ds_id") else [], lambda v=v: v, weight_sync.full_nbytes(v))
              for k, v in state.items()]
     out: dict[str, torch.Tensor] = {}

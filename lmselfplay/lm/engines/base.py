@@ -34,7 +34,7 @@ class Completion:
     token_ids: list[int]
     text: str
     logprobs: list[float]
-    finish_reason: str  # "eos" | "stop" | "length"
+    finish_reason: str  # "eos" | "stop" | "length" | "prompt_too_long" (answered empty: generate_fitting)
     version: int | None = None  # weight version it was sampled with, where the engine knows it (servers)
 
 
@@ -129,6 +129,10 @@ def to_completion(tokenizer: Any, prompt: list[int], toks: list[int], lps: list[
 PROMPT_TOO_LONG = "prompt_too_long"  # the finish reason of a prompt no engine call was made for
 
 
+class OverLongPrompt(UserWarning):
+    """A prompt longer than the engine takes was answered empty (:func:`generate_fitting`)."""
+
+
 def prompt_limit(engine: Any) -> int | None:
     """The longest prompt ``engine`` takes, in tokens: its ``max_model_len`` (vLLM) or the served
     model's ``max_position_embeddings`` (HF), less one — vLLM refuses a prompt that leaves no room
@@ -163,7 +167,3 @@ def generate_fitting(engine: Any, prompts: list[list[int]], sampling: SamplingPa
     answers = iter(fitting)
     return [Completion(list(p), [], "", [], PROMPT_TOO_LONG) if i in skip else next(answers)
             for i, p in enumerate(prompts)]
-
-
-class OverLongPrompt(UserWarning):
-    """A prompt longer than the engine takes was answered empty (:func:`generate_fitting`)."""
