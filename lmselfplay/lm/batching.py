@@ -110,6 +110,15 @@ def _selected_and_entropy(x: torch.Tensor, targets: torch.Tensor, temperature: f
     return lp, lse - (F.softmax(x, dim=-1) * x).sum(-1)
 
 
+def token_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                   temperature: float = 1.0, with_entropy: bool = False, where: torch.Tensor | None = None):
+    """:func:`logprobs_from_logits` of the model's forward on ``input_ids`` (every position's
+    logits: for the tests' references and small batches; scoring uses :func:`sequence_logprobs`).
+    Differentiable; callers add ``no_grad`` when scoring."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+    return logprobs_from_logits(logits, input_ids, temperature, with_entropy, where)
+
+
 def logprobs_from_logits(logits: torch.Tensor, input_ids: torch.Tensor, temperature: float = 1.0,
                          with_entropy: bool = False, where: torch.Tensor | None = None):
     """Log-prob of each next token, shape (B, T-1), under ``log_softmax(logits / T)`` in
