@@ -13,6 +13,10 @@ as they do on real models. Rows:
               against the full float32 ``log_softmax`` over (B, T, V).
   generation  ``HFEngine.generate`` of B prompts, with ``max_batch_size`` = the cap's rows and
               = 256; what it keeps per token is whatever ``lmselfplay/lm/engines/hf.py`` does.
+  evaluation  ``HFEngine.score`` of B (prompt, completion) pairs — the exact game metrics' readout —
+              projecting onto the vocabulary only the completion positions, a bounded number per
+              forward (``kept``: :func:`lmselfplay.lm.batching.sequence_logprobs`), against one
+              forward's full (B, T, V) logits (``full``). Kept, the peak stays flat as B grows.
 
 Peak memory: on a GPU ``torch.cuda.max_memory_allocated`` during the measured call; on the CPU
 the process's peak resident set (VmHWM, reset at the call) minus its resident set just before
@@ -22,6 +26,7 @@ its default heap, memory freed between micro-batches stays resident and the peak
 allocator's fragmentation instead of what the step holds.
 
     python benchmarks/bench_memory.py [--quick] [--batches 4 16 64] [--cap 256] [--parts ...] [--out FILE]
+    python benchmarks/bench_memory.py --parts evaluation --batches 16 64 256 --prompt-len 96 --completion-len 8
 """
 
 from __future__ import annotations
@@ -163,7 +168,24 @@ def case_generation(c: dict, device: torch.device) -> float:
     return peak.mb
 
 
-CASES = {"trainer": case_trainer, "logprobs": case_logprobs, "generation": case_generation}
+def case_evaluation(c: dict, device: torch.device) -> float:
+    from lmselfplay.lm.engines import HFEngine
+
+    engine = HFEngine(stand_in(device, c["vocab"]).eval(), word_tokenizer(c["vocab"]))
+    batch = samples(c["batch"], c["prompt_len"], c["completion_len"], c["vocab"])
+    prompts, completions = [s.prompt_ids for s in batch], [s.completion_ids for s in batch]
+    with Peak(device) as peak:
+        if c["cap"] == "kept":
+            engine.score(prompts, completions)
+        else:  # what scoring did before: the whole logits tensor of one forward
+            ids = torch.tensor([p + q for p, q in zip(prompts, completions)], device=device)
+            with torch.no_grad():
+                full_log_softmax(engine.model(input_ids=ids).logits, ids)
+    return peak.mb
+
+
+CASES = {"trainer": case_trainer, "logprobs": case_logprobs, "generation": case_generation,
+         "evaluation": case_evaluation}
 
 
 def run_case(c: dict, fresh: bool, device: torch.device) -> float:
@@ -196,7 +218,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--completion-len", type=int, default=16)
     ap.add_argument("--cap", type=int, default=256, help="max_tokens_per_micro_batch of the capped rows")
     ap.add_argument("--out", default=None, help="results file (default benchmarks/results/memory.json)")
-    ap.add_argument("--parts", nargs="+", default=["trainer", "logprobs", "generation"], choices=list(CASES))
+    ap.add_argument("--parts", nargs="+", default=["trainer", "logprobs", "generation", "evaluation"],
+                    choices=list(CASES))
     ap.add_argument("--case", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -209,7 +232,8 @@ def main(argv: list[str] | None = None) -> None:
         args.batches, args.prompt_len, args.completion_len, args.cap, args.vocab = [2, 8], 4, 4, 16, 2048
     shape = {"prompt_len": args.prompt_len, "completion_len": args.completion_len, "vocab": args.vocab}
     rows_of_cap = max(1, args.cap // (args.prompt_len + args.completion_len))
-    plan = {"trainer": [args.cap, 0], "logprobs": ["blocks", "full"], "generation": [rows_of_cap, 256]}
+    plan = {"trainer": [args.cap, 0], "logprobs": ["blocks", "full"], "generation": [rows_of_cap, 256],
+            "evaluation": ["kept", "full"]}
     results: dict = {"device": device.type, "cap_tokens": args.cap, "fresh_process_per_case": not args.quick,
                      **shape}
     for part, caps in ((p, plan[p]) for p in args.parts):

@@ -35,7 +35,7 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
-from lmselfplay.lm.engines.base import SamplingParams
+from lmselfplay.lm.engines.base import SamplingParams, generate_fitting
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +151,7 @@ class LMSelfPlay(LM):
                 ctx = self._prefix() + self._encode(requests[i].args[0])
                 prompts.append(ctx[-max(1, self.max_length - max_new):])
             sp = SamplingParams(max_new_tokens=max_new, temperature=temp, top_p=top_p, stop=list(until))
-            for i, c in zip(idx, self.engine.generate(prompts, sp)):
+            for i, c in zip(idx, generate_fitting(self.engine, prompts, sp)):
                 out[i] = cut_at_stop(c.text, until)
         return out
 

@@ -51,7 +51,7 @@ import numpy as np
 from accelerate.utils import gather_object
 from tqdm.auto import tqdm
 
-from lmselfplay.lm.engines import EngineConfig, SamplingParams, make_engine
+from lmselfplay.lm.engines import EngineConfig, SamplingParams, generate_fitting, make_engine
 from lmselfplay.lm.prompt import encode_prompt
 from lmselfplay.lm.trajectory import Sample
 from lmselfplay.models.policy import PolicyConfig, load_policy
@@ -170,7 +170,7 @@ def generate(engine, tok, prompts: list[str], cfg, max_new_tokens: int, seed: in
     """One engine call for all prompts (through THE formatter)."""
     sp = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0 if greedy else cfg.temperature,
                         top_p=cfg.top_p, seed=seed)
-    return engine.generate([encode_prompt(tok, p) for p in prompts], sp)
+    return generate_fitting(engine, [encode_prompt(tok, p) for p in prompts], sp)
 
 
 def heldout_accuracy(cfg, engine, tok, referee, heldout) -> dict[str, float]:

@@ -59,7 +59,8 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from lmselfplay.lm.engines import EngineConfig, SamplingParams, make_engine
+from lmselfplay.lm.engines import EngineConfig, SamplingParams, generate_fitting, make_engine
+from lmselfplay.lm.engines.factory import check_sleep_mode_engines
 from lmselfplay.lm.prompt import encode_prompt
 from lmselfplay.lm.trajectory import Sample
 from lmselfplay.models.policy import PolicyConfig, load_policy
@@ -138,6 +139,7 @@ class RZeroConfig(TrainerConfig, PolicyConfig, EngineConfig, RunConfig):
         if self.num_questions % self.challenger_group_size or self.pool_size % self.challenger_group_size:
             raise ConfigError("num_questions and pool_size must be multiples of challenger_group_size")
         self._check_server_urls()
+        check_sleep_mode_engines(self, 2 if self.two_copies else 1)
 
     def _check_server_urls(self) -> None:
         """Two copies on servers: one set of servers per model, none shared; one policy: one set."""
@@ -284,7 +286,7 @@ class RZero:
 
     def generate(self, role: Role, prompts: list[str], sampling: SamplingParams):
         """``role``'s answers, from the weights its engine serves (inside :meth:`serving`)."""
-        return role.engine.generate([encode_prompt(self.tok, p) for p in prompts], sampling)
+        return generate_fitting(role.engine, [encode_prompt(self.tok, p) for p in prompts], sampling)
 
     @contextmanager
     def serving(self, *roles: Role) -> Iterator[None]:

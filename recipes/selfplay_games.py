@@ -54,7 +54,6 @@ from lmselfplay.lm.engines import (
     EngineConfig,
     HFEngine,
     SamplingParams,
-    StalenessDetector,
     make_engine,
 )
 from lmselfplay.lm.prompt import thinks
@@ -433,7 +432,6 @@ class SelfPlay:
     tok: object
     trainer: PolicyTrainer
     engine: object
-    detector: StalenessDetector
     baselines: RoleBaselines
     league: League
     averages: dict
@@ -452,8 +450,7 @@ def build(cfg, run, games, feedback) -> SelfPlay:
     trainer = PolicyTrainer(model, tok, cfg, accelerator=run.acc,
                             ref_model=reference_policy(cfg, model, str(run.acc.device)))
     engine = run.closing(make_engine(cfg, trainer.unwrapped, tok))  # cfg.engine: hf | vllm | vllm-server
-    return SelfPlay(games, feedback, plan, positions, tok, trainer, engine, StalenessDetector.from_config(cfg),
-                    RoleBaselines(cfg.baseline_decay), League(cfg, snapshot_engines(trainer, tok)),
+    return SelfPlay(games, feedback, plan, positions, tok, trainer, engine, RoleBaselines(cfg.baseline_decay), League(cfg, snapshot_engines(trainer, tok)),
                     make_averages(cfg, games), LLMPlayer(engine, tok, learner=True))
 
 
@@ -503,16 +500,18 @@ def exact_feedback_step(run, sp: SelfPlay, step) -> list:
     return exact
 
 
-def step_row(sp: SelfPlay, metrics, stats, finished, sync, t0) -> dict:
-    """The step's log row: trainer, rollout, league, staleness and role-baseline metrics."""
+def step_row(sp: SelfPlay, metrics, stats, finished, stale, t0) -> dict:
+    """The step's log row: trainer (its staleness check included), rollout, league, dropped-rollout
+    and role-baseline metrics."""
     trajs = [t for f in finished for t in f.trajectories]
     mirror = [f for f in finished if f.episode.players[0] is f.episode.players[1]]
     return {**{f"train/{k}": v for k, v in metrics.items()},
             "rollout/invalid_rate": stats.as_dict()["invalid_rate"],
+            "rollout/over_long_prompts": stats.over_long_prompts,  # forfeited: longer than the engine takes
             "rollout/mean_return": float(np.mean([t.reward for t in trajs])) if trajs else 0.0,
             "rollout/selfplay_first_seat_win_rate":
                 float(np.mean([f.returns[0] > 0 for f in mirror])) if mirror else float("nan"),
-            "rollout/tokens": stats.generated_tokens, "league/size": len(sp.league.ring), **sync,
+            "rollout/tokens": stats.generated_tokens, "league/size": len(sp.league.ring), **stale,
             **{f"baseline/{k}": v for k, v in sp.baselines.values.items() if "|" not in k},  # roles only
             "wall_s": time.time() - t0}
 
@@ -571,16 +570,15 @@ def main(argv=None):
             finished, stats = rollouts.next(step, cfg.max_steps - 1)
             # 5: advantages; a game played with weights older than max_staleness versions is dropped
             samples, stale = rollouts.keep(training_samples(cfg, finished, sp.baselines) + exact, trainer.step_count)
-            # 6: update; the engine serves the same (updated) weights next step
+            # 6: update (its staleness check warns, or stops with strict_sync, when the engine's weights
+            # are not the trainer's); the engine serves the same (updated) weights next step
             metrics = trainer.step(samples)
-            # staleness: trainer vs engine log-probs of the sampled tokens (warning / strict_sync error)
-            sync = sp.detector.check(metrics.get("logprob_diff", float("nan")), step + 1)
             # 7: league
             if sp.league.due(step + 1):
-                with trainer.generation_model() as m:  # full weights on every rank (ZeRO-3 gathers)
-                    snap = sp.league.add(step + 1, policy_weights(m))
+                # every rank copies the snapshot it plays against (ZeRO-3: gathered a bucket at a time)
+                snap = sp.league.add(step + 1, policy_weights(trainer.model))
                 sp.league.play_in(snap, snapshot_score(cfg, games, sp.league, sp.tok, step))
-            row = step_row(sp, metrics, stats, finished, {**sync, **stale}, t0)
+            row = step_row(sp, metrics, stats, finished, stale, t0)
             run.log(step + 1, row)
             bar.set_postfix(loss=f"{metrics.get('loss', 0):.3f}", invalid=f"{row['rollout/invalid_rate']:.2f}")
             if run.checkpoint_due(step + 1):  # 9: checkpoint

@@ -64,7 +64,7 @@ from accelerate import PartialState
 from accelerate.utils import gather_object
 from tqdm.auto import tqdm
 
-from lmselfplay.lm.engines.base import SamplingParams
+from lmselfplay.lm.engines.base import SamplingParams, generate_fitting
 from lmselfplay.lm.engines.hf import HFEngine
 from lmselfplay.lm.prompt import encode_completion, encode_prompt, format_prompt
 from lmselfplay.models.policy import (
@@ -188,7 +188,7 @@ def generate(engine: HFEngine, prompts: list[list[int]], sp: SamplingParams, bat
     out = []
     for i in tqdm(range(0, len(prompts), batch), desc=desc, disable=not progress, leave=False):
         chunk_sp = dataclasses.replace(sp, seed=None if sp.seed is None else sp.seed + i)
-        out += engine.generate(prompts[i : i + batch], chunk_sp)
+        out += generate_fitting(engine, prompts[i : i + batch], chunk_sp)
     return out
 
 

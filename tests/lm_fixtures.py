@@ -33,13 +33,15 @@ def tiny_tokenizer():
 
 
 def tiny_model(seed: int = 0, layers: int = 2, width: int = 32):
+    # a 1024-token context: the recipes' longest prompts in this coarse tokenizer (a 9x9 Go turn, ~560
+    # tokens) fit, so the engines answer them (rotary positions: the context changes no weight)
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tok = tiny_tokenizer()
     torch.manual_seed(seed)
     cfg = LlamaConfig(vocab_size=len(tok), hidden_size=width, intermediate_size=2 * width,
                       num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=4,
-                      max_position_embeddings=256, bos_token_id=tok.bos_token_id,
+                      max_position_embeddings=1024, bos_token_id=tok.bos_token_id,
                       eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
     return LlamaForCausalLM(cfg)
 

@@ -86,6 +86,29 @@ def test_sequence_logprobs_equal_the_reference_on_a_model(monkeypatch):
         assert lps == pytest.approx(ref[0, len(p) - 1 :].tolist(), abs=1e-5)
 
 
+def test_scoring_projects_only_the_completion_positions_within_the_budget(monkeypatch):
+    """Evaluation's scoring (HFEngine.score) keeps the logits of the positions that predict a
+    completion token only, a bounded number per forward: long prompts and many rows never make
+    a (rows, sequence, vocabulary) tensor, and the log-probs are those of the full forward."""
+    from lmselfplay.lm.engines import HFEngine
+
+    model = tiny_model(seed=1).eval()
+    vocab = model.get_output_embeddings().weight.shape[0]
+    g = torch.Generator().manual_seed(0)
+    prompts = [[1] + torch.randint(3, 300, (40 + 3 * i,), generator=g).tolist() for i in range(12)]
+    completions = [torch.randint(3, 300, (1 + i % 3,), generator=g).tolist() for i in range(12)]
+    monkeypatch.setattr(batching, "SCORE_LOGIT_ELEMENTS", 8 * vocab, raising=False)  # 8 positions a forward
+    seen = []
+    model.get_output_embeddings().register_forward_hook(lambda m, i, o: seen.append(o.shape[:-1].numel()))
+    got = HFEngine(model, tiny_tokenizer()).score(prompts, completions)
+    assert max(seen) <= 8 and sum(seen) < sum(len(p) for p in prompts) / 4
+    for p, c, lps in zip(prompts, completions, got, strict=True):
+        ids = torch.tensor([p + c])
+        with torch.no_grad():
+            ref, _ = _reference(model(input_ids=ids).logits, ids, 1.0)
+        assert lps == pytest.approx(ref[0, len(p) - 1 :].tolist(), abs=1e-5)
+
+
 def _len(n):
     return Sample([1] * (n - 1), [2], [0.0], advantage=1.0)
 
@@ -194,5 +217,6 @@ def test_memory_benchmark_runs_quick(tmp_path):
     res = json.loads(out.read_text())["results"]
     assert {(r["cap"], r["batch"]) for r in res["trainer"]} == {(16, 2), (16, 8), (0, 2), (0, 8)}
     assert {r["cap"] for r in res["logprobs"]} == {"blocks", "full"} and len(res["generation"]) == 4
-    assert all(r["peak_mb"] >= 0 for part in ("trainer", "logprobs", "generation") for r in res[part])
+    assert {r["cap"] for r in res["evaluation"]} == {"kept", "full"}
+    assert all(r["peak_mb"] >= 0 for part in ("trainer", "logprobs", "generation", "evaluation") for r in res[part])
     assert "trainer: peak MB" in proc.stdout

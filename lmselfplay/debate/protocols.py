@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lmselfplay.debate.tasks import DebateTask
+from lmselfplay.lm.engines.base import generate_fitting
 from lmselfplay.lm.prompt import encode_prompt
 from lmselfplay.utils.config import Config, ConfigError, positive
 
@@ -301,7 +302,7 @@ def run_protocol(tasks: list[DebateTask], protocol: str, engine: Any, tokenizer:
                                              cfg.max_prompt_tokens)
                 tr.prompt_cuts += int(cut)
                 prompts.append(ids)
-            for (tr, k), c in zip(jobs, engine.generate(prompts, sampling)):
+            for (tr, k), c in zip(jobs, generate_fitting(engine, prompts, sampling)):
                 text, flags = sanitize_speech(c.text, tr.task.context, cfg.max_speech_chars)
                 flags["at_max_tokens"] = int(c.finish_reason == "length")
                 tr.speeches.append(Speech(k, r, text, c.text, list(c.prompt_ids), list(c.token_ids),

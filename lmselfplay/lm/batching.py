@@ -10,6 +10,8 @@ Memory: a real vocabulary is ~150k entries, so a (batch, length, vocab) float32 
 600 KB per token. Log-probs are computed by :func:`over_positions`, a block of positions at a
 time (``LOGPROB_BLOCK_ELEMENTS`` float32 values), so only one block's float32 copy exists at
 once, in the forward and — recomputed under activation checkpointing — in the backward.
+Scoring (:func:`sequence_logprobs`) projects onto the vocabulary only the positions that predict
+a completion token, a bounded number of them per forward (``SCORE_LOGIT_ELEMENTS``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 LOGPROB_BLOCK_ELEMENTS = 1 << 24  # float32 values of one block of (positions, vocab): 64 MB
+SCORE_LOGIT_ELEMENTS = 1 << 26  # vocabulary-sized values one scoring forward keeps: 256 MB in float32
 
 
 def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int, side: str = "right") -> tuple[torch.Tensor, torch.Tensor]:
@@ -109,8 +112,9 @@ def _selected_and_entropy(x: torch.Tensor, targets: torch.Tensor, temperature: f
 
 def token_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                    temperature: float = 1.0, with_entropy: bool = False, where: torch.Tensor | None = None):
-    """:func:`logprobs_from_logits` of the model's forward on ``input_ids``. Differentiable;
-    callers add ``no_grad`` when scoring."""
+    """:func:`logprobs_from_logits` of the model's forward on ``input_ids`` (every position's
+    logits: for the tests' references and small batches; scoring uses :func:`sequence_logprobs`).
+    Differentiable; callers add ``no_grad`` when scoring."""
     logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
     return logprobs_from_logits(logits, input_ids, temperature, with_entropy, where)
 
@@ -150,15 +154,66 @@ def completion_positions(prompts: Sequence[Sequence[int]], completions: Sequence
     return where
 
 
+def score_chunks(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], vocab: int,
+                 budget: int | None = None) -> list[list[int]]:
+    """Row indices of each scoring forward: rows ordered by where their completion starts, then
+    consecutive rows while rows x kept columns x ``vocab`` stays within ``budget`` values
+    (``SCORE_LOGIT_ELEMENTS``; one row at least). The kept columns of a chunk are the span from
+    its first completion-predicting position to its last (:func:`score_span`)."""
+    budget = SCORE_LOGIT_ELEMENTS if budget is None else budget
+    order = sorted(range(len(prompts)), key=lambda r: (len(prompts[r]), len(completions[r])))
+    chunks: list[list[int]] = []
+    for r in order:
+        grown = (chunks[-1] if chunks else []) + [r]
+        lo, hi = score_span([prompts[i] for i in grown], [completions[i] for i in grown])
+        if chunks and len(grown) * (hi - lo) * vocab <= budget:
+            chunks[-1] = grown
+        else:
+            chunks.append([r])
+    return chunks
+
+
+def score_span(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]]) -> tuple[int, int]:
+    """[lo, hi): the next-token positions that predict some completion token of these rows."""
+    lo = min(max(len(p) - 1, 0) for p in prompts)
+    hi = max(len(p) - 1 + len(c) for p, c in zip(prompts, completions, strict=True))
+    return lo, max(hi, lo)
+
+
+def output_vocab(model: Any) -> int:
+    """Rows of the model's output projection (what one position's logits hold)."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    weight = getattr(head, "weight", None)
+    if weight is not None:
+        return int(getattr(weight, "ds_shape", weight.shape)[0])
+    return int(model.config.vocab_size)
+
+
 @torch.no_grad()
 def sequence_logprobs(model: Any, prompts: list[list[int]], completions: list[list[int]],
                       pad_id: int, temperature: float = 1.0) -> list[list[float]]:
-    """Teacher-forced log-probs of each completion's tokens given its prompt (lists)."""
-    if not prompts:
-        return []
-    ids, mask = pad_batch([list(p) + list(c) for p, c in zip(prompts, completions)], pad_id)
+    """Teacher-forced log-probs of each completion's tokens given its prompt (lists).
+
+    Only the positions that predict a completion token are projected onto the vocabulary: each
+    forward (:func:`score_chunks`) keeps the logits of its rows' completion span alone
+    (``logits_to_keep``), so a forward holds at most ``SCORE_LOGIT_ELEMENTS`` vocabulary-sized
+    values however long the prompts, however many rows and however large the vocabulary."""
+    out: list[list[float]] = [[] for _ in prompts]
     device = next(model.parameters()).device
-    where = completion_positions(prompts, completions, ids.shape[1])
-    tok_lp, _ = token_logprobs(model, ids.to(device), mask.to(device), temperature, where=where)
-    tok_lp = tok_lp.cpu()
-    return [tok_lp[r, len(p) - 1 : len(p) - 1 + len(c)].tolist() for r, (p, c) in enumerate(zip(prompts, completions))]
+    for rows in score_chunks(prompts, completions, output_vocab(model)):
+        ps, cs = [prompts[r] for r in rows], [completions[r] for r in rows]
+        lo, hi = score_span(ps, cs)
+        if hi == lo:  # no completion token in this chunk
+            continue
+        ids, mask = pad_batch([list(p) + list(c) for p, c in zip(ps, cs)], pad_id)
+        where = completion_positions(ps, cs, ids.shape[1])[:, lo:hi]
+        logits = model(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False,
+                       logits_to_keep=torch.arange(lo, hi, device=device)).logits
+        targets = ids[:, lo + 1 : hi + 1][where].to(device)
+        fn = functools.partial(_selected_and_entropy, temperature=temperature, with_entropy=False)
+        _, _, outs = over_positions(logits, where, fn, targets)
+        flat = outs[0].cpu().tolist() if outs else []
+        start = 0
+        for r, c in zip(rows, cs):  # over_positions returns the positions row-major, each row's in order
+            out[r], start = flat[start : start + len(c)], start + len(c)
+    return out

@@ -23,7 +23,7 @@ from typing import Any
 from lmselfplay.games import Invalid
 from lmselfplay.games.base import all_states
 from lmselfplay.games.text import MOVE_STOP, format_answer
-from lmselfplay.lm.engines.base import SamplingParams
+from lmselfplay.lm.engines.base import SamplingParams, generate_fitting
 from lmselfplay.lm.prompt import encode_completion, encode_prompt
 from lmselfplay.lm.stream import generate_stream
 from lmselfplay.utils.config import ConfigError
@@ -80,7 +80,7 @@ def answer_distribution(engine: Any, tokenizer: Any, game: Any, states: list[Any
 def greedy_actions(engine: Any, tokenizer: Any, game: Any, states: list[Any],
                    max_new_tokens: int = MOVE_BUDGET) -> list[int | Invalid]:
     prompts = [encode_prompt(tokenizer, game.observation_text(s, game.current_player(s))) for s in states]
-    outs = engine.generate(prompts, SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, stop=MOVE_STOP))
+    outs = generate_fitting(engine, prompts, SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, stop=MOVE_STOP))
     return [game.parse_action(s, o.text) for s, o in zip(states, outs)]
 
 

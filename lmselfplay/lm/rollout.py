@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lmselfplay.games.base import CHANCE, Invalid, forfeit_returns, resolve_chance
-from lmselfplay.lm.engines.base import Engine, SamplingParams
+from lmselfplay.lm.engines.base import PROMPT_TOO_LONG, Engine, SamplingParams, generate_fitting
 from lmselfplay.lm.prompt import encode_prompt
 from lmselfplay.lm.trajectory import Trajectory, Turn
 
@@ -63,6 +63,7 @@ class RolloutStats:
     generated_tokens: int = 0
     first_seat_wins: int = 0
     draws: int = 0
+    over_long_prompts: int = 0  # answered empty without an engine call: an illegal answer (forfeit)
 
     def as_dict(self) -> dict[str, float]:
         d = dict(vars(self))
@@ -130,11 +131,12 @@ def play_episodes(episodes: Iterable[Episode], sampling: SamplingParams, concurr
             sp = group[0].ep.sampling or sampling
             if sampling.seed is not None:
                 sp = SamplingParams(**{**vars(sp), "seed": sampling.seed * 100003 + step})
-            outs = first.engine.generate(prompts, sp)
+            outs = generate_fitting(first.engine, prompts, sp)
             stats.engine_calls += 1
             for g, out in zip(group, outs):
                 stats.llm_turns += 1
                 stats.generated_tokens += len(out.token_ids)
+                stats.over_long_prompts += out.finish_reason == PROMPT_TOO_LONG
                 _apply_answer(g, out, retries, stats)
         step += 1
 

@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from lmselfplay.lm.engines.base import SamplingParams
+from lmselfplay.lm.engines.base import SamplingParams, generate_fitting
 
 
 def generate_stream(engine: Any, prompts: Sequence[list[int]], sampling: SamplingParams,
@@ -25,7 +25,7 @@ def generate_stream(engine: Any, prompts: Sequence[list[int]], sampling: Samplin
         for c, start in enumerate(range(0, len(order), chunk)):
             part = order[start:start + chunk]
             sp = sampling if sampling.seed is None else dataclasses.replace(sampling, seed=sampling.seed + c)
-            outs = engine.generate([prompts[i] for i, _ in part], sp)
+            outs = generate_fitting(engine, [prompts[i] for i, _ in part], sp)
             for (i, j), o in zip(part, outs):
                 texts[i][j] = o.text
             bar.update(len(part))

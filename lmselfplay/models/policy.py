@@ -9,6 +9,7 @@ tokenizer returned carries that style.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from typing import Any
 
 import torch
 
+from lmselfplay.lm.engines import weight_sync
 from lmselfplay.lm.engines.base import declared_eos_ids
 from lmselfplay.lm.engines.hf import unwrap
 from lmselfplay.lm.prompt import PromptStyle, resolve_prompt_format, set_prompt_style
@@ -139,18 +141,51 @@ def is_peft_model(model: Any) -> bool:
     return hasattr(model, "peft_config") and hasattr(model, "disable_adapter")
 
 
-def policy_weights(model: Any) -> dict[str, torch.Tensor]:
-    """CPU copies of what makes this policy itself: under LoRA the adapter weights only
-    (a few MB: the base weights are frozen and shared), else the full state dict. What a
-    league snapshot stores; :func:`frozen_policy` turns it back into a model."""
+def policy_weights(model: Any, dtype: torch.dtype | None = None, bucket_bytes: int = 256 << 20
+                   ) -> dict[str, torch.Tensor]:
+    """CPU copies of what makes this policy itself: under LoRA the adapter weights only (a few
+    MB: the base weights are frozen and shared; kept as trained), else the full state dict — what a
+    league snapshot stores; :func:`frozen_policy` turns it back into a model. The full state's
+    floating tensors are stored in ``dtype`` (default :func:`snapshot_dtype`: the model's declared
+    dtype, so a bfloat16 model's snapshot is not a float32 copy of its master weights).
+
+    Under DeepSpeed ZeRO-3 every rank must call it (gathering is a collective): the shards are
+    gathered ``bucket_bytes`` at a time and copied out, never the whole model at once
+    (:func:`~lmselfplay.lm.engines.weight_sync.zero3_gather`)."""
     model = unwrap(model)
+    dtype = dtype or snapshot_dtype(model)
     if is_peft_model(model):
         from peft import get_peft_model_state_dict
 
-        state = get_peft_model_state_dict(model)
-    else:
-        state = model.state_dict()
-    return {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
+        return {k: _cpu_copy(v, v.dtype) for k, v in get_peft_model_state_dict(model).items()}  # float32 adapters
+    state = model.state_dict(keep_vars=True)
+    if not any(hasattr(v, "ds_id") for v in state.values()):
+        return {k: _cpu_copy(v, dtype) for k, v in state.items()}
+    return _gathered_state(state, dtype, bucket_bytes)
+
+
+def _gathered_state(state: dict[str, torch.Tensor], dtype: torch.dtype, bucket_bytes: int) -> dict[str, torch.Tensor]:
+    """ZeRO-3: a bucket of shards gathered on every rank, copied to the CPU, released; the next one."""
+    units = [weight_sync.Unit(k, [v] if hasattr(v, "ds_id") else [], lambda v=v: v, weight_sync.full_nbytes(v))
+             for k, v in state.items()]
+    out: dict[str, torch.Tensor] = {}
+    for bucket in weight_sync.bucket_units(units, bucket_bytes):
+        params = list({id(p): p for u in bucket for p in u.params}.values())  # tied weights: once
+        with weight_sync.zero3_gather(params) if params else contextlib.nullcontext():
+            out.update({u.name: _cpu_copy(u.build(), dtype) for u in bucket})
+    return out
+
+
+def _cpu_copy(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return t.detach().to("cpu", dtype=dtype if t.is_floating_point() else t.dtype, copy=True)
+
+
+def snapshot_dtype(model: Any) -> torch.dtype:
+    """The dtype a frozen copy of ``model`` needs: the one its config declares (the checkpoint's, or
+    the one it was loaded in; the trainer's float32 master weights do not change it), else float32."""
+    config = getattr(model.get_base_model() if hasattr(model, "get_base_model") else model, "config", None)
+    declared = getattr(config, "dtype", None)
+    return declared if isinstance(declared, torch.dtype) else torch.float32
 
 
 def frozen_policy(template: Any, weights: dict[str, torch.Tensor]) -> Any:
@@ -169,4 +204,7 @@ def frozen_policy(template: Any, weights: dict[str, torch.Tensor]) -> Any:
     else:
         model = type(template)(template.config)  # not a deep copy: ZeRO-3 params are shards
         model.load_state_dict(weights)
+        floating = {v.dtype for v in weights.values() if v.is_floating_point()}
+        if len(floating) == 1:  # served as stored: a bfloat16 snapshot is not widened back to float32
+            model.to(floating.pop())
     return model.requires_grad_(False).eval()

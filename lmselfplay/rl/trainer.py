@@ -492,12 +492,12 @@ class PolicyTrainer:
         recipes hand the learner to an engine. An engine that shares the learner's module
         (HF: ``shares_module``) serves the gathered module (ZeRO-3: every rank together);
         one with its own copy (vLLM) gets a bucketed push when it is behind the trainer."""
+        self._served = engine  # its detector checks the next step; sleeps (if it can) when that step starts
         if getattr(engine, "shares_module", False):
             with self.generation_model() as m:
                 engine.update_weights(m, version=self.step_count)
                 yield engine
             return
-        self._served = engine  # sleeps (if it can) when the next step starts: once per step
         if engine.version != self.step_count:  # every rank calls this: ZeRO-3 gathers per bucket
             engine.update_weights(self.model, version=self.step_count)
         yield engine
@@ -677,6 +677,25 @@ class PolicyTrainer:
         out = {k: sum(v) / len(v) for k, v in stats.items() if v}
         out.update(samples=float(n_samples), tokens=float(total_tokens),
                    lr=float(self.scheduler.get_last_lr()[0]))
+        out.update(self._engine_metrics(out))
+        return out
+
+    def _engine_metrics(self, metrics: dict[str, float]) -> dict[str, Any]:
+        """What the engine last served (:meth:`serving`) reports every step: the staleness check
+        (``sync/logprob_diff``, ``sync/stale``) — its detector (:func:`~lmselfplay.lm.engines.factory.make_engine`
+        gives every learner engine one) judges the first pass's ``logprob_diff``, warning or raising
+        (``strict_sync``) when the engine's weights are not the trainer's; nothing is judged when no
+        sampled token was trained on (pure targets) — and, where the engine has them, its dtype
+        (``engine/dtype``) and the prompts it was too short for (``engine/over_long_prompts``, run total)."""
+        engine = getattr(self, "_served", None)
+        if engine is None:
+            return {}
+        out: dict[str, Any] = {"engine/over_long_prompts": float(getattr(engine, "over_long_prompts", 0))}
+        if isinstance(getattr(engine, "dtype", None), str):
+            out["engine/dtype"] = engine.dtype
+        detector = getattr(engine, "detector", None)
+        if detector is not None and "logprob_diff" in metrics:
+            out.update(detector.check(metrics["logprob_diff"], self.step_count, type(engine).__name__))
         return out
 
     def _pass(self, micro_batches: list[list[Sample]], total_tokens: float, ref: dict[int, list[float]] | None,

@@ -10,6 +10,7 @@ relies on that for its importance ratios.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -33,7 +34,7 @@ class Completion:
     token_ids: list[int]
     text: str
     logprobs: list[float]
-    finish_reason: str  # "eos" | "stop" | "length"
+    finish_reason: str  # "eos" | "stop" | "length" | "prompt_too_long" (answered empty: generate_fitting)
     version: int | None = None  # weight version it was sampled with, where the engine knows it (servers)
 
 
@@ -123,3 +124,46 @@ def to_completion(tokenizer: Any, prompt: list[int], toks: list[int], lps: list[
     toks = list(toks[:n])
     return Completion(list(prompt), toks, tokenizer.decode(toks, skip_special_tokens=True),
                       [float(x) for x in lps[:n]], reason)
+
+
+PROMPT_TOO_LONG = "prompt_too_long"  # the finish reason of a prompt no engine call was made for
+
+
+class OverLongPrompt(UserWarning):
+    """A prompt longer than the engine takes was answered empty (:func:`generate_fitting`)."""
+
+
+def prompt_limit(engine: Any) -> int | None:
+    """The longest prompt ``engine`` takes, in tokens: its ``max_model_len`` (vLLM) or the served
+    model's ``max_position_embeddings`` (HF), less one — vLLM refuses a prompt that leaves no room
+    for one output token (``_validate_prompt_len`` in vllm/v1/engine/input_processor.py raises for
+    ``len(prompt) >= max_model_len``). None when the engine declares neither (no check)."""
+    length = getattr(engine, "max_model_len", None)
+    if length is None:
+        config = getattr(getattr(engine, "model", None), "config", None)
+        length = getattr(config, "max_position_embeddings", None)
+    return int(length) - 1 if isinstance(length, int) and length > 1 else None
+
+
+def generate_fitting(engine: Any, prompts: list[list[int]], sampling: SamplingParams) -> list[Completion]:
+    """``engine.generate`` of the prompts that fit :func:`prompt_limit`; each longer one is answered,
+    without any engine call, by an empty Completion (``finish_reason`` ``prompt_too_long``). An
+    over-long prompt is its sample's problem, never the run's: an empty answer is what every recipe
+    already scores as a failed answer (an illegal move forfeits the game, a malformed proposal or
+    question earns the malformed reward, no answer is no vote). The engine counts them
+    (``engine.over_long_prompts``, logged by the trainer's step as ``engine/over_long_prompts``)
+    and each call that had one warns. Every caller of an engine generates through here."""
+    limit = prompt_limit(engine)
+    long = [i for i, p in enumerate(prompts) if limit is not None and len(p) > limit]
+    if not long:
+        return engine.generate(prompts, sampling)
+    engine.over_long_prompts = getattr(engine, "over_long_prompts", 0) + len(long)
+    longest = max(len(prompts[i]) for i in long)
+    warnings.warn(f"{len(long)} of {len(prompts)} prompt(s) longer than the engine's {limit} tokens (longest "
+                  f"{longest}): answered empty, each scored as its recipe scores a failed answer", OverLongPrompt,
+                  stacklevel=2)
+    skip = set(long)
+    fitting = engine.generate([p for i, p in enumerate(prompts) if i not in skip], sampling)
+    answers = iter(fitting)
+    return [Completion(list(p), [], "", [], PROMPT_TOO_LONG) if i in skip else next(answers)
+            for i, p in enumerate(prompts)]

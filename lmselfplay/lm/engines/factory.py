@@ -22,7 +22,7 @@ from typing import Any
 
 from lmselfplay.lm.engines.base import Engine, SamplingParams
 from lmselfplay.lm.engines.hf import HFEngine
-from lmselfplay.lm.engines.staleness import StalenessConfig
+from lmselfplay.lm.engines.staleness import StalenessConfig, StalenessDetector
 from lmselfplay.utils.config import ConfigError
 
 ENGINES = ("hf", "vllm", "vllm-server")
@@ -40,6 +40,10 @@ class EngineConfig(StalenessConfig):
         "help": "engine=vllm: the prompt budget vllm_max_model_len is derived from"})
     vllm_max_num_batched_tokens: int = field(default=0, metadata={
         "help": "engine=vllm: tokens per scheduler step (0: vLLM's default); lower it on a small GPU"})
+    vllm_dtype: str = field(default="auto", metadata={
+        "help": "engine=vllm: auto | bfloat16 | float16 | float32, the dtype vLLM runs in (the push casts the "
+                "trainer's float32 master weights to it); auto: the model's declared dtype, bfloat16 on CUDA when "
+                "that is float32 or absent (logged every step as engine/dtype)"})
     vllm_enable_sleep_mode: bool = field(default=False, metadata={
         "help": "engine=vllm: free vLLM's GPU memory while the trainer steps (once per step; for tight memory)"})
     vllm_server_urls: list[str] = field(default_factory=lambda: ["http://127.0.0.1:8000"], metadata={
@@ -64,6 +68,10 @@ class EngineConfig(StalenessConfig):
         weights it samples from), and sleep mode frees the engine while the trainer steps — the
         time overlap generates in."""
         check_staleness(self.max_staleness, shares_module=self.engine == "hf")
+        from lmselfplay.lm.engines.vllm import ENGINE_DTYPES  # no vLLM import: the rule only
+
+        if self.vllm_dtype not in ENGINE_DTYPES:
+            raise ConfigError(f"vllm_dtype must be one of {', '.join(ENGINE_DTYPES)}, got {self.vllm_dtype!r}")
         if self.max_staleness > 0 and self.vllm_enable_sleep_mode:
             raise ConfigError(f"max_staleness {self.max_staleness} generates while the trainer steps, when "
                               "vllm_enable_sleep_mode puts the engine to sleep: use one or the other")
@@ -77,6 +85,16 @@ def check_staleness(max_staleness: int, shares_module: bool) -> None:
     if max_staleness > 0 and shares_module:
         raise ConfigError(f"max_staleness {max_staleness} overlaps generation with training, which needs an engine "
                           "with its own weights (engine: vllm-server or vllm); the hf engine shares the trainer's")
+
+
+def check_sleep_mode_engines(cfg: Any, engines: int) -> None:
+    """At most one colocated vLLM engine with sleep mode per process: vLLM's sleep mode puts the
+    weights in its process-wide CuMem allocator, and a second instance's load asserts that the
+    allocator is empty ("CuMem allocator can only be used for one instance per process",
+    ``_maybe_get_memory_pool_context`` in vllm/v1/worker/gpu_worker.py). ConfigError otherwise."""
+    if engines > 1 and getattr(cfg, "engine", "hf") == "vllm" and getattr(cfg, "vllm_enable_sleep_mode", False):
+        raise ConfigError(f"{engines} colocated vLLM engines with vllm_enable_sleep_mode: vLLM allows one sleep-mode "
+                          "engine per process (its CuMem allocator); turn sleep mode off or use engine vllm-server")
 
 
 def _check_kind(kind: str) -> None:
@@ -103,10 +121,20 @@ def colocated_max_model_len(cfg: Any, model: Any) -> int:
 
 
 def make_engine(cfg: Any, model: Any, tokenizer: Any) -> Engine:
-    """The learner's engine for ``cfg.engine``, serving ``model``'s current weights.
+    """The learner's engine for ``cfg.engine``, serving ``model``'s current weights, with the
+    run's staleness detector as ``engine.detector`` (``staleness_threshold`` / ``strict_sync``):
+    :meth:`~lmselfplay.rl.trainer.PolicyTrainer.step` checks it every step against the engine the
+    trainer served, so every recipe that builds its engine here is checked.
 
     Fails early (before any rollout) when vLLM is missing or cannot return the protocol's
     log-probs for the configured temperature / top_p."""
+    engine = build_engine(cfg, model, tokenizer)
+    engine.detector = StalenessDetector.from_config(cfg)
+    return engine
+
+
+def build_engine(cfg: Any, model: Any, tokenizer: Any) -> Engine:
+    """The engine of :func:`make_engine`, without its detector."""
     kind = getattr(cfg, "engine", "hf")
     _check_kind(kind)
     if kind == "hf":
@@ -127,6 +155,7 @@ def make_engine(cfg: Any, model: Any, tokenizer: Any) -> Engine:
         return VLLMEngine(model, tokenizer, gpu_memory_utilization=float(cfg.vllm_gpu_memory_utilization),
                           enable_sleep_mode=bool(cfg.vllm_enable_sleep_mode), logprobs_mode=mode,
                           bucket_bytes=bucket, seed=int(getattr(cfg, "seed", 0)),
+                          dtype=str(getattr(cfg, "vllm_dtype", "auto")),
                           max_model_len=colocated_max_model_len(cfg, unwrap(model)), **extra)
     from lmselfplay.lm.engines.vllm_server import VLLMServerEngine
 

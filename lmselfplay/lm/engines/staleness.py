@@ -8,7 +8,9 @@ the weights in sync the two differ only by numerics (0 in float32 for the HF eng
 trainer's module; ~0.01-0.02 for a bf16 vLLM engine). A weight push that silently stopped
 working leaves the engine a step or more behind and the difference jumps (TRL issue #5312:
 ~0.015 -> ~0.20 when sleep mode stopped syncing). Every engine is checked every step:
-above ``staleness_threshold`` it is a warning, or an error with ``strict_sync``.
+above ``staleness_threshold`` it is a warning, or an error with ``strict_sync``. The check sits in
+the layer every recipe shares: ``make_engine`` gives each learner engine its detector and
+``PolicyTrainer.step`` judges the step against the engine it last served.
 """
 
 from __future__ import annotations

@@ -26,6 +26,8 @@ Weights: the engine starts from the model's config with dummy weights (``load_fo
 no checkpoint on disk) and :meth:`VLLMEngine.update_weights` pushes the trainer's tensors bucket
 by bucket (:mod:`~lmselfplay.lm.engines.weight_sync`: ZeRO-3 gathered per bucket, LoRA
 merged), then resets the prefix cache (cached KV of the old weights would otherwise be reused).
+The engine runs in :func:`engine_dtype` (``vllm_dtype``: the model's declared dtype, not the
+trainer's float32 masters) and every bucket is cast to it on the way (:func:`cast_bucket`).
 Sleep mode (optional) frees the GPU memory of the KV cache and weights while the trainer steps:
 once per step (:meth:`VLLMEngine.sleep`), woken by the next rollout after emptying the CUDA cache.
 """
@@ -127,6 +129,41 @@ def check_logprobs_mode(mode: str, sp: SamplingParams) -> None:
                              "importance ratios would be wrong; leave it at its neutral value")
 
 
+ENGINE_DTYPES = ("auto", "bfloat16", "float16", "float32")
+
+
+def declared_dtype(model: Any) -> str | None:
+    """The dtype the model's config declares (``dtype`` / ``torch_dtype``: the checkpoint's, or the
+    one it was loaded in), as a name; None when absent. The trainer's float32 master weights
+    (:func:`~lmselfplay.rl.trainer.master_weights`) leave the config as it was, so this is the
+    model's dtype whatever the trainer did to its parameters."""
+    from lmselfplay.lm.engines.hf import unwrap
+
+    m = unwrap(model)
+    m = m.get_base_model() if hasattr(m, "get_base_model") else m
+    config = getattr(m, "config", None)
+    value = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    return None if value is None else str(value).removeprefix("torch.")
+
+
+def engine_dtype(setting: str, model: Any, cuda: bool | None = None) -> str:
+    """The colocated engine's dtype (``vllm_dtype``): a named dtype as given; ``auto`` is the
+    model's declared half dtype (bfloat16 / float16), and for a declared float32 or none bfloat16
+    on CUDA (float16 where the GPU has no bfloat16) — a float32 engine doubles weight memory and
+    push bytes and gets no FlashAttention — and float32 on the CPU."""
+    if setting not in ENGINE_DTYPES:
+        raise ValueError(f"vllm_dtype must be one of {', '.join(ENGINE_DTYPES)}, got {setting!r}")
+    if setting != "auto":
+        return setting
+    declared = declared_dtype(model)
+    if declared in ("bfloat16", "float16"):
+        return declared
+    cuda = torch.cuda.is_available() if cuda is None else cuda
+    if not cuda:
+        return "float32"
+    return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+
+
 def empty_cuda_cache() -> None:
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
@@ -184,12 +221,18 @@ def _refresh_tied_head(model: Any) -> None:
         method.process_weights_after_loading(head)
 
 
+def cast_bucket(bucket: list[tuple[str, torch.Tensor]], dtype: torch.dtype) -> list[tuple[str, torch.Tensor]]:
+    """A bucket's floating tensors in the engine's dtype (the trainer's float32 master weights
+    travel at the engine's width: half the bytes for a bfloat16 engine); others as they are."""
+    return [(k, t.to(dtype) if t.is_floating_point() else t) for k, t in bucket]
+
+
 class VLLMEngine:
     """Colocated vLLM serving ``model``'s current weights (see the module docstring)."""
 
     def __init__(self, model: Any, tokenizer: Any, gpu_memory_utilization: float = 0.3,
                  enable_sleep_mode: bool = False, logprobs_mode: str = "raw_logprobs",
-                 bucket_bytes: int = 256 << 20, max_model_len: int | None = None, dtype: str | None = None,
+                 bucket_bytes: int = 256 << 20, max_model_len: int | None = None, dtype: str = "auto",
                  seed: int = 0, enforce_eager: bool = False, version: int = 0,
                  distributed_executor_backend: str | None = "auto", **llm_kwargs: Any):
         vllm = require_vllm()
@@ -221,16 +264,16 @@ class VLLMEngine:
             llm_kwargs.setdefault("max_num_batched_tokens", max(8192, int(longest)))
         if distributed_executor_backend == "external_launcher":
             _ensure_launcher_env()
-        if dtype is None:
-            dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
-            dtype = "float32" if dtype not in ("float16", "bfloat16", "float32") else dtype
+        self.dtype = engine_dtype(dtype, model)  # logged every step by the trainer (engine/dtype)
+        self.over_long_prompts = 0
         self.llm = None
         try:
-            self.llm = vllm.LLM(model=self._folder, tokenizer=self._folder, load_format="dummy", dtype=dtype,
+            self.llm = vllm.LLM(model=self._folder, tokenizer=self._folder, load_format="dummy", dtype=self.dtype,
                                 gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=enable_sleep_mode,
                                 logprobs_mode=logprobs_mode, max_model_len=max_model_len, seed=seed,
                                 enforce_eager=enforce_eager, enable_prefix_caching=True,
                                 distributed_executor_backend=distributed_executor_backend, **llm_kwargs)
+            self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)  # prompt_limit reads it
             self._has_reload = all(self.llm.collective_rpc(_worker_can_reload))
             self.update_weights(model, version=version)
         except BaseException:
@@ -292,6 +335,7 @@ class VLLMEngine:
 
         def stream():  # one bucket materialized at a time, consumed by vLLM as it goes
             for bucket in buckets:
+                bucket = cast_bucket(bucket, getattr(torch, self.dtype))
                 stats.add(bucket)
                 yield from bucket
 

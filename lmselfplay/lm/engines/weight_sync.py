@@ -20,6 +20,11 @@ Engine-independent (no vLLM import), so it is tested on CPU. The rules:
   before the next one, so at most one bucket is ever materialized — never the whole model.
   Gathering is a collective: every rank must run the iterator to the end. The tensors of a
   bucket are valid only until the next bucket is requested.
+* **Streams** (CUDA only): a bucket is yielded only once every kernel that wrote its tensors has
+  finished (:func:`settle`). vLLM's consumers read it on side streams — the packed NCCL producer
+  packs each buffer under ``torch.cuda.stream(side)`` (vllm/distributed/weight_transfer/packed_tensor.py,
+  ``packed_broadcast_producer``) — which do not wait for the ZeRO-3 gather, the LoRA merge or the
+  optimizer step queued on other streams (TRL #6798 fixed the same ordering for FSDP2).
 """
 
 from __future__ import annotations
@@ -167,7 +172,16 @@ def iter_weight_buckets(model: Any, max_bytes: int = 256 << 20,
     for bucket in bucket_units(weight_units(model), max_bytes):
         params = [p for u in bucket for p in u.params]
         with gather(params), torch.no_grad():
-            yield [(u.name, u.build()) for u in bucket]
+            built = [(u.name, u.build()) for u in bucket]
+            settle()
+            yield built
+
+
+def settle() -> None:
+    """Wait for every queued kernel of the device (all streams: the gather's, the merge's, the
+    optimizer's) before a bucket leaves: its reader may run on another stream. A no-op without CUDA."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
 
 
 def iter_state_buckets(state: dict[str, torch.Tensor], max_bytes: int = 256 << 20
