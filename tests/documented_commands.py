@@ -273,6 +273,7 @@ REGISTRY: list[Command] = [
     Command(".venv/bin/python benchmarks/bench_cfr.py", extra="--iterations 10 --repeats 1", output=RESULT),
     Command(".venv/bin/python benchmarks/bench_executor.py", extra="--n 20 --naive-n 5 --rounds 1", output=RESULT),
     Command(".venv/bin/python benchmarks/bench_vllm_gpu.py", skip=f"{GPU} and vLLM"),
+    Command("python benchmarks/bench_vllm_gpu.py", skip=f"{GPU} and vLLM"),
     Command(".venv/bin/python benchmarks/bench_go.py", extra="--games 2 --mask_states 20 --repeats 1 --out {out}/go.json",
             files=("go.json",)),
     Command("python benchmarks/bench_go.py", slow=True, extra="--games 2 --mask_states 20 --repeats 1 --out {out}/go.json",

@@ -52,8 +52,8 @@ from lmselfplay.lm.engines.weight_sync import SyncStats, iter_state_buckets, ite
 
 INSTALL_HINT = "pip install lmselfplay[vllm]"
 # The tested matrix (docs/scale.md; pyproject's [vllm] extra says the same): vLLM 0.26 is the first
-# whose /reset_prefix_cache reports success; 0.33 needs torch 2.14, above the project's pin.
-# vLLM 0.32.0 (its CPU build) ran the real-engine tests with torch 2.13 and TRL 1.16.
+# whose /reset_prefix_cache reports success; 0.33 is refused: nothing here has run it and TRL 1.16
+# supports vLLM 0.22-0.31 only. vLLM 0.32.0 (its CPU build) ran the real-engine tests.
 VLLM_MIN, VLLM_BELOW = (0, 26), (0, 33)
 
 
@@ -64,7 +64,7 @@ def check_vllm_version(version: str) -> None:
     m = re.match(r"(\d+)\.(\d+)", version)
     if m is None or not VLLM_MIN <= (int(m[1]), int(m[2])) < VLLM_BELOW:
         raise ImportError(f"vLLM {version} is outside the tested range >={VLLM_MIN[0]}.{VLLM_MIN[1]},"
-                          f"<{VLLM_BELOW[0]}.{VLLM_BELOW[1]} (torch <= 2.13, TRL 1.16): `{INSTALL_HINT}` installs one")
+                          f"<{VLLM_BELOW[0]}.{VLLM_BELOW[1]} (0.33 and later never ran here; TRL 1.16 supports vLLM 0.22-0.31): `{INSTALL_HINT}` installs one")
 
 
 def require_vllm() -> Any:
