@@ -73,7 +73,7 @@ def test_loglikelihood_is_greedy_flag(lm):
 
 def test_loglikelihood_rolling_sums_windows(lm):
     tok, eng = lm.tok, lm.engine
-    text = "Tic-tac-toe board:\nX . O\n. X .\n. . O\n" * 12
+    text = "Tic-tac-toe board:\nX . O\n. X .\n. . O\n" * 40
     ids = tok(text, add_special_tokens=False)["input_ids"]
     assert len(ids) > lm.max_length  # several windows
     (total,) = lm.loglikelihood_rolling([_req("loglikelihood_rolling", (text,))])
