@@ -60,6 +60,7 @@ from lmselfplay.utils.config import (
     positive,
     to_dict,
 )
+from lmselfplay.utils.curves import heatmap
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.run import PeriodicCheckpoints, Run, RunConfig
 
@@ -222,24 +223,13 @@ def save(cfg: AlphaZeroConfig, it: int, state: dict[str, Any]) -> None:
 
 
 def plot_matrix(rows: list[list[float]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     n = len(rows)
     m = np.full((n, n), np.nan)
     for i, row in enumerate(rows):
         m[i, : len(row)] = row
-    fig, ax = plt.subplots(figsize=(4 + 0.2 * n, 3.5 + 0.2 * n))
-    im = ax.imshow(m, vmin=0, vmax=1, cmap="RdBu")
-    ax.set_xlabel("earlier checkpoint")
-    ax.set_ylabel("checkpoint")
-    ax.set_title("raw-policy score vs every earlier checkpoint")
-    fig.colorbar(im)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    names = [str(i) for i in range(n)]
+    heatmap(m, names, names, path, "raw-policy score vs every earlier checkpoint", xlabel="earlier checkpoint",
+            ylabel="checkpoint", colour_label="score share", annotate=n <= 12)  # digits fit up to 12 cells
 
 
 @dataclass
