@@ -113,6 +113,8 @@ def metric_words(name: str) -> str:
     """A metric's name in words: ``win_vs_random`` -> ``win rate vs random``."""
     if name in METRIC_WORDS:
         return METRIC_WORDS[name]
+    if name.startswith("raw_") and name[4:] in METRIC_WORDS:  # the network alone, without search
+        return f"{METRIC_WORDS[name[4:]]}, raw policy"
     m = VERSUS.match(name)
     if m:
         what, opponent, role = m.groups()
