@@ -90,8 +90,8 @@ def test_logger_plot_is_one_grid_not_a_column(tmp_path):
 @pytest.mark.parametrize("key,titles,expected", [
     ("nim/optimal_move_prob", None, "Nim: P(optimal move)"),
     ("tictactoe/optimal_move_prob", {"tictactoe": "Tic-tac-toe"}, "Tic-tac-toe: P(optimal move)"),
-    ("kuhn_poker/win_vs_random", None, "Kuhn poker: win rate vs random"),
-    ("taboo/win_vs_scripted_as_attacker", None, "Taboo: win rate vs scripted as attacker"),
+    ("kuhn_poker/win_vs_random", None, "Kuhn poker: win rate vs the random bot"),
+    ("taboo/win_vs_scripted_as_attacker", None, "Taboo: win rate vs the scripted bot as attacker"),
     ("train/policy_loss", None, "Training: policy loss"),
     ("heldout_accuracy", None, "Held-out accuracy"),
     ("eval/raw_optimal_move_prob", None, "Evaluation: P(optimal move), raw policy"),

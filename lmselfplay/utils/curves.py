@@ -110,7 +110,7 @@ def group_of(key: str) -> str:
 
 
 def metric_words(name: str) -> str:
-    """A metric's name in words: ``win_vs_random`` -> ``win rate vs random``."""
+    """A metric's name in words: ``win_vs_random`` -> ``win rate vs the random bot``."""
     if name in METRIC_WORDS:
         return METRIC_WORDS[name]
     if name.startswith("raw_") and name[4:] in METRIC_WORDS:  # the network alone, without search
@@ -118,7 +118,7 @@ def metric_words(name: str) -> str:
     m = VERSUS.match(name)
     if m:
         what, opponent, role = m.groups()
-        return f"{VERSUS_WORDS[what]} vs {opponent.replace('_', ' ')}" + (f" as {role}" if role else "")
+        return f"{VERSUS_WORDS[what]} vs the {opponent.replace('_', ' ')} bot" + (f" as {role}" if role else "")
     return name.replace("_", " ")
 
 
