@@ -49,6 +49,7 @@ from lmselfplay.alphazero.net_strength import (
 )
 from lmselfplay.alphazero.network import ConvPolicyValueNet, PolicyValueNet, alphazero_loss
 from lmselfplay.alphazero.selfplay import Samples, SelfPlaySettings, alpha_for, play_games
+from lmselfplay.eval.game_metrics import reference_lines
 from lmselfplay.games import make
 from lmselfplay.games.base import OPTIMAL_MOVES
 from lmselfplay.utils.checkpoint import atomic_dir, prune_checkpoints
@@ -311,8 +312,10 @@ def plot_run(cfg: AlphaZeroConfig, run: Run, p: Progress) -> None:
     keys = sorted({k for r in logger.rows() for k in r if k.startswith(("eval/sims", "train/"))
                    and not k.endswith("_losses")})
     logger.plot(keys, "curves.png", title=f"AlphaZero on {cfg.game}")
+    optimal = reference_lines(make(cfg.game, **json.loads(cfg.game_args))).get("greedy_optimal_rate", [])
     logger.plot(["eval/raw_optimal_fraction", "eval/raw_optimal_fraction_winning",
-                 "eval/winrate_vs_past_mean"], "progress.png")
+                 "eval/winrate_vs_past_mean"], "progress.png", title=f"AlphaZero on {cfg.game}: the raw network",
+                references={"eval/raw_optimal_fraction": optimal, "eval/raw_optimal_fraction_winning": optimal})
     if p.matrix:
         plot_matrix(p.matrix, run.out / "winrate_matrix.png")
 

@@ -94,7 +94,7 @@ def test_logger_plot_is_one_grid_not_a_column(tmp_path):
     ("taboo/win_vs_scripted_as_attacker", None, "Taboo: win rate vs the scripted bot as attacker"),
     ("train/policy_loss", None, "Training: policy loss"),
     ("heldout_accuracy", None, "Held-out accuracy"),
-    ("eval/raw_optimal_move_prob", None, "Evaluation: P(optimal move), raw policy"),
+    ("eval/raw_optimal_move_prob", None, "Evaluation: P(optimal move) (raw)"),
 ])
 def test_labels_are_words_not_keys(key, titles, expected):
     assert curves.words(key, titles) == expected

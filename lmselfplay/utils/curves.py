@@ -61,6 +61,9 @@ METRIC_WORDS = {
     "label_accuracy_all": "label accuracy (all questions)",
     "reward_accuracy": "reward accuracy",
     "pass_rate": "share passing the filter band",
+    "optimal_fraction": "argmax optimal-move rate",
+    "optimal_fraction_winning": "argmax optimal, won positions",
+    "winrate_vs_past_mean": "mean score vs earlier checkpoints",
     "difficulty": "difficulty (true solve rate)",
     "diversity": "diversity (1 - mean pairwise BLEU)",
 }
@@ -114,7 +117,7 @@ def metric_words(name: str) -> str:
     if name in METRIC_WORDS:
         return METRIC_WORDS[name]
     if name.startswith("raw_") and name[4:] in METRIC_WORDS:  # the network alone, without search
-        return f"{METRIC_WORDS[name[4:]]}, raw policy"
+        return f"{METRIC_WORDS[name[4:]]} (raw)"
     m = VERSUS.match(name)
     if m:
         what, opponent, role = m.groups()
@@ -233,6 +236,15 @@ def _draw_panel(ax: Any, rows: list[dict[str, Any]], key: str, references: Seque
     else:
         ax.plot(steps, values, marker=".", linewidth=1.2)
     style_panel(ax, key, values, references, titles)
+    _integer_ticks(ax, steps)
+
+
+def _integer_ticks(ax: Any, xs: Sequence[float]) -> None:
+    """Steps and iterations are counts: no tick at 1.5 when every point is at a whole number."""
+    if all(float(x).is_integer() for x in xs):
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def _draw_lines(ax: Any, key: str, lines: Sequence[Line], references: Sequence[Reference],
@@ -248,10 +260,8 @@ def _draw_lines(ax: Any, key: str, lines: Sequence[Line], references: Sequence[R
                 linewidth=1.2, label=line.label())
     values = [v for ln in lines for _, v in ln.points]
     style_panel(ax, key, values, references, titles, xlabel, log)
-    if not log and all(float(x).is_integer() for ln in lines for x, _ in ln.points):
-        from matplotlib.ticker import MaxNLocator
-
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # iterations are counts: no 1.5
+    if not log:
+        _integer_ticks(ax, [x for ln in lines for x, _ in ln.points])
 
 
 # --- figures -------------------------------------------------------------------------------
