@@ -244,7 +244,7 @@ def _integer_ticks(ax: Any, xs: Sequence[float]) -> None:
     if all(float(x).is_integer() for x in xs):
         from matplotlib.ticker import MaxNLocator
 
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 5, 10]))  # 0, 20, 40: not 15, 105
 
 
 def _draw_lines(ax: Any, key: str, lines: Sequence[Line], references: Sequence[Reference],
