@@ -162,27 +162,27 @@ def summarize_average(rows, game, target):
             "avg_curve": curve, "avg_from": avg_from, "iterates": iterates}
 
 
-def plot(table, game, path):
-    import matplotlib
+def plot(table, game, path, target, extra=None):
+    """The headline metric of every run: a colour per variant, a shade per seed, the
+    game's reference lines and the target; settings every run shares go in the title, so
+    a legend names a variant only for runs that are that variant."""
+    from lmselfplay.eval.game_metrics import plot_annotations
+    from lmselfplay.utils.curves import Line, Reference, plot_lines
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for i, (variant, runs) in enumerate(table.items()):
+    key = headline(game)[0]
+    lines = []
+    for variant, runs in table.items():
         for r in runs:
-            steps, _, values = zip(*r["curve"])
-            ax.plot(steps, values, color=f"C{i}", alpha=0.8, label=f"{variant} seed {r['seed']}")
+            lines.append(Line(variant, [(s, v) for s, _, v in r["curve"]], seed=r["seed"]))
             if r.get("avg_curve"):
-                steps, _, values = zip(*r["avg_curve"])
-                ax.plot(steps, values, color=f"C{i}", ls="--", alpha=0.8, label=f"{variant} seed {r['seed']}: average")
-    ax.set_xlabel("self-play step")
-    ax.set_ylabel(headline(game)[0])
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+                lines.append(Line(variant, [(s, v) for s, _, v in r["avg_curve"]], seed=r["seed"],
+                                  note="average policy", style="--"))
+    references, titles = plot_annotations([game])
+    refs = [*references.get(key, []), Reference(target, f"target ({target:g})")]
+    shared = ", ".join(f"{k}={v}" for k, v in (extra or {}).items())
+    title = f"Which ingredients make self-play learn {titles.get(game, game)}?" + (f" (all runs: {shared})"
+                                                                                  if shared else "")
+    return plot_lines({key: lines}, path, title, {key: refs}, titles, xlabel="self-play step")
 
 
 def main():
@@ -238,7 +238,7 @@ def main():
     path = save_results(name, {"game": args.game, "metric": key, "target": target, "seeds": args.seeds,
                                "steps": args.steps, "extra": extra, "per_seed": table})
     png = path.with_suffix(".png")
-    plot(table, args.game, png)
+    plot(table, args.game, png, target, extra)
     print(f"curves: {png}")
 
 

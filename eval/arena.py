@@ -18,8 +18,6 @@ checked for non-transitivity and any cycle ``A > B > C > A`` is warned about by 
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 import warnings
 from collections import deque
 from collections.abc import Sequence
@@ -28,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from lmselfplay.utils import curves
 
 ELO = 400.0 / math.log(10.0)
 MEAN_RATING = 1500.0
@@ -165,38 +165,8 @@ def rate(res: Results, n_boot: int = 200, seed: int = 0) -> dict[str, Any]:
 
 
 def heatmap(names: Sequence[str], share: np.ndarray, path: str | Path, title: str = "") -> Path:
-    """PNG of the row-vs-column score share, written atomically."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    n = len(names)
-    fig, ax = plt.subplots(figsize=(max(4.5, 2.0 + 0.9 * n), max(3.8, 1.6 + 0.8 * n)))
-    im = ax.imshow(np.ma.masked_invalid(share), vmin=0, vmax=1, cmap="RdBu")
-    for i in range(n):
-        for j in range(n):
-            if not math.isnan(share[i, j]):
-                ink = "white" if abs(share[i, j] - 0.5) > 0.3 else "black"  # readable on dark cells
-                ax.text(j, i, f"{share[i, j]:.2f}", ha="center", va="center", fontsize=9, color=ink)
-    ax.set_xticks(range(n), names, rotation=45, ha="right")
-    ax.set_yticks(range(n), names)
-    ax.set_xlabel("opponent")
-    ax.set_ylabel("player")
-    fig.colorbar(im, ax=ax, fraction=0.046).set_label("score share (win 1, draw 1/2)", fontsize=8)
-    ax.set_title(title, fontsize=10, wrap=True)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=100, bbox_inches="tight")  # long names and titles are never cut
-        os.replace(tmp, path)
-    finally:
-        plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
+    """PNG of the row-vs-column score share (:func:`lmselfplay.utils.curves.heatmap`)."""
+    return curves.heatmap(share, names, names, path, title)
 
 
 # --- playing ------------------------------------------------------------------------------

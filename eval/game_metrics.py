@@ -53,6 +53,7 @@ from lmselfplay.lm.readout import (
     tabular_policy,
 )
 from lmselfplay.utils.config import ConfigError
+from lmselfplay.utils.curves import Reference
 from lmselfplay.utils.stats import wilson
 
 
@@ -141,6 +142,55 @@ def headline_metrics(game: Any) -> list[str]:
     wins = [f"win_vs_{name}_as_{r}" if roles else f"win_vs_{name}" for name in reference_bots(game)
             for r in (roles or [None])]
     return exact + wins
+
+
+def uniform_value(game: Any) -> dict[str, float]:
+    """What the uniform random policy scores on the game's exact metric: its expected
+    optimal-move probability over every decision position, or its exploitability."""
+    from lmselfplay.games.exploitability import exploitability, uniform_policy
+    from lmselfplay.games.solve import optimal_actions
+
+    if game.exact_metric == OPTIMAL_MOVES:
+        states = decision_states(game)
+        shares = [len(optimal_actions(game, s)) / len(game.legal_actions(s)) for s in states]
+        return {"optimal_move_prob": sum(shares) / len(shares)}
+    if game.exact_metric == EXPLOITABILITY:
+        return {"exploitability": exploitability(game, uniform_policy(game))}
+    return {}
+
+
+def reference_lines(game: Any) -> dict[str, list[Reference]]:
+    """The levels each of the game's metrics is read against, from what it declares: optimal
+    play (1.0) where a solver labels every move, a Nash equilibrium (exploitability 0) where
+    best responses are exact, the uniform random policy's value of either, and break-even
+    (mean return 0, the game being zero-sum) against every reference bot."""
+    out: dict[str, list[Reference]] = {}
+    if game.exact_metric == OPTIMAL_MOVES:
+        for m in ("optimal_move_prob", "greedy_optimal_rate", "min_optimal_prob"):
+            out[m] = [Reference(1.0, "optimal play")]
+    elif game.exact_metric == EXPLOITABILITY:
+        out["exploitability"] = [Reference(0.0, "Nash equilibrium")]
+    for m, v in uniform_value(game).items():
+        out[m].append(Reference(v, f"uniform random policy ({v:.2f})"))
+    for name in reference_bots(game):
+        out[f"mean_return_vs_{name}"] = [Reference(0.0, "break-even")]
+    return out
+
+
+def plot_annotations(groups: Any) -> tuple[dict[str, list[Reference]], dict[str, str]]:
+    """For the curve helper (:mod:`lmselfplay.utils.curves`): the reference lines of every
+    ``group/metric`` key and the title of every group that names a registered game (its
+    ``title``, else its name); groups that are not games get neither."""
+    references: dict[str, list[Reference]] = {}
+    titles: dict[str, str] = {}
+    for group in dict.fromkeys(groups):
+        try:
+            game = make(group)
+        except (KeyError, ValueError):  # a task or a training group, not a game
+            continue
+        titles[group] = getattr(game, "title", game.name.replace("_", " ").capitalize())
+        references.update({f"{group}/{m}": refs for m, refs in reference_lines(game).items()})
+    return references, titles
 
 
 def policy_metrics(engine: Any, tokenizer: Any, game: Any, positions: list[Any] | None = None,

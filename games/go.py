@@ -106,6 +106,7 @@ class Go:
         self.size = n = int(size)
         self.komi = float(komi)
         self.name = "go9" if n == 9 else f"go{n}"
+        self.title = f"Go {n}x{n}"  # the name in words (figures, tables)
         self.n_points = n * n
         self.pass_action = n * n
         self.n_actions = n * n + 1

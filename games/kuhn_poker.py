@@ -29,6 +29,7 @@ class KuhnState:
 
 class KuhnPoker:
     name = "kuhn_poker"
+    title = "Kuhn poker"  # the name in words (figures, tables)
     n_actions = 2
     perfect_information = False
     max_utility = 2.0  # ante + bet

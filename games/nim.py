@@ -31,6 +31,7 @@ class Nim:
             raise ValueError(f"nim needs start >= 1 and max_take >= 1, got {start}, {max_take}")
         self.start, self.max_take, self.misere = int(start), int(max_take), bool(misere)
         self.name = "nim_misere" if misere else "nim"
+        self.title = "Misère Nim" if misere else "Nim"  # the name in words (figures, tables)
         self.n_actions = self.max_take  # action a takes a + 1 stones
 
     def new_initial_state(self, seed: int | None = None) -> NimState:

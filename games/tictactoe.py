@@ -36,6 +36,7 @@ class TicTacToeState:
 
 class TicTacToe:
     name = "tictactoe"
+    title = "Tic-tac-toe"  # the name in words (figures, tables)
     n_actions = 9
     perfect_information = True
     max_utility = 1.0

@@ -17,7 +17,7 @@ iteration and referee:
 * the solver's greedy accuracy on the fixed held-out ground-truth set.
 
 Output in ``study_dir``: ``study.jsonl``, ``study.csv``, ``study.png`` (a panel per measure,
-a curve per referee, 95% Wilson intervals as bars) and the table on stdout, closed by a note
+a curve per referee, 95% Wilson intervals shaded) and the table on stdout, closed by a note
 on whether the vote's label accuracy falls across iterations (by its 95% intervals).
 """
 
@@ -33,6 +33,7 @@ from typing import Any
 
 from lmselfplay.utils.checkpoint import atomic_write_text
 from lmselfplay.utils.config import parse_config
+from lmselfplay.utils.curves import Line, plot_lines
 from lmselfplay.utils.metrics_logger import read_jsonl
 from lmselfplay.utils.stats import wilson
 
@@ -125,40 +126,24 @@ def write_outputs(study_dir: Path, rows: list[dict[str, Any]]) -> dict[str, Path
     return {"jsonl": study_dir / "study.jsonl", "csv": study_dir / "study.csv", "png": plot(study_dir, rows)}
 
 
-def plot(study_dir: Path, rows: list[dict[str, Any]]) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    measures = list(MEASURES)
-    fig, axes = plt.subplots(len(measures), 1, figsize=(6, 2.2 * len(measures)), squeeze=False)
-    for ax, m in zip(axes[:, 0], measures):
+def study_lines(rows: list[dict[str, Any]]) -> dict[str, list[Line]]:
+    """A panel per measure, a line per referee over the iterations that have the measure,
+    with its 95% interval where the measure has one."""
+    panels: dict[str, list[Line]] = {}
+    for m in MEASURES:
+        lines = []
         for ref in dict.fromkeys(r["referee"] for r in rows):
             pts = [r for r in rows if r["referee"] == ref and isinstance(r.get(m), float) and not math.isnan(r[m])]
-            if not pts:
-                continue
-            x, y = [r["iteration"] for r in pts], [r[m] for r in pts]
-            if f"{m}_lo" in pts[0]:
-                err = [[v - r[f"{m}_lo"] for v, r in zip(y, pts)], [r[f"{m}_hi"] - v for v, r in zip(y, pts)]]
-                ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label=ref)
-            else:
-                ax.plot(x, y, marker="o", label=ref)
-        ax.set_ylabel(m, fontsize=8)
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
-    from matplotlib.ticker import MaxNLocator
+            interval = [(r["iteration"], r[f"{m}_lo"], r[f"{m}_hi"]) for r in pts if f"{m}_lo" in r]
+            lines.append(Line(ref, [(r["iteration"], r[m]) for r in pts], interval=interval))
+        panels[m] = lines
+    return panels
 
-    for ax in axes[:, 0]:
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes[-1, 0].set_xlabel("iteration")
-    fig.suptitle("referee study: R-Zero grounded by each referee")
-    fig.tight_layout(rect=(0, 0, 1, 0.97))
-    out = study_dir / "study.png"
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+
+def plot(study_dir: Path, rows: list[dict[str, Any]], out: Path | None = None) -> Path:
+    """``study.png`` (or ``out``): the curves of every measure per referee."""
+    return plot_lines(study_lines(rows), out or study_dir / "study.png", columns=2, xlabel="iteration",
+                      title="Referee study: R-Zero grounded by each referee (95% intervals shaded)")
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:

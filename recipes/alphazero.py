@@ -49,6 +49,7 @@ from lmselfplay.alphazero.net_strength import (
 )
 from lmselfplay.alphazero.network import ConvPolicyValueNet, PolicyValueNet, alphazero_loss
 from lmselfplay.alphazero.selfplay import Samples, SelfPlaySettings, alpha_for, play_games
+from lmselfplay.eval.game_metrics import reference_lines
 from lmselfplay.games import make
 from lmselfplay.games.base import OPTIMAL_MOVES
 from lmselfplay.utils.checkpoint import atomic_dir, prune_checkpoints
@@ -60,6 +61,7 @@ from lmselfplay.utils.config import (
     positive,
     to_dict,
 )
+from lmselfplay.utils.curves import heatmap
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.run import PeriodicCheckpoints, Run, RunConfig
 
@@ -222,24 +224,13 @@ def save(cfg: AlphaZeroConfig, it: int, state: dict[str, Any]) -> None:
 
 
 def plot_matrix(rows: list[list[float]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     n = len(rows)
     m = np.full((n, n), np.nan)
     for i, row in enumerate(rows):
         m[i, : len(row)] = row
-    fig, ax = plt.subplots(figsize=(4 + 0.2 * n, 3.5 + 0.2 * n))
-    im = ax.imshow(m, vmin=0, vmax=1, cmap="RdBu")
-    ax.set_xlabel("earlier checkpoint")
-    ax.set_ylabel("checkpoint")
-    ax.set_title("raw-policy score vs every earlier checkpoint")
-    fig.colorbar(im)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    names = [str(i) for i in range(n)]
+    heatmap(m, names, names, path, "raw-policy score vs every earlier checkpoint", xlabel="earlier checkpoint",
+            ylabel="checkpoint", colour_label="score share", annotate=n <= 12)  # digits fit up to 12 cells
 
 
 @dataclass
@@ -321,8 +312,10 @@ def plot_run(cfg: AlphaZeroConfig, run: Run, p: Progress) -> None:
     keys = sorted({k for r in logger.rows() for k in r if k.startswith(("eval/sims", "train/"))
                    and not k.endswith("_losses")})
     logger.plot(keys, "curves.png", title=f"AlphaZero on {cfg.game}")
+    optimal = reference_lines(make(cfg.game, **json.loads(cfg.game_args))).get("greedy_optimal_rate", [])
     logger.plot(["eval/raw_optimal_fraction", "eval/raw_optimal_fraction_winning",
-                 "eval/winrate_vs_past_mean"], "progress.png")
+                 "eval/winrate_vs_past_mean"], "progress.png", title=f"AlphaZero on {cfg.game}: the raw network",
+                references={"eval/raw_optimal_fraction": optimal, "eval/raw_optimal_fraction_winning": optimal})
     if p.matrix:
         plot_matrix(p.matrix, run.out / "winrate_matrix.png")
 

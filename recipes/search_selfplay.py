@@ -372,8 +372,10 @@ def plot_run(cfg: SearchSelfPlayConfig, logger: Any) -> None:
     rows = logger.rows()
     keys = sorted({k for r in rows for k in r if k.startswith("eval/sims") and k.endswith(("_win", "_loss"))})
     logger.plot(keys, "budgets.png", title=f"search self-play on {cfg.game}: strength per budget")
+    refs = game_metrics.reference_lines(make(cfg.game, **json.loads(cfg.game_args)))  # what the game declares
+    references = {f"eval/raw_{m}": refs.get(m, []) for m in ("optimal_move_prob", "greedy_optimal_rate")}
     logger.plot(["eval/raw_optimal_move_prob", "eval/raw_greedy_optimal_rate", "eval/raw_illegal_mass"],
-                "raw_policy.png", title="raw LLM (budget 0)")
+                "raw_policy.png", title="raw LLM (budget 0)", references=references)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

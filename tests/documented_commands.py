@@ -125,6 +125,7 @@ SPIN_SET = ("--set spin_iterations=1 num_train_examples=8 num_eval_examples=4 ma
             "per_device_train_batch_size=4 num_train_epochs=1 generation_batch_size=8")
 CPU_LAUNCH = ("accelerate launch", "accelerate launch --config_file recipes/accelerate/ddp_cpu.yaml --num_processes 1")
 RESULT = r"results: \S+\.json"
+FIGURE = r"figure: \S+\.png"
 THROUGHPUT = r"wrote \S+/results/eval_throughput\.json"
 
 REGISTRY: list[Command] = [
@@ -317,6 +318,11 @@ REGISTRY: list[Command] = [
             subs=(("PATH", "{model}"),), extra=AZR_SMALL, files=("metrics.jsonl",), slow=True),
     Command(".venv/bin/python benchmarks/record_run.py RUN --name NAME", subs=(("RUN", "{run}"), ("NAME", "main_job")),
             output=RESULT),
+    # the docs' figures, drawn into {out} so that the tracked PNGs stay as committed
+    Command(".venv/bin/python benchmarks/record_run.py --plot benchmarks/results/main_job_v6.json",
+            extra="--out {out}/main_job_v6.png", files=("main_job_v6.png",), output=FIGURE),
+    Command("python benchmarks/record_run.py --plot benchmarks/results/referee_study_v6.jsonl",
+            extra="--out {out}/referee_study_v6.png", files=("referee_study_v6.png",), output=FIGURE),
     Command("benchmarks/average_policy_table.py benchmarks/results/kuhn_average_anneal_obs_probe.json --from 40",
             subs=(("benchmarks/average", "python benchmarks/average"),), extra="--name table", output=RESULT),
     Command("benchmarks/position_probs.py MODEL", slow=True, subs=(("benchmarks/", "python benchmarks/"), ("MODEL", "{model}")),

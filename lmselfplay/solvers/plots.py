@@ -24,6 +24,7 @@ from lmselfplay.solvers.matrix_games import (
     regret_matching_rounds,
     running_average,
 )
+from lmselfplay.utils.curves import Line, plot_lines
 
 GAMES = {"rock-paper-scissors": RPS, "biased RPS (rock beats scissors pays 2)": BIASED_RPS}
 DYNAMICS = {
@@ -50,30 +51,22 @@ def main(argv=None) -> Path:
     if args.T < 2:
         ap.error("--T must be at least 2")
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     args.out.mkdir(parents=True, exist_ok=True)
     t = np.arange(1, args.T + 1)
-    fig, axes = plt.subplots(1, len(GAMES), figsize=(6 * len(GAMES), 4.5), sharey=True)
-    for ax, (title, U) in zip(np.atleast_1d(axes), GAMES.items()):
-        for name, curve in exploitability_curves(U, args.T).items():
+    keys = {title: f"{title}/exploitability" for title in GAMES}
+    panels = {}
+    for title, U in GAMES.items():
+        panels[keys[title]] = [
             # exact zeros (e.g. best response's average at multiples of 3) have no log
-            ax.loglog(t, np.where(curve > 0, curve, np.nan), label=name, lw=1)
+            Line(name, [(x, y) for x, y in zip(t.tolist(), curve.tolist()) if y > 0])
+            for name, curve in exploitability_curves(U, args.T).items()]
         D = float(U.max() - U.min())
-        ax.loglog(t, 2 * D * np.sqrt(U.shape[0] / t), "k--", lw=0.8,
-                  label=r"regret bound $2D\sqrt{m/T}$")
-        ax.set_title(title)
-        ax.set_xlabel("T (rounds)")
-        ax.grid(True, which="both", alpha=0.3)
-    np.atleast_1d(axes)[0].set_ylabel("exploitability of the average strategies")
-    np.atleast_1d(axes)[0].legend(fontsize=8)
-    fig.tight_layout()
-    path = args.out / "exploitability_vs_T.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+        bound = 2 * D * np.sqrt(U.shape[0] / t)
+        panels[keys[title]].append(Line(r"regret bound $2D\sqrt{m/T}$", list(zip(t.tolist(), bound.tolist())),
+                                        style="--"))
+    path = plot_lines(panels, args.out / "exploitability_vs_T.png", columns=len(GAMES), log=True,
+                      xlabel="T (rounds)", titles={title: title for title in GAMES},
+                      title="Exploitability of the average strategies (a Nash equilibrium has 0)")
     print(f"wrote {path}")
     return path
 

@@ -48,8 +48,9 @@ class MetricsLogger:
     def rows(self) -> list[dict[str, Any]]:
         return read_jsonl(self.path)
 
-    def plot(self, keys: list[str], filename: str, title: str = "") -> Path | None:
-        return plot_jsonl(self.path, keys, self.dir / filename, title)
+    def plot(self, keys: list[str], filename: str, title: str = "", **annotations: Any) -> Path | None:
+        """``annotations``: :func:`lmselfplay.utils.curves.plot_curves`'s ``references`` and ``titles``."""
+        return plot_jsonl(self.path, keys, self.dir / filename, title, **annotations)
 
     def close(self) -> None:
         if self.tb is not None:
@@ -69,7 +70,8 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
-def plot_jsonl(path: str | Path, keys: list[str], out_png: str | Path, title: str = "") -> Path | None:
+def plot_jsonl(path: str | Path, keys: list[str], out_png: str | Path, title: str = "",
+               **annotations: Any) -> Path | None:
     """The curves of ``keys`` in a metrics file, as one grid (:mod:`lmselfplay.utils.curves`).
     Returns the PNG path (None if nothing to plot)."""
-    return plot_curves(read_jsonl(path), keys, out_png, title)
+    return plot_curves(read_jsonl(path), keys, out_png, title, **annotations)
