@@ -590,7 +590,8 @@ def _plot(logger, games):
     keys = [f"{g.name}/{k}" for g in games for k in game_metrics.headline_metrics(g)]
     keys += [f"{g.name}/avg_exploitability" for g in games if averageable(g)]
     keys += ["train/entropy", "rollout/invalid_rate", "rollout/selfplay_first_seat_win_rate"]
-    return logger.plot(keys, "curves.png", title="self-play on text games")
+    references, titles = game_metrics.plot_annotations([g.name for g in games])  # optimal, Nash, uniform
+    return logger.plot(keys, "curves.png", title="self-play on text games", references=references, titles=titles)
 
 
 if __name__ == "__main__":
