@@ -35,7 +35,8 @@ class EngineConfig(StalenessConfig):
         "help": "engine=vllm: share of GPU memory vLLM reserves (weights + KV cache); the trainer keeps the rest"})
     vllm_max_model_len: int = field(default=0, metadata={
         "help": "engine=vllm: longest prompt + answer vLLM sizes its KV cache for; 0: vllm_max_prompt_tokens + the "
-                "run's largest *max_new_tokens (a 40k-128k default context does not fit a colocated share)"})
+                "run's largest *max_new_tokens (a 40k-128k default context does not fit a colocated share). "
+                "engine=vllm-server: a cap on the servers' max_model_len (read from GET /v1/models); 0: theirs"})
     vllm_max_prompt_tokens: int = field(default=2048, metadata={
         "help": "engine=vllm: the prompt budget vllm_max_model_len is derived from"})
     vllm_max_num_batched_tokens: int = field(default=0, metadata={
@@ -110,12 +111,17 @@ def answer_budget(cfg: Any) -> int:
     return max(budgets, default=256)
 
 
-def colocated_max_model_len(cfg: Any, model: Any) -> int:
-    """``vllm_max_model_len``, or the run's prompt + answer budget, at most the model's context."""
+def configured_max_model_len(cfg: Any) -> int | None:
+    """``vllm_max_model_len`` when set, None for 0 (the engine's own); ConfigError when negative."""
     explicit = int(getattr(cfg, "vllm_max_model_len", 0) or 0)
     if explicit < 0:
         raise ConfigError(f"vllm_max_model_len must be >= 0, got {explicit}")
-    length = explicit or int(getattr(cfg, "vllm_max_prompt_tokens", 2048)) + answer_budget(cfg)
+    return explicit or None
+
+
+def colocated_max_model_len(cfg: Any, model: Any) -> int:
+    """``vllm_max_model_len``, or the run's prompt + answer budget, at most the model's context."""
+    length = configured_max_model_len(cfg) or int(getattr(cfg, "vllm_max_prompt_tokens", 2048)) + answer_budget(cfg)
     context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     return min(length, int(context)) if isinstance(context, int) and context > 0 else length
 
@@ -162,7 +168,8 @@ def build_engine(cfg: Any, model: Any, tokenizer: Any) -> Engine:
     urls = getattr(cfg, "vllm_server_urls", None)
     engine = VLLMServerEngine(tokenizer, base_urls=list(urls) if urls else [], timeout=float(cfg.vllm_server_timeout),
                               wait_for_server=float(cfg.vllm_server_wait), bucket_bytes=bucket,
-                              push_timeout=float(getattr(cfg, "vllm_push_timeout", 300.0)))
+                              push_timeout=float(getattr(cfg, "vllm_push_timeout", 300.0)),
+                              max_model_len=configured_max_model_len(cfg))
     check_logprobs_mode(engine.logprobs_mode, SamplingParams(temperature=temperature, top_p=top_p))
     engine.update_weights(model, version=0)  # the servers start from whatever they loaded: serve ours
     return engine

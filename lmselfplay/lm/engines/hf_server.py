@@ -25,6 +25,8 @@ Rules:
   ``/sim/load`` (read with ``weights_only``: no code runs from a body), the server stages them
   and loads them at ``/finish_weight_update``. A bucket naming a tensor the model lacks, or of
   another shape, fails that step (HTTP 400: the client takes the server out of rotation).
+* The context is the model's ``max_position_embeddings``, listed in ``/v1/models`` as vLLM lists
+  its ``max_model_len``; a longer request is refused as :class:`SimServer` refuses it (HTTP 400).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lmselfplay.lm.engines.sim_server import SimHTTPChannel, SimServer
+from lmselfplay.lm.engines.sim_server import MAX_MODEL_LEN, SimHTTPChannel, SimServer
 
 BATCH_WAIT_S = 0.003  # how long the batch waits for the requests sent together with its first
 
@@ -98,7 +100,10 @@ class HFServer(SimServer):
         self.batches: list[int] = []  # the size of each batch decoded
         threading.Thread(target=self._batcher, daemon=True, name="hf-server-batcher").start()
         name = str(getattr(model.config, "_name_or_path", "") or "hf")
-        super().__init__(model=name, logprobs_mode="processed_logprobs", port=port, vocab=len(tokenizer))
+        # vLLM's default max_model_len is the model's own context (its max_position_embeddings)
+        context = getattr(model.config, "max_position_embeddings", None) or MAX_MODEL_LEN
+        super().__init__(model=name, logprobs_mode="processed_logprobs", port=port, vocab=len(tokenizer),
+                         max_model_len=int(context))
 
     def close(self) -> None:
         super().close()

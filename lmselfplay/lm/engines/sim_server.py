@@ -11,13 +11,20 @@ is closed), ``garbage`` (200 with a body that is not JSON), ``stall`` (seconds b
 ``dying`` (an engine that died: every endpoint answers 500 with an empty body, ``/health`` 503 —
 ``vllm/entrypoints/launcher.py``'s RuntimeError / EngineDeadError handler and
 ``vllm/entrypoints/serve/instrumentator/health.py``), ``fail_push`` (``/update_weights`` answers
-500; the push's weights are not served), ``init_fails`` (``/init_weight_transfer_engine`` answers
+500; the push's weights are not served), ``no_max_model_len`` (``/v1/models`` without the
+``max_model_len`` field, as a server other than vLLM's answers; the limit still holds), ``init_fails`` (``/init_weight_transfer_engine`` answers
 500 "Internal Server Error" at once: the route lets the ``ValueError`` of
 ``WeightTransferEngine.parse_init_info`` escape, e.g. an init info with a field this vLLM does
 not have), ``reset_fails`` (``/reset_prefix_cache`` answers ``success: false`` this many times).
 :meth:`SimServer.restart` is a restarted ``vllm serve``: its checkpoint's weights, no
 weight-transfer engine (``/update_weights`` answers 500 until ``/init_weight_transfer_engine``:
 ``NCCLWeightTransferEngine.receive_weights`` raises "not initialized"), not paused, no update open.
+
+The context limit is vLLM's: ``GET /v1/models`` lists the model with its ``max_model_len``
+(``ModelCard``, vllm/entrypoints/openai/engine/protocol.py, filled by ``show_available_models`` in
+vllm/entrypoints/openai/models/serving.py), and a ``/v1/completions`` whose prompt plus
+``max_tokens`` exceeds it is refused with HTTP 400 and the message of ``TokenizeParams._token_len_check``
+(vllm/renderers/params.py), the server going on.
 
 The weight-update order is vLLM's (``vllm/entrypoints/serve/rlhf/api_router.py`` with
 ``rl_state_machine.py``): ``/start_weight_update`` while an update is open, ``/update_weights`` or
@@ -42,6 +49,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 VOCAB = 997
+MAX_MODEL_LEN = 32768  # Qwen2.5's context: what vLLM derives from such a model's config
 
 
 class _Listener(ThreadingHTTPServer):
@@ -53,8 +61,9 @@ class SimServer:
     """One simulated server (a thread; :meth:`close` or the context manager stops it)."""
 
     def __init__(self, token_delay: float = 0.0, max_batch: int = 256, model: str = "sim",
-                 logprobs_mode: str = "raw_logprobs", eos_id: int | None = None, port: int = 0, vocab: int = VOCAB):
-        self.vocab = vocab
+                 logprobs_mode: str = "raw_logprobs", eos_id: int | None = None, port: int = 0, vocab: int = VOCAB,
+                 max_model_len: int = MAX_MODEL_LEN):
+        self.vocab, self.max_model_len = vocab, max_model_len
         self.token_delay, self.model, self.logprobs_mode, self.eos_id = token_delay, model, logprobs_mode, eos_id
         self.calls: list[tuple] = []
         self.faults: dict[str, Any] = {}
@@ -87,6 +96,22 @@ class SimServer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def model_card(self) -> dict:
+        """The served model's entry in ``GET /v1/models``, with vLLM's ``max_model_len``."""
+        card = {"id": self.model, "object": "model", "owned_by": "vllm", "root": self.model}
+        if not self.faults.get("no_max_model_len"):
+            card["max_model_len"] = self.max_model_len
+        return card
+
+    def too_long(self, prompt: list[int], max_tokens: int) -> str | None:
+        """vLLM's refusal of a prompt that leaves less than ``max_tokens`` of the context (None: it fits)."""
+        room = self.max_model_len - max_tokens
+        if len(prompt) <= room:
+            return None
+        return (f"You passed {len(prompt)} input tokens and requested {max_tokens} output tokens. However, the "
+                f"model's context length is only {self.max_model_len} tokens, resulting in a maximum input length "
+                f"of {room} tokens. Please reduce the length of the input prompt.")
 
     def tokens(self, prompt: list[int], seed: Any, n: int) -> list[int]:
         key = json.dumps([self.weights, prompt, seed]).encode()
@@ -178,7 +203,7 @@ def _handler(sim: SimServer):
             if path == "/health":
                 return self._send(200, {})
             if path == "/v1/models":
-                return self._send(200, {"data": [{"id": sim.model}]})
+                return self._send(200, {"object": "list", "data": [sim.model_card()]})
             if path == "/server_info":
                 return self._send(200, {"vllm_config": {"model_config": {"logprobs_mode": sim.logprobs_mode},
                                                         "weight_transfer_config": {"backend": sim.transfer_backend}}})
@@ -224,6 +249,10 @@ def _handler(sim: SimServer):
                 return self._send(500, {"error": "generation during a weight update (layers on the meta device)"})
             while sim.paused:
                 time.sleep(0.001)
+            refusal = sim.too_long(list(req.get("prompt") or []), int(req.get("max_tokens", 16)))
+            if refusal is not None:  # vLLM's ErrorResponse body (create_error_response)
+                return self._send(400, {"error": {"message": refusal, "type": "BadRequestError",
+                                                  "param": "input_tokens", "code": 400}})
             if "prompt_logprobs" in req:
                 p = req["prompt"]
                 lps = sim.prompt_logprobs(p)

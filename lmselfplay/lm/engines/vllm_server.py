@@ -13,6 +13,14 @@ are spread over the servers by :class:`~lmselfplay.lm.engines.server_pool.Server
 outstanding requests; a failing server's requests move to the others; every server down: one line
 naming the URLs). Each :class:`Completion` records the weight version it was sampled with.
 
+Context (:meth:`VLLMServerEngine._context_limit`): the engine's ``max_model_len`` is the smallest of
+``vllm_max_model_len`` (when set) and each server's, read at connect from ``GET /v1/models``, so
+:func:`~lmselfplay.lm.engines.base.generate_fitting` answers a prompt too long for it empty, as it
+does for the colocated engine. Each request asks for at most the room its prompt leaves (vLLM's
+server refuses more, the colocated engine stops there). A prompt a server still refuses as too long
+(HTTP 400: a server that does not list its context, one that joined after the start) is answered
+empty the same way: a forfeited sample, never a failed run.
+
 Weights (:meth:`VLLMServerEngine.update_weights`), every rank calls it at the same point:
 
 1. all ranks synchronize (rank 0's status is broadcast: a failure there is the same one-line
@@ -56,7 +64,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from lmselfplay.lm.engines.base import (
+    PROMPT_TOO_LONG,
     Completion,
+    OverLongPrompt,
     SamplingParams,
     end_token_ids,
     native_stops,
@@ -299,6 +309,18 @@ def _settle_streams() -> None:
         torch.cuda.current_stream().synchronize()
 
 
+# vLLM's 400 messages for a request longer than the context: vllm/renderers/params.py ("the model's
+# context length is only"), older servers' serving_engine._validate_input ("maximum context length"),
+# vllm/v1/engine/input_processor.py ("longer than the maximum model length")
+TOO_LONG = re.compile(r"context length is only|maximum context length|maximum model length")
+
+
+def refused_as_too_long(e: ServerError) -> bool:
+    """Whether a server's error is its refusal of a request longer than its context (the
+    request's problem); any other 400 is a request every sample would send alike (raised)."""
+    return "HTTP 400" in str(e) and TOO_LONG.search(str(e)) is not None
+
+
 def _dist() -> tuple[bool, int]:
     import torch.distributed as dist
 
@@ -323,8 +345,10 @@ class VLLMServerEngine:
                  timeout: float = 300.0, retries: int = 3, backoff: float = 1.0, wait_for_server: float = 0.0,
                  max_concurrency: int = 64, group_port: int = 51216, bucket_bytes: int = 256 << 20,
                  version: int = 0, push_timeout: float = 300.0,
-                 channel_factory: Callable[[str, int], Any] | None = None):
+                 channel_factory: Callable[[str, int], Any] | None = None, max_model_len: int | None = None):
         self.tokenizer = tokenizer
+        self.configured_max_model_len = max_model_len  # a cap on the servers' context (vllm_max_model_len)
+        self.over_long_prompts = 0  # answered empty as too long (here and by generate_fitting); logged per step
         # the ids a completion may hold (0: unknown); len() of a slow tokenizer walks its vocabulary
         self.vocab_size = len(tokenizer) if hasattr(tokenizer, "__len__") else 0
         self.eos_id = tokenizer.eos_token_id
@@ -361,12 +385,32 @@ class VLLMServerEngine:
         live = self.pool.in_rotation()
         if not live:
             raise self.pool.all_down()
-        models = {s.url: self._request(s, "GET", "/v1/models")["data"][0]["id"] for s in live}
+        cards = {s.url: self._request(s, "GET", "/v1/models")["data"][0] for s in live}
+        models = {u: card["id"] for u, card in cards.items()}
         modes = {s.url: self._server_logprobs_mode(s) for s in live}
         if len(set(models.values())) > 1 or len(set(modes.values())) > 1:
             raise ServerUnavailable(f"the vLLM servers do not serve the same model / logprobs mode: "
                                     f"{ {u: (models[u], modes[u]) for u in models} }")
         self.model, self.logprobs_mode = next(iter(models.values())), next(iter(modes.values()))
+        self.max_model_len = self._context_limit(cards)  # prompt_limit (generate_fitting) reads it
+
+    def _context_limit(self, cards: dict[str, dict]) -> int | None:
+        """The smallest of the configured ``max_model_len`` and each server's, as vLLM lists it in
+        ``GET /v1/models``: ``ModelCard.max_model_len`` (vllm/entrypoints/openai/engine/protocol.py),
+        the server's ``model_config.max_model_len`` (``show_available_models``,
+        vllm/entrypoints/openai/models/serving.py). Servers that do not list it get one warning;
+        with no value known there is no check before the request (None)."""
+        listed = {u: card.get("max_model_len") for u, card in cards.items()}
+        silent = [u for u, v in listed.items() if not (type(v) is int and v > 0)]
+        limits = [v for u, v in listed.items() if u not in silent]
+        if self.configured_max_model_len:
+            limits.append(int(self.configured_max_model_len))
+        if silent:
+            checked = f"prompts are checked against {min(limits)} tokens" if limits else "prompts are not checked"
+            warnings.warn(f"vLLM server(s) at {', '.join(silent)} do not list max_model_len in GET /v1/models: "
+                          f"{checked} before the request; one a server refuses as too long (HTTP 400) is "
+                          "answered empty, as an over-long prompt", stacklevel=3)
+        return min(limits, default=None)
 
     def _request(self, s: Server, method: str, path: str, payload: dict | None = None,
                  timeout: float | None = None, retries: int | None = None) -> Any:
@@ -457,7 +501,13 @@ class VLLMServerEngine:
 
         def one(item):
             prompt, seed = item
-            s, choice = self._complete({**base, "prompt": list(prompt), "seed": seed})
+            try:
+                s, choice = self._complete({**base, "prompt": list(prompt), "seed": seed,
+                                            "max_tokens": self._room(prompt, base["max_tokens"])})
+            except ServerError as e:
+                if not refused_as_too_long(e):
+                    raise
+                return Completion(list(prompt), [], "", [], PROMPT_TOO_LONG)
             try:
                 toks = [int(t) for t in choice["token_ids"]]
                 lps = [float(x) for x in (choice.get("logprobs") or {}).get("token_logprobs") or []]
@@ -473,7 +523,28 @@ class VLLMServerEngine:
             c.version = s.version
             return c
 
-        return self._pool_map(one, list(zip(prompts_token_ids, request_seeds(sampling.seed, len(prompts_token_ids)))))
+        out = self._pool_map(one, list(zip(prompts_token_ids, request_seeds(sampling.seed, len(prompts_token_ids)))))
+        self._count_refused(out)
+        return out
+
+    def _room(self, prompt: list[int], max_tokens: int) -> int:
+        """``max_tokens`` cut to the context left after ``prompt``: vLLM's server refuses a request
+        whose prompt and ``max_tokens`` exceed ``max_model_len`` (``TokenizeParams._token_len_check``,
+        vllm/renderers/params.py) where the colocated engine ends the answer there ("length"), so
+        both give the same answer. At least 1: a prompt with no room is the server's to refuse."""
+        if self.max_model_len is None:
+            return max_tokens
+        return max(1, min(max_tokens, self.max_model_len - len(prompt)))
+
+    def _count_refused(self, out: list[Completion]) -> None:
+        """Prompts a server refused as too long were answered empty: counted and warned, as
+        :func:`~lmselfplay.lm.engines.base.generate_fitting` does for those it catches first."""
+        refused = sum(c.finish_reason == PROMPT_TOO_LONG for c in out)
+        if refused:
+            self.over_long_prompts += refused
+            warnings.warn(f"{refused} of {len(out)} prompt(s) refused by the vLLM server as longer than its context "
+                          "(HTTP 400): answered empty, each scored as its recipe scores a failed answer",
+                          OverLongPrompt, stacklevel=3)
 
     def score(self, prompt_ids: list[list[int]], completion_ids: list[list[int]],
               temperature: float = 1.0, batch_size: int | None = None) -> list[list[float]]:
