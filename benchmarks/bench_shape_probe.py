@@ -46,6 +46,7 @@ must first learn position-selective attention, which these sizes do slowly.
 from __future__ import annotations
 
 import argparse
+import functools
 import random
 import time
 
@@ -127,9 +128,11 @@ def encode(state, fmt: str, vocab: dict[str, int], legal_list: bool = False) -> 
     return [vocab[w] for w in words + ["A"]]
 
 
-def control_data(fmt: str, vocab: dict[str, int], legal_list: bool = False):
-    """(prompt ids, attention mask, legal mask over the 9 moves, target uniform over the
+@functools.cache
+def control_data(fmt: str, legal_list: bool = False):
+    """Cached per format: every row of a grid reads the same positions and targets (read-only). (prompt ids, attention mask, legal mask over the 9 moves, target uniform over the
     optimal moves); prompts are left-padded, so the answer slot is always the last column."""
+    vocab = vocabulary()
     game = make("tictactoe")
     states = decision_states(game)
     ids, att = pad_batch([encode(s, fmt, vocab, legal_list) for s in states], vocab["<pad>"], side="left")
@@ -200,7 +203,7 @@ def train_row(row: dict, points: list[int]) -> list[dict]:
     """Train ``row``'s fresh model to ``max(points)`` steps; the measure at 0 and every point."""
     vocab = vocabulary()
     torch.manual_seed(row["seed"])
-    ids, att, legal, target = control_data(row["format"], vocab, bool(row["legal_list"]))
+    ids, att, legal, target = control_data(row["format"], bool(row["legal_list"]))
     moves = torch.tensor([vocab[str(d)] for d in range(1, 10)])
     model = make_model(row, len(vocab), seq_len=ids.shape[1] if row["arch"] == "mlp" else 64)
     gen = torch.Generator().manual_seed(row["seed"])

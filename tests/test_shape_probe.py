@@ -50,7 +50,7 @@ def test_each_format_writes_the_board_its_docstring_says():
 
 def test_a_fused_token_names_its_cell_and_content_and_no_two_cells_share_one():
     v = vocabulary()
-    ids, att, legal, target = control_data("fused", v)
+    ids, att, legal, target = control_data("fused")
     assert ids.shape == (4520, 16) and bool(att.all())
     cell_ids = ids[:, 3:15][:, [k for k in range(12) if k % 4 != 3]]  # the 9 cells, without the newlines
     for k in range(9):  # cell k's column holds only cell k's three tokens
@@ -59,7 +59,7 @@ def test_a_fused_token_names_its_cell_and_content_and_no_two_cells_share_one():
 
 
 def test_legal_lists_left_pad_so_the_answer_slot_is_the_last_column():
-    ids, att, legal, _ = control_data("digits", vocabulary(), legal_list=True)
+    ids, att, legal, _ = control_data("digits", legal_list=True)
     assert bool((ids[:, -1] == vocabulary()["A"]).all())
     assert (att.sum(-1) == 16 + 1 + legal.sum(-1)).all()  # prompt + "|" + one token per legal move
 
