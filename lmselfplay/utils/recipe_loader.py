@@ -1,4 +1,5 @@
-"""Load a recipe script (``recipes/NAME.py``) as a module, for tests and benchmarks.
+"""Run a recipe script (``recipes/NAME.py``) as its command does, in this process, for tests and
+benchmarks: ``run_recipe("spin", argv)`` is ``python recipes/spin.py ARGV`` without a new interpreter.
 
 Recipes are scripts, not package modules (CleanRL style); dataclasses in them resolve
 annotations through ``sys.modules``, so the module is registered there before it runs.
@@ -24,3 +25,8 @@ def load_recipe(name: str, recipes_dir: str | Path | None = None) -> ModuleType:
     sys.modules[module_name] = mod
     spec.loader.exec_module(mod)
     return mod
+
+
+def run_recipe(name: str, argv: list[str] | None = None, recipes_dir: str | Path | None = None):
+    """``recipes/NAME.py``'s ``main(argv)`` (what the command line runs) and its return value."""
+    return load_recipe(name, recipes_dir).main(list(argv or []))
