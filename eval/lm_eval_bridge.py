@@ -35,7 +35,7 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
-from lmselfplay.lm.engines.base import SamplingParams, generate_fitting
+from lmselfplay.lm.engines.base import SamplingParams, generate_fitting, prompt_limit, score_fitting
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +61,9 @@ class LMSelfPlay(LM):
         elif tokenizer is None:
             raise ValueError("LMSelfPlay(engine=...) needs tokenizer= too")
         self.engine, self.tok = engine, tokenizer
-        cfg = getattr(getattr(engine, "model", None), "config", None)
-        self.max_length = int(max_length or getattr(cfg, "max_position_embeddings", 2048))
+        # A rolling window scores max_length + 1 tokens as one sequence (its first token is context
+        # only), and a scored sequence must fit the engine's prompt limit (score_fitting).
+        self.max_length = int(max_length or (prompt_limit(engine) or 2048) - 1)
         self.greedy_check = str(greedy_check).lower() not in ("false", "0")
 
     # --- tokens -------------------------------------------------------------------------
@@ -98,7 +99,7 @@ class LMSelfPlay(LM):
         pairs = [self.encode_pair(*r.args) for r in requests]
         ctxs = [self._fit(c, k) for c, k in pairs]
         conts = [k for _, k in pairs]
-        scores = self.engine.score(ctxs, conts)
+        scores = score_fitting(self.engine, ctxs, conts)
         greedy = self._is_greedy(ctxs, conts) if self.greedy_check else [False] * len(pairs)
         return [(float(sum(s)), g) for s, g in zip(scores, greedy)]
 
@@ -125,7 +126,7 @@ class LMSelfPlay(LM):
             for w in get_rolling_token_windows(toks, first, self.max_length, 1):
                 windows.append(make_disjoint_window(w))
                 owner.append(r)
-        scores = self.engine.score([c for c, _ in windows], [k for _, k in windows])
+        scores = score_fitting(self.engine, [c for c, _ in windows], [k for _, k in windows])
         totals = [0.0] * len(requests)
         for r, s in zip(owner, scores):
             totals[r] += float(sum(s))

@@ -36,6 +36,7 @@ from lmselfplay.debate.protocols import (
     new_transcripts,
 )
 from lmselfplay.debate.tasks import DebateTask
+from lmselfplay.lm.engines.base import score_fitting
 from lmselfplay.lm.prompt import encode_completion
 from lmselfplay.verifiers.referees import Verdict
 
@@ -103,7 +104,7 @@ class LLMJudge:
     def prob_a(self, transcripts: list[Transcript], swapped: list[bool]) -> list[float]:
         prompts = [self.prompt_ids(tr, s) for tr, s in zip(transcripts, swapped)]
         n = len(prompts)
-        lps = self.engine.score(prompts + prompts, [self.labels[0]] * n + [self.labels[1]] * n)
+        lps = score_fitting(self.engine, prompts + prompts, [self.labels[0]] * n + [self.labels[1]] * n)
         out = []
         for a, b in zip(lps[:n], lps[n:]):
             d = sum(a) - sum(b)

@@ -23,7 +23,7 @@ from typing import Any
 from lmselfplay.games import Invalid
 from lmselfplay.games.base import all_states
 from lmselfplay.games.text import MOVE_STOP, format_answer
-from lmselfplay.lm.engines.base import SamplingParams, generate_fitting
+from lmselfplay.lm.engines.base import SamplingParams, generate_fitting, score_fitting
 from lmselfplay.lm.prompt import encode_completion, encode_prompt
 from lmselfplay.lm.stream import generate_stream
 from lmselfplay.utils.config import ConfigError
@@ -57,7 +57,9 @@ def sampled_decision_states(game: Any, n: int, seed: Any) -> list[Any]:
 def answer_distribution(engine: Any, tokenizer: Any, game: Any, states: list[Any],
                         temperature: float = 1.0) -> list[dict[int, float]]:
     """P(legal move) per state: each legal answer's teacher-forced sequence probability,
-    normalized over the legal moves (what the policy would play if it answered legally)."""
+    normalized over the legal moves (what the policy would play if it answered legally). A move
+    the engine could not score (prompt and answer longer than its context: NaN) gets probability
+    0; a state with no scorable move gets the uniform distribution (nothing read, no preference)."""
     prompts, completions, index = [], [], []
     for i, s in enumerate(states):
         p = encode_prompt(tokenizer, game.observation_text(s, game.current_player(s)))
@@ -65,16 +67,21 @@ def answer_distribution(engine: Any, tokenizer: Any, game: Any, states: list[Any
             prompts.append(p)
             completions.append(encode_completion(tokenizer, format_answer(game.action_text(a)), eos=False))
             index.append((i, a))
-    scores = engine.score(prompts, completions, temperature=temperature)
+    scores = score_fitting(engine, prompts, completions, temperature=temperature)
     logits: list[dict[int, float]] = [{} for _ in states]
     for (i, a), lp in zip(index, scores):
         logits[i][a] = sum(lp)
-    out = []
-    for d in logits:
-        m = max(d.values())
-        z = sum(math.exp(v - m) for v in d.values())
-        out.append({a: math.exp(v - m) / z for a, v in d.items()})
-    return out
+    return [normalized(d) for d in logits]
+
+
+def normalized(logits: dict[int, float]) -> dict[int, float]:
+    """The softmax of the finite log-probs; a NaN one gets 0; none finite: uniform."""
+    finite = {a: v for a, v in logits.items() if math.isfinite(v)}
+    if not finite:
+        return {a: 1.0 / len(logits) for a in logits}
+    m = max(finite.values())
+    z = sum(math.exp(v - m) for v in finite.values())
+    return {a: math.exp(finite[a] - m) / z if a in finite else 0.0 for a in logits}
 
 
 def greedy_actions(engine: Any, tokenizer: Any, game: Any, states: list[Any],

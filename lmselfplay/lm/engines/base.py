@@ -10,6 +10,7 @@ relies on that for its importance ratios.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -167,3 +168,25 @@ def generate_fitting(engine: Any, prompts: list[list[int]], sampling: SamplingPa
     answers = iter(fitting)
     return [Completion(list(p), [], "", [], PROMPT_TOO_LONG) if i in skip else next(answers)
             for i, p in enumerate(prompts)]
+
+
+def score_fitting(engine: Any, prompts: list[list[int]], completions: list[list[int]],
+                  **kwargs: Any) -> list[list[float]]:
+    """``engine.score`` of the (prompt, completion) pairs whose whole sequence fits
+    :func:`prompt_limit` (vLLM scores a pair as one prompt of ``len(p) + len(c)`` tokens, so the
+    same rule as generation applies to the sum); each longer pair gets, without any engine call,
+    one NaN per completion token. NaN is the scorer's "no answer": the judge counts it invalid and
+    says 1/2, the readout gives the move probability 0. The pairs are counted with the over-long
+    prompts (``engine.over_long_prompts``) and each call that had one warns. Every caller of
+    ``engine.score`` scores through here."""
+    limit = prompt_limit(engine)
+    long = {i for i, (p, c) in enumerate(zip(prompts, completions)) if limit is not None and len(p) + len(c) > limit}
+    if not long:
+        return engine.score(prompts, completions, **kwargs)
+    engine.over_long_prompts = getattr(engine, "over_long_prompts", 0) + len(long)
+    longest = max(len(prompts[i]) + len(completions[i]) for i in long)
+    warnings.warn(f"{len(long)} of {len(prompts)} scored sequence(s) longer than the engine's {limit} tokens "
+                  f"(longest {longest}): not scored (NaN), each read as no answer", OverLongPrompt, stacklevel=2)
+    keep = [i for i in range(len(prompts)) if i not in long]
+    scored = iter(engine.score([prompts[i] for i in keep], [completions[i] for i in keep], **kwargs) if keep else [])
+    return [[math.nan] * len(completions[i]) if i in long else next(scored) for i in range(len(prompts))]
