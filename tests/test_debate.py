@@ -12,6 +12,7 @@ import torch
 from fake_engine import ScriptedEngine
 from lm_fixtures import save_tiny, tiny_model, tiny_tokenizer
 
+from lmselfplay.debate.config import DebateConfig
 from lmselfplay.debate.judge import (
     JudgeReferee,
     LLMJudge,
@@ -39,7 +40,7 @@ from lmselfplay.debate.tasks import (
 )
 from lmselfplay.eval.debate_metrics import format_table, protocol_metrics
 from lmselfplay.lm.engines import HFEngine, SamplingParams
-from lmselfplay.utils.recipe_loader import load_recipe
+from lmselfplay.utils.recipe_loader import run_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTEXT = "The old lighthouse keeper,\n  Mara, counted   41 ships in March.\nThen the storm came."
@@ -311,7 +312,7 @@ def test_judge_referee_verdicts():
 def test_recipe_one_step_end_to_end(tmp_path):
     model_dir = save_tiny(tmp_path / "model", seed=2)
     out = tmp_path / "out"
-    load_recipe("debate").main([
+    run_recipe("debate", [
         "--model_name_or_path", str(model_dir), "--output_dir", str(out), "--max_steps", "1", "--eval_tasks", "4",
         "--train_tasks", "12", "--debates_per_step", "4", "--max_new_tokens", "6", "--max_prompt_tokens", "240",
         "--num_rounds", "1", "--turn_order", "sequential", "--learning_rate", "1e-2", "--checkpoint_every", "1"])
@@ -334,13 +335,12 @@ def test_recipe_one_step_end_to_end(tmp_path):
 
 def test_recipe_resumes_exactly(tmp_path):
     model_dir = save_tiny(tmp_path / "model", seed=4)
-    recipe = load_recipe("debate")
 
     def run(out, steps, *extra):
-        recipe.main(["--model_name_or_path", str(model_dir), "--output_dir", str(out), "--max_steps", str(steps),
-                     "--eval_tasks", "2", "--eval_protocols", "debate", "--train_tasks", "8",
-                     "--debates_per_step", "2", "--max_new_tokens", "4", "--max_prompt_tokens", "240",
-                     "--num_rounds", "1", "--learning_rate", "1e-2", "--checkpoint_every", "1", *extra])
+        run_recipe("debate", ["--model_name_or_path", str(model_dir), "--output_dir", str(out), "--max_steps", str(steps),
+                              "--eval_tasks", "2", "--eval_protocols", "debate", "--train_tasks", "8",
+                              "--debates_per_step", "2", "--max_new_tokens", "4", "--max_prompt_tokens", "240",
+                              "--num_rounds", "1", "--learning_rate", "1e-2", "--checkpoint_every", "1", *extra])
 
     run(tmp_path / "full", 2)
     run(tmp_path / "cut", 1)  # a run killed after step 1, then resumed
@@ -358,11 +358,10 @@ def test_recipe_resumes_exactly(tmp_path):
 def test_shipped_configs_parse():
     from lmselfplay.utils.config import parse_config
 
-    recipe = load_recipe("debate")
     for name in ("debate", "debate_real"):
-        cfg = parse_config(recipe.DebateConfig, ["--config", str(ROOT / f"recipes/configs/{name}.yaml")])
+        cfg = parse_config(DebateConfig, ["--config", str(ROOT / f"recipes/configs/{name}.yaml")])
         assert cfg.num_rounds >= 1 and cfg.eval_protocols
-    real = parse_config(recipe.DebateConfig, ["--config", str(ROOT / "recipes/configs/debate_real.yaml")])
+    real = parse_config(DebateConfig, ["--config", str(ROOT / "recipes/configs/debate_real.yaml")])
     assert real.judge_model_name_or_path and real.judge_model_name_or_path != real.model_name_or_path
     with pytest.raises(ValueError, match="turn_order"):
-        parse_config(recipe.DebateConfig, ["--turn_order", "interleaved"])
+        parse_config(DebateConfig, ["--turn_order", "interleaved"])
