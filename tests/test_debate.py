@@ -38,8 +38,10 @@ from lmselfplay.debate.tasks import (
     make_tasks,
     program_tasks,
 )
+from lmselfplay.debate.training import debate_samples, task_sets
 from lmselfplay.eval.debate_metrics import format_table, protocol_metrics
 from lmselfplay.lm.engines import HFEngine, SamplingParams
+from lmselfplay.rl.advantages import RoleBaselines
 from lmselfplay.utils.recipe_loader import run_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -190,6 +192,34 @@ def test_rewards_are_zero_sum():
         j = judge_transcripts(ConstJudge(rng.random()), [tr])[0]
         r = side_rewards(tr, j)
         assert len(r) == 2 and sum(r) == pytest.approx(0.0) and -1 <= min(r) <= max(r) <= 1
+
+
+def test_debate_samples_one_per_speech_zero_sum_rewards_and_side_round_baselines():
+    tok = tiny_tokenizer()
+    cfg = ProtocolConfig(num_rounds=2, max_prompt_tokens=4000)
+    trs = run_protocol(_tasks(6), "debate", ScriptedEngine(tok, _honest_liar), tok, cfg, SamplingParams(), seed=0)
+    js = judge_transcripts(BiasedOracle(0.0), trs)  # P(correct) = 0.8 in both orders
+    baselines = RoleBaselines(0.5)
+    samples = debate_samples(trs, js, baselines, version=3)
+    speeches = [sp for tr in trs for sp in tr.speeches]
+    assert len(samples) == len(speeches) == 6 * 2 * 2
+    rounds = sorted({sp.round for sp in speeches})
+    assert {s.role for s in samples} == {f"debate/{side}/round{r}" for side in ("true", "false") for r in rounds}
+    for s in samples:  # the true side gets 2 * 0.8 - 1, the false side its negative (zero-sum)
+        assert s.reward == pytest.approx(0.6 if "/true/" in s.role else -0.6)
+        assert s.policy_version == 3 and s.task == "test"
+    assert all(s.advantage == pytest.approx(s.reward) for s in samples)  # no baseline before the first step
+    b = dict(baselines.values)  # 6 speeches of each role: the EMA moved 1 - 0.5 ** 6 of the way
+    assert b == pytest.approx({s.role: s.reward * (1 - 0.5 ** 6) for s in samples})
+    again = debate_samples(trs, js, baselines, version=4)  # the next step reads the baselines
+    assert [s.advantage for s in again] == pytest.approx([s.reward - b[s.role] for s in again])
+
+
+def test_train_pool_never_holds_an_eval_question():
+    cfg = DebateConfig(task_families="arithmetic", train_tasks=64, eval_tasks=16, output_dir="unused")
+    pool, eval_set = task_sets(cfg)
+    assert len(eval_set) == 16 and pool
+    assert not {(t.question, t.context) for t in pool} & {(t.question, t.context) for t in eval_set}
 
 
 # --- protocols end to end with scripted speakers ------------------------------------------------

@@ -21,6 +21,7 @@ from lmselfplay.lm.prompt import encode_completion, encode_prompt
 from lmselfplay.spin.config import SpinConfig, beta_at, dpo_losses
 from lmselfplay.spin.data import SpinDataError, answers_match, extract_final, load_supervised
 from lmselfplay.spin.held_out import mean_ci_half_width, summarize
+from lmselfplay.spin.pairs import tokenize_pairs
 from lmselfplay.spin.trainers import IDS, pretokenized_dpo_trainer
 from lmselfplay.utils.config import ConfigError, parse_config
 from lmselfplay.utils.metrics_logger import read_jsonl
@@ -151,6 +152,18 @@ def test_missing_and_unsupported_files(tmp_path):
     (tmp_path / "x.txt").write_text("hello")
     with pytest.raises(SpinDataError, match="unsupported"):
         load_supervised(str(tmp_path / "x.txt"), 0, 1)
+
+
+def test_tokenize_pairs_is_the_one_formatter_and_counts_the_answers_it_cuts():
+    tok = tiny_tokenizer()
+    rows = [{"prompt": "take 1", "answer": "1"}, {"prompt": "take 2", "answer": "1 2 3 1 2 3 1 2 3"}]
+    prompts, chosen, cut = tokenize_pairs(tok, rows, None)
+    assert prompts == [encode_prompt(tok, r["prompt"]) for r in rows]
+    assert chosen == [encode_completion(tok, r["answer"]) for r in rows] and cut == 0
+    n = len(chosen[0])
+    assert len(chosen[1]) > n
+    _, short, cut = tokenize_pairs(tok, rows, n)
+    assert short == [chosen[0], chosen[1][:n]] and cut == 1  # cut answers keep no EOS
 
 
 # --- config ----------------------------------------------------------------------------------

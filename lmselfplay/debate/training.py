@@ -65,6 +65,8 @@ def debate_samples(transcripts: list[Transcript], judgments, baselines: RoleBase
 
 
 def step_row(trs, js, metrics, baselines, stale, t0) -> dict:
+    """The step's log row: the trainer's metrics, the judge's accuracy on the step's debates, the
+    true side's mean reward, the mean speech length, every baseline and the staleness counts."""
     speeches = [s for tr in trs for s in tr.speeches]
     return {**{f"train/{k}": v for k, v in metrics.items()},
             "train/judge_accuracy": float(np.mean([j.correct for j in js])),
@@ -75,7 +77,7 @@ def step_row(trs, js, metrics, baselines, stale, t0) -> dict:
 
 @dataclass
 class Debate:
-    """What the loop works on, built once by :func:`build` (a resume then restores it)."""
+    """What the loop works on, built once by the recipe's ``build`` (a resume then restores it)."""
 
     pool: list
     eval_set: list
