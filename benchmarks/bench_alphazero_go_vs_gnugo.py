@@ -25,12 +25,13 @@ from pathlib import Path
 
 import torch
 
+from lmselfplay.alphazero.config import AlphaZeroConfig, fpu
+from lmselfplay.alphazero.iteration import build
 from lmselfplay.alphazero.net_strength import net_agent
 from lmselfplay.games.base import random_legal_reset
 from lmselfplay.games.gtp import gnugo_player
 from lmselfplay.utils.checkpoint import atomic_write_text, latest_checkpoint
 from lmselfplay.utils.config import parse_config
-from lmselfplay.utils.recipe_loader import load_recipe
 from lmselfplay.utils.stats import wilson
 
 
@@ -79,12 +80,11 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
 
-    recipe = load_recipe("alphazero")
     ckpt = latest_checkpoint(args.run)
     if ckpt is None:
         raise SystemExit(f"no checkpoint in {args.run}")
-    cfg = parse_config(recipe.AlphaZeroConfig, ["--config", str(ckpt / "config.json")])
-    game, face, net = recipe.build(cfg)
+    cfg = parse_config(AlphaZeroConfig, ["--config", str(ckpt / "config.json")])
+    game, face, net = build(cfg)
     saved = torch.load(ckpt / "state.pt", weights_only=False)
     net.load_state_dict(saved["net"])
     iteration = saved["iteration"]
@@ -100,7 +100,7 @@ def main() -> None:
               "opening_plies": args.opening_plies, "results": {}}
     for k in args.budgets:
         t0 = time.time()
-        me = net_agent(face, net, k, cfg.c_puct, recipe.fpu(cfg))
+        me = net_agent(face, net, k, cfg.c_puct, fpu(cfg))
         row = {"random": series(face, me, rand, openings(args.random_games))}
         for level in args.levels:
             starts = openings(args.games)

@@ -21,34 +21,37 @@ from pathlib import Path
 
 import torch
 
+from lmselfplay.alphazero.config import AlphaZeroConfig
+from lmselfplay.alphazero.iteration import build
 from lmselfplay.utils.checkpoint import latest_checkpoint
-from lmselfplay.utils.recipe_loader import load_recipe
+from lmselfplay.utils.config import parse_config
+from lmselfplay.utils.recipe_loader import run_recipe
 from lmselfplay.utils.results import save_results
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run(recipe, config: str, out: Path, extra: list[str]):
+def run(config: str, out: Path, extra: list[str]):
     argv = ["--config", str(ROOT / "recipes/configs" / config), "--output_dir", str(out),
             "--tensorboard", "false", *extra]
     t = time.perf_counter()
-    recipe.main(argv)
+    run_recipe("alphazero", argv)
     wall = time.perf_counter() - t
-    cfg = recipe.parse_config(recipe.AlphaZeroConfig, argv)
-    game, face, net = recipe.build(cfg)
+    cfg = parse_config(AlphaZeroConfig, argv)
+    game, face, net = build(cfg)
     state = torch.load(latest_checkpoint(out) / "state.pt", weights_only=False)
     net.load_state_dict(state["net"])
     return cfg, face, net.eval(), wall
 
 
-def bench_nim(recipe, out: Path, seeds: int) -> None:
+def bench_nim(out: Path, seeds: int) -> None:
     from lmselfplay.utils.metrics_logger import read_jsonl
 
     print("\n== Nim (15 stones, take 1-3) ==")
     solved_rounds = []
     for seed in range(seeds):
         run_dir = out / f"nim-seed{seed}"
-        cfg, face, net, wall = run(recipe, "alphazero_nim.yaml", run_dir, ["--seed", str(seed)])
+        cfg, face, net, wall = run("alphazero_nim.yaml", run_dir, ["--seed", str(seed)])
         per_round = [r.get("eval/raw_optimal_fraction_winning")
                      for r in read_jsonl(run_dir / "metrics.jsonl")]
         solved = next((i + 1 for i, f in enumerate(per_round) if f == 1.0), None)
@@ -62,7 +65,7 @@ def bench_nim(recipe, out: Path, seeds: int) -> None:
     save_results("bench_alphazero_learning_nim", {"solved_round_per_seed": solved_rounds, "all_within_3": ok})
 
 
-def bench_tictactoe(recipe, out: Path) -> None:
+def bench_tictactoe(out: Path) -> None:
     from lmselfplay.alphazero.net_strength import (
         best_vs_random_exact,
         optimal_argmax_fraction,
@@ -70,7 +73,7 @@ def bench_tictactoe(recipe, out: Path) -> None:
         raw_vs_random_exact,
     )
 
-    cfg, face, net, wall = run(recipe, "alphazero_tictactoe.yaml", out / "tictactoe", [])
+    cfg, face, net, wall = run("alphazero_tictactoe.yaml", out / "tictactoe", [])
     print("\n== Tic-tac-toe: raw network, no search ==")
     lost, scores = 0.0, []
     for side, name in ((0, "X"), (1, "O")):
@@ -101,12 +104,11 @@ def main() -> None:
     ap.add_argument("--out", default="runs/bench_alphazero")
     ap.add_argument("--nim_seeds", type=int, default=4)
     args = ap.parse_args()
-    recipe = load_recipe("alphazero")
     out = Path(args.out)
     if args.only in (None, "nim"):
-        bench_nim(recipe, out, args.nim_seeds)
+        bench_nim(out, args.nim_seeds)
     if args.only in (None, "tictactoe"):
-        bench_tictactoe(recipe, out)
+        bench_tictactoe(out)
 
 
 if __name__ == "__main__":

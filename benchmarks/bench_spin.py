@@ -30,42 +30,41 @@ import tempfile
 import time
 from pathlib import Path
 
+from lmselfplay.spin.config import SpinConfig
+from lmselfplay.spin.held_out import held_out_scores, mean_ci_half_width, summarize
+from lmselfplay.spin.pairs import tokenize_pairs
+from lmselfplay.spin.trainers import load_model, sft_phase
 from lmselfplay.utils.metrics_logger import read_jsonl
+from lmselfplay.utils.recipe_loader import run_recipe
 from lmselfplay.utils.results import save_results
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def load_recipe():
-    from lmselfplay.utils.recipe_loader import load_recipe as _load
-
-    return _load("spin")
-
-
-def paired_change(recipe, after, before, key):
+def paired_change(after, before, key):
     """Mean per-prompt change of ``key`` from ``before`` to ``after`` and its 95% half-width."""
     d = [float(a[key]) - float(b[key]) for a, b in zip(after, before, strict=True)]
-    return sum(d) / len(d), recipe.mean_ci_half_width(d)
+    return sum(d) / len(d), mean_ci_half_width(d)
 
 
-def with_changes(recipe, row, scores, start):
-    dacc, dacc_ci = paired_change(recipe, scores, start, "correct")
-    dll, dll_ci = paired_change(recipe, scores, start, "loglik")
+def with_changes(row, scores, start):
+    dacc, dacc_ci = paired_change(scores, start, "correct")
+    dll, dll_ci = paired_change(scores, start, "loglik")
     return {**row, "paired/accuracy_change": dacc, "paired/accuracy_change_ci": dacc_ci,
             "paired/loglik_change": dll, "paired/loglik_change_ci": dll_ci}
 
 
-def spin_run(recipe, argv, out):
+def spin_run(argv, out):
     t0 = time.time()
-    recipe.main([*argv, "--output_dir", str(out)])
+    run_recipe("spin", [*argv, "--output_dir", str(out)])
     wall = time.time() - t0
     start = read_jsonl(out / "eval" / "step-0.jsonl")
-    rows = [with_changes(recipe, r, read_jsonl(out / "eval" / f"step-{r['step']}.jsonl"), start)
+    rows = [with_changes(r, read_jsonl(out / "eval" / f"step-{r['step']}.jsonl"), start)
             for r in read_jsonl(out / "metrics.jsonl")]
     return rows, wall
 
 
-def sft_scored(recipe, argv, start, data_dir, rejected_dir, out, epochs, lr=None):
+def sft_scored(argv, start, data_dir, rejected_dir, out, epochs, lr=None):
     """``epochs`` epochs of SFT from the checkpoint ``start`` (at ``lr``, default the SFT
     phase's) on the supervised sets in ``data_dir``, saved in ``out/checkpoint-0``; returns
     that path and the per-prompt held-out scores (y' of the margin: ``rejected_dir``'s
@@ -78,23 +77,23 @@ def sft_scored(recipe, argv, start, data_dir, rejected_dir, out, epochs, lr=None
     from lmselfplay.models.policy import load_tokenizer
     from lmselfplay.utils.config import parse_config
 
-    cfg = parse_config(recipe.SpinConfig, argv)
+    cfg = parse_config(SpinConfig, argv)
     cfg = dataclasses.replace(cfg, sft_epochs=epochs, sft_learning_rate=lr or cfg.sft_learning_rate)
     state = PartialState(cpu=not torch.cuda.is_available())
     sup = datasets.load_from_disk(str(data_dir / "ds"))
     train_rows, held = sup["train"].to_list(), sup["eval"].to_list()
     tok = load_tokenizer(str(start))
-    p_train, y_train, _ = recipe.tokenize_pairs(tok, train_rows, cfg.max_completion_length)
+    p_train, y_train, _ = tokenize_pairs(tok, train_rows, cfg.max_completion_length)
     gen_len = cfg.max_completion_length or max(len(c) for c in y_train)
-    p_held, y_held, _ = recipe.tokenize_pairs(tok, held, gen_len)
-    path = recipe.sft_phase(cfg, str(start), out, p_train, y_train, tok, state)
+    p_held, y_held, _ = tokenize_pairs(tok, held, gen_len)
+    path = sft_phase(cfg, str(start), out, p_train, y_train, tok, state)
     rejected = datasets.load_from_disk(str(rejected_dir / "data" / "ds"))["eval"]["rejected_ids"]
-    model, _ = recipe.load_model(cfg, str(path), state, lora=False)
+    model, _ = load_model(cfg, str(path), state, lora=False)
     engine = HFEngine(model, tok, max_batch_size=cfg.generation_batch_size)
-    return path, recipe.held_out_scores(engine, state, held, p_held, y_held, rejected, gen_len, cfg)
+    return path, held_out_scores(engine, state, held, p_held, y_held, rejected, gen_len, cfg)
 
 
-def theta_0_of(recipe, argv, spin_out):
+def theta_0_of(argv, spin_out):
     """The theta_0 of the SPIN run in ``spin_out``: its SFT phase's ``checkpoint-0``, or the
     config's model when the run had no SFT phase."""
     from lmselfplay.models.policy import resolve_model_path
@@ -102,20 +101,20 @@ def theta_0_of(recipe, argv, spin_out):
 
     if (spin_out / "checkpoint-0").exists():
         return spin_out / "checkpoint-0"
-    return resolve_model_path(parse_config(recipe.SpinConfig, argv).model_name_or_path)
+    return resolve_model_path(parse_config(SpinConfig, argv).model_name_or_path)
 
 
-def control_run(recipe, argv, spin_out, out, epochs, lr=None):
+def control_run(argv, spin_out, out, epochs, lr=None):
     """``epochs`` more epochs of SFT from the SPIN run's theta_0 (at ``lr``, default the SFT
     phase's), evaluated like an iteration."""
     t0 = time.time()
-    _, scores = sft_scored(recipe, argv, theta_0_of(recipe, argv, spin_out), spin_out / "data", spin_out / "iter-0",
+    _, scores = sft_scored(argv, theta_0_of(argv, spin_out), spin_out / "data", spin_out / "iter-0",
                            out, epochs, lr)
-    row = {**recipe.summarize(scores), "time/iteration_s": time.time() - t0}
-    return with_changes(recipe, row, scores, read_jsonl(spin_out / "eval" / "step-0.jsonl"))
+    row = {**summarize(scores), "time/iteration_s": time.time() - t0}
+    return with_changes(row, scores, read_jsonl(spin_out / "eval" / "step-0.jsonl"))
 
 
-def sft_plateau(recipe, argv, work, epochs, max_rounds):
+def sft_plateau(argv, work, epochs, max_rounds):
     """theta_0 the paper's way: SFT until more SFT no longer raises held-out accuracy. From
     the config's theta_0, rounds of ``epochs`` SFT epochs (one schedule each: SPIN's own
     number of passes over the data, so a round is the same compute of further SFT the
@@ -125,16 +124,16 @@ def sft_plateau(recipe, argv, work, epochs, max_rounds):
     and the margin's y' come from a one-iteration SPIN run from the config's start
     (``work/probe``). Returns theta_0's checkpoint and one row per round."""
     probe = work / "probe"
-    recipe.main([*argv, "--spin_iterations", "1", "--output_dir", str(probe)])
-    start = theta_0_of(recipe, argv, probe)
+    run_recipe("spin", [*argv, "--spin_iterations", "1", "--output_dir", str(probe)])
+    start = theta_0_of(argv, probe)
     before = read_jsonl(probe / "eval" / "step-0.jsonl")
-    curve = [{"round": 0, "sft_epochs": 0.0, **recipe.summarize(before)}]
+    curve = [{"round": 0, "sft_epochs": 0.0, **summarize(before)}]
     print(f"  [plateau] round 0 (the config's theta_0): accuracy {curve[0]['eval/accuracy']:.3f}", flush=True)
     for k in range(1, max_rounds + 1):
         t0 = time.time()
-        path, scores = sft_scored(recipe, argv, start, probe / "data", probe / "iter-0", work / f"sft-{k}", epochs)
-        gain, ci = paired_change(recipe, scores, before, "correct")
-        curve.append({"round": k, "sft_epochs": k * epochs, **recipe.summarize(scores), "gain": gain,
+        path, scores = sft_scored(argv, start, probe / "data", probe / "iter-0", work / f"sft-{k}", epochs)
+        gain, ci = paired_change(scores, before, "correct")
+        curve.append({"round": k, "sft_epochs": k * epochs, **summarize(scores), "gain": gain,
                       "gain_ci": ci, "rises": gain > ci, "time_s": time.time() - t0})
         print(f"  [plateau] round {k} (+{epochs:g} SFT epochs): accuracy {curve[-1]['eval/accuracy']:.3f}, "
               f"{gain:+.3f} +- {ci:.3f} ({'rises' if gain > ci else 'no rise: plateau'}), {time.time() - t0:.0f} s",
@@ -182,20 +181,18 @@ def main():
     for kv in args.set:
         k, v = kv.split("=", 1)
         argv += [f"--{k}", *v.split()]
-    recipe = load_recipe()
     load = os.getloadavg()[0]
     plateau, control_epochs, spin_epochs = [], args.control_epochs or [1.0], None
     with tempfile.TemporaryDirectory() as d:
         if args.plateau:
-            cfg = parse_config(recipe.SpinConfig, argv)
+            cfg = parse_config(SpinConfig, argv)
             spin_epochs = args.plateau_epochs or cfg.spin_iterations * cfg.num_train_epochs
-            theta_0, plateau = sft_plateau(recipe, argv, Path(d), spin_epochs, args.plateau_max_rounds)
+            theta_0, plateau = sft_plateau(argv, Path(d), spin_epochs, args.plateau_max_rounds)
             argv += ["--model_name_or_path", str(theta_0), "--sft_epochs", "0"]
             control_epochs = args.control_epochs or [spin_epochs]
-        rows, wall = spin_run(recipe, argv, Path(d) / "spin")
+        rows, wall = spin_run(argv, Path(d) / "spin")
         controls = [] if args.no_control else [
-            {"epochs": e, **control_run(recipe, argv, Path(d) / "spin", Path(d) / f"control-{i}", e,
-                                                 args.control_lr)}
+            {"epochs": e, **control_run(argv, Path(d) / "spin", Path(d) / f"control-{i}", e, args.control_lr)}
             for i, e in enumerate(control_epochs)]
     if plateau:
         reached = not plateau[-1].get("rises", True)

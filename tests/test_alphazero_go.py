@@ -9,12 +9,14 @@ import numpy as np
 import pytest
 import torch
 
+from lmselfplay.alphazero.config import AlphaZeroConfig
+from lmselfplay.alphazero.iteration import build, symmetry
 from lmselfplay.alphazero.network import ConvPolicyValueNet, alphazero_loss
 from lmselfplay.games import make
 from lmselfplay.games.go import Go
 from lmselfplay.utils.config import ConfigError, parse_config
 from lmselfplay.utils.metrics_logger import read_jsonl
-from lmselfplay.utils.recipe_loader import load_recipe
+from lmselfplay.utils.recipe_loader import run_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["--game", "go", "--game_args", '{"size": 5}', "--network", "conv", "--hidden", "8",
@@ -53,7 +55,6 @@ def test_conv_net_masks_illegal_moves_and_learns_a_target():
 
 
 def test_symmetry_augmentation_matches_the_transformed_game():
-    recipe = load_recipe("alphazero")
     g = Go(7)
     rng = random.Random(0)
     s = g.new_initial_state()
@@ -70,32 +71,29 @@ def test_symmetry_augmentation_matches_the_transformed_game():
         t = g.new_initial_state()
         for b in actions:
             t = g.apply(t, int(perm[b]))
-        x, legal, moved_pi, _ = recipe.symmetry(g, batch, k)
+        x, legal, moved_pi, _ = symmetry(g, batch, k)
         np.testing.assert_array_equal(x[0], g.encode(t))
         np.testing.assert_array_equal(legal[0], g.legal_masks([t])[0])
         assert moved_pi[0, perm[a]] == 1.0 and moved_pi.sum() == 1.0
 
 
 def test_short_go_run_and_network_checked_on_resume(tmp_path):
-    recipe = load_recipe("alphazero")
-    metrics = recipe.main(FAST + ["--iterations", "1", "--output_dir", str(tmp_path)])
+    metrics = run_recipe("alphazero", FAST + ["--iterations", "1", "--output_dir", str(tmp_path)])
     rows = read_jsonl(tmp_path / "metrics.jsonl")
     assert rows[-1]["step"] == 1 and "eval/sims0_vs_random" in metrics
     assert "eval/sims2_vs_exact" not in metrics
     with pytest.raises(ConfigError, match="network"):
-        recipe.main(FAST + ["--iterations", "2", "--output_dir", str(tmp_path), "--resume",
-                            "--network", "mlp"])
+        run_recipe("alphazero", FAST + ["--iterations", "2", "--output_dir", str(tmp_path), "--resume",
+                                        "--network", "mlp"])
 
 
 def test_go9_yaml_parses_and_builds_a_conv_net():
-    recipe = load_recipe("alphazero")
-    cfg = parse_config(recipe.AlphaZeroConfig,
-                       ["--config", str(ROOT / "recipes/configs/alphazero_go9.yaml")])
+    cfg = parse_config(AlphaZeroConfig, ["--config", str(ROOT / "recipes/configs/alphazero_go9.yaml")])
     assert cfg.game == "go9" and cfg.network == "conv" and make(cfg.game).exact_metric == "win_rates"
-    game, face, net = recipe.build(cfg)
+    game, face, net = build(cfg)
     assert isinstance(net, ConvPolicyValueNet) and net.n_actions == 82
     with pytest.raises(ConfigError, match="conv"):
-        parse_config(recipe.AlphaZeroConfig, ["--network", "transformer"])
+        parse_config(AlphaZeroConfig, ["--network", "transformer"])
 
 
 def test_value_targets_blend_the_score_margin():
@@ -118,13 +116,12 @@ def test_value_targets_blend_the_score_margin():
 
 
 def test_score_weight_needs_a_game_with_margins(tmp_path):
-    recipe = load_recipe("alphazero")
     with pytest.raises(ConfigError, match="score_margins"):
-        recipe.main(["--game", "tictactoe", "--score_weight", "0.5", "--output_dir", str(tmp_path)])
+        run_recipe("alphazero", ["--game", "tictactoe", "--score_weight", "0.5", "--output_dir", str(tmp_path)])
     with pytest.raises(ConfigError, match="score_weight"):
-        parse_config(recipe.AlphaZeroConfig, ["--score_weight", "1.5"])
+        parse_config(AlphaZeroConfig, ["--score_weight", "1.5"])
     with pytest.raises(ConfigError, match="score_scale"):
-        parse_config(recipe.AlphaZeroConfig, ["--score_scale", "0"])
+        parse_config(AlphaZeroConfig, ["--score_scale", "0"])
 
 
 def test_selfplay_actions_drop_only_a_pass_that_hands_over_the_win():
@@ -217,14 +214,13 @@ def test_pruned_roots_never_pass_while_behind_in_self_play():
 
 def test_max_minutes_stops_after_the_round_that_passes_it(tmp_path):
     """A wall-time limit ends the run early, with that round evaluated and checkpointed."""
-    recipe = load_recipe("alphazero")
-    metrics = recipe.main(FAST + ["--iterations", "5", "--eval_every", "10", "--max_minutes",
-                                  "0.000001", "--output_dir", str(tmp_path)])
+    metrics = run_recipe("alphazero", FAST + ["--iterations", "5", "--eval_every", "10", "--max_minutes",
+                                              "0.000001", "--output_dir", str(tmp_path)])
     rows = read_jsonl(tmp_path / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1] and "eval/sims0_vs_random" in metrics
     assert (tmp_path / "checkpoint-1" / "state.pt").exists()
     with pytest.raises(ConfigError, match="max_minutes"):
-        parse_config(recipe.AlphaZeroConfig, ["--max_minutes", "-1"])
+        parse_config(AlphaZeroConfig, ["--max_minutes", "-1"])
 
 
 def _position_from_planes(g: Go, x: np.ndarray, to_play: int):

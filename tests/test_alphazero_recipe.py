@@ -7,16 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from lmselfplay.alphazero.config import AlphaZeroConfig
 from lmselfplay.utils.checkpoint import latest_checkpoint
-from lmselfplay.utils.config import ConfigError
+from lmselfplay.utils.config import ConfigError, parse_config
 from lmselfplay.utils.metrics_logger import read_jsonl
-from lmselfplay.utils.recipe_loader import load_recipe as _load
+from lmselfplay.utils.recipe_loader import run_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def load_recipe():
-    return _load("alphazero")
 
 
 FAST = ["--game", "nim", "--game_args", '{"start": 7}', "--games_per_iteration", "12",
@@ -30,9 +27,8 @@ def strip(rows):
 
 
 def test_short_run_and_exact_resume(tmp_path):
-    recipe = load_recipe()
     full, part = tmp_path / "full", tmp_path / "part"
-    recipe.main(FAST + ["--iterations", "3", "--output_dir", str(full)])
+    run_recipe("alphazero", FAST + ["--iterations", "3", "--output_dir", str(full)])
     rows = read_jsonl(full / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3]
     last = rows[-1]
@@ -44,25 +40,23 @@ def test_short_run_and_exact_resume(tmp_path):
     for png in ("curves.png", "progress.png", "winrate_matrix.png"):
         assert (full / png).stat().st_size > 0
     # Kill after iteration 2 (simulated by a shorter run), then resume to 3: identical results.
-    recipe.main(FAST + ["--iterations", "2", "--output_dir", str(part)])
-    recipe.main(FAST + ["--iterations", "3", "--output_dir", str(part), "--resume"])
+    run_recipe("alphazero", FAST + ["--iterations", "2", "--output_dir", str(part)])
+    run_recipe("alphazero", FAST + ["--iterations", "3", "--output_dir", str(part), "--resume"])
     assert strip(read_jsonl(part / "metrics.jsonl")) == strip(rows)
     saved = json.loads((part / "checkpoint-3" / "config.json").read_text())
     assert saved["iterations"] == 3
 
 
 def test_resume_with_other_network_is_a_clear_error(tmp_path):
-    recipe = load_recipe()
-    recipe.main(FAST + ["--iterations", "1", "--output_dir", str(tmp_path)])
+    run_recipe("alphazero", FAST + ["--iterations", "1", "--output_dir", str(tmp_path)])
     with pytest.raises(ConfigError, match="hidden"):
-        recipe.main(FAST + ["--iterations", "2", "--output_dir", str(tmp_path), "--resume",
-                            "--hidden", "32"])
+        run_recipe("alphazero", FAST + ["--iterations", "2", "--output_dir", str(tmp_path), "--resume",
+                                        "--hidden", "32"])
 
 
 def test_gate_run(tmp_path):
-    recipe = load_recipe()
-    metrics = recipe.main(FAST + ["--iterations", "1", "--gate", "--gate_games", "4",
-                                  "--output_dir", str(tmp_path)])
+    metrics = run_recipe("alphazero", FAST + ["--iterations", "1", "--gate", "--gate_games", "4",
+                                              "--output_dir", str(tmp_path)])
     assert 0.0 <= metrics["gate/score"] <= 1.0
 
 
@@ -70,13 +64,10 @@ def test_gate_run(tmp_path):
                                  ["--bank_fraction", "2"], ["--no_such_key", "1"]])
 def test_bad_config_is_a_clear_error(tmp_path, bad):
     with pytest.raises(ConfigError):
-        load_recipe().main(["--output_dir", str(tmp_path)] + bad)
+        run_recipe("alphazero", ["--output_dir", str(tmp_path)] + bad)
 
 
 def test_yaml_configs_parse():
-    recipe = load_recipe()
-    from lmselfplay.utils.config import parse_config
-
     for name in ("alphazero_nim.yaml", "alphazero_tictactoe.yaml"):
-        cfg = parse_config(recipe.AlphaZeroConfig, ["--config", str(ROOT / "recipes/configs" / name)])
+        cfg = parse_config(AlphaZeroConfig, ["--config", str(ROOT / "recipes/configs" / name)])
         assert cfg.n_sims > 0 and cfg.eval_budgets == [0, 16, 32, 64]

@@ -12,6 +12,7 @@ import torch
 from fake_engine import ScriptedEngine
 from lm_fixtures import save_tiny, tiny_model, tiny_tokenizer
 
+from lmselfplay.debate.config import DebateConfig
 from lmselfplay.debate.judge import (
     JudgeReferee,
     LLMJudge,
@@ -37,9 +38,11 @@ from lmselfplay.debate.tasks import (
     make_tasks,
     program_tasks,
 )
+from lmselfplay.debate.training import debate_samples, task_sets
 from lmselfplay.eval.debate_metrics import format_table, protocol_metrics
 from lmselfplay.lm.engines import HFEngine, SamplingParams
-from lmselfplay.utils.recipe_loader import load_recipe
+from lmselfplay.rl.advantages import RoleBaselines
+from lmselfplay.utils.recipe_loader import run_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTEXT = "The old lighthouse keeper,\n  Mara, counted   41 ships in March.\nThen the storm came."
@@ -191,6 +194,34 @@ def test_rewards_are_zero_sum():
         assert len(r) == 2 and sum(r) == pytest.approx(0.0) and -1 <= min(r) <= max(r) <= 1
 
 
+def test_debate_samples_one_per_speech_zero_sum_rewards_and_side_round_baselines():
+    tok = tiny_tokenizer()
+    cfg = ProtocolConfig(num_rounds=2, max_prompt_tokens=4000)
+    trs = run_protocol(_tasks(6), "debate", ScriptedEngine(tok, _honest_liar), tok, cfg, SamplingParams(), seed=0)
+    js = judge_transcripts(BiasedOracle(0.0), trs)  # P(correct) = 0.8 in both orders
+    baselines = RoleBaselines(0.5)
+    samples = debate_samples(trs, js, baselines, version=3)
+    speeches = [sp for tr in trs for sp in tr.speeches]
+    assert len(samples) == len(speeches) == 6 * 2 * 2
+    rounds = sorted({sp.round for sp in speeches})
+    assert {s.role for s in samples} == {f"debate/{side}/round{r}" for side in ("true", "false") for r in rounds}
+    for s in samples:  # the true side gets 2 * 0.8 - 1, the false side its negative (zero-sum)
+        assert s.reward == pytest.approx(0.6 if "/true/" in s.role else -0.6)
+        assert s.policy_version == 3 and s.task == "test"
+    assert all(s.advantage == pytest.approx(s.reward) for s in samples)  # no baseline before the first step
+    b = dict(baselines.values)  # 6 speeches of each role: the EMA moved 1 - 0.5 ** 6 of the way
+    assert b == pytest.approx({s.role: s.reward * (1 - 0.5 ** 6) for s in samples})
+    again = debate_samples(trs, js, baselines, version=4)  # the next step reads the baselines
+    assert [s.advantage for s in again] == pytest.approx([s.reward - b[s.role] for s in again])
+
+
+def test_train_pool_never_holds_an_eval_question():
+    cfg = DebateConfig(task_families="arithmetic", train_tasks=64, eval_tasks=16, output_dir="unused")
+    pool, eval_set = task_sets(cfg)
+    assert len(eval_set) == 16 and pool
+    assert not {(t.question, t.context) for t in pool} & {(t.question, t.context) for t in eval_set}
+
+
 # --- protocols end to end with scripted speakers ------------------------------------------------
 
 def _honest_liar(prompt):
@@ -311,7 +342,7 @@ def test_judge_referee_verdicts():
 def test_recipe_one_step_end_to_end(tmp_path):
     model_dir = save_tiny(tmp_path / "model", seed=2)
     out = tmp_path / "out"
-    load_recipe("debate").main([
+    run_recipe("debate", [
         "--model_name_or_path", str(model_dir), "--output_dir", str(out), "--max_steps", "1", "--eval_tasks", "4",
         "--train_tasks", "12", "--debates_per_step", "4", "--max_new_tokens", "6", "--max_prompt_tokens", "240",
         "--num_rounds", "1", "--turn_order", "sequential", "--learning_rate", "1e-2", "--checkpoint_every", "1"])
@@ -334,13 +365,12 @@ def test_recipe_one_step_end_to_end(tmp_path):
 
 def test_recipe_resumes_exactly(tmp_path):
     model_dir = save_tiny(tmp_path / "model", seed=4)
-    recipe = load_recipe("debate")
 
     def run(out, steps, *extra):
-        recipe.main(["--model_name_or_path", str(model_dir), "--output_dir", str(out), "--max_steps", str(steps),
-                     "--eval_tasks", "2", "--eval_protocols", "debate", "--train_tasks", "8",
-                     "--debates_per_step", "2", "--max_new_tokens", "4", "--max_prompt_tokens", "240",
-                     "--num_rounds", "1", "--learning_rate", "1e-2", "--checkpoint_every", "1", *extra])
+        run_recipe("debate", ["--model_name_or_path", str(model_dir), "--output_dir", str(out), "--max_steps", str(steps),
+                              "--eval_tasks", "2", "--eval_protocols", "debate", "--train_tasks", "8",
+                              "--debates_per_step", "2", "--max_new_tokens", "4", "--max_prompt_tokens", "240",
+                              "--num_rounds", "1", "--learning_rate", "1e-2", "--checkpoint_every", "1", *extra])
 
     run(tmp_path / "full", 2)
     run(tmp_path / "cut", 1)  # a run killed after step 1, then resumed
@@ -358,11 +388,10 @@ def test_recipe_resumes_exactly(tmp_path):
 def test_shipped_configs_parse():
     from lmselfplay.utils.config import parse_config
 
-    recipe = load_recipe("debate")
     for name in ("debate", "debate_real"):
-        cfg = parse_config(recipe.DebateConfig, ["--config", str(ROOT / f"recipes/configs/{name}.yaml")])
+        cfg = parse_config(DebateConfig, ["--config", str(ROOT / f"recipes/configs/{name}.yaml")])
         assert cfg.num_rounds >= 1 and cfg.eval_protocols
-    real = parse_config(recipe.DebateConfig, ["--config", str(ROOT / "recipes/configs/debate_real.yaml")])
+    real = parse_config(DebateConfig, ["--config", str(ROOT / "recipes/configs/debate_real.yaml")])
     assert real.judge_model_name_or_path and real.judge_model_name_or_path != real.model_name_or_path
     with pytest.raises(ValueError, match="turn_order"):
-        parse_config(recipe.DebateConfig, ["--turn_order", "interleaved"])
+        parse_config(DebateConfig, ["--turn_order", "interleaved"])

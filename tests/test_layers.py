@@ -21,7 +21,10 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS: list[tuple[str, ...]] = [
     ("lmselfplay.cli", "lmselfplay.human_play", "lmselfplay.referee_study"),  # the programs inside the package
     ("lmselfplay.eval",),
-    ("lmselfplay.rl", "lmselfplay.spin", "lmselfplay.debate", "lmselfplay.alphazero"),
+    # debate above rl: its debaters are trained by rl's PolicyTrainer (the config, the samples
+    # with rl's baselines); rl needs nothing of debate
+    ("lmselfplay.debate",),
+    ("lmselfplay.rl", "lmselfplay.spin", "lmselfplay.alphazero"),
     ("lmselfplay.verifiers",),
     ("lmselfplay.models",),
     ("lmselfplay.lm",),

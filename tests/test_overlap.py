@@ -138,11 +138,11 @@ def test_debate_recipe_overlaps_on_a_server(model_dir, tmp_path):
     import json
 
     from lmselfplay.lm.engines.sim_server import SimServer
-    from lmselfplay.utils.recipe_loader import load_recipe
+    from lmselfplay.utils.recipe_loader import run_recipe
 
     out = tmp_path / "run"
     with SimServer(vocab=len(tiny_tokenizer())) as a:
-        load_recipe("debate").main([
+        run_recipe("debate", [
             "--model_name_or_path", str(model_dir), "--output_dir", str(out), "--max_steps", "2", "--eval_tasks", "2",
             "--eval_protocols", "debate", "--train_tasks", "8", "--debates_per_step", "2", "--max_new_tokens", "4",
             "--max_prompt_tokens", "240", "--num_rounds", "1", "--checkpoint_every", "0", "--engine", "vllm-server",
@@ -478,16 +478,16 @@ def test_a_resumed_debate_pushes_the_restored_weights_before_it_samples(model_di
     """The server still holds what it loaded (the build pushes the initial weights): the
     resumed run's first serving must push step 1's weights before any debate is sampled."""
     from lmselfplay.lm.engines.sim_server import SimServer
-    from lmselfplay.utils.recipe_loader import load_recipe
+    from lmselfplay.utils.recipe_loader import run_recipe
 
     args = {"model_name_or_path": model_dir, "output_dir": tmp_path / "run", "eval_tasks": 2, "eval_protocols": "debate",
             "train_tasks": 8, "debates_per_step": 2, "max_new_tokens": 3, "max_prompt_tokens": 240, "num_rounds": 1,
             "checkpoint_every": 1, "eval_every": 0}
     with SimServer(vocab=len(tiny_tokenizer())) as a:
         server, urls = _server_args(a.url)
-        load_recipe("debate").main(_argv({**args, **server, "max_steps": 1}, *urls))
+        run_recipe("debate", _argv({**args, **server, "max_steps": 1}, *urls))
         events = _pushes_and_generations(monkeypatch)
-        load_recipe("debate").main(_argv({**args, **server, "max_steps": 2}, *urls, "--resume", "true"))
+        run_recipe("debate", _argv({**args, **server, "max_steps": 2}, *urls, "--resume", "true"))
     assert _first_generation_after_resume(events) == [("push", 0), ("push", 1)]
 
 

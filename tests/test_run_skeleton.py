@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from lmselfplay.alphazero.config import AlphaZeroConfig
 from lmselfplay.utils.checkpoint import atomic_dir
 from lmselfplay.utils.config import Config, ConfigError, parse_config
 from lmselfplay.utils.recipe_loader import load_recipe
@@ -39,7 +40,7 @@ class Closable:
 def test_output_dir_defaults_to_the_recipes_run_folder():
     assert TinyConfig().output_dir == "runs/tiny"
     assert TinyConfig(output_dir="x").output_dir == "x"
-    assert load_recipe("alphazero").AlphaZeroConfig().output_dir == "runs/alphazero"
+    assert AlphaZeroConfig().output_dir == "runs/alphazero"
 
 
 def test_fresh_then_resumed_says_which_once(tmp_path, capsys):
@@ -91,13 +92,12 @@ def test_checkpoint_timing_is_read_one_way(tmp_path):
 
 @pytest.mark.parametrize("where", ["cli", "yaml"])
 def test_the_old_checkpoint_interval_name_names_the_new_one(where, tmp_path):
-    cls = load_recipe("alphazero").AlphaZeroConfig
     argv = ["--save_every", "2"]
     if where == "yaml":
         (tmp_path / "c.yaml").write_text("save_every: 2\n")
         argv = ["--config", str(tmp_path / "c.yaml")]
     with pytest.raises(ConfigError, match="save_every is now called checkpoint_every"):
-        parse_config(cls, argv)
+        parse_config(AlphaZeroConfig, argv)
 
 
 @pytest.mark.parametrize("recipe, cls", [("spin", "SpinConfig"), ("r_zero", "RZeroConfig")])

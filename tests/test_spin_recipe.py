@@ -18,17 +18,17 @@ from lm_fixtures import save_tiny, tiny_model, tiny_tokenizer
 
 from lmselfplay.lm.engines.hf import HFEngine
 from lmselfplay.lm.prompt import encode_completion, encode_prompt
+from lmselfplay.spin.config import SpinConfig, beta_at, dpo_losses
 from lmselfplay.spin.data import SpinDataError, answers_match, extract_final, load_supervised
+from lmselfplay.spin.held_out import mean_ci_half_width, summarize
+from lmselfplay.spin.pairs import tokenize_pairs
+from lmselfplay.spin.trainers import IDS, pretokenized_dpo_trainer
 from lmselfplay.utils.config import ConfigError, parse_config
 from lmselfplay.utils.metrics_logger import read_jsonl
-from lmselfplay.utils.recipe_loader import load_recipe as _load
+from lmselfplay.utils.recipe_loader import run_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 N_TRAIN, N_EVAL, GEN_LEN = 12, 4, 16
-
-
-def load_recipe():
-    return _load("spin")
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +84,7 @@ def two_iterations(model_dir, tmp_path_factory):
     original = HFEngine.generate
     HFEngine.generate = _recording(original, calls)
     try:
-        summary = load_recipe().main(fast_args(model_dir, out))
+        summary = run_recipe("spin", fast_args(model_dir, out))
     finally:
         HFEngine.generate = original
     return out, summary, calls
@@ -154,39 +154,48 @@ def test_missing_and_unsupported_files(tmp_path):
         load_supervised(str(tmp_path / "x.txt"), 0, 1)
 
 
+def test_tokenize_pairs_is_the_one_formatter_and_counts_the_answers_it_cuts():
+    tok = tiny_tokenizer()
+    rows = [{"prompt": "take 1", "answer": "1"}, {"prompt": "take 2", "answer": "1 2 3 1 2 3 1 2 3"}]
+    prompts, chosen, cut = tokenize_pairs(tok, rows, None)
+    assert prompts == [encode_prompt(tok, r["prompt"]) for r in rows]
+    assert chosen == [encode_completion(tok, r["answer"]) for r in rows] and cut == 0
+    n = len(chosen[0])
+    assert len(chosen[1]) > n
+    _, short, cut = tokenize_pairs(tok, rows, n)
+    assert short == [chosen[0], chosen[1][:n]] and cut == 1  # cut answers keep no EOS
+
+
 # --- config ----------------------------------------------------------------------------------
 
 def test_default_config_file_parses_and_bad_keys_are_named(tmp_path):
-    recipe = load_recipe()
-    cfg = parse_config(recipe.SpinConfig, ["--config", str(ROOT / "recipes/configs/spin.yaml")])
+    cfg = parse_config(SpinConfig, ["--config", str(ROOT / "recipes/configs/spin.yaml")])
     assert cfg.model_name_or_path is None and cfg.dataset is None  # embedded model, own data
     assert cfg.spin_iterations >= 2 and all(b > 0 for b in cfg.beta_per_iteration)
     (tmp_path / "bad.yaml").write_text("spin_iterations: 2\nlamda: 0.1\n")
     with pytest.raises(ConfigError, match="lamda"):
-        parse_config(recipe.SpinConfig, ["--config", str(tmp_path / "bad.yaml")])
-    cfg = parse_config(recipe.SpinConfig, ["--beta_per_iteration", "0.1", "0.1", "5.0"])
-    assert [recipe.beta_at(cfg, t) for t in range(5)] == [0.1, 0.1, 5.0, 5.0, 5.0]
+        parse_config(SpinConfig, ["--config", str(tmp_path / "bad.yaml")])
+    cfg = parse_config(SpinConfig, ["--beta_per_iteration", "0.1", "0.1", "5.0"])
+    assert [beta_at(cfg, t) for t in range(5)] == [0.1, 0.1, 5.0, 5.0, 5.0]
     with pytest.raises(ConfigError, match="positive"):
-        recipe.main(["--beta_per_iteration", "-1", "--output_dir", str(tmp_path / "o")])
+        run_recipe("spin", ["--beta_per_iteration", "-1", "--output_dir", str(tmp_path / "o")])
 
 
 def test_rpo_alpha_adds_the_nll_on_the_data_answer_to_the_dpo_loss():
-    recipe = load_recipe()
-    assert recipe.dpo_losses(parse_config(recipe.SpinConfig, [])) == {"loss_type": ["sigmoid"]}
-    cfg = parse_config(recipe.SpinConfig, ["--rpo_alpha", "0.5"])
-    assert recipe.dpo_losses(cfg) == {"loss_type": ["sigmoid", "sft"], "loss_weights": [1.0, 0.5]}
+    assert dpo_losses(parse_config(SpinConfig, [])) == {"loss_type": ["sigmoid"]}
+    cfg = parse_config(SpinConfig, ["--rpo_alpha", "0.5"])
+    assert dpo_losses(cfg) == {"loss_type": ["sigmoid", "sft"], "loss_weights": [1.0, 0.5]}
     from trl import DPOConfig
 
-    DPOConfig(output_dir="unused", use_cpu=True, bf16=False, **recipe.dpo_losses(cfg))  # TRL accepts it
+    DPOConfig(output_dir="unused", use_cpu=True, bf16=False, **dpo_losses(cfg))  # TRL accepts it
     with pytest.raises(ConfigError, match="rpo_alpha"):
-        recipe.dpo_losses(parse_config(recipe.SpinConfig, ["--rpo_alpha", "-1"]))
+        dpo_losses(parse_config(SpinConfig, ["--rpo_alpha", "-1"]))
 
 
 def test_mean_ci_half_width_is_the_normal_interval():
-    recipe = load_recipe()
     xs = [1.0, 2.0, 3.0, 4.0]  # sample sd 1.291: half-width 1.96 * 1.291 / 2
-    assert recipe.mean_ci_half_width(xs) == pytest.approx(1.96 * math.sqrt(5 / 3) / 2)
-    assert math.isnan(recipe.mean_ci_half_width([1.0]))
+    assert mean_ci_half_width(xs) == pytest.approx(1.96 * math.sqrt(5 / 3) / 2)
+    assert math.isnan(mean_ci_half_width([1.0]))
 
 
 # --- the recipe end to end ------------------------------------------------------------------
@@ -221,7 +230,6 @@ def test_two_iterations_end_to_end(two_iterations, model_dir):
 
 def test_per_prompt_scores_are_saved_and_summarize_to_the_logged_metrics(two_iterations):
     out, _, _ = two_iterations
-    recipe = load_recipe()
     data = load_iteration(out, 0)["eval"]
     for row in read_jsonl(out / "metrics.jsonl"):
         scores = read_jsonl(out / "eval" / f"step-{row['step']}.jsonl")
@@ -229,7 +237,7 @@ def test_per_prompt_scores_are_saved_and_summarize_to_the_logged_metrics(two_ite
         for s in scores:
             assert s["loglik"] < 0 and s["loglik_rejected"] < 0 and isinstance(s["correct"], bool)
         assert [s["answer_tokens"] for s in scores] == [len(c) for c in data["chosen_ids"]]
-        again = recipe.summarize(scores)
+        again = summarize(scores)
         for key, value in again.items():
             assert row[key] == pytest.approx(value), key
 
@@ -257,7 +265,6 @@ def test_iteration_data_sets_hold_exactly_what_was_generated(two_iterations, mod
 def test_prompts_tokenize_identically_in_generation_and_dpo(two_iterations):
     """Token level: what DPOTrainer's collator feeds the model = what generation saw."""
     out, _, _ = two_iterations
-    recipe = load_recipe()
     tok = tiny_tokenizer()
     ds = load_iteration(out, 1)["train"]
     for row in ds:
@@ -265,9 +272,9 @@ def test_prompts_tokenize_identically_in_generation_and_dpo(two_iterations):
     from trl import DPOConfig
 
     model = tiny_model()
-    trainer = recipe.pretokenized_dpo_trainer()(
+    trainer = pretokenized_dpo_trainer()(
         model=model, ref_model=tiny_model(), processing_class=tok,
-        train_dataset=ds.select_columns(list(recipe.IDS)),
+        train_dataset=ds.select_columns(list(IDS)),
         args=DPOConfig(output_dir=str(out / "probe"), use_cpu=True, bf16=False, report_to="none",
                        max_length=None, gradient_checkpointing=False))
     rows = [trainer.train_dataset[i] for i in range(4)]
@@ -284,15 +291,14 @@ def test_prompts_tokenize_identically_in_generation_and_dpo(two_iterations):
 
 
 def test_resume_starts_at_the_next_iteration(model_dir, tmp_path, recorder):
-    recipe = load_recipe()
     out = tmp_path / "run"
-    recipe.main(fast_args(model_dir, out, 1))
+    run_recipe("spin", fast_args(model_dir, out, 1))
     first_rows = read_jsonl(out / "metrics.jsonl")
     marker = (out / "iter-0" / "data" / "COMPLETE").stat().st_mtime_ns
     with pytest.raises(ConfigError, match="--resume"):
-        recipe.main(fast_args(model_dir, out, 2))
+        run_recipe("spin", fast_args(model_dir, out, 2))
     recorder.clear()
-    summary = recipe.main(fast_args(model_dir, out, 2, "--resume"))
+    summary = run_recipe("spin", fast_args(model_dir, out, 2, "--resume"))
     assert [it["iteration"] for it in summary["iterations"]] == [2]
     prompts, _ = flat(recorder)
     assert len(prompts) == N_TRAIN + N_EVAL  # only iteration 1 generated: iteration 0 not redone
@@ -300,18 +306,17 @@ def test_resume_starts_at_the_next_iteration(model_dir, tmp_path, recorder):
     assert load_iteration(out, 1)["train"][0]["generator"] == str(out / "checkpoint-1")
     rows = read_jsonl(out / "metrics.jsonl")
     assert [r["step"] for r in rows] == [0, 1, 2] and rows[:2] == first_rows
-    assert recipe.main(fast_args(model_dir, out, 2, "--resume"))["iterations"] == []  # all done
+    assert run_recipe("spin", fast_args(model_dir, out, 2, "--resume"))["iterations"] == []  # all done
 
 
 def test_resume_inside_an_iteration_continues_at_the_saved_step(model_dir, tmp_path, monkeypatch):
-    recipe = load_recipe()
     args = ["--save_steps", "1"]
     whole = tmp_path / "whole"
-    recipe.main(fast_args(model_dir, whole, 1, *args))
+    run_recipe("spin", fast_args(model_dir, whole, 1, *args))
 
     killed = tmp_path / "killed"
     steps = {"n": 0}
-    original = recipe.pretokenized_dpo_trainer().training_step
+    original = pretokenized_dpo_trainer().training_step
 
     def dies_at_step_3(self, *a, **k):
         steps["n"] += 1
@@ -319,20 +324,20 @@ def test_resume_inside_an_iteration_continues_at_the_saved_step(model_dir, tmp_p
             raise KeyboardInterrupt("killed")
         return original(self, *a, **k)
 
-    monkeypatch.setattr(recipe.pretokenized_dpo_trainer(), "training_step", dies_at_step_3)
+    monkeypatch.setattr(pretokenized_dpo_trainer(), "training_step", dies_at_step_3)
     with pytest.raises(KeyboardInterrupt):
-        recipe.main(fast_args(model_dir, killed, 1, *args))
+        run_recipe("spin", fast_args(model_dir, killed, 1, *args))
     assert (killed / "iter-0" / "trainer" / "checkpoint-2").is_dir()
     assert not (killed / "checkpoint-1").exists()
-    monkeypatch.setattr(recipe.pretokenized_dpo_trainer(), "training_step", original)
+    monkeypatch.setattr(pretokenized_dpo_trainer(), "training_step", original)
     counted = {"n": 0}
 
     def counting(self, *a, **k):
         counted["n"] += 1
         return original(self, *a, **k)
 
-    monkeypatch.setattr(recipe.pretokenized_dpo_trainer(), "training_step", counting)
-    summary = recipe.main(fast_args(model_dir, killed, 1, "--resume", *args))
+    monkeypatch.setattr(pretokenized_dpo_trainer(), "training_step", counting)
+    summary = run_recipe("spin", fast_args(model_dir, killed, 1, "--resume", *args))
     assert counted["n"] == N_TRAIN // 4 - 2  # only the step that was lost
     assert summary["iterations"][0]["train/steps"] == N_TRAIN // 4
     from transformers import AutoModelForCausalLM
@@ -373,10 +378,9 @@ def test_two_processes_on_cpu_through_accelerate(model_dir, tmp_path):
 def test_sft_phase_then_lora_iteration(model_dir, tmp_path, recorder):
     """No SFT model given: a short SFT phase makes theta_0 (checkpoint-0), which generates
     iteration 0; with LoRA the reference is the adapter-free theta_0 and theta_1 is merged."""
-    recipe = load_recipe()
     out = tmp_path / "run"
-    recipe.main(fast_args(model_dir, out, 1, "--sft_epochs", "1", "--sft_learning_rate", "1e-2",
-                          "--use_lora", "--lora_r", "4"))
+    run_recipe("spin", fast_args(model_dir, out, 1, "--sft_epochs", "1", "--sft_learning_rate", "1e-2",
+                                 "--use_lora", "--lora_r", "4"))
     assert (out / "checkpoint-0" / "COMPLETE").exists() and not (out / "sft").exists()
     ds = load_iteration(out, 0)["train"]
     assert set(ds["generator"]) == {str(out / "checkpoint-0")}

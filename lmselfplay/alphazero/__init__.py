@@ -6,7 +6,11 @@
 * :mod:`.batched_mcts` — many trees at once, one network batch per simulation wave;
 * :mod:`.network` — policy + value network and the AlphaZero loss;
 * :mod:`.selfplay` — batched self-play with resets and a bank of frozen opponents;
-* :mod:`.evaluate` — strength per search budget, exact opponents, win-rate matrix.
+* :mod:`.net_strength` — strength per search budget, exact opponents, win-rate matrix;
+* :mod:`.config` — the recipe's config and the self-play settings it gives;
+* :mod:`.iteration` — one iteration's steps after self-play: train, gate, evaluate;
+* :mod:`.progress` — what a run carries between iterations, its checkpoints and resume;
+* :mod:`.plots` — the run's curves and win-rate matrix.
 
 The loop itself is ``recipes/alphazero.py``.
 """

@@ -1,0 +1,50 @@
+"""The debate recipe's config (``recipes/debate.py``): the judge, the tasks, the protocols
+evaluated, the steps and their debates, the baselines, with the trainer's, the protocol's, the
+policy's, the engine's and the run's fields.
+
+Rules: ``eval_protocols`` names only known protocols (:data:`~lmselfplay.debate.protocols.PROTOCOLS`);
+``max_steps`` here is the loop's length (and the LR schedule's); ``eval_every`` 0 evaluates only
+before and after training.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from lmselfplay.debate.protocols import PROTOCOLS, ProtocolConfig
+from lmselfplay.lm.engines import EngineConfig
+from lmselfplay.models.policy import PolicyConfig
+from lmselfplay.rl.trainer import TrainerConfig
+from lmselfplay.utils.config import ConfigError, non_negative, positive
+from lmselfplay.utils.run import PeriodicCheckpoints, RunConfig
+
+
+@dataclass
+class DebateConfig(TrainerConfig, ProtocolConfig, PolicyConfig, EngineConfig, RunConfig, PeriodicCheckpoints):
+    judge_model_name_or_path: str = field(default="", metadata={
+        "help": "the judge (hub name or path); empty: a frozen copy of the initial policy"})
+    judge_device: str = field(default="auto", metadata={"help": "auto | cpu | cuda | cuda:N"})
+    judge_dtype: str = field(default="auto", metadata={"help": "auto | float32 | bfloat16 | float16"})
+    task_families: str = field(default="arithmetic,programs", metadata={
+        "help": "comma-separated: arithmetic, programs, reasoning_gym, dataset"})
+    reasoning_gym_datasets: str = field(default="chain_sum,leg_counting", metadata={
+        "help": "reasoning-gym dataset names (family reasoning_gym)"})
+    dataset_path: str = field(default="", metadata={
+        "help": "local json/jsonl/csv/parquet with question, context, correct, incorrect (family dataset)"})
+    train_tasks: int = field(default=512, metadata={"help": "questions debated during training"})
+    eval_tasks: int = field(default=64, metadata={"help": "held-out questions of every evaluation"})
+    eval_protocols: str = field(default=",".join(PROTOCOLS), metadata={"help": "protocols evaluated: debate, consultancy, double_consultancy, none"})
+    max_steps: int = field(default=30, metadata={"help": "training steps (each one trainer.step())"})
+    debates_per_step: int = field(default=16, metadata={"help": "debates per training step"})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling of speeches"})
+    baseline_decay: float = field(default=0.9, metadata={"help": "EMA decay of the per-side, per-round baselines"})
+    eval_every: int = field(default=0, metadata={"help": "0: evaluate only before and after training"})
+
+    run_name = "debate"  # output_dir defaults to runs/debate
+
+    def validate(self) -> None:
+        positive(self, "debates_per_step", "train_tasks", "eval_tasks", "top_p")
+        non_negative(self, "eval_every")
+        bad = [p for p in self.eval_protocols.split(",") if p.strip() and p.strip() not in PROTOCOLS]
+        if bad:
+            raise ConfigError(f"unknown eval_protocols {bad}; known: {PROTOCOLS}")
