@@ -14,7 +14,7 @@ from typing import Any
 
 from accelerate import PartialState
 
-from lmselfplay.lm.engines.base import SamplingParams
+from lmselfplay.lm.engines.base import SamplingParams, score_fitting
 from lmselfplay.lm.engines.hf import HFEngine
 from lmselfplay.spin.config import SpinConfig
 from lmselfplay.spin.data import answers_match
@@ -27,7 +27,7 @@ from lmselfplay.utils.stats import wilson
 def sequence_logliks(engine: HFEngine, prompts: list[list[int]], completions: list[list[int]]
                      ) -> list[float]:
     """log p(completion | prompt) under the model in ``engine``, summed over the tokens."""
-    return [float(sum(lp)) for lp in engine.score(prompts, completions, batch_size=32)]
+    return [float(sum(lp)) for lp in score_fitting(engine, prompts, completions, batch_size=32)]
 
 
 def held_out_scores(engine: HFEngine, state: PartialState, held: list[dict[str, Any]],
