@@ -28,9 +28,11 @@ import dataclasses
 import io
 import json
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lmselfplay.rl.r_zero import RZeroConfig, train
 from lmselfplay.utils.checkpoint import atomic_write_text
 from lmselfplay.utils.config import parse_config
 from lmselfplay.utils.curves import Line, plot_lines
@@ -49,11 +51,14 @@ MEASURES: dict[str, tuple[str, str] | None] = {
 }
 
 
-def study_config_class(recipe: Any) -> type:
-    fields = [("referees", str, dataclasses.field(default="auto", metadata={
-                  "help": "comma-separated referees; auto = grounded,vote (+ judge when registered)"})),
-              ("study_dir", str, dataclasses.field(default="runs/referee_study"))]
-    return dataclasses.make_dataclass("RefereeStudyConfig", fields, bases=(recipe.RZeroConfig,))
+@dataclass
+class RefereeStudyConfig(RZeroConfig):
+    """R-Zero's config (every r_zero key) and the study's own two."""
+
+    referees: str = field(default="auto", metadata={
+        "help": "comma-separated referees; auto = grounded,vote (+ judge when registered)"})
+    study_dir: str = field(default="runs/referee_study", metadata={
+        "help": "the study's table, rows and plot; each referee's run in study_dir/<referee>"})
 
 
 def referee_names(spec: str) -> list[str]:
@@ -159,18 +164,15 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from lmselfplay.utils.recipe_loader import load_recipe
-
-    recipe = load_recipe("r_zero")
-    cfg = parse_config(study_config_class(recipe), argv)
+    cfg = parse_config(RefereeStudyConfig, argv)
     study_dir = Path(cfg.study_dir)
-    base = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(recipe.RZeroConfig)}
+    base = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(RZeroConfig)}
     rows = []
     for name in referee_names(cfg.referees):
-        resolved = recipe.RZeroConfig(**{**base, "referee": name}).referee  # grounded -> rules / executor
-        run_cfg = recipe.RZeroConfig(**{**base, "referee": resolved, "output_dir": str(study_dir / resolved)})
+        resolved = RZeroConfig(**{**base, "referee": name}).referee  # grounded -> rules / executor
+        run_cfg = RZeroConfig(**{**base, "referee": resolved, "output_dir": str(study_dir / resolved)})
         print(f"\n=== referee {resolved} ===")
-        rows += iteration_rows(recipe.train(run_cfg), run_cfg.referee)
+        rows += iteration_rows(train(run_cfg), run_cfg.referee)
     rows = table(rows)
     paths = write_outputs(study_dir, rows)
     print()

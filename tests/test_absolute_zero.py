@@ -1,5 +1,5 @@
 """Absolute Zero: code-task parsing, validation and checking in the executor, the rewards,
-TRR++, buffers, hostile proposals through the recipe's own step, exact resume, and the
+TRR++, buffers, hostile proposals through the algorithm's own step, exact resume, and the
 full loop on a tiny model."""
 
 from __future__ import annotations
@@ -17,9 +17,12 @@ from fake_engine import ScriptedEngine
 from lm_fixtures import saved_weights
 
 from lmselfplay.lm.prompt import PLAIN_TEMPLATE
+from lmselfplay.rl import absolute_zero as azr
 from lmselfplay.rl.advantages import task_type_advantages
+from lmselfplay.rl.overlap import rollouts_for
 from lmselfplay.rl.rewards import proposer_rewards
-from lmselfplay.utils.recipe_loader import load_recipe
+from lmselfplay.utils.config import parse_config
+from lmselfplay.utils.recipe_loader import run_recipe
 from lmselfplay.verifiers.code_tasks import (
     TASK_TYPES,
     CodeReferee,
@@ -179,14 +182,13 @@ def test_learnability_reward_on_a_hand_made_table():
 
 
 def test_recipe_proposer_reward_rules():
-    recipe = load_recipe("absolute_zero")
-    cfg = recipe.AbsoluteZeroConfig()
+    cfg = azr.AbsoluteZeroConfig()
     task = CodeTask("deduction", "def f(x):\n    return x\n", ["1"], [1])
     valid = type("V", (), {"valid": True, "task": task})()
     invalid = type("V", (), {"valid": False, "task": None})()
-    assert recipe.proposer_reward(cfg, Proposal(error="no program"), invalid, {}) == cfg.format_penalty == -1.0
-    assert recipe.proposer_reward(cfg, Proposal("x", ["1"]), invalid, {}) == cfg.invalid_penalty == -0.5
-    assert recipe.proposer_reward(cfg, Proposal("x", ["1"]), valid, {id(task): 0.25}) == 0.25
+    assert azr.proposer_reward(cfg, Proposal(error="no program"), invalid, {}) == cfg.format_penalty == -1.0
+    assert azr.proposer_reward(cfg, Proposal("x", ["1"]), invalid, {}) == cfg.invalid_penalty == -0.5
+    assert azr.proposer_reward(cfg, Proposal("x", ["1"]), valid, {id(task): 0.25}) == 0.25
 
 
 def test_trr_plus_plus_six_baselines_on_a_hand_made_table():
@@ -222,7 +224,7 @@ def test_buffer_dedup_by_normalized_ast_and_roundtrip():
     assert div["distinct_ast"] == pytest.approx(2 / 3) and 0 < div["edit_distance"] < 1
 
 
-# --- hostile proposals through the recipe's own step ----------------------------------------
+# --- hostile proposals through the algorithm's own step ----------------------------------------
 
 def _descendants(root: int) -> set[int]:
     parent = {}
@@ -256,7 +258,7 @@ def _perfect_solver(buffers):
     return answer
 
 
-def _step_setup(recipe, model_dir, tmp_path, **kw):
+def _step_setup(model_dir, tmp_path, **kw):
     from lmselfplay.models.policy import load_policy
     from lmselfplay.rl.trainer import PolicyTrainer
 
@@ -264,13 +266,12 @@ def _step_setup(recipe, model_dir, tmp_path, **kw):
             "--seed_programs", "3", "--references", "1", "--num_generations", "2"]
     for k, v in kw.items():
         args += [f"--{k}", str(v)]
-    cfg = recipe.parse_config(recipe.AbsoluteZeroConfig, args)
+    cfg = parse_config(azr.AbsoluteZeroConfig, args)
     model, tok = load_policy(cfg, device="cpu")
     return cfg, PolicyTrainer(model, tok, cfg), tok
 
 
 def test_hostile_proposals_are_invalid_counted_and_harmless(model_dir, tmp_path):
-    recipe = load_recipe("absolute_zero")
     canary = Path("/tmp") / f"azero-canary-{uuid.uuid4().hex}"
     secret = tmp_path / "secret.txt"
     secret.write_text("host secret")
@@ -289,12 +290,12 @@ def test_hostile_proposals_are_invalid_counted_and_harmless(model_dir, tmp_path)
         ("def f(x):\n    x = [0] * 10**9\n    return 1\ninput: 1", "memory"),
         ("def f(x):\n    return x * 2\ninput: 21", "ok"),  # one honest proposal
     ]
-    cfg, trainer, tok = _step_setup(recipe, model_dir, tmp_path, proposals_per_type=len(hostile),
+    cfg, trainer, tok = _step_setup(model_dir, tmp_path, proposals_per_type=len(hostile),
                                     solve_tasks_per_type=2)
     procs_before = _descendants(os.getpid())
-    referee = CodeReferee(recipe.executor_config(cfg))
+    referee = CodeReferee(azr.executor_config(cfg))
     try:
-        buffers = recipe.seed_buffers(cfg, referee, set())
+        buffers = azr.seed_buffers(cfg, referee, set())
         solver = _perfect_solver(buffers)
         n_ded = 0
 
@@ -310,9 +311,9 @@ def test_hostile_proposals_are_invalid_counted_and_harmless(model_dir, tmp_path)
 
         engine = ScriptedEngine(tok, answer)
         before = {tt: len(b) for tt, b in buffers.items()}
-        rollouts = recipe.rollouts_for(cfg, trainer, engine,
-                                       recipe.rollout_plan(cfg, trainer.accelerator, engine, tok, referee, buffers))
-        row = recipe.train_step(cfg, trainer.accelerator, trainer, rollouts.next(0), rollouts, 0, tmp_path / "run")
+        rollouts = rollouts_for(cfg, trainer, engine,
+                                       azr.rollout_plan(cfg, trainer.accelerator, engine, tok, referee, buffers))
+        row = azr.train_step(cfg, trainer.accelerator, trainer, rollouts.next(0), rollouts, 0, tmp_path / "run")
     finally:
         referee.close()
     # every hostile proposal ended invalid, with its status counted
@@ -359,8 +360,7 @@ def _args(model_dir, out, steps, **kw):
 @pytest.mark.slow  # ~16 s; the documented absolute_zero command runs the loop by default
 def test_full_loop_two_steps_on_a_tiny_model(model_dir, tmp_path):
     procs_before = _descendants(os.getpid())
-    recipe = load_recipe("absolute_zero")
-    recipe.main(_args(model_dir, tmp_path, 2))
+    run_recipe("absolute_zero", _args(model_dir, tmp_path, 2))
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in rows if "train/loss" in r]
     assert [r["step"] for r in train] == [1, 2]
@@ -380,6 +380,14 @@ def test_full_loop_two_steps_on_a_tiny_model(model_dir, tmp_path):
     assert _descendants(os.getpid()) <= procs_before  # the run's sandboxes are gone
 
 
+def patch_make_engine(monkeypatch, make) -> None:
+    """The recipe's engine comes from ``make``: ``run_recipe`` executes the recipe afresh, so its
+    ``from lmselfplay.lm.engines import make_engine`` reads the patched name."""
+    import lmselfplay.lm.engines as engines
+
+    monkeypatch.setattr(engines, "make_engine", make)
+
+
 def _proposing_engine(tok):
     """Deterministic valid proposals that change with the prompt: the buffers grow."""
     from lmselfplay.tasks.programs import python_program
@@ -397,12 +405,11 @@ def _proposing_engine(tok):
 
 
 def test_resume_is_exact_with_buffers(model_dir, tmp_path, monkeypatch):
-    recipe = load_recipe("absolute_zero")
-    monkeypatch.setattr(recipe, "make_engine", lambda cfg, model, tok: _proposing_engine(tok))
+    patch_make_engine(monkeypatch, lambda cfg, model, tok: _proposing_engine(tok))
     kw = dict(eval_every=0, save_datasets="false")
-    recipe.main(_args(model_dir, tmp_path / "full", 2, **kw))
-    recipe.main(_args(model_dir, tmp_path / "cut", 1, **kw))  # "killed" after step 1
-    recipe.main(_args(model_dir, tmp_path / "cut", 2, **kw) + ["--resume", "true"])
+    run_recipe("absolute_zero", _args(model_dir, tmp_path / "full", 2, **kw))
+    run_recipe("absolute_zero", _args(model_dir, tmp_path / "cut", 1, **kw))  # "killed" after step 1
+    run_recipe("absolute_zero", _args(model_dir, tmp_path / "cut", 2, **kw) + ["--resume", "true"])
     a, b = saved_weights(tmp_path / "full" / "final_model"), saved_weights(tmp_path / "cut" / "final_model")
     assert all(torch.equal(a[k], b[k]) for k in a)
     full = torch.load(tmp_path / "full" / "checkpoint-2" / "lmselfplay_state.pt", weights_only=False)["extra"]
@@ -419,31 +426,28 @@ def test_resume_is_exact_with_buffers(model_dir, tmp_path, monkeypatch):
 def test_bad_config_is_rejected(model_dir, tmp_path):
     from lmselfplay.utils.config import ConfigError
 
-    recipe = load_recipe("absolute_zero")
     with pytest.raises(ConfigError, match="proposal_style"):
-        recipe.main(_args(model_dir, tmp_path, 1, proposal_style="poem"))
+        run_recipe("absolute_zero", _args(model_dir, tmp_path, 1, proposal_style="poem"))
     with pytest.raises(ConfigError, match="num_generatons"):
-        recipe.main(_args(model_dir, tmp_path, 1) + ["--num_generatons", "2"])
+        run_recipe("absolute_zero", _args(model_dir, tmp_path, 1) + ["--num_generatons", "2"])
 
 
 def test_shipped_configs_parse():
-    recipe = load_recipe("absolute_zero")
     root = Path(__file__).resolve().parents[1] / "recipes" / "configs"
-    tiny = recipe.parse_config(recipe.AbsoluteZeroConfig, ["--config", str(root / "absolute_zero.yaml")])
+    tiny = parse_config(azr.AbsoluteZeroConfig, ["--config", str(root / "absolute_zero.yaml")])
     assert tiny.model_name_or_path is None and tiny.proposal_style == "io" and tiny.eval_tasks_per_type == 200
-    real = recipe.parse_config(recipe.AbsoluteZeroConfig, ["--config", str(root / "absolute_zero_qwen_coder.yaml")])
+    real = parse_config(azr.AbsoluteZeroConfig, ["--config", str(root / "absolute_zero_qwen_coder.yaml")])
     assert real.model_name_or_path.startswith("Qwen/") and real.proposal_style == "paper" and real.answer_tags
 
 
 def test_heldout_set_is_fixed_and_never_in_the_buffers(referee):
-    recipe = load_recipe("absolute_zero")
-    cfg = recipe.AbsoluteZeroConfig(eval_tasks_per_type=20, seed_programs=20)
-    held = recipe.heldout_tasks(cfg, referee)
-    again = recipe.heldout_tasks(cfg, referee)
+    cfg = azr.AbsoluteZeroConfig(eval_tasks_per_type=20, seed_programs=20)
+    held = azr.heldout_tasks(cfg, referee)
+    again = azr.heldout_tasks(cfg, referee)
     assert all(len(held[tt]) == 20 for tt in TASK_TYPES)
     assert [t.to_dict() for tt in TASK_TYPES for t in held[tt]] == [t.to_dict() for tt in TASK_TYPES for t in again[tt]]
     forbidden = {task_key(t) for ts in held.values() for t in ts}
-    buffers = recipe.seed_buffers(cfg, referee, forbidden)
+    buffers = azr.seed_buffers(cfg, referee, forbidden)
     assert not any(task_key(t) in forbidden for b in buffers.values() for t in b.tasks)
 
 
@@ -484,7 +488,7 @@ def test_the_shared_referee_counts_each_threads_programs_apart():
 
         validate = check
 
-    shared = load_recipe("absolute_zero").SharedReferee(Counting())
+    shared = azr.SharedReferee(Counting())
     seen = {}
 
     def rollout():

@@ -29,7 +29,7 @@ from lmselfplay.utils.checkpoint import (
     verify_checkpoint,
 )
 from lmselfplay.utils.errors import UserError
-from lmselfplay.utils.recipe_loader import load_recipe
+from lmselfplay.utils.recipe_loader import load_recipe, run_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -271,21 +271,20 @@ def test_r_zero_phase_checkpoints_verify_and_resume_falls_back(model_dir, tmp_pa
     with the uninterrupted run's weights."""
     from lm_fixtures import saved_weights
 
-    recipe = load_recipe("r_zero")
     args = {"model_name_or_path": model_dir, "iterations": 1, "challenger_steps": 1, "num_questions": 8,
             "challenger_group_size": 4, "pool_size": 8, "num_answers": 4, "filter_low": 1, "filter_high": 3,
             "solver_steps": 1, "solver_batch": 4, "solver_group_size": 2, "heldout_size": 4,
             "learning_rate": 1e-3, "challenger_max_new_tokens": 12, "solver_max_new_tokens": 8}
     argv = [a for k, v in args.items() for a in (f"--{k}", str(v))]
     full, cut = tmp_path / "full", tmp_path / "cut"
-    recipe.main(argv + ["--output_dir", str(full)])
+    run_recipe("r_zero", argv + ["--output_dir", str(full)])
     assert verify_checkpoint(full / "phase-0001-2") is None and '"files"' in (full / "phase-0001-2" / MARKER).read_text()
     shutil.copytree(full, cut)
     shutil.rmtree(cut / "final_model")
     damage(next((cut / "phase-0001-2").rglob("model.safetensors")), "corrupt")
     with pytest.raises(CheckpointDamaged, match="model.safetensors"):
-        recipe.main(argv + ["--output_dir", str(cut), "--resume", "true", "--resume_fallback", "false"])
-    recipe.main(argv + ["--output_dir", str(cut), "--resume", "true"])
+        run_recipe("r_zero", argv + ["--output_dir", str(cut), "--resume", "true", "--resume_fallback", "false"])
+    run_recipe("r_zero", argv + ["--output_dir", str(cut), "--resume", "true"])
     assert "phase-0001-2 is damaged" in capsys.readouterr().err
     a, b = saved_weights(full / "final_model"), saved_weights(cut / "final_model")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -15,6 +15,7 @@ import lmselfplay.lm.engines.vllm as vllm_mod
 import lmselfplay.lm.engines.weight_sync as weight_sync
 from lmselfplay.lm.engines import EngineConfig, SamplingParams
 from lmselfplay.lm.trajectory import Sample
+from lmselfplay.rl.r_zero import RZeroConfig
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
 from lmselfplay.utils.config import ConfigError, parse_config
 from lmselfplay.utils.recipe_loader import load_recipe
@@ -130,13 +131,12 @@ def test_each_bucket_leaves_only_after_the_device_synchronized(monkeypatch):
 # --- 9: two colocated sleep-mode engines in one process --------------------------------------------
 
 def test_r_zero_two_copies_with_sleep_mode_is_refused_in_one_line(tmp_path):
-    recipe = load_recipe("r_zero")
     with pytest.raises(ConfigError, match="one sleep-mode engine per process") as e:
-        parse_config(recipe.RZeroConfig, ["--two_copies", "true", "--engine", "vllm",
+        parse_config(RZeroConfig, ["--two_copies", "true", "--engine", "vllm",
                                           "--vllm_enable_sleep_mode", "true", "--output_dir", str(tmp_path)])
     assert "\n" not in str(e.value)
     for ok in (["--two_copies", "true", "--engine", "vllm"], ["--engine", "vllm", "--vllm_enable_sleep_mode", "true"]):
-        parse_config(recipe.RZeroConfig, ok + ["--output_dir", str(tmp_path)])
+        parse_config(RZeroConfig, ok + ["--output_dir", str(tmp_path)])
 
 
 # --- the real engine (vLLM's CPU build) -----------------------------------------------------------

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from lmselfplay.rl.absolute_zero import AbsoluteZeroConfig
+from lmselfplay.rl.r_zero import RZeroConfig
 from lmselfplay.rl.trainer import TrainerConfig
 from lmselfplay.utils.config import Config, ConfigError, check_keys, load_yaml, parse_config
 from lmselfplay.utils.recipe_loader import load_recipe
@@ -23,9 +25,12 @@ RECIPES = {"selfplay_games": "SelfPlayConfig", "debate": "DebateConfig", "r_zero
 YAMLS = sorted((ROOT / "recipes/configs").glob("*.yaml"))
 
 
+PACKAGE_CONFIGS = {"r_zero": RZeroConfig, "absolute_zero": AbsoluteZeroConfig}  # declared in lmselfplay.rl
+
+
 @functools.cache
 def recipe_config(name: str) -> type:
-    return getattr(load_recipe(name), RECIPES[name])
+    return PACKAGE_CONFIGS.get(name) or getattr(load_recipe(name), RECIPES[name])
 
 
 def fits(cls: type, path: Path) -> bool:

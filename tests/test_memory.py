@@ -199,12 +199,15 @@ def test_gradient_checkpointing_gives_the_same_gradients(model_dir, use_lora):
 
 
 def test_every_training_recipe_offers_gradient_checkpointing():
+    from lmselfplay.rl.absolute_zero import AbsoluteZeroConfig
+    from lmselfplay.rl.r_zero import RZeroConfig
     from lmselfplay.utils.config import parse_config
 
     configs = {"selfplay_games": "SelfPlayConfig", "search_selfplay": "SearchSelfPlayConfig", "spin": "SpinConfig",
-               "debate": "DebateConfig", "absolute_zero": "AbsoluteZeroConfig", "r_zero": "RZeroConfig"}
-    for recipe, name in configs.items():
-        cfg = parse_config(getattr(load_recipe(recipe), name), ["--gradient_checkpointing", "true"])
+               "debate": "DebateConfig"}
+    classes = {recipe: getattr(load_recipe(recipe), name) for recipe, name in configs.items()}
+    for recipe, cls in {**classes, "absolute_zero": AbsoluteZeroConfig, "r_zero": RZeroConfig}.items():
+        cfg = parse_config(cls, ["--gradient_checkpointing", "true"])
         assert cfg.gradient_checkpointing is True, recipe
 
 

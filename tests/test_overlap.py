@@ -279,12 +279,12 @@ def _server_args(*urls):
 
 def test_absolute_zero_overlaps_on_two_servers(model_dir, tmp_path):
     from lmselfplay.lm.engines.sim_server import SimServer
-    from lmselfplay.utils.recipe_loader import load_recipe
+    from lmselfplay.utils.recipe_loader import run_recipe
 
     vocab = len(tiny_tokenizer())
     with SimServer(token_delay=0.001, vocab=vocab) as a, SimServer(token_delay=0.001, vocab=vocab) as b:
         server, urls = _server_args(a.url, b.url)
-        load_recipe("absolute_zero").main(_argv(_azr_args(model_dir, tmp_path / "run", 3, max_staleness=1,
+        run_recipe("absolute_zero", _argv(_azr_args(model_dir, tmp_path / "run", 3, max_staleness=1,
                                                           **server), *urls))
         pushed = [a.weights, b.weights]
     train = [r for r in _metrics(tmp_path / "run") if "train/samples" in r]
@@ -297,14 +297,14 @@ def test_absolute_zero_drops_rollouts_older_than_max_staleness(model_dir, tmp_pa
     """A push that never lands: the third step's proposals and attempts are two versions old."""
     from lmselfplay.lm.engines.sim_server import SimServer
     from lmselfplay.lm.engines.vllm_server import VLLMServerEngine
-    from lmselfplay.utils.recipe_loader import load_recipe
+    from lmselfplay.utils.recipe_loader import run_recipe
 
     real = VLLMServerEngine.update_weights
     monkeypatch.setattr(VLLMServerEngine, "update_weights",
                         lambda self, model, version=None: real(self, model, version) if version == 0 else None)
     with SimServer(vocab=len(tiny_tokenizer())) as a:
         server, urls = _server_args(a.url)
-        load_recipe("absolute_zero").main(_argv(_azr_args(model_dir, tmp_path / "run", 3, max_staleness=1,
+        run_recipe("absolute_zero", _argv(_azr_args(model_dir, tmp_path / "run", 3, max_staleness=1,
                                                           **server), *urls))
     train = [r for r in _metrics(tmp_path / "run") if "train/samples" in r]
     assert [r["staleness/dropped"] > 0 for r in train] == [False, False, True]
@@ -318,13 +318,12 @@ def test_absolute_zero_checkpoint_holds_the_buffers_its_step_left(model_dir, tmp
     ends at this step: the scripted proposer does not depend on the weights), and a run
     resumed from it ends with the buffers of the uninterrupted one."""
     import torch
-    from test_absolute_zero import _proposing_engine
+    from test_absolute_zero import _proposing_engine, patch_make_engine
 
     from lmselfplay.rl.trainer import PolicyTrainer
-    from lmselfplay.utils.recipe_loader import load_recipe
+    from lmselfplay.utils.recipe_loader import run_recipe
 
-    recipe = load_recipe("absolute_zero")
-    monkeypatch.setattr(recipe, "make_engine", lambda cfg, model, tok: _proposing_engine(tok))
+    patch_make_engine(monkeypatch, lambda cfg, model, tok: _proposing_engine(tok))
     step = PolicyTrainer.step
 
     def slow_step(self, samples):  # training outlasts the next step's proposals
@@ -333,9 +332,9 @@ def test_absolute_zero_checkpoint_holds_the_buffers_its_step_left(model_dir, tmp
 
     monkeypatch.setattr(PolicyTrainer, "step", slow_step)
     overlap = {"max_staleness": 1, "engine": "vllm-server"}
-    recipe.main(_argv(_azr_args(model_dir, tmp_path / "overlap", 3, **overlap)))
-    recipe.main(_argv(_azr_args(model_dir, tmp_path / "cut", 2, **overlap)))  # its last step: nothing ahead
-    recipe.main(_argv(_azr_args(model_dir, tmp_path / "cut", 3, **overlap), "--resume", "true"))
+    run_recipe("absolute_zero", _argv(_azr_args(model_dir, tmp_path / "overlap", 3, **overlap)))
+    run_recipe("absolute_zero", _argv(_azr_args(model_dir, tmp_path / "cut", 2, **overlap)))  # its last step: nothing ahead
+    run_recipe("absolute_zero", _argv(_azr_args(model_dir, tmp_path / "cut", 3, **overlap), "--resume", "true"))
 
     def buffers(name, step):
         state = tmp_path / name / f"checkpoint-{step}" / "lmselfplay_state.pt"
@@ -347,14 +346,14 @@ def test_absolute_zero_checkpoint_holds_the_buffers_its_step_left(model_dir, tmp
 
 
 def test_absolute_zero_max_staleness_0_is_the_loop_without_the_hook(model_dir, tmp_path, monkeypatch):
-    from lmselfplay.utils.recipe_loader import load_recipe
+    import lmselfplay.rl.overlap as overlap
+    from lmselfplay.utils.recipe_loader import run_recipe
 
     runs = []
     for hooked in (True, False):
-        recipe = load_recipe("absolute_zero")
-        if not hooked:
-            monkeypatch.setattr(recipe, "rollouts_for", Inline)
-        recipe.main(_argv(_azr_args(model_dir, tmp_path / f"run{hooked}", 2, max_staleness=0)))
+        if not hooked:  # run_recipe executes the recipe afresh: its import reads the patched name
+            monkeypatch.setattr(overlap, "rollouts_for", Inline)
+        run_recipe("absolute_zero", _argv(_azr_args(model_dir, tmp_path / f"run{hooked}", 2, max_staleness=0)))
         runs.append(_metrics(tmp_path / f"run{hooked}"))
     assert runs[0] == runs[1] and any("train/loss" in r for r in runs[0])
 
@@ -382,10 +381,10 @@ def test_r_zero_overlaps_each_phase_on_servers(model_dir, tmp_path, monkeypatch,
     solver's, each holding its model's weights."""
     from lmselfplay.lm.engines.sim_server import SimServer
     from lmselfplay.lm.engines.vllm_server import VLLMServerEngine
-    from lmselfplay.utils.recipe_loader import load_recipe
+    from lmselfplay.rl import r_zero
+    from lmselfplay.utils.recipe_loader import run_recipe
 
-    recipe = load_recipe("r_zero")
-    monkeypatch.setattr(recipe, "load_kept", lambda path: [dict(r) for r in KEPT])
+    monkeypatch.setattr(r_zero, "load_kept", lambda path: [dict(r) for r in KEPT])
     models_per_servers = {}
     push = VLLMServerEngine.update_weights
 
@@ -398,7 +397,7 @@ def test_r_zero_overlaps_each_phase_on_servers(model_dir, tmp_path, monkeypatch,
     with SimServer(vocab=vocab) as a, SimServer(vocab=vocab) as b:
         server, urls = _server_args(a.url) if two_copies else _server_args(a.url, b.url)
         extra = {"two_copies": "true", "challenger_vllm_server_urls": b.url} if two_copies else {}
-        recipe.main(_argv(_rz_args(model_dir, tmp_path / "run", max_staleness=1, **server, **extra), *urls))
+        run_recipe("r_zero", _argv(_rz_args(model_dir, tmp_path / "run", max_staleness=1, **server, **extra), *urls))
         servers = {(a.url,): "a", (b.url,): "b", (a.url, b.url): "a+b"}
     challenger, solver = _phases(tmp_path / "run")
     for phase in (challenger, solver):
@@ -410,15 +409,15 @@ def test_r_zero_overlaps_each_phase_on_servers(model_dir, tmp_path, monkeypatch,
 
 
 def test_r_zero_max_staleness_0_is_the_loop_without_the_hook(model_dir, tmp_path, monkeypatch):
-    from lmselfplay.utils.recipe_loader import load_recipe
+    from lmselfplay.rl import r_zero
+    from lmselfplay.utils.recipe_loader import run_recipe
 
     runs = []
     for hooked in (True, False):
-        recipe = load_recipe("r_zero")
-        monkeypatch.setattr(recipe, "load_kept", lambda path: [dict(r) for r in KEPT])
+        monkeypatch.setattr(r_zero, "load_kept", lambda path: [dict(r) for r in KEPT])
         if not hooked:
-            monkeypatch.setattr(recipe, "rollouts_for", Inline)
-        recipe.main(_argv(_rz_args(model_dir, tmp_path / f"run{hooked}", challenger_steps=2, solver_steps=2)))
+            monkeypatch.setattr(r_zero, "rollouts_for", Inline)
+        run_recipe("r_zero", _argv(_rz_args(model_dir, tmp_path / f"run{hooked}", challenger_steps=2, solver_steps=2)))
         runs.append(_metrics(tmp_path / f"run{hooked}"))
     challenger, solver = _phases(tmp_path / "runTrue")
     assert runs[0] == runs[1] and len(challenger) == len(solver) == 2
@@ -432,11 +431,11 @@ def test_r_zero_max_staleness_0_is_the_loop_without_the_hook(model_dir, tmp_path
     (["--max_staleness", "1"], "the hf engine shares the trainer's"),
 ])
 def test_r_zero_server_settings_that_cannot_work_are_config_errors(args, says):
+    from lmselfplay.rl.r_zero import RZeroConfig
     from lmselfplay.utils.config import parse_config
-    from lmselfplay.utils.recipe_loader import load_recipe
 
     with pytest.raises(ConfigError, match=says):
-        parse_config(load_recipe("r_zero").RZeroConfig, args)
+        parse_config(RZeroConfig, args)
 
 
 def test_search_selfplay_refuses_max_staleness_and_says_why():
@@ -497,17 +496,16 @@ def test_a_resumed_r_zero_pushes_the_restored_weights_before_it_samples(model_di
     import shutil
 
     from lmselfplay.lm.engines.sim_server import SimServer
-    from lmselfplay.utils.recipe_loader import load_recipe
+    from lmselfplay.utils.recipe_loader import run_recipe
 
-    recipe = load_recipe("r_zero")
     with SimServer(vocab=len(tiny_tokenizer())) as a:
         server, urls = _server_args(a.url)
         args = _rz_args(model_dir, tmp_path / "run", challenger_steps=1, solver_steps=1, **server)
-        recipe.main(_argv(args, *urls))
+        run_recipe("r_zero", _argv(args, *urls))
         for later in ("phase-0001-2", "final_model"):  # killed in the solver phase
             shutil.rmtree(tmp_path / "run" / later)
         events = _pushes_and_generations(monkeypatch)
-        recipe.main(_argv(args, *urls, "--resume", "true"))
+        run_recipe("r_zero", _argv(args, *urls, "--resume", "true"))
     assert _first_generation_after_resume(events) == [("push", 0), ("push", 1)]
 
 

@@ -14,37 +14,37 @@ from lm_fixtures import saved_weights
 
 from lmselfplay.lm.engines.base import Completion
 from lmselfplay.lm.prompt import encode_completion, encode_prompt
+from lmselfplay.rl.r_zero import RZero, RZeroConfig, challenger_rewards, in_band
+from lmselfplay.rl.repetition import diversity, repetition_penalty, similarity
 from lmselfplay.tasks.arithmetic import QUESTION_WRITE_PROMPT
-from lmselfplay.utils.recipe_loader import load_recipe
-
-R = load_recipe("r_zero")
+from lmselfplay.utils.recipe_loader import run_recipe
 
 
 def test_filter_band_keeps_3_to_7_of_10():
     votes = np.arange(11)
-    assert list(votes[R.in_band(votes, 3, 7)]) == [3, 4, 5, 6, 7]
-    assert list(votes[R.in_band(votes, 5, 5)]) == [5]
+    assert list(votes[in_band(votes, 3, 7)]) == [3, 4, 5, 6, 7]
+    assert list(votes[in_band(votes, 5, 5)]) == [5]
 
 
 def test_challenger_reward_on_hand_made_outcomes():
     outcomes = np.array([[1] * 5 + [0] * 5, [1] * 10, [0] * 10, [1] * 8 + [0] * 2, [1] * 5 + [0] * 5])
     well = np.array([True, True, True, True, False])
     pen = np.array([0.25, 0.0, 0.0, 0.5, 0.0])
-    r = R.challenger_rewards(outcomes, well, pen, malformed_reward=-1.0)
+    r = challenger_rewards(outcomes, well, pen, malformed_reward=-1.0)
     # p = .5 -> 1 - .25; p = 1 and p = 0 -> 0; p = .8 -> .4 - .5 clipped to 0; malformed -> -1
     assert r == pytest.approx([0.75, 0.0, 0.0, 0.0, -1.0])
-    assert R.challenger_rewards(outcomes[3:4], well[3:4], np.zeros(1), -1.0) == pytest.approx([0.4])
+    assert challenger_rewards(outcomes[3:4], well[3:4], np.zeros(1), -1.0) == pytest.approx([0.4])
 
 
 def test_repetition_penalty_is_cluster_size_over_batch():
     q = "Ann has 3 apples and gets 5 more. How many apples does Ann have now?"
     near = "Ann has 4 apples and gets 5 more. How many apples does Ann have now?"
     other = "Ben buys 2 bags with 7 pens in each bag. How many pens is that in total?"
-    assert R.similarity(q, q) == pytest.approx(1.0) and R.similarity(q, "x y z") == 0.0
-    assert R.similarity(q, near) > 0.5 > R.similarity(q, other)
-    assert R.repetition_penalty([q, near, q, other], 0.5, 2.0) == pytest.approx([1.5, 1.5, 1.5, 0.5])
-    assert R.repetition_penalty([q, other], 0.5, 1.0) == pytest.approx([0.5, 0.5])
-    assert R.diversity([q, q]) == pytest.approx(0.0) and R.diversity([q]) == 1.0
+    assert similarity(q, q) == pytest.approx(1.0) and similarity(q, "x y z") == 0.0
+    assert similarity(q, near) > 0.5 > similarity(q, other)
+    assert repetition_penalty([q, near, q, other], 0.5, 2.0) == pytest.approx([1.5, 1.5, 1.5, 0.5])
+    assert repetition_penalty([q, other], 0.5, 1.0) == pytest.approx([0.5, 0.5])
+    assert diversity([q, q]) == pytest.approx(0.0) and diversity([q]) == 1.0
 
 
 # --- a scripted policy with known answers ---------------------------------------------------
@@ -97,9 +97,9 @@ def _rows(out):
 
 @pytest.mark.parametrize("referee", ["vote", "grounded"])
 def test_label_and_reward_accuracy_on_a_scripted_policy(model_dir, tmp_path, monkeypatch, referee):
-    monkeypatch.setattr(R.RZero, "generate", scripted_generate)
+    monkeypatch.setattr(RZero, "generate", scripted_generate)
     out = tmp_path / referee
-    R.main(_args(model_dir, out, referee=referee))
+    run_recipe("r_zero", _args(model_dir, out, referee=referee))
     it1 = _rows(out)[1]
     vote = referee == "vote"
     # kept: ANN (6 votes either way) and BEN (vote: 6 for the wrong 26; rules: 4 right); DAN has 10
@@ -134,7 +134,7 @@ def test_one_iteration_end_to_end_and_resume_at_the_phase(model_dir, tmp_path):
     full = tmp_path / "full"
     kw = dict(num_questions=8, pool_size=8, challenger_group_size=4, num_answers=4, filter_low=1, filter_high=3,
               solver_batch=4, solver_group_size=2)
-    R.main(_args(model_dir, full, **kw))
+    run_recipe("r_zero", _args(model_dir, full, **kw))
     for name in ("metrics.jsonl", "curves.png", "final_model", "tensorboard", "data/iteration-1/pool",
                  "phase-0001-2/policy"):
         assert (full / name).exists(), name
@@ -146,7 +146,7 @@ def test_one_iteration_end_to_end_and_resume_at_the_phase(model_dir, tmp_path):
     shutil.copytree(full, cut)
     shutil.rmtree(cut / "phase-0001-2")  # killed during the solver phase
     shutil.rmtree(cut / "final_model")
-    R.main(_args(model_dir, cut, **kw) + ["--resume", "true"])
+    run_recipe("r_zero", _args(model_dir, cut, **kw) + ["--resume", "true"])
     a, b = saved_weights(full / "final_model"), saved_weights(cut / "final_model")
     assert all(torch.equal(a[k], b[k]) for k in a)
     progress = json.loads((cut / "phase-0001-2" / "progress.json").read_text())
@@ -155,9 +155,9 @@ def test_one_iteration_end_to_end_and_resume_at_the_phase(model_dir, tmp_path):
 
 
 def test_two_copies_train_separate_models(model_dir, tmp_path, monkeypatch):
-    monkeypatch.setattr(R.RZero, "generate", scripted_generate)
+    monkeypatch.setattr(RZero, "generate", scripted_generate)
     out = tmp_path / "two"
-    R.main(_args(model_dir, out, two_copies="true"))
+    run_recipe("r_zero", _args(model_dir, out, two_copies="true"))
     c, s, init = saved_weights(out / "final_challenger"), saved_weights(out / "final_model"), saved_weights(model_dir)
     assert any(not torch.equal(c[k], s[k]) for k in c)
     assert any(not torch.equal(init[k], c[k]) for k in c) and any(not torch.equal(init[k], s[k]) for k in s)
@@ -167,22 +167,22 @@ def test_config_errors_are_named():
     from lmselfplay.utils.config import ConfigError
 
     with pytest.raises(ConfigError, match="executor"):
-        R.RZeroConfig(task_form="program", referee="rules")
+        RZeroConfig(task_form="program", referee="rules")
     with pytest.raises(ConfigError, match="filter_low"):
-        R.RZeroConfig(filter_low=8, filter_high=7)
+        RZeroConfig(filter_low=8, filter_high=7)
     with pytest.raises(ConfigError, match="multiples"):
-        R.RZeroConfig(num_questions=10, challenger_group_size=4)
-    assert R.RZeroConfig(referee="grounded").referee == "rules"
+        RZeroConfig(num_questions=10, challenger_group_size=4)
+    assert RZeroConfig(referee="grounded").referee == "rules"
 
 
 @pytest.mark.slow
 def test_study_table_and_trend_note(model_dir, tmp_path, monkeypatch):
     from lmselfplay import referee_study as study
 
-    monkeypatch.setattr(R.RZero, "generate", scripted_generate)
+    monkeypatch.setattr(RZero, "generate", scripted_generate)
     rows = []
     for ref in ("vote", "rules"):
-        R.main(_args(model_dir, tmp_path / ref, referee=ref, iterations=2))
+        run_recipe("r_zero", _args(model_dir, tmp_path / ref, referee=ref, iterations=2))
         rows += study.iteration_rows(tmp_path / ref / "metrics.jsonl", ref)
     table = study.table(rows)
     vote1 = next(r for r in table if r["referee"] == "vote" and r["iteration"] == 1)
@@ -241,9 +241,9 @@ def hostile_generate(self, role, prompts, sampling):
 def test_hostile_input_is_scored_and_counted(model_dir, tmp_path, monkeypatch, referee):
     import time
 
-    monkeypatch.setattr(R.RZero, "generate", hostile_generate)
+    monkeypatch.setattr(RZero, "generate", hostile_generate)
     t0 = time.time()
-    R.main(_args(model_dir, tmp_path / referee, referee=referee, check_timeout_s=1.0, solver_steps=1,
+    run_recipe("r_zero", _args(model_dir, tmp_path / referee, referee=referee, check_timeout_s=1.0, solver_steps=1,
                  solver_batch=1))
     assert time.time() - t0 < 120
     it1 = _rows(tmp_path / referee)[1]
@@ -277,9 +277,9 @@ def program_generate(self, role, prompts, sampling):
 
 @pytest.mark.parametrize("referee", ["vote", pytest.param("executor", marks=pytest.mark.slow)])
 def test_program_questions_go_through_the_executor(model_dir, tmp_path, monkeypatch, referee):
-    monkeypatch.setattr(R.RZero, "generate", program_generate)
+    monkeypatch.setattr(RZero, "generate", program_generate)
     out = tmp_path / referee
-    R.main(_args(model_dir, out, referee=referee, task_form="program", solver_steps=1, solver_batch=1))
+    run_recipe("r_zero", _args(model_dir, out, referee=referee, task_form="program", solver_steps=1, solver_batch=1))
     it1 = _rows(out)[1]
     assert it1["bad/uncheckable"] == 2 and it1["bad/not_a_question"] == 2  # per challenger batch
     assert it1["study/n_kept"] == 2 and it1["study/label_accuracy"] == 1.0  # 5 of 10; the tie goes to 'seen'

@@ -22,7 +22,7 @@ from lmselfplay.utils import run as run_module
 from lmselfplay.utils.checkpoint import atomic_dir, checkpoint_dirs
 from lmselfplay.utils.config import ConfigError
 from lmselfplay.utils.errors import run_main
-from lmselfplay.utils.recipe_loader import load_recipe
+from lmselfplay.utils.recipe_loader import load_recipe, run_recipe
 from lmselfplay.utils.run import LOCK_FILE, RunFolderTaken, claim_output_dir, release_output_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,7 +117,7 @@ def test_every_recipe_refuses_a_fresh_run_into_a_finished_one(recipe, tmp_path):
     out = tmp_path / "run"
     before = finished_run(out)
     with pytest.raises(RunFolderTaken, match="already holds files"):
-        load_recipe(recipe).main(["--output_dir", str(out)])
+        run_recipe(recipe, ["--output_dir", str(out)])
     assert snapshot(out) == before
 
 
@@ -129,7 +129,6 @@ class Claimed(Exception):
 def test_every_recipe_overwrites_through_the_one_claim(recipe, tmp_path, monkeypatch):
     out = tmp_path / "run"
     finished_run(out)
-    module = load_recipe(recipe)
 
     def claim_then_stop(c):
         claim_output_dir(c)
@@ -137,7 +136,7 @@ def test_every_recipe_overwrites_through_the_one_claim(recipe, tmp_path, monkeyp
 
     monkeypatch.setattr(run_module, "claim_output_dir", claim_then_stop)  # the Run every recipe starts
     with pytest.raises(Claimed):
-        module.main(["--output_dir", str(out), "--overwrite_output_dir", "true"])
+        run_recipe(recipe, ["--output_dir", str(out), "--overwrite_output_dir", "true"])
     assert sorted(os.listdir(out)) == [LOCK_FILE]
 
 

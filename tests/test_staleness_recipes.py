@@ -17,7 +17,7 @@ from lm_fixtures import save_tiny
 import lmselfplay.lm.engines.factory as factory
 from lmselfplay.lm.engines.hf import HFEngine, unwrap
 from lmselfplay.lm.engines.staleness import StaleWeightsError, StaleWeightsWarning
-from lmselfplay.utils.recipe_loader import load_recipe
+from lmselfplay.utils.recipe_loader import run_recipe
 
 
 class StoppedPush(HFEngine):
@@ -63,7 +63,7 @@ def _run(name, model_dir, out, monkeypatch, **kw):
     args = {"model_name_or_path": model_dir, "output_dir": out, "learning_rate": 5e-2, "entropy_coef": 1.0,
             "staleness_threshold": 1e-3,
             **RECIPES[name], **kw}
-    load_recipe(name).main(_argv(args))
+    run_recipe(name, _argv(args))
 
 
 @pytest.mark.parametrize("name", list(RECIPES))

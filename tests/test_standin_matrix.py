@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from lmselfplay.models.standins import STANDINS, spec
-from lmselfplay.utils.recipe_loader import load_recipe
+from lmselfplay.utils.recipe_loader import load_recipe, run_recipe
 
 CONFIGS = Path(__file__).resolve().parents[1] / "recipes" / "configs"
 
@@ -151,7 +151,7 @@ def assert_ran(out: Path, name: str) -> None:
 @pytest.mark.parametrize("recipe,config,name", cell_params())
 def test_recipe_runs_on_the_standin(recipe, config, name, standin, tmp_path):
     out = tmp_path / "run"
-    load_recipe(recipe).main(cell_args(recipe, config, name, standin(name), out, tmp_path))
+    run_recipe(recipe, cell_args(recipe, config, name, standin(name), out, tmp_path))
     assert_ran(out, name)
 
 
