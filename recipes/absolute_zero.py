@@ -118,6 +118,10 @@ class AbsoluteZeroConfig(TrainerConfig, PolicyConfig, EngineConfig, RunConfig, P
                  "executor_workers", "top_p")
         non_negative(self, "references", "seed_programs", "memory_mb", "eval_every", "eval_tasks_per_type")
 
+    def answer_budget(self) -> int:
+        """The engine's answer budget (its KV cache is sized for it): the larger of a proposal's and a solution's."""
+        return max(self.propose_max_new_tokens, self.solve_max_new_tokens)
+
 
 def n_inputs(cfg, task_type: str) -> int:
     return cfg.induction_inputs if task_type == "induction" else 1
@@ -209,7 +213,8 @@ def main(argv=None):
         acc, out_dir = run.acc, run.out
         model, tok = load_policy(cfg, device=str(acc.device))
         trainer = PolicyTrainer(model, tok, cfg, accelerator=acc, ref_model=reference_policy(cfg, model, str(acc.device)))
-        engine = run.closing(make_engine(cfg, trainer.unwrapped, tok))  # cfg.engine: hf | vllm | vllm-server
+        engine = run.closing(make_engine(cfg, trainer.unwrapped, tok, answer_budget=cfg.answer_budget(),
+                                         temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed))
         referee = SharedReferee(run.closing(CodeReferee(executor_config(cfg))))  # sandboxes end with the run
         heldout = heldout_tasks(cfg, referee)
         buffers = seed_buffers(cfg, referee, {task_key(t) for ts in heldout.values() for t in ts})

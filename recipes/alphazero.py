@@ -54,7 +54,6 @@ from lmselfplay.games import make
 from lmselfplay.games.base import OPTIMAL_MOVES
 from lmselfplay.utils.checkpoint import atomic_dir, prune_checkpoints
 from lmselfplay.utils.config import (
-    Config,
     ConfigError,
     non_negative,
     parse_config,
@@ -67,7 +66,7 @@ from lmselfplay.utils.run import PeriodicCheckpoints, Run, RunConfig
 
 
 @dataclass
-class AlphaZeroConfig(Config, RunConfig, PeriodicCheckpoints):
+class AlphaZeroConfig(RunConfig, PeriodicCheckpoints):
     game: str = field(default="nim", metadata={"help": "registered game name"})
     game_args: str = field(default="{}", metadata={"help": "JSON dict of game parameters"})
     seed: int = field(default=0, metadata={"help": "seed of self-play, search noise and training"})

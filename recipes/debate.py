@@ -46,7 +46,7 @@ from lmselfplay.debate.tasks import make_tasks
 from lmselfplay.eval.debate_metrics import format_table, protocol_metrics
 from lmselfplay.lm.engines import EngineConfig, SamplingParams, make_engine
 from lmselfplay.lm.trajectory import Sample
-from lmselfplay.models.policy import PolicyConfig, load_policy
+from lmselfplay.models.policy import PolicyConfig, check_dtype, load_policy
 from lmselfplay.rl.advantages import RoleBaselines
 from lmselfplay.rl.overlap import rollouts_for
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, reference_policy
@@ -85,6 +85,11 @@ class DebateConfig(TrainerConfig, ProtocolConfig, PolicyConfig, EngineConfig, Ru
         bad = [p for p in self.eval_protocols.split(",") if p.strip() and p.strip() not in PROTOCOLS]
         if bad:
             raise ConfigError(f"unknown eval_protocols {bad}; known: {PROTOCOLS}")
+        check_dtype(self.judge_dtype, "judge_dtype")
+
+    def answer_budget(self) -> int:
+        """The engine's answer budget (its KV cache is sized for it): a speech's."""
+        return self.max_new_tokens
 
 
 def task_sets(cfg):
@@ -169,7 +174,9 @@ def build(cfg, run) -> Debate:
     judge = load_llm_judge(cfg.judge_model_name_or_path or cfg.model_name_or_path, judge_device, cfg.judge_dtype,
                            hidden_context=cfg.hidden_context, max_prompt_tokens=cfg.max_prompt_tokens)
     trainer = PolicyTrainer(model, tok, cfg, accelerator=run.acc, ref_model=ref)
-    return Debate(pool, eval_set, tok, judge, trainer, run.closing(make_engine(cfg, trainer.unwrapped, tok)),
+    engine = make_engine(cfg, trainer.unwrapped, tok, answer_budget=cfg.answer_budget(), temperature=cfg.temperature,
+                         top_p=cfg.top_p, seed=cfg.seed)
+    return Debate(pool, eval_set, tok, judge, trainer, run.closing(engine),
                   RoleBaselines(cfg.baseline_decay), {})
 
 

@@ -77,7 +77,6 @@ from lmselfplay.models.policy import (
 from lmselfplay.spin.data import answers_match, load_supervised
 from lmselfplay.utils.checkpoint import atomic_dir, atomic_write_text, save_json
 from lmselfplay.utils.config import (
-    Config,
     ConfigError,
     non_negative,
     parse_config,
@@ -91,7 +90,7 @@ IDS = ("prompt_ids", "chosen_ids", "rejected_ids")
 
 
 @dataclass
-class SpinConfig(Config, PolicyConfig, RunConfig):
+class SpinConfig(PolicyConfig, RunConfig):
     # data
     dataset: str | None = field(default=None, metadata={
         "help": "datasets name, .jsonl/.json/.parquet/.csv file or save_to_disk folder with "

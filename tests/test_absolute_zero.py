@@ -398,7 +398,7 @@ def _proposing_engine(tok):
 
 def test_resume_is_exact_with_buffers(model_dir, tmp_path, monkeypatch):
     recipe = load_recipe("absolute_zero")
-    monkeypatch.setattr(recipe, "make_engine", lambda cfg, model, tok: _proposing_engine(tok))
+    monkeypatch.setattr(recipe, "make_engine", lambda cfg, model, tok, **run: _proposing_engine(tok))
     kw = dict(eval_every=0, save_datasets="false")
     recipe.main(_args(model_dir, tmp_path / "full", 2, **kw))
     recipe.main(_args(model_dir, tmp_path / "cut", 1, **kw))  # "killed" after step 1

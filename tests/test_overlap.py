@@ -324,7 +324,7 @@ def test_absolute_zero_checkpoint_holds_the_buffers_its_step_left(model_dir, tmp
     from lmselfplay.utils.recipe_loader import load_recipe
 
     recipe = load_recipe("absolute_zero")
-    monkeypatch.setattr(recipe, "make_engine", lambda cfg, model, tok: _proposing_engine(tok))
+    monkeypatch.setattr(recipe, "make_engine", lambda cfg, model, tok, **run: _proposing_engine(tok))
     step = PolicyTrainer.step
 
     def slow_step(self, samples):  # training outlasts the next step's proposals

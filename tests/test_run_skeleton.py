@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lmselfplay.utils.checkpoint import atomic_dir
-from lmselfplay.utils.config import Config, ConfigError, parse_config
+from lmselfplay.utils.config import ConfigError, parse_config
 from lmselfplay.utils.recipe_loader import load_recipe
 from lmselfplay.utils.run import PeriodicCheckpoints, Run, RunConfig, release_output_dir
 
@@ -21,7 +21,7 @@ RECIPES = ("selfplay_games", "spin", "search_selfplay", "alphazero", "absolute_z
 
 
 @dataclass
-class TinyConfig(Config, RunConfig, PeriodicCheckpoints):
+class TinyConfig(RunConfig, PeriodicCheckpoints):
     gradient_accumulation_steps: int = 1
     max_steps: int = 3
 
