@@ -52,7 +52,8 @@ sp_trainer = sys.modules[sp.PolicyTrainer.__module__]  # where the trainer looks
 def make_run(cfg):
     model, tok = sp.load_policy(cfg, device="cpu")
     trainer = sp.PolicyTrainer(model, tok, cfg)
-    return trainer, sp.make_engine(cfg, trainer.unwrapped, tok), tok
+    return trainer, sp.make_engine(cfg, trainer.unwrapped, tok, answer_budget=cfg.answer_budget(),
+                                   temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed), tok
 
 
 def step_batch(cfg, games, with_eval=True):

@@ -75,7 +75,8 @@ def main(argv=None):
         acc, out_dir = run.acc, run.out
         model, tok = load_policy(cfg, device=str(acc.device))
         trainer = PolicyTrainer(model, tok, cfg, accelerator=acc, ref_model=reference_policy(cfg, model, str(acc.device)))
-        engine = run.closing(make_engine(cfg, trainer.unwrapped, tok))  # cfg.engine: hf | vllm | vllm-server
+        engine = run.closing(make_engine(cfg, trainer.unwrapped, tok, answer_budget=cfg.answer_budget(),
+                                         temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed))
         referee = SharedReferee(run.closing(CodeReferee(executor_config(cfg))))  # sandboxes end with the run
         heldout = heldout_tasks(cfg, referee)
         buffers = seed_buffers(cfg, referee, {task_key(t) for ts in heldout.values() for t in ts})

@@ -66,7 +66,9 @@ def build(cfg, run) -> Debate:
     judge = load_llm_judge(cfg.judge_model_name_or_path or cfg.model_name_or_path, judge_device, cfg.judge_dtype,
                            hidden_context=cfg.hidden_context, max_prompt_tokens=cfg.max_prompt_tokens)
     trainer = PolicyTrainer(model, tok, cfg, accelerator=run.acc, ref_model=ref)
-    return Debate(pool, eval_set, tok, judge, trainer, run.closing(make_engine(cfg, trainer.unwrapped, tok)),
+    engine = make_engine(cfg, trainer.unwrapped, tok, answer_budget=cfg.answer_budget(), temperature=cfg.temperature,
+                         top_p=cfg.top_p, seed=cfg.seed)
+    return Debate(pool, eval_set, tok, judge, trainer, run.closing(engine),
                   RoleBaselines(cfg.baseline_decay), {})
 
 

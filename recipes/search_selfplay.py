@@ -324,7 +324,7 @@ def build(cfg: SearchSelfPlayConfig, run: Run) -> SearchSelfPlay:
     head_opt = torch.optim.Adam(head.parameters(), lr=cfg.value_lr)
     evaluator = LLMEvaluator(trainer.unwrapped, tok, game, head, cfg.eval_batch)
     if evaluator.tokens is None:
-        raise ConfigError(f"{cfg.game}: distillation needs every move answer to be one token after <move>")
+        raise ConfigError(f"game {cfg.game!r}: distillation needs every move answer to be one token after <move>")
     league = League(cfg, snapshot_engines(trainer.unwrapped, tok, game, cfg))
     return SearchSelfPlay(game, face, tok, trainer, head, head_opt, evaluator, league,
                           random.Random(cfg.seed), np.random.default_rng(cfg.seed), [])

@@ -128,6 +128,10 @@ class SelfPlayConfig(TrainerConfig, AverageConfig, FeedbackConfig, LeagueConfig,
         positive(self, "readout_samples")
         non_negative(self, "eval_max_new_tokens")
 
+    def answer_budget(self) -> int:
+        """The engine's answer budget (its KV cache is sized for it): the largest of a move's, a text turn's and an evaluation's."""
+        return max(self.max_new_tokens, self.text_max_new_tokens, self.eval_max_new_tokens)
+
 
 def readout(cfg, tok) -> str:
     """The readout of the exact metrics and the average policy: ``bare``, or ``sampled`` when
@@ -449,7 +453,8 @@ def build(cfg, run, games, feedback) -> SelfPlay:
     check_thinking(cfg, feedback, tok)
     trainer = PolicyTrainer(model, tok, cfg, accelerator=run.acc,
                             ref_model=reference_policy(cfg, model, str(run.acc.device)))
-    engine = run.closing(make_engine(cfg, trainer.unwrapped, tok))  # cfg.engine: hf | vllm | vllm-server
+    engine = run.closing(make_engine(cfg, trainer.unwrapped, tok, answer_budget=cfg.answer_budget(),  # hf | vllm | ...
+                                     temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed))
     return SelfPlay(games, feedback, plan, positions, tok, trainer, engine, RoleBaselines(cfg.baseline_decay), League(cfg, snapshot_engines(trainer, tok)),
                     make_averages(cfg, games), LLMPlayer(engine, tok, learner=True))
 

@@ -405,7 +405,7 @@ def _proposing_engine(tok):
 
 
 def test_resume_is_exact_with_buffers(model_dir, tmp_path, monkeypatch):
-    patch_make_engine(monkeypatch, lambda cfg, model, tok: _proposing_engine(tok))
+    patch_make_engine(monkeypatch, lambda cfg, model, tok, **run: _proposing_engine(tok))
     kw = dict(eval_every=0, save_datasets="false")
     run_recipe("absolute_zero", _args(model_dir, tmp_path / "full", 2, **kw))
     run_recipe("absolute_zero", _args(model_dir, tmp_path / "cut", 1, **kw))  # "killed" after step 1

@@ -106,7 +106,7 @@ def test_vllm_dtype_is_a_setting_the_factory_passes(fake_vllm, tmp_path):
     with pytest.raises(ConfigError, match="vllm_dtype"):
         parse_config(recipe_config, ["--vllm_dtype", "int8", "--output_dir", str(tmp_path)])
     cfg = parse_config(EngineConfig, ["--engine", "vllm", "--vllm_dtype", "float16"])
-    make_engine(cfg, tiny_model(), tiny_tokenizer())
+    make_engine(cfg, tiny_model(), tiny_tokenizer(), answer_budget=64, temperature=1.0, top_p=1.0, seed=0)
     assert fake_vllm[-1].kwargs["dtype"] == "float16"
 
 

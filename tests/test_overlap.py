@@ -323,7 +323,7 @@ def test_absolute_zero_checkpoint_holds_the_buffers_its_step_left(model_dir, tmp
     from lmselfplay.rl.trainer import PolicyTrainer
     from lmselfplay.utils.recipe_loader import run_recipe
 
-    patch_make_engine(monkeypatch, lambda cfg, model, tok: _proposing_engine(tok))
+    patch_make_engine(monkeypatch, lambda cfg, model, tok, **run: _proposing_engine(tok))
     step = PolicyTrainer.step
 
     def slow_step(self, samples):  # training outlasts the next step's proposals

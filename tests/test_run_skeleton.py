@@ -15,7 +15,7 @@ from lmselfplay.alphazero.config import AlphaZeroConfig
 from lmselfplay.rl.r_zero import RZeroConfig
 from lmselfplay.spin.config import SpinConfig
 from lmselfplay.utils.checkpoint import atomic_dir
-from lmselfplay.utils.config import Config, ConfigError, parse_config
+from lmselfplay.utils.config import ConfigError, parse_config
 from lmselfplay.utils.run import PeriodicCheckpoints, Run, RunConfig, release_output_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,7 +23,7 @@ RECIPES = ("selfplay_games", "spin", "search_selfplay", "alphazero", "absolute_z
 
 
 @dataclass
-class TinyConfig(Config, RunConfig, PeriodicCheckpoints):
+class TinyConfig(RunConfig, PeriodicCheckpoints):
     gradient_accumulation_steps: int = 1
     max_steps: int = 3
 

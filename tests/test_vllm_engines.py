@@ -420,23 +420,27 @@ def test_server_weight_push_needs_cuda(fake_server):
 # --- the factory ------------------------------------------------------------------------
 
 def _cfg(**kw):
-    return SimpleNamespace(**{**vars(EngineConfig()), "temperature": 1.0, "top_p": 1.0, "seed": 0, **kw})
+    """EngineConfig's fields, unchecked (the factory's own checks are under test)."""
+    return SimpleNamespace(**{**vars(EngineConfig()), **kw})
+
+
+RUN = {"answer_budget": 256, "temperature": 1.0, "top_p": 1.0, "seed": 0}  # what a recipe passes
 
 
 def test_factory_picks_engines_by_config(fake_server):
     tok, model = tiny_tokenizer(), tiny_model()
-    assert isinstance(make_engine(_cfg(), model, tok), HFEngine)
+    assert isinstance(make_engine(_cfg(), model, tok, **RUN), HFEngine)
     with pytest.raises(ValueError, match="hf, vllm, vllm-server.*'sglang'"):
-        make_engine(_cfg(engine="sglang"), model, tok)
+        make_engine(_cfg(engine="sglang"), model, tok, **RUN)
     with pytest.raises(ValueError, match="top_p"):  # refused before any GPU work
-        make_engine(_cfg(engine="vllm", temperature=0.7, top_p=0.9), model, tok)
+        make_engine(_cfg(engine="vllm"), model, tok, **{**RUN, "temperature": 0.7, "top_p": 0.9})
     down = f"http://127.0.0.1:{_free_port()}"
     with pytest.raises(ServerUnavailable, match=down):
-        make_engine(_cfg(engine="vllm-server", vllm_server_urls=[down]), model, tok)
+        make_engine(_cfg(engine="vllm-server", vllm_server_urls=[down]), model, tok, **RUN)
     url, _ = fake_server
     if not torch.cuda.is_available():  # the server engine pushes the learner's weights first
         with pytest.raises(RuntimeError, match="CUDA"):
-            make_engine(_cfg(engine="vllm-server", vllm_server_urls=[url]), model, tok)
+            make_engine(_cfg(engine="vllm-server", vllm_server_urls=[url]), model, tok, **RUN)
 
 
 def test_factory_names_the_extra_when_vllm_is_missing():
@@ -446,7 +450,7 @@ def test_factory_names_the_extra_when_vllm_is_missing():
     except ImportError:
         pass
     with pytest.raises(ImportError, match=r"pip install lmselfplay\[vllm\]"):
-        make_engine(_cfg(engine="vllm"), tiny_model(), tiny_tokenizer())
+        make_engine(_cfg(engine="vllm"), tiny_model(), tiny_tokenizer(), **RUN)
 
 
 # --- the real engine (vLLM installed; CPU build works) ------------------------------------
@@ -551,15 +555,15 @@ def test_colocated_max_model_len_is_the_runs_prompt_and_answer_budget():
     from lmselfplay.lm.engines.factory import colocated_max_model_len
 
     model = SimpleNamespace(config=SimpleNamespace(max_position_embeddings=131072))  # a 128k-context checkpoint
-    cfg = _cfg(max_new_tokens=12, solve_max_new_tokens=300)
-    assert colocated_max_model_len(cfg, model) == 2048 + 300
-    assert colocated_max_model_len(_cfg(vllm_max_model_len=4096), model) == 4096
+    cfg = _cfg(max_new_tokens=12, foo_max_new_tokens=9000)  # a field's name adds nothing to the budget
+    assert colocated_max_model_len(cfg, model, answer_budget=300) == 2048 + 300
+    assert colocated_max_model_len(_cfg(vllm_max_model_len=4096), model, answer_budget=300) == 4096
     short = SimpleNamespace(config=SimpleNamespace(max_position_embeddings=1024))
-    assert colocated_max_model_len(cfg, short) == 1024  # never past the model's context
+    assert colocated_max_model_len(cfg, short, answer_budget=300) == 1024  # never past the model's context
     from lmselfplay.utils.config import ConfigError
 
     with pytest.raises(ConfigError, match="vllm_max_model_len"):
-        colocated_max_model_len(_cfg(vllm_max_model_len=-1), model)
+        colocated_max_model_len(_cfg(vllm_max_model_len=-1), model, answer_budget=300)
 
 
 def test_colocated_sampling_fields_turn_every_other_processor_off():

@@ -13,12 +13,12 @@ import json
 from dataclasses import dataclass, field
 
 from lmselfplay.alphazero.selfplay import SelfPlaySettings
-from lmselfplay.utils.config import Config, ConfigError, non_negative, positive
+from lmselfplay.utils.config import ConfigError, non_negative, positive
 from lmselfplay.utils.run import PeriodicCheckpoints, RunConfig
 
 
 @dataclass
-class AlphaZeroConfig(Config, RunConfig, PeriodicCheckpoints):
+class AlphaZeroConfig(RunConfig, PeriodicCheckpoints):
     game: str = field(default="nim", metadata={"help": "registered game name"})
     game_args: str = field(default="{}", metadata={"help": "JSON dict of game parameters"})
     seed: int = field(default=0, metadata={"help": "seed of self-play, search noise and training"})

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from lmselfplay.debate.protocols import PROTOCOLS, ProtocolConfig
 from lmselfplay.lm.engines import EngineConfig
-from lmselfplay.models.policy import PolicyConfig
+from lmselfplay.models.policy import PolicyConfig, check_dtype
 from lmselfplay.rl.trainer import TrainerConfig
 from lmselfplay.utils.config import ConfigError, non_negative, positive
 from lmselfplay.utils.run import PeriodicCheckpoints, RunConfig
@@ -48,3 +48,8 @@ class DebateConfig(TrainerConfig, ProtocolConfig, PolicyConfig, EngineConfig, Ru
         bad = [p for p in self.eval_protocols.split(",") if p.strip() and p.strip() not in PROTOCOLS]
         if bad:
             raise ConfigError(f"unknown eval_protocols {bad}; known: {PROTOCOLS}")
+        check_dtype(self.judge_dtype, "judge_dtype")
+
+    def answer_budget(self) -> int:
+        """The engine's answer budget (its KV cache is sized for it): a speech's."""
+        return self.max_new_tokens

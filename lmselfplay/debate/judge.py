@@ -169,10 +169,13 @@ def load_llm_judge(model_name_or_path: str | None, device: str = "auto", dtype: 
                    **kwargs: Any) -> LLMJudge:
     """A frozen judge from any causal LM (a hub name or local path; None: the embedded
     model); ``kwargs`` go to :class:`LLMJudge`. Loading the policy's own path again gives
-    a frozen copy of the initial policy."""
+    a frozen copy of the initial policy. ``device`` / ``dtype`` are the ``judge_device`` /
+    ``judge_dtype`` fields: a dtype error names ``judge_dtype``."""
     from lmselfplay.lm.engines import HFEngine
-    from lmselfplay.models.policy import PolicyConfig, load_policy
+    from lmselfplay.models.policy import PolicyConfig, check_dtype, load_policy
 
-    model, tok = load_policy(PolicyConfig(model_name_or_path=model_name_or_path, device=device, dtype=dtype))
+    check_dtype(dtype, "judge_dtype")  # before PolicyConfig's own check, which would name its dtype
+    model, tok = load_policy(PolicyConfig(model_name_or_path=model_name_or_path, device=device, dtype=dtype),
+                             dtype_field="judge_dtype")
     model.requires_grad_(False).eval()
     return LLMJudge(HFEngine(model, tok), tok, **kwargs)

@@ -23,12 +23,15 @@ from lmselfplay.lm.engines.base import declared_eos_ids
 from lmselfplay.lm.engines.hf import unwrap
 from lmselfplay.lm.prompt import PromptStyle, resolve_prompt_format, set_prompt_style
 from lmselfplay.models.tiny import ensure_tiny_model
-from lmselfplay.utils.config import ConfigError
+from lmselfplay.utils.config import Config, ConfigError, positive
 from lmselfplay.utils.errors import UserError
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+PROMPT_FORMATS = ("auto", "chat", "plain")
 
 
 @dataclass
-class PolicyConfig:
+class PolicyConfig(Config):
     model_name_or_path: str | None = field(
         default=None, metadata={"help": "HF hub name or local path; default: the embedded tiny model"})
     dtype: str = field(default="auto", metadata={
@@ -54,6 +57,22 @@ class PolicyConfig:
         "help": "passed to the chat template (Qwen3); default: the template's default. "
                 "Answers are read after </think> either way"})
 
+    def validate(self) -> None:
+        """The choices and the LoRA sizes; the dtype's fit to the device is checked when the
+        model loads (:func:`resolve_dtype`), once the device is known."""
+        check_dtype(self.dtype, "dtype")
+        if self.prompt_format not in PROMPT_FORMATS:
+            raise ConfigError(f"prompt_format must be one of {', '.join(PROMPT_FORMATS)}, got {self.prompt_format!r}")
+        positive(self, "lora_r", "lora_alpha")
+        if not 0 <= self.lora_dropout < 1:
+            raise ConfigError(f"lora_dropout must be in [0, 1), got {self.lora_dropout!r}")
+
+
+def check_dtype(dtype: str, name: str) -> None:
+    """ConfigError naming the field ``name`` when ``dtype`` is not one of :data:`DTYPES`."""
+    if dtype not in DTYPES:
+        raise ConfigError(f"{name} must be one of {', '.join(DTYPES)}, got {dtype!r}")
+
 
 def resolve_device(device: str = "auto") -> torch.device:
     if device == "auto":
@@ -61,18 +80,19 @@ def resolve_device(device: str = "auto") -> torch.device:
     return torch.device(device)
 
 
-def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+def resolve_dtype(dtype: str, device: torch.device, name: str = "dtype") -> torch.dtype:
     """The torch dtype of ``dtype`` on ``device``. A CPU run never uses bfloat16 / float16 (slow,
     and AdamW updates below their resolution are lost): "auto" is float32 there, and asking for
-    a half dtype on the CPU is a ConfigError."""
+    a half dtype on the CPU is a ConfigError. Errors name the field ``name`` the dtype came from
+    (``dtype``, a judge's ``judge_dtype``)."""
     if dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
     try:
         out = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
     except KeyError:
-        raise ConfigError(f"unknown dtype {dtype!r}: use auto, float32, bfloat16 or float16") from None
+        raise ConfigError(f"unknown {name} {dtype!r}: use auto, float32, bfloat16 or float16") from None
     if device.type == "cpu" and out != torch.float32:
-        raise ConfigError(f"dtype {dtype} on a CPU run: the CPU computes in float32 (use dtype float32 or auto)")
+        raise ConfigError(f"{name} {dtype} on a CPU run: the CPU computes in float32 (use {name} float32 or auto)")
     return out
 
 
@@ -113,8 +133,9 @@ def load_tokenizer(model_name_or_path: str | None = None, prompt: PromptStyle | 
     return tok
 
 
-def load_policy(cfg: PolicyConfig | None = None, **overrides: Any) -> tuple[Any, Any]:
-    """(model, tokenizer). LoRA adapters are added when ``use_lora`` (PEFT)."""
+def load_policy(cfg: PolicyConfig | None = None, dtype_field: str = "dtype", **overrides: Any) -> tuple[Any, Any]:
+    """(model, tokenizer). LoRA adapters are added when ``use_lora`` (PEFT). ``dtype_field``: the
+    flag ``cfg.dtype`` came from, named by a dtype error (a judge's ``judge_dtype``)."""
     from transformers import AutoModelForCausalLM
 
     cfg = copy.copy(cfg) if cfg is not None else PolicyConfig()  # overrides never leak into the caller's
@@ -124,7 +145,7 @@ def load_policy(cfg: PolicyConfig | None = None, **overrides: Any) -> tuple[Any,
     if not Path(path).exists() and os.environ.get("HF_HUB_OFFLINE") == "1":
         raise UserError(f"model_name_or_path {path!r} is not a local folder and HF_HUB_OFFLINE=1")
     device = resolve_device(cfg.device)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(cfg.dtype, device))
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(cfg.dtype, device, dtype_field))
     model.to(device)
     if cfg.gradient_checkpointing:  # non-reentrant: also right when the inputs need no grad (LoRA)
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})

@@ -84,6 +84,10 @@ class AbsoluteZeroConfig(TrainerConfig, PolicyConfig, EngineConfig, RunConfig, P
                  "executor_workers", "top_p")
         non_negative(self, "references", "seed_programs", "memory_mb", "eval_every", "eval_tasks_per_type")
 
+    def answer_budget(self) -> int:
+        """The engine's answer budget (its KV cache is sized for it): the larger of a proposal's and a solution's."""
+        return max(self.propose_max_new_tokens, self.solve_max_new_tokens)
+
 
 def n_inputs(cfg, task_type: str) -> int:
     return cfg.induction_inputs if task_type == "induction" else 1

@@ -96,7 +96,8 @@ def exact_feedback_games(games: list[Any], names: str = "") -> list[Any]:
     chosen = [g for g in games if g.name in wanted]
     for g in chosen:
         if not hasattr(g, "information_state"):
-            raise ConfigError(f"exact feedback needs information states; {g.name!r} has none")
+            raise ConfigError(f"exact_games names {g.name!r}, which has no information states: exact feedback "
+                              "needs them")
     return chosen
 
 

@@ -51,7 +51,8 @@ class LeagueConfig(Config):
     def validate(self) -> None:
         fr = [self.mirror_fraction, self.recent_fraction, self.hall_of_fame_fraction, self.bot_fraction]
         if any(f < 0 for f in fr) or abs(sum(fr) - 1.0) > 1e-6:
-            raise ConfigError(f"opponent fractions must be >= 0 and sum to 1, got {fr} (sum {sum(fr)})")
+            raise ConfigError("the opponent fractions mirror_fraction, recent_fraction, hall_of_fame_fraction and "
+                              f"bot_fraction must be >= 0 and sum to 1, got {fr} (sum {sum(fr)})")
         if self.league_eval_games < 0:
             raise ConfigError(f"league_eval_games must be >= 0, got {self.league_eval_games}")
         if self.meta_solver not in META_SOLVERS:

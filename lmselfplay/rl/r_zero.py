@@ -109,6 +109,10 @@ class RZeroConfig(TrainerConfig, PolicyConfig, EngineConfig, RunConfig):
         self._check_server_urls()
         check_sleep_mode_engines(self, 2 if self.two_copies else 1)
 
+    def answer_budget(self) -> int:
+        """The engine's answer budget (its KV cache is sized for it): the larger of a question's and a solution's."""
+        return max(self.challenger_max_new_tokens, self.solver_max_new_tokens)
+
     def _check_server_urls(self) -> None:
         """Two copies on servers: one set of servers per model, none shared; one policy: one set."""
         mine = self.engine == "vllm-server" and self.two_copies
@@ -183,7 +187,8 @@ class RZero:
         if server_urls:  # the same settings, this role's servers (a copy: validated already)
             engine_cfg = copy.copy(cfg)
             engine_cfg.vllm_server_urls = list(server_urls)
-        return Role(trainer, make_engine(engine_cfg, trainer.unwrapped, tok))
+        return Role(trainer, make_engine(engine_cfg, trainer.unwrapped, tok, answer_budget=cfg.answer_budget(),
+                                         temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed))
 
     def roles(self) -> list[tuple[str, Role]]:
         return [("policy", self.solver)] if self.challenger is self.solver else \

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lmselfplay.models.policy import PolicyConfig
-from lmselfplay.utils.config import Config, ConfigError, non_negative, positive
+from lmselfplay.utils.config import ConfigError, non_negative, positive
 from lmselfplay.utils.run import RunConfig
 
 
 @dataclass
-class SpinConfig(Config, PolicyConfig, RunConfig):
+class SpinConfig(PolicyConfig, RunConfig):
     # data
     dataset: str | None = field(default=None, metadata={
         "help": "datasets name, .jsonl/.json/.parquet/.csv file or save_to_disk folder with "

@@ -22,12 +22,16 @@
 * :class:`Run` — the skeleton every recipe's ``main`` runs in (``with Run(cfg) as run:``):
   process set-up, the folder claim, the fresh-vs-resume decision, ``config.json``, the
   metrics log, checkpoint timing, the atomic final model and the teardown (see its doc).
+* :func:`check_resumed_config` — a resume compares the run's saved ``config.json`` with the
+  new config: every differing field is printed (``field: old -> new``), and a field of
+  :attr:`RunConfig.resume_fixed` refuses the resume unless ``--resume_with_changes true``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 import os
 import shutil
 import sys
@@ -39,7 +43,7 @@ from typing import Any, ClassVar
 import torch
 
 from lmselfplay.utils.checkpoint import checkpoint_dirs, newest_intact, save_json, save_model
-from lmselfplay.utils.config import ConfigError, non_negative
+from lmselfplay.utils.config import Config, ConfigError, non_negative, positive
 from lmselfplay.utils.errors import UserError
 from lmselfplay.utils.metrics_logger import MetricsLogger
 
@@ -49,11 +53,28 @@ _held: dict[Path, int] = {}  # resolved output_dir -> open lock fd (kept for the
 
 
 @dataclass
-class RunConfig:
+class RunConfig(Config):
     """The run's own fields, declared here once for every recipe. A recipe names its default
-    folder with the class attribute ``run_name`` (``output_dir`` left empty: ``runs/<run_name>``)."""
+    folder with the class attribute ``run_name`` (``output_dir`` left empty: ``runs/<run_name>``).
+
+    ``resume_fixed`` is the one list of the fields a resume may not change (without
+    ``--resume_with_changes true``). The rule: a field is fixed when a new value would make the
+    resumed run another run, i.e. when the checkpoint made under the old value would be read as
+    if made under the new one — what is played or learned from (the games, the tasks, the data
+    set), the model (which one, the shape of its adapters or network), and the size of a buffer
+    the checkpoint holds (league, replay, bank, pool; a second model). Every other field — logging,
+    evaluation, output, speed, threads, the schedule's length (``max_steps`` extends a run) — may
+    change: the resume prints it and goes on. A name a config does not have is skipped; a recipe
+    adds its own fields with ``resume_fixed = RunConfig.resume_fixed | {"field", ...}``."""
 
     run_name: ClassVar[str] = "run"
+    resume_fixed: ClassVar[frozenset[str]] = frozenset({
+        "games", "game", "game_args", "task_form", "task_families", "reasoning_gym_datasets", "dataset_path",
+        "dataset", "dataset_split",  # what is played / learned from
+        "model_name_or_path", "use_lora", "lora_r", "lora_target_modules", "network", "hidden", "blocks",
+        "value_width", "q_head", "two_copies",  # the model and the shapes of its saved state
+        "league_capacity", "league_hall_capacity", "replay_window", "bank_size", "pool_size",  # saved buffers
+    })
     output_dir: str = field(default="", metadata={
         "help": "run folder: metrics, curves, checkpoints, final model (default: runs/<recipe>)"})
     resume: bool = field(default=False, metadata={"help": "continue from the latest checkpoint in output_dir"})
@@ -66,15 +87,18 @@ class RunConfig:
     overwrite_output_dir: bool = field(default=False, metadata={
         "help": "a fresh run into a folder that holds an earlier run: delete that run's files first "
                 "(false: stop with an error; --resume continues the earlier run instead)"})
-
+    resume_with_changes: bool = field(default=False, metadata={
+        "help": "--resume: continue also when a field that changes what the run means (the games, the model, the "
+                "size of a saved buffer) differs from the saved config (false: stop with an error naming it)"})
 
     def validate(self) -> None:
         if not self.output_dir:
             self.output_dir = f"runs/{self.run_name}"
+        positive(self, "collective_timeout_s")
 
 
 @dataclass
-class PeriodicCheckpoints:
+class PeriodicCheckpoints(Config):
     """A mixin beside :class:`RunConfig` for the recipes that checkpoint every N steps
     (:meth:`Run.checkpoint_due`); recipes that checkpoint once per iteration or phase (SPIN,
     R-Zero) do not take it, so the flag is never accepted and then ignored."""
@@ -194,6 +218,43 @@ def release_output_dir(output_dir: str | Path) -> None:
         os.close(fd)
 
 
+# --- a resume's config -----------------------------------------------------------------------
+
+RESUME_ITSELF = ("resume", "resume_with_changes", "resume_fallback", "overwrite_output_dir")  # how, not what
+
+
+def config_changes(saved: dict[str, Any], cfg: Any) -> dict[str, tuple[Any, Any]]:
+    """{field: (saved value, new value)} for every field of ``cfg`` (and of ``saved``) whose
+    value differs, compared as ``config.json`` stores them; the fields that say how the run is
+    resumed (:data:`RESUME_ITSELF`) are not compared. A field one side lacks is ``"(absent)"``."""
+    new = json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
+    names = list(new) + [k for k in saved if k not in new]
+    return {k: (saved.get(k, "(absent)"), new.get(k, "(absent)")) for k in names
+            if k not in RESUME_ITSELF and saved.get(k, "(absent)") != new.get(k, "(absent)")}
+
+
+def check_resumed_config(cfg: Any, out: Path, say: Callable[[str], None]) -> None:
+    """A resume's config against the one the run saved (``out/config.json``, written by the
+    last start): each differing field is said as ``field: old -> new``; when one of them is in
+    the config's ``resume_fixed`` (:class:`RunConfig`'s rule), a one-line ConfigError naming
+    them, unless ``cfg.resume_with_changes``. Nothing is said when nothing differs or nothing
+    was saved."""
+    path = out / "config.json"
+    if not path.is_file():
+        return
+    changes = config_changes(json.loads(path.read_text()), cfg)
+    if not changes:
+        return
+    say(f"--resume: the config differs from the saved one ({path}):")
+    for name, (old, new) in changes.items():
+        say(f"{name}: {old!r} -> {new!r}")
+    fixed = [name for name in changes if name in type(cfg).resume_fixed]
+    if fixed and not cfg.resume_with_changes:
+        raise ConfigError(f"--resume: {', '.join(fixed)} changed since the run was saved, which changes what the run "
+                          "means: resume with the saved values, choose another output_dir, or pass "
+                          "--resume_with_changes true")
+
+
 # --- the run skeleton -------------------------------------------------------------------------
 
 def make_accelerator(gradient_accumulation_steps: int = 1, timeout_s: float | None = None):
@@ -245,7 +306,8 @@ class Run:
     * Fresh or resumed is decided here, once: ``run.checkpoint`` is the newest intact
       checkpoint (``checkpoints(output_dir)`` lists them, oldest first; default
       ``checkpoint-<step>``) when ``--resume`` finds one, else None.
-      :meth:`report_start` says which, in the one wording.
+      :meth:`report_start` says which, in the one wording. A resume from a checkpoint
+      compares the config with the saved one first (:func:`check_resumed_config`).
     * :meth:`open_log` writes ``config.json`` and opens ``metrics.jsonl`` on the main
       process; :meth:`log` writes a row there (other processes: nothing).
     * :meth:`checkpoint_due` is the one reading of ``checkpoint_every``; every checkpoint
@@ -270,6 +332,8 @@ class Run:
             self.out = claim_output_dir(cfg)
             self.checkpoint = newest_intact(checkpoints(self.out), self.out, cfg.resume_fallback) \
                 if cfg.resume else None
+            if self.checkpoint is not None:
+                check_resumed_config(cfg, self.out, lambda line: self.acc.print(line, file=sys.stderr))
         except BaseException:  # a refused folder or no intact checkpoint: no process group left behind
             self._end_processes()
             raise

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from lmselfplay.utils.config import Config, non_negative
+
 
 class StaleWeightsError(RuntimeError):
     """The engine's log-probs are too far from the trainer's (``strict_sync``)."""
@@ -31,10 +33,13 @@ class StaleWeightsWarning(UserWarning):
 
 
 @dataclass
-class StalenessConfig:
+class StalenessConfig(Config):
     staleness_threshold: float = field(default=0.1, metadata={
         "help": "mean |trainer - engine| log-prob of sampled tokens above which the engine is stale (0: off)"})
     strict_sync: bool = field(default=False, metadata={"help": "a stale engine is an error, not a warning"})
+
+    def validate(self) -> None:
+        non_negative(self, "staleness_threshold")
 
 
 def mean_abs_logprob_diff(trainer_lp: torch.Tensor, engine_lp: torch.Tensor, mask: torch.Tensor) -> float:
@@ -54,8 +59,8 @@ class StalenessDetector:
         self.history: list[float] = []
 
     @classmethod
-    def from_config(cls, cfg: object) -> StalenessDetector:
-        return cls(getattr(cfg, "staleness_threshold", 0.1), getattr(cfg, "strict_sync", False))
+    def from_config(cls, cfg: StalenessConfig) -> StalenessDetector:
+        return cls(cfg.staleness_threshold, cfg.strict_sync)
 
     def check(self, value: float, step: int | None = None, engine: str = "engine") -> dict[str, float]:
         """Record one step's measured difference; warn or raise when over the threshold.
