@@ -21,7 +21,10 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS: list[tuple[str, ...]] = [
     ("lmselfplay.cli", "lmselfplay.human_play", "lmselfplay.referee_study"),  # the programs inside the package
     ("lmselfplay.eval",),
-    ("lmselfplay.rl", "lmselfplay.spin", "lmselfplay.debate", "lmselfplay.alphazero"),
+    ("lmselfplay.rl", "lmselfplay.spin", "lmselfplay.debate"),
+    # alphazero below rl: rl's search self-play (rl/search_selfplay.py) distils alphazero's PUCT
+    # into the policy with rl's trainer and league; alphazero (the search, its own network) needs no rl
+    ("lmselfplay.alphazero",),
     ("lmselfplay.verifiers",),
     ("lmselfplay.models",),
     ("lmselfplay.lm",),
