@@ -87,7 +87,7 @@ def main(argv=None):
             resumed_here = run.checkpoint is not None and step == start_step  # evaluated before the kill
             if sp.averages and cfg.averaged_at(step):
                 log_iterate_policies(cfg, run, sp, step)
-            if cfg.eval_every and step % cfg.eval_every == 0 and not resumed_here:
+            if cfg.eval_every and step % cfg.eval_every == 0 and not resumed_here:  # 8: evaluate
                 log_evaluation(cfg, run, sp, step, t0)
             exact = exact_feedback_step(run, sp, step)
             # 1-4: play (max_staleness >= 1: played while the previous step trained)
