@@ -77,16 +77,16 @@ def main() -> None:
 
     torch.set_num_threads(1)
     sys.path.insert(0, str(ROOT))
-    from lmselfplay.utils.recipe_loader import load_recipe
+    from lmselfplay.utils.recipe_loader import run_recipe
     from lmselfplay.utils.results import save_results
 
     trace: list[tuple[int, float, float]] = []
     record_steps(trace)
-    recipe = load_recipe("selfplay_games")
     with tempfile.TemporaryDirectory() as out:
         t0 = time.time()
         quick = ["--episodes_per_step", "4", "--eval_every", "0", "--checkpoint_every", "0"] if args.quick else []
-        recipe.main(["--config", args.config, "--max_steps", str(args.steps), "--output_dir", out, *quick])
+        run_recipe("selfplay_games", ["--config", args.config, "--max_steps", str(args.steps), "--output_dir", out,
+                                      *quick])
         wall = time.time() - t0
     res = summarize(trace, args.steps)
     res["wall_s"] = wall

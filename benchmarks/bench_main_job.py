@@ -41,45 +41,62 @@ from pathlib import Path
 import torch
 from record_run import EVAL_MARKERS, evaluation_rows
 
-from lmselfplay.utils.recipe_loader import load_recipe
+import lmselfplay.rl.trainer as sp_trainer  # where the trainer looks pack_targets up
+from lmselfplay.eval.selfplay_metrics import eval_positions, evaluate_games
+from lmselfplay.games.text import MOVE_STOP
+from lmselfplay.lm.engines import SamplingParams, make_engine
+from lmselfplay.lm.rollout import LLMPlayer
+from lmselfplay.models.policy import load_policy
+from lmselfplay.rl.advantages import RoleBaselines
+from lmselfplay.rl.league import League
+from lmselfplay.rl.selfplay import (  # the recipe's own steps build the batch
+    SelfPlayConfig,
+    episode_games,
+    episode_plan,
+    exact_targets,
+    make_feedback,
+    make_games,
+    snapshot_engines,
+    training_samples,
+)
+from lmselfplay.rl.trainer import PolicyTrainer
+from lmselfplay.utils.config import parse_config
 from lmselfplay.utils.results import results_dir, save_results
 
 ROOT = Path(__file__).resolve().parents[1]
-sp = load_recipe("selfplay_games")  # the recipe's own helpers build the step
-sp_trainer = sys.modules[sp.PolicyTrainer.__module__]  # where the trainer looks pack_targets up
 
 
 def make_run(cfg):
-    model, tok = sp.load_policy(cfg, device="cpu")
-    trainer = sp.PolicyTrainer(model, tok, cfg)
-    return trainer, sp.make_engine(cfg, trainer.unwrapped, tok, answer_budget=cfg.answer_budget(),
-                                   temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed), tok
+    model, tok = load_policy(cfg, device="cpu")
+    trainer = PolicyTrainer(model, tok, cfg)
+    return trainer, make_engine(cfg, trainer.unwrapped, tok, answer_budget=cfg.answer_budget(),
+                                temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed), tok
 
 
 def step_batch(cfg, games, with_eval=True):
     """Step 0's batch of the main job: the exact targets and one step of sampled play."""
     trainer, engine, tok = make_run(cfg)
-    feedback = sp.make_feedback(cfg, games)
+    feedback = make_feedback(cfg, games)
     t0 = time.perf_counter()
     with trainer.serving(engine):
-        exact, _ = sp.exact_targets(feedback, engine, tok, 0)
+        exact, _ = exact_targets(feedback, engine, tok, 0)
     read_s = time.perf_counter() - t0
-    plan = [g for g in sp.episode_games(games, cfg.game_weights, cfg.episodes_per_step) if g.name not in feedback]
-    league = sp.League(cfg, sp.snapshot_engines(trainer, tok))
-    sampling = sp.SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
-                                 stop=sp.MOVE_STOP)
-    play = sp.episode_plan(cfg, plan, league, sp.LLMPlayer(engine, tok, learner=True), tok, sampling, 0)(0)
+    plan = [g for g in episode_games(games, cfg.game_weights, cfg.episodes_per_step) if g.name not in feedback]
+    league = League(cfg, snapshot_engines(trainer, tok))
+    sampling = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
+                              stop=MOVE_STOP)
+    play = episode_plan(cfg, plan, league, LLMPlayer(engine, tok, learner=True), tok, sampling, 0)(0)
     t0 = time.perf_counter()
     with trainer.serving(engine):
         finished, _ = play()  # the recipe's own step-0 play: its seed, retries and turn limit
     play_s = time.perf_counter() - t0
-    samples = sp.training_samples(cfg, finished, sp.RoleBaselines(cfg.baseline_decay)) + exact
+    samples = training_samples(cfg, finished, RoleBaselines(cfg.baseline_decay)) + exact
     parts = {"exact_read_s": read_s, "play_s": play_s, "exact_rows": len(exact),
              "played_rows": len(samples) - len(exact)}
     if with_eval:
         t0 = time.perf_counter()
         with trainer.serving(engine):
-            sp.evaluate_games(cfg, games, sp.eval_positions(cfg, games), engine, tok, 0)
+            evaluate_games(cfg, games, eval_positions(cfg, games), engine, tok, 0)
         parts["evaluate_s"] = time.perf_counter() - t0
     return samples, parts
 
@@ -161,9 +178,9 @@ def main(argv=None):
             print(f"{args.label} seed {seed}: {run['wall_s']:.0f} s  {run['final']}", flush=True)
             update_results("main_job_runs", {f"{args.label}/seed{seed}": run}, args.results)
         return 0
-    cfg = sp.parse_config(sp.SelfPlayConfig, ["--config", str(ROOT / "recipes/configs/selfplay_games.yaml"),
-                                              "--output_dir", "/tmp/bench_main_job"])
-    games = sp.make_games(cfg.games)
+    cfg = parse_config(SelfPlayConfig, ["--config", str(ROOT / "recipes/configs/selfplay_games.yaml"),
+                                        "--output_dir", "/tmp/bench_main_job"])
+    games = make_games(cfg.games)
     threads = [int(x) for x in args.threads.split(",")]
     torch.set_num_threads(threads[0])
     samples, parts = step_batch(cfg, games, with_eval=not args.no_eval)

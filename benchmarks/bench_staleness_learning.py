@@ -38,7 +38,7 @@ SETTINGS = {"k0": {"max_staleness": 0}, "k1": {"max_staleness": 1},
 
 
 def run(model: str, setting: dict, seed: int, steps: int, eval_every: int, episodes: int, out: Path) -> list[dict]:
-    from lmselfplay.utils.recipe_loader import load_recipe
+    from lmselfplay.utils.recipe_loader import run_recipe
 
     args = {"model_name_or_path": model, "games": "nim", "max_steps": steps, "seed": seed, "eval_every": eval_every,
             "eval_games": 60, "eval_positions": 200, "checkpoint_every": 0, "output_dir": str(out),
@@ -48,7 +48,7 @@ def run(model: str, setting: dict, seed: int, steps: int, eval_every: int, episo
     for key, v in args.items():
         argv += [f"--{key}", str(v)]
     with ServerProcess("lmselfplay.lm.engines.hf_server", "--model", model) as server:
-        load_recipe("selfplay_games").main(argv + ["--vllm_server_urls", server.url])
+        run_recipe("selfplay_games", argv + ["--vllm_server_urls", server.url])
     return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
 
 

@@ -20,7 +20,7 @@ from lmselfplay.rl.average_policy import (
 )
 from lmselfplay.utils.config import ConfigError
 from lmselfplay.utils.metrics_logger import read_jsonl
-from lmselfplay.utils.recipe_loader import load_recipe
+from lmselfplay.utils.recipe_loader import run_recipe
 
 
 def test_two_iterates_by_hand(kuhn):
@@ -176,9 +176,8 @@ def test_distillation_teaches_the_tabular_policy(kuhn):
 
 @pytest.mark.slow  # ~20 s: two recipe runs
 def test_recipe_option_off_changes_nothing_and_on_reports_both(model_dir, tmp_path):
-    recipe = load_recipe("selfplay_games")
-    recipe.main(recipe_args(model_dir, tmp_path / "off", 2))
-    recipe.main(recipe_args(model_dir, tmp_path / "on", 2, average_policy="true", average_every=1, distill_steps=0))
+    run_recipe("selfplay_games", recipe_args(model_dir, tmp_path / "off", 2))
+    run_recipe("selfplay_games", recipe_args(model_dir, tmp_path / "on", 2, average_policy="true", average_every=1, distill_steps=0))
     off, on = saved_weights(tmp_path / "off" / "final_model"), saved_weights(tmp_path / "on" / "final_model")
     for k in off:  # reading the policy to average it does not touch the training path
         assert torch.equal(off[k], on[k]), k
@@ -189,7 +188,7 @@ def test_recipe_option_off_changes_nothing_and_on_reports_both(model_dir, tmp_pa
     final = rows[-1]
     assert 0 <= final["kuhn_poker/avg_exploitability"] <= 3
 
-    recipe.main(recipe_args(model_dir, tmp_path / "dist", 2, average_policy="true", average_every=1, distill_steps=3))
+    run_recipe("selfplay_games", recipe_args(model_dir, tmp_path / "dist", 2, average_policy="true", average_every=1, distill_steps=3))
     final = read_jsonl(tmp_path / "dist" / "metrics.jsonl")[-1]
     assert final["kuhn_poker/exploitability"] == rows[-1]["kuhn_poker/exploitability"]  # the last iterate
     assert {"distilled/kuhn_poker/exploitability", "distilled/nim/optimal_move_prob",
@@ -199,11 +198,10 @@ def test_recipe_option_off_changes_nothing_and_on_reports_both(model_dir, tmp_pa
 
 
 def test_recipe_resume_keeps_the_average(model_dir, tmp_path):
-    recipe = load_recipe("selfplay_games")
     kw = dict(games="kuhn_poker", average_policy="true", average_every=1, distill_steps=0)
-    recipe.main(recipe_args(model_dir, tmp_path / "full", 3, **kw))
-    recipe.main(recipe_args(model_dir, tmp_path / "cut", 2, **kw))
-    recipe.main(recipe_args(model_dir, tmp_path / "cut", 3, **kw) + ["--resume", "true"])
+    run_recipe("selfplay_games", recipe_args(model_dir, tmp_path / "full", 3, **kw))
+    run_recipe("selfplay_games", recipe_args(model_dir, tmp_path / "cut", 2, **kw))
+    run_recipe("selfplay_games", recipe_args(model_dir, tmp_path / "cut", 3, **kw) + ["--resume", "true"])
     rows = {name: read_jsonl(tmp_path / name / "metrics.jsonl")[-1]
             for name in ("full", "cut")}
     assert rows["full"]["kuhn_poker/avg_exploitability"] == rows["cut"]["kuhn_poker/avg_exploitability"]
@@ -211,7 +209,7 @@ def test_recipe_resume_keeps_the_average(model_dir, tmp_path):
 
 def test_average_needs_an_exploitability_game(model_dir, tmp_path):
     with pytest.raises(ConfigError, match="exploitability"):
-        load_recipe("selfplay_games").main(recipe_args(model_dir, tmp_path / "x", 1, games="nim", average_policy="true"))
+        run_recipe("selfplay_games", recipe_args(model_dir, tmp_path / "x", 1, games="nim", average_policy="true"))
 
 
 def test_pure_target_step_is_the_cross_entropy_step():

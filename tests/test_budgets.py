@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from lmselfplay.lm.engines.hf import HFEngine
+from lmselfplay.rl.selfplay import SelfPlayConfig
 from lmselfplay.utils.config import ConfigError, parse_config
-from lmselfplay.utils.recipe_loader import load_recipe
 
 
 @pytest.fixture
@@ -59,10 +59,11 @@ def test_play_budget(budgets):
 def test_search_selfplay_budget_reaches_the_raw_evaluation(monkeypatch):
     """The raw LLM's greedy games and exact metrics at budget 0 get ``max_new_tokens``."""
     from lmselfplay.alphazero.adapter import CachedGame, SearchGame
+    from lmselfplay.eval import search_metrics
     from lmselfplay.games import make
+    from lmselfplay.rl.search_selfplay import SearchSelfPlayConfig
 
-    recipe = load_recipe("search_selfplay")
-    cfg = parse_config(recipe.SearchSelfPlayConfig, ["--max_new_tokens", "11"])
+    cfg = parse_config(SearchSelfPlayConfig, ["--max_new_tokens", "11"])
     cfg.eval_budgets = []  # only the raw LLM (budget 0's exact metrics and games)
     seen = {}
 
@@ -70,12 +71,12 @@ def test_search_selfplay_budget_reaches_the_raw_evaluation(monkeypatch):
         seen.update(sampling=sampling.max_new_tokens, greedy=max_new_tokens)
         return {}
 
-    monkeypatch.setattr(recipe.game_metrics, "policy_metrics", fake_evaluate)
-    monkeypatch.setattr(recipe, "illegal_mass", lambda evaluator, face: 0.0)
-    monkeypatch.setattr(recipe, "HFEngine", lambda model, tok: None)
-    recipe.strength_per_budget(CachedGame(SearchGame(make("nim"))), None, None, None, cfg, 0)
+    monkeypatch.setattr(search_metrics.game_metrics, "policy_metrics", fake_evaluate)
+    monkeypatch.setattr(search_metrics, "illegal_mass", lambda evaluator, face: 0.0)
+    monkeypatch.setattr(search_metrics, "HFEngine", lambda model, tok: None)
+    search_metrics.strength_per_budget(CachedGame(SearchGame(make("nim"))), None, None, None, cfg, 0)
     assert seen == {"sampling": 11, "greedy": 11}
-    assert parse_config(recipe.SearchSelfPlayConfig, []).max_new_tokens == 8  # the value it had
+    assert parse_config(SearchSelfPlayConfig, []).max_new_tokens == 8  # the value it had
 
 
 @pytest.mark.parametrize("argv,field", [
@@ -86,7 +87,7 @@ def test_search_selfplay_budget_reaches_the_raw_evaluation(monkeypatch):
 ])
 def test_selfplay_budgets_below_one_are_named(argv, field):
     with pytest.raises(ConfigError, match=field):
-        parse_config(load_recipe("selfplay_games").SelfPlayConfig, argv)
+        parse_config(SelfPlayConfig, argv)
 
 
 def test_cli_budget_below_one_is_one_line(capsys):

@@ -29,7 +29,7 @@ from lmselfplay.utils.checkpoint import (
     verify_checkpoint,
 )
 from lmselfplay.utils.errors import UserError
-from lmselfplay.utils.recipe_loader import load_recipe, run_recipe
+from lmselfplay.utils.recipe_loader import run_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -162,9 +162,8 @@ def test_failed_write_keeps_the_previous_checkpoint(tmp_path):
 def runs(model_dir, tmp_path_factory):
     """An uninterrupted 3-step run and a run stopped after 2 steps (checkpoints 1 and 2)."""
     root = tmp_path_factory.mktemp("runs")
-    recipe = load_recipe("selfplay_games")
-    recipe.main(_args(model_dir, root / "full", 3))
-    recipe.main(_args(model_dir, root / "cut", 2))
+    run_recipe("selfplay_games", _args(model_dir, root / "full", 3))
+    run_recipe("selfplay_games", _args(model_dir, root / "cut", 2))
     return root
 
 
@@ -188,10 +187,9 @@ def test_resume_falls_back_past_a_damaged_checkpoint(runs, model_dir, tmp_path, 
     shutil.copytree(runs / "cut", cut)
     assert [p.name for p in checkpoint_dirs(cut)] == ["checkpoint-1", "checkpoint-2"]
     damage(cut / "checkpoint-2" / "model" / "model.safetensors", how)
-    recipe = load_recipe("selfplay_games")
     with pytest.raises(CheckpointDamaged, match="model.safetensors"):
-        recipe.main(_args(model_dir, cut, 3) + ["--resume", "true", "--resume_fallback", "false"])
-    recipe.main(_args(model_dir, cut, 3) + ["--resume", "true"])
+        run_recipe("selfplay_games", _args(model_dir, cut, 3) + ["--resume", "true", "--resume_fallback", "false"])
+    run_recipe("selfplay_games", _args(model_dir, cut, 3) + ["--resume", "true"])
     err = capsys.readouterr().err
     assert "checkpoint-2 is damaged" in err and "model.safetensors" in err
     _same_final(runs / "full", cut)  # resumed from checkpoint-1, replayed steps 2-3 exactly
@@ -213,15 +211,14 @@ def test_disk_full_mid_save_stops_cleanly_and_resumes(runs, model_dir, tmp_path,
 
     monkeypatch.setattr(PreTrainedTokenizerBase, "save_pretrained", full_disk)
     out = tmp_path / "run"
-    recipe = load_recipe("selfplay_games")
     with pytest.raises(CheckpointWriteError, match="No space left on device") as e:
-        recipe.main(_args(model_dir, out, 3))
+        run_recipe("selfplay_games", _args(model_dir, out, 3))
     assert "checkpoint-2" in str(e.value) and "\n" not in str(e.value)
     assert not [p for p in out.iterdir() if ".tmp" in p.name]  # temp dir cleaned
     assert [p.name for p in checkpoint_dirs(out)] == ["checkpoint-1"]
     assert verify_checkpoint(out / "checkpoint-1") is None
     monkeypatch.setattr(PreTrainedTokenizerBase, "save_pretrained", real)
-    recipe.main(_args(model_dir, out, 3) + ["--resume", "true"])
+    run_recipe("selfplay_games", _args(model_dir, out, 3) + ["--resume", "true"])
     _same_final(runs / "full", out)
 
 
@@ -242,7 +239,7 @@ def test_full_disk_in_the_weights_write_stops_cleanly(model_dir, tmp_path, monke
     monkeypatch.setattr(mu, "safe_save_file", full_disk)
     out = tmp_path / "run"
     with pytest.raises(CheckpointWriteError, match="No space left on device") as e:
-        load_recipe("selfplay_games").main(_args(model_dir, out, 2))
+        run_recipe("selfplay_games", _args(model_dir, out, 2))
     assert "checkpoint-2" in str(e.value) and "\n" not in str(e.value)
     assert not [p for p in out.iterdir() if ".tmp" in p.name]
     assert [p.name for p in checkpoint_dirs(out)] == ["checkpoint-1"] and verify_checkpoint(out / "checkpoint-1") is None

@@ -16,9 +16,9 @@ import lmselfplay.lm.engines.weight_sync as weight_sync
 from lmselfplay.lm.engines import EngineConfig, SamplingParams
 from lmselfplay.lm.trajectory import Sample
 from lmselfplay.rl.r_zero import RZeroConfig
+from lmselfplay.rl.selfplay import SelfPlayConfig
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
 from lmselfplay.utils.config import ConfigError, parse_config
-from lmselfplay.utils.recipe_loader import load_recipe
 
 
 class FakeLLM:
@@ -102,7 +102,7 @@ def test_engine_dtype_on_cuda_is_half_for_a_float32_model(monkeypatch):
 def test_vllm_dtype_is_a_setting_the_factory_passes(fake_vllm, tmp_path):
     from lmselfplay.lm.engines import make_engine
 
-    recipe_config = load_recipe("selfplay_games").SelfPlayConfig  # EngineConfig's checks run in a recipe's
+    recipe_config = SelfPlayConfig  # EngineConfig's checks run in a recipe's
     with pytest.raises(ConfigError, match="vllm_dtype"):
         parse_config(recipe_config, ["--vllm_dtype", "int8", "--output_dir", str(tmp_path)])
     cfg = parse_config(EngineConfig, ["--engine", "vllm", "--vllm_dtype", "float16"])

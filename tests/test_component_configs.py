@@ -11,6 +11,7 @@ import torch
 
 import lmselfplay.lm.engines as engines
 import lmselfplay.rl.r_zero as r_zero
+import lmselfplay.rl.selfplay as selfplay
 import lmselfplay.utils.config as config
 from lmselfplay.lm.engines import EngineConfig
 from lmselfplay.lm.engines.staleness import StalenessConfig
@@ -80,7 +81,8 @@ def test_each_recipe_passes_the_budget_it_names(recipe, argv, budget, model_dir,
         raise EngineBuilt
 
     monkeypatch.setattr(engines, "make_engine", stand_in)
-    monkeypatch.setattr(r_zero, "make_engine", stand_in)  # R-Zero builds its engines in the package
+    for module in (r_zero, selfplay):  # the recipes whose engines are built in the package
+        monkeypatch.setattr(module, "make_engine", stand_in)
     monkeypatch.setattr(config, "parse_config", with_field(config.parse_config, "foo_max_new_tokens", 9999))
     with pytest.raises(EngineBuilt):
         run_recipe(recipe, ["--model_name_or_path", str(model_dir), "--output_dir", str(tmp_path / "run"), *argv])

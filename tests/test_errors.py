@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 
 from lmselfplay.utils.config import ConfigError, parse_config
 from lmselfplay.utils.errors import run_main
-from lmselfplay.utils.recipe_loader import load_recipe
+from lmselfplay.utils.recipe_loader import load_recipe, run_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,7 +77,7 @@ def test_a_bad_yaml_value_and_a_missing_config_file(capsys, tmp_path):
 
 
 def test_debug_shows_the_traceback(capsys):
-    code = run_main(load_recipe("selfplay_games").main, ["--games", "chess", "--debug"])
+    code = run_main(partial(run_recipe, "selfplay_games"), ["--games", "chess", "--debug"])
     assert code == 2 and "Traceback" in capsys.readouterr().err
 
 

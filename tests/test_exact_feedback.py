@@ -27,7 +27,7 @@ from lmselfplay.rl.exact_feedback import (
 )
 from lmselfplay.utils.config import ConfigError
 from lmselfplay.utils.metrics_logger import read_jsonl
-from lmselfplay.utils.recipe_loader import load_recipe
+from lmselfplay.utils.recipe_loader import run_recipe
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -171,14 +171,13 @@ def test_distillation_keeps_the_answer_format_at_forced_moves():
 
 @pytest.mark.slow  # ~18 s; the Kuhn-alone and Nim-alone recipe tests run by default
 def test_recipe_sampled_is_the_default_and_exact_trains_kuhn_without_playing(model_dir, tmp_path):
-    recipe = load_recipe("selfplay_games")
-    recipe.main(recipe_args(model_dir, tmp_path / "default", 2))
-    recipe.main(recipe_args(model_dir, tmp_path / "sampled", 2, feedback="sampled"))
+    run_recipe("selfplay_games", recipe_args(model_dir, tmp_path / "default", 2))
+    run_recipe("selfplay_games", recipe_args(model_dir, tmp_path / "sampled", 2, feedback="sampled"))
     a, b = saved_weights(tmp_path / "default" / "final_model"), saved_weights(tmp_path / "sampled" / "final_model")
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert not any("mmd_step" in k for r in read_jsonl(tmp_path / "default" / "metrics.jsonl") for k in r)
 
-    recipe.main(recipe_args(model_dir, tmp_path / "exact", 2, feedback="exact"))
+    run_recipe("selfplay_games", recipe_args(model_dir, tmp_path / "exact", 2, feedback="exact"))
     rows = read_jsonl(tmp_path / "exact" / "metrics.jsonl")
     assert [r["step"] for r in rows if "kuhn_poker/mmd_step" in r] == [0, 1]
     assert "kuhn_poker/distill_gap" in [r for r in rows if "kuhn_poker/mmd_step" in r][1]
@@ -189,11 +188,10 @@ def test_recipe_sampled_is_the_default_and_exact_trains_kuhn_without_playing(mod
 
 
 def test_recipe_exact_kuhn_alone_resumes_exactly(model_dir, tmp_path):
-    recipe = load_recipe("selfplay_games")
     kw = dict(games="kuhn_poker", feedback="exact", mmd_magnet_every=2, league_add_every=0)
-    recipe.main(recipe_args(model_dir, tmp_path / "full", 3, **kw))
-    recipe.main(recipe_args(model_dir, tmp_path / "cut", 2, **kw))
-    recipe.main(recipe_args(model_dir, tmp_path / "cut", 3, **kw) + ["--resume", "true"])
+    run_recipe("selfplay_games", recipe_args(model_dir, tmp_path / "full", 3, **kw))
+    run_recipe("selfplay_games", recipe_args(model_dir, tmp_path / "cut", 2, **kw))
+    run_recipe("selfplay_games", recipe_args(model_dir, tmp_path / "cut", 3, **kw) + ["--resume", "true"])
     a, b = saved_weights(tmp_path / "full" / "final_model"), saved_weights(tmp_path / "cut" / "final_model")
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert read_jsonl(tmp_path / "full" / "metrics.jsonl")[-1]["kuhn_poker/exploitability"] == \
@@ -202,9 +200,8 @@ def test_recipe_exact_kuhn_alone_resumes_exactly(model_dir, tmp_path):
 
 
 def test_recipe_exact_nim_alone_learns_from_the_positions_without_playing(model_dir, tmp_path):
-    recipe = load_recipe("selfplay_games")
-    recipe.main(recipe_args(model_dir, tmp_path / "nim", 2, games="nim", feedback="exact", exact_games="nim",
-                            league_add_every=0))
+    run_recipe("selfplay_games", recipe_args(model_dir, tmp_path / "nim", 2, games="nim", feedback="exact",
+                                             exact_games="nim", league_add_every=0))
     rows = read_jsonl(tmp_path / "nim" / "metrics.jsonl")
     assert [r["step"] for r in rows if "nim/mmd_step" in r] == [0, 1]
     assert [r["nim/read_exploitability"] for r in rows if "nim/read_exploitability" in r][0] > 0.5
@@ -215,17 +212,17 @@ def test_recipe_exact_nim_alone_learns_from_the_positions_without_playing(model_
 def test_the_main_job_learns_nim_and_kuhn_from_exact_feedback_and_plays_tictactoe():
     from pathlib import Path
 
+    from lmselfplay.rl.selfplay import SelfPlayConfig, make_feedback, make_games
     from lmselfplay.utils.config import parse_config
 
-    recipe = load_recipe("selfplay_games")
     main_job = Path(__file__).resolve().parents[1] / "recipes" / "configs" / "selfplay_games.yaml"
-    cfg = parse_config(recipe.SelfPlayConfig, ["--config", str(main_job)])
-    assert sorted(recipe.make_feedback(cfg, recipe.make_games(cfg.games))) == ["kuhn_poker", "nim"]
+    cfg = parse_config(SelfPlayConfig, ["--config", str(main_job)])
+    assert sorted(make_feedback(cfg, make_games(cfg.games))) == ["kuhn_poker", "nim"]
 
 
 def test_exact_feedback_needs_an_exploitability_game_or_exact_games(model_dir, tmp_path):
     with pytest.raises(ConfigError, match="exploitability"):
-        load_recipe("selfplay_games").main(recipe_args(model_dir, tmp_path / "x", 1, games="nim", feedback="exact"))
+        run_recipe("selfplay_games", recipe_args(model_dir, tmp_path / "x", 1, games="nim", feedback="exact"))
     assert not (tmp_path / "x").exists()  # rejected before the output folder is locked
 
 

@@ -46,15 +46,14 @@ def test_beta_for_takes_the_longest_role_prefix_then_task_then_default():
 
 def test_selfplay_recipe_checks_beta_against_its_games():
     from lmselfplay.games import make
-    from lmselfplay.utils.recipe_loader import load_recipe
+    from lmselfplay.rl.selfplay import check_beta
 
-    recipe = load_recipe("selfplay_games")
     games = [make("nim"), make("kuhn_poker")]
-    recipe.check_beta({"nim": 0.1, "kuhn_poker": 0.2, "tictactoe": 1.0}, games)  # unplayed: fine
+    check_beta({"nim": 0.1, "kuhn_poker": 0.2, "tictactoe": 1.0}, games)  # unplayed: fine
     with pytest.raises(ConfigError, match="kuhn"):
-        recipe.check_beta({"nim": 0.1, "kuhn": 0.2}, games)  # a typo is named
+        check_beta({"nim": 0.1, "kuhn": 0.2}, games)  # a typo is named
     with pytest.raises(ConfigError, match="kuhn_poker"):
-        recipe.check_beta({"nim": 0.1}, games)  # a game played without a coefficient
+        check_beta({"nim": 0.1}, games)  # a game played without a coefficient
 
 
 @pytest.mark.parametrize("schedule", ["constant", "linear", "cosine"])

@@ -24,7 +24,10 @@ LAYERS: list[tuple[str, ...]] = [
     # debate above rl: its debaters are trained by rl's PolicyTrainer (the config, the samples
     # with rl's baselines); rl needs nothing of debate
     ("lmselfplay.debate",),
-    ("lmselfplay.rl", "lmselfplay.spin", "lmselfplay.alphazero"),
+    ("lmselfplay.rl", "lmselfplay.spin"),
+    # alphazero below rl: rl's search self-play (rl/search_selfplay.py) distils alphazero's PUCT
+    # into the policy with rl's trainer and league; alphazero (the search, its own network) needs no rl
+    ("lmselfplay.alphazero",),
     ("lmselfplay.verifiers",),
     ("lmselfplay.models",),
     ("lmselfplay.lm",),

@@ -15,7 +15,6 @@ from lm_fixtures import tiny_model
 
 import lmselfplay.lm.engines.weight_sync as weight_sync
 from lmselfplay.models.policy import frozen_policy, policy_weights
-from lmselfplay.utils.recipe_loader import load_recipe
 
 
 def _partition(model):
@@ -67,11 +66,12 @@ def test_a_snapshot_keeps_the_declared_dtype_not_the_float32_masters():
 
 
 def test_search_selfplay_snapshots_gather_under_zero3(monkeypatch):
-    recipe = load_recipe("search_selfplay")
+    from lmselfplay.rl.search_selfplay import HEAD_PREFIX, snapshot
+
     model = tiny_model(seed=2)
     want = {k: v.clone() for k, v in model.state_dict().items()}
     _fake_gather(monkeypatch, _partition(model), [])
     head = torch.nn.Linear(4, 1)
-    snap = recipe.snapshot(SimpleNamespace(unwrapped=model, model=model), head)
+    snap = snapshot(SimpleNamespace(unwrapped=model, model=model), head)
     assert all(torch.equal(snap[k], want[k]) for k in want)
-    assert torch.equal(snap[recipe.HEAD_PREFIX + "weight"], head.weight)
+    assert torch.equal(snap[HEAD_PREFIX + "weight"], head.weight)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ from lmselfplay.lm.trajectory import Sample
 from lmselfplay.models.policy import PolicyConfig, load_policy
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, split_by_tokens
 from lmselfplay.utils.errors import run_main
-from lmselfplay.utils.recipe_loader import load_recipe
+from lmselfplay.utils.recipe_loader import load_recipe, run_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -168,7 +169,7 @@ def test_a_tiny_token_cap_gives_the_gradient_of_no_cap(accumulation):
 
 
 def test_a_bad_token_cap_is_one_line_naming_the_field(capsys):
-    code = run_main(load_recipe("selfplay_games").main, ["--max_tokens_per_micro_batch", "-5"])
+    code = run_main(partial(run_recipe, "selfplay_games"), ["--max_tokens_per_micro_batch", "-5"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "max_tokens_per_micro_batch" in err[0] and "-5" in err[0], err
 

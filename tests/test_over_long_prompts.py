@@ -14,7 +14,7 @@ import lmselfplay.lm.engines.base as base
 from lmselfplay.games import make
 from lmselfplay.lm.engines import HFEngine, SamplingParams
 from lmselfplay.lm.rollout import Episode, LLMPlayer, RolloutStats, collect_episodes
-from lmselfplay.utils.recipe_loader import load_recipe
+from lmselfplay.utils.recipe_loader import run_recipe
 
 
 def test_the_limit_is_the_engines_context_less_one():
@@ -68,7 +68,7 @@ def test_the_main_job_goes_on_and_logs_them(tmp_path, monkeypatch):
     monkeypatch.setattr(base, "prompt_limit", lambda engine: 52, raising=False)  # tic-tac-toe's prompts (55 tokens) do not fit, nim's (50) do
     out = tmp_path / "run"
     with pytest.warns(UserWarning, match="longer than the engine"):
-        load_recipe("selfplay_games").main([
+        run_recipe("selfplay_games", [
             "--model_name_or_path", str(model_dir), "--output_dir", str(out), "--max_steps", "2",
             "--games", "nim,tictactoe", "--episodes_per_step", "4", "--eval_every", "0", "--eval_games", "2",
             "--eval_positions", "4", "--checkpoint_every", "0", "--league_add_every", "0", "--max_new_tokens", "6",
@@ -150,7 +150,7 @@ def test_the_main_job_on_a_server_goes_on_and_logs_them(tmp_path):
     # 53 tokens: tic-tac-toe's prompts (55 tokens) do not fit, nim's (50) do, with 3 tokens of room
     with SimServer(vocab=len(tiny_tokenizer()), max_model_len=53) as sim, \
             pytest.warns(UserWarning, match="longer than the engine"):
-        load_recipe("selfplay_games").main([
+        run_recipe("selfplay_games", [
             "--model_name_or_path", str(model_dir), "--output_dir", str(out), "--max_steps", "2",
             "--games", "nim,tictactoe", "--episodes_per_step", "4", "--eval_every", "0", "--eval_games", "2",
             "--eval_positions", "4", "--checkpoint_every", "0", "--league_add_every", "0", "--max_new_tokens", "6",

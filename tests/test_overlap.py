@@ -90,15 +90,15 @@ def test_a_failing_background_generation_surfaces_in_the_caller():
 
 # --- the self-play recipe against simulated servers (engine vllm-server, weights pushed by checksum) ---
 
-def _selfplay(model_dir, out, urls, steps, recipe=None, **kw):
-    from lmselfplay.utils.recipe_loader import load_recipe
+def _selfplay(model_dir, out, urls, steps, **kw):
+    from lmselfplay.utils.recipe_loader import run_recipe
 
     args = {"model_name_or_path": str(model_dir), "output_dir": str(out), "max_steps": steps, "games": "nim",
             "episodes_per_step": 4, "eval_every": 0, "checkpoint_every": 0, "league_add_every": 0,
             "max_new_tokens": 3, "engine": "vllm-server",
             "vllm_server_timeout": 30, "vllm_push_timeout": 30, "staleness_threshold": 0, **kw}
-    (recipe or load_recipe("selfplay_games")).main([x for k, v in args.items() for x in (f"--{k}", str(v))]
-                                       + ["--vllm_server_urls", *urls])
+    run_recipe("selfplay_games", [x for k, v in args.items() for x in (f"--{k}", str(v))]
+               + ["--vllm_server_urls", *urls])
     import json
 
     return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
@@ -188,15 +188,13 @@ def test_selfplay_max_staleness_0_is_the_loop_without_the_hook(model_dir, tmp_pa
     """max_staleness 0 against a server (its answers depend on the pushed weights) gives the
     metrics of the same run with the hook replaced by the plain ``with serving: play()``."""
     from lmselfplay.lm.engines.sim_server import SimServer
-    from lmselfplay.utils.recipe_loader import load_recipe
 
     runs = []
     for hooked in (True, False):
-        recipe = load_recipe("selfplay_games")
-        if not hooked:
-            monkeypatch.setattr(recipe, "rollouts_for", Inline)
+        if not hooked:  # the recipe, loaded after this, imports the replacement
+            monkeypatch.setattr("lmselfplay.rl.overlap.rollouts_for", Inline)
         with SimServer(vocab=len(tiny_tokenizer())) as a:
-            rows = _selfplay(model_dir, tmp_path / f"run{hooked}", [a.url], 2, recipe, max_staleness=0)
+            rows = _selfplay(model_dir, tmp_path / f"run{hooked}", [a.url], 2, max_staleness=0)
         runs.append([{k: v for k, v in r.items() if k != "wall_s"} for r in rows])
     assert runs[0] == runs[1] and any("train/loss" in r for r in runs[0])
 
@@ -208,11 +206,11 @@ def test_selfplay_max_staleness_0_is_the_loop_without_the_hook(model_dir, tmp_pa
 ])
 def test_overlap_settings_that_cannot_work_are_config_errors(args, says):
     """Refused when the config is read, before any folder, model or engine is touched."""
+    from lmselfplay.rl.selfplay import SelfPlayConfig
     from lmselfplay.utils.config import ConfigError, parse_config
-    from lmselfplay.utils.recipe_loader import load_recipe
 
     with pytest.raises(ConfigError, match=says):
-        parse_config(load_recipe("selfplay_games").SelfPlayConfig, args)
+        parse_config(SelfPlayConfig, args)
 
 
 # --- data parallelism: each rank drops its own, all log the run's counts ---
@@ -439,10 +437,9 @@ def test_r_zero_server_settings_that_cannot_work_are_config_errors(args, says):
 
 
 def test_search_selfplay_refuses_max_staleness_and_says_why():
+    from lmselfplay.rl.search_selfplay import SearchSelfPlayConfig as config
     from lmselfplay.utils.config import parse_config
-    from lmselfplay.utils.recipe_loader import load_recipe
 
-    config = load_recipe("search_selfplay").SearchSelfPlayConfig
     with pytest.raises(ConfigError, match="max_staleness must be 0 for search self-play.*replay_window"):
         parse_config(config, ["--max_staleness", "1"])
     assert parse_config(config, []).max_staleness == 0

@@ -3,6 +3,7 @@ updates smaller than a weight's last bit), and a CPU run never computes in bfloa
 
 from __future__ import annotations
 
+from functools import partial
 from types import SimpleNamespace
 
 import pytest
@@ -15,7 +16,7 @@ from lmselfplay.models.policy import PolicyConfig, load_policy, resolve_dtype
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, master_weights
 from lmselfplay.utils.config import ConfigError
 from lmselfplay.utils.errors import run_main
-from lmselfplay.utils.recipe_loader import load_recipe
+from lmselfplay.utils.recipe_loader import run_recipe
 
 
 def _batch():
@@ -53,7 +54,7 @@ def test_a_cpu_run_refuses_half_precision(model_dir, capsys, tmp_path):
     with pytest.raises(ConfigError, match="float16 on a CPU run"):
         load_policy(PolicyConfig(model_name_or_path=str(model_dir), dtype="float16"), device="cpu")
     assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
-    code = run_main(load_recipe("selfplay_games").main, ["--dtype", "bfloat16", "--device", "cpu",
+    code = run_main(partial(run_recipe, "selfplay_games"), ["--dtype", "bfloat16", "--device", "cpu",
                                                           "--model_name_or_path", str(model_dir),
                                                           "--output_dir", str(tmp_path / "run")])
     err = capsys.readouterr().err.strip().splitlines()

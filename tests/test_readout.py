@@ -6,6 +6,7 @@ average policy, search self-play's prior) refuses a policy that thinks, in one l
 from __future__ import annotations
 
 from collections import Counter
+from functools import partial
 
 import pytest
 from fake_engine import ScriptedEngine
@@ -18,9 +19,11 @@ from lmselfplay.games.solve import optimal_actions
 from lmselfplay.lm.prompt import encode_prompt
 from lmselfplay.lm.readout import decision_states, resolve_readout
 from lmselfplay.models.policy import load_tokenizer
+from lmselfplay.rl.search_selfplay import SearchSelfPlayConfig
+from lmselfplay.rl.selfplay import SelfPlayConfig
 from lmselfplay.utils.config import ConfigError, parse_config
 from lmselfplay.utils.errors import run_main
-from lmselfplay.utils.recipe_loader import load_recipe
+from lmselfplay.utils.recipe_loader import RECIPES_DIR, run_recipe
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +111,7 @@ def test_evaluate_names_the_readout_in_its_flat_results(tok):
 
 
 def selfplay_config(*argv):
-    return parse_config(load_recipe("selfplay_games").SelfPlayConfig, list(argv))
+    return parse_config(SelfPlayConfig, list(argv))
 
 
 def test_exact_feedback_refuses_a_thinking_policy():
@@ -126,10 +129,10 @@ def test_exact_feedback_refuses_a_thinking_policy():
 def test_a_template_that_thinks_by_default_is_refused_at_load_in_one_line(standin, tmp_path, capsys):
     """The main job's config (feedback: exact) on the Qwen3 stand-in, enable_thinking left to the
     template (which thinks): one ``error:`` line, exit 2, before any training."""
-    recipe = load_recipe("selfplay_games")
-    cfg = str(recipe.__file__).replace("selfplay_games.py", "configs/selfplay_games.yaml")
-    code = run_main(recipe.main, ["--config", cfg, "--model_name_or_path", str(standin("qwen3")),
-                                  "--output_dir", str(tmp_path / "run"), "--dtype", "float32"])
+    cfg = str(RECIPES_DIR / "configs" / "selfplay_games.yaml")
+    code = run_main(partial(run_recipe, "selfplay_games"), ["--config", cfg, "--model_name_or_path",
+                                                            str(standin("qwen3")), "--output_dir",
+                                                            str(tmp_path / "run"), "--dtype", "float32"])
     err = capsys.readouterr().err
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert code == 2 and "Traceback" not in err and len(errors) == 1
@@ -138,6 +141,5 @@ def test_a_template_that_thinks_by_default_is_refused_at_load_in_one_line(standi
 
 
 def test_search_selfplay_refuses_a_thinking_policy():
-    recipe = load_recipe("search_selfplay")
     with pytest.raises(ConfigError, match="enable_thinking"):
-        parse_config(recipe.SearchSelfPlayConfig, ["--enable_thinking", "true"])
+        parse_config(SearchSelfPlayConfig, ["--enable_thinking", "true"])

@@ -22,7 +22,7 @@ from lmselfplay.utils import run as run_module
 from lmselfplay.utils.checkpoint import atomic_dir, checkpoint_dirs
 from lmselfplay.utils.config import ConfigError
 from lmselfplay.utils.errors import run_main
-from lmselfplay.utils.recipe_loader import load_recipe, run_recipe
+from lmselfplay.utils.recipe_loader import run_recipe
 from lmselfplay.utils.run import LOCK_FILE, RunFolderTaken, claim_output_dir, release_output_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -155,7 +155,7 @@ def _selfplay(model_dir, out, steps, *extra):
     args = {"model_name_or_path": model_dir, "output_dir": out, "max_steps": steps, "games": "nim",
             "episodes_per_step": 4, "eval_every": 0, "eval_games": 2, "eval_positions": 4, "checkpoint_every": 1,
             "league_add_every": 1, "max_new_tokens": 6}
-    load_recipe("selfplay_games").main([a for k, v in args.items() for a in (f"--{k}", str(v))] + list(extra))
+    run_recipe("selfplay_games", [a for k, v in args.items() for a in (f"--{k}", str(v))] + list(extra))
 
 
 def test_overwrite_replaces_a_finished_run_and_resume_continues_the_new_one(model_dir, tmp_path):

@@ -299,18 +299,17 @@ def test_move_tokens_are_the_token_between_the_tags():
 
 
 def run_recipe(tmp_path, out, *extra):
-    from lmselfplay.utils.recipe_loader import load_recipe
+    from lmselfplay.utils import recipe_loader
 
     model_dir = tmp_path / "model"
     if not model_dir.exists():
         move_model().save_pretrained(model_dir)
         move_tokenizer().save_pretrained(model_dir)
-    recipe = load_recipe("search_selfplay")
     args = ["--model_name_or_path", str(model_dir), "--game", "nim", "--output_dir", str(tmp_path / out),
             "--games_per_iteration", "6", "--n_sims", "4", "--distill_steps", "2", "--batch_size", "8",
             "--value_steps", "2", "--eval_every", "0", "--league_add_every", "1", "--tensorboard", "false",
             "--progress", "false", "--dtype", "float32", *extra]
-    return recipe.main(args)
+    return recipe_loader.run_recipe("search_selfplay", args)
 
 
 def final_state(path):

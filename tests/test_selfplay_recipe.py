@@ -7,14 +7,12 @@ import pytest
 import torch
 from lm_fixtures import saved_weights
 
+from lmselfplay.eval.selfplay_metrics import gnugo_metrics
 from lmselfplay.games.gtp import find_gnugo
-from lmselfplay.utils.recipe_loader import load_recipe as _load
+from lmselfplay.rl.selfplay import episode_games, training_samples
+from lmselfplay.utils.recipe_loader import run_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _recipe():
-    return _load("selfplay_games")
 
 
 def _args(model_dir, out, steps, **kw):
@@ -30,8 +28,7 @@ def _args(model_dir, out, steps, **kw):
 
 
 def test_recipe_runs_and_resumes_exactly(model_dir, tmp_path):
-    recipe = _recipe()
-    recipe.main(_args(model_dir, tmp_path / "full", 3))
+    run_recipe("selfplay_games", _args(model_dir, tmp_path / "full", 3))
     full = tmp_path / "full"
     assert (full / "curves.png").exists() and (full / "final_model").exists()
     rows = [json.loads(x) for x in (full / "metrics.jsonl").read_text().splitlines()]
@@ -39,8 +36,8 @@ def test_recipe_runs_and_resumes_exactly(model_dir, tmp_path):
     assert any("kuhn_poker/exploitability" in r for r in rows)
 
     # "killed" after 2 steps (a run that stops there), then --resume to 3
-    recipe.main(_args(model_dir, tmp_path / "cut", 2))
-    recipe.main(_args(model_dir, tmp_path / "cut", 3) + ["--resume", "true"])
+    run_recipe("selfplay_games", _args(model_dir, tmp_path / "cut", 2))
+    run_recipe("selfplay_games", _args(model_dir, tmp_path / "cut", 3) + ["--resume", "true"])
     a, b = saved_weights(full / "final_model"), saved_weights(tmp_path / "cut" / "final_model")
     assert a.keys() == b.keys()
     for k in a:
@@ -57,15 +54,14 @@ def test_recipe_runs_and_resumes_exactly(model_dir, tmp_path):
 def test_unknown_config_key_is_rejected(model_dir, tmp_path):
     from lmselfplay.utils.config import ConfigError
 
-    recipe = _recipe()
     bad = tmp_path / "bad.yaml"
     bad.write_text("steps: 2\nlearning_rat: 0.1\n")
     with pytest.raises(ConfigError, match="learning_rat"):
-        recipe.main(["--config", str(bad)])
+        run_recipe("selfplay_games", ["--config", str(bad)])
     with pytest.raises(ConfigError, match="--nonsense"):
-        recipe.main(["--nonsense", "1"])
+        run_recipe("selfplay_games", ["--nonsense", "1"])
     with pytest.raises(ValueError, match="sum to 1"):
-        recipe.main(_args(model_dir, tmp_path / "x", 1, mirror_fraction=0.9))
+        run_recipe("selfplay_games", _args(model_dir, tmp_path / "x", 1, mirror_fraction=0.9))
 
 
 @pytest.mark.multiprocess
@@ -108,9 +104,8 @@ def test_game_weights_split_each_step():
 
     from lmselfplay.games import make
 
-    recipe = _recipe()
     games = [make(g) for g in ("nim", "tictactoe", "kuhn_poker")]
-    count = lambda w, n: Counter(g.name for g in recipe.episode_games(games, w, n))  # noqa: E731
+    count = lambda w, n: Counter(g.name for g in episode_games(games, w, n))  # noqa: E731
     assert count("", 48) == {"nim": 16, "tictactoe": 16, "kuhn_poker": 16}
     assert count("kuhn_poker=4", 96) == {"nim": 16, "tictactoe": 16, "kuhn_poker": 64}
     assert count("kuhn_poker=100", 10) == {"nim": 1, "tictactoe": 1, "kuhn_poker": 8}  # none vanishes
@@ -119,18 +114,18 @@ def test_game_weights_split_each_step():
     assert count("nim_misere=5", 6) == {"nim": 2, "tictactoe": 2, "kuhn_poker": 2}  # not in this run
     for bad in ("kuhn=4", "nim", "nim=lots", "nim=-1", "nim=0,tictactoe=0,kuhn_poker=0"):
         with pytest.raises(ValueError, match="game_weights"):
-            recipe.episode_games(games, bad, 10)
+            episode_games(games, bad, 10)
 
 
 def test_recipe_plays_a_free_text_game_by_name(model_dir, tmp_path):
     """Taboo (moves are utterances) runs through the same recipe: the league's bot slot is
     its scripted opponent, no random resets, its own answer budget, role-split win rates;
     a reasoning suite rides along as the eval callback."""
-    recipe = _recipe()
     out = tmp_path / "taboo"
-    recipe.main(_args(model_dir, out, 1, games="nim,taboo", eval_games=2, episodes_per_step=4, bot_fraction=0.5,
-                      mirror_fraction=0.5, recent_fraction=0.0, hall_of_fame_fraction=0.0,
-                      text_max_new_tokens=8, checkpoint_every=0, eval_every=1, eval_suite="tiny"))
+    run_recipe("selfplay_games", _args(model_dir, out, 1, games="nim,taboo", eval_games=2, episodes_per_step=4,
+                                       bot_fraction=0.5, mirror_fraction=0.5, recent_fraction=0.0,
+                                       hall_of_fame_fraction=0.0, text_max_new_tokens=8, checkpoint_every=0,
+                                       eval_every=1, eval_suite="tiny"))
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     final = rows[-1]
     assert {"taboo/win_vs_scripted_as_attacker", "taboo/win_vs_scripted_as_defender",
@@ -144,8 +139,8 @@ def test_recipe_plays_a_free_text_game_by_name(model_dir, tmp_path):
 def test_recipe_plays_go_by_name(model_dir, tmp_path):
     """Go 9x9 needs no edits in the recipe: win rates only (no exact metric exists)."""
     out = tmp_path / "go"
-    _recipe().main(_args(model_dir, out, 1, games="go9", eval_games=2, episodes_per_step=2, max_turns=6,
-                         checkpoint_every=0, league_add_every=0))
+    run_recipe("selfplay_games", _args(model_dir, out, 1, games="go9", eval_games=2, episodes_per_step=2,
+                                       max_turns=6, checkpoint_every=0, league_add_every=0))
     final = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()][-1]
     assert "go9/win_vs_random" in final and not any("optimal" in k or "exploitability" in k for k in final)
 
@@ -184,20 +179,19 @@ def test_spag_shaping_weights_only_the_winners_turns():
                                                       "I know the word! It is lemon."])
     won_by_attacker = _taboo_finished(game, "whale", ["A big animal.", "I think of a whale."])
     finished = [won_by_defender, won_by_attacker]
-    recipe = _recipe()
     cfg = SimpleNamespace(reward_shaping="spag", shaping_decay=0.8, illegal_penalty=0.0)
-    samples = recipe.training_samples(cfg, finished, RoleBaselines(0.9))
+    samples = training_samples(cfg, finished, RoleBaselines(0.9))
     want = spag_state_weights([f.final_state for f in finished], 0.8)
     got = [s.advantage for s in samples]
     # per episode: the attacker's turns (seat 0), then the defender's (seat 1)
     assert got == pytest.approx(want[0][0::2] + want[0][1::2] + want[1][0::2] + want[1][1::2])
     assert got[:2] == [0.0, 0.0] and got[3] > 0  # the losing attacker: nothing; the guess: most
-    plain = recipe.training_samples(SimpleNamespace(reward_shaping="none", illegal_penalty=0.0), finished,
-                                     RoleBaselines(0.9))
+    plain = training_samples(SimpleNamespace(reward_shaping="none", illegal_penalty=0.0), finished,
+                             RoleBaselines(0.9))
     assert [s.advantage for s in plain] != got
     # an over-long answer: the forfeit turn keeps its plain advantage, the others are shaped
     forfeit = _taboo_finished(game, "lemon", ["It is sour."], invalid_last=True)
-    adv = [s.advantage for s in recipe.training_samples(cfg, [forfeit], RoleBaselines(0.9))]
+    adv = [s.advantage for s in training_samples(cfg, [forfeit], RoleBaselines(0.9))]
     assert adv[-1] < 0
 
 
@@ -213,17 +207,17 @@ def test_illegal_penalty_blames_the_illegal_answer_only():
     turns = [Turn([1], [2], [0.0]), Turn([1], [3], [0.0], invalid=True), Turn([1], [4], [0.0])]
     won = Finished(Episode(None, (None, None)), [1.0, -1.0], [Trajectory("nim", 0, turns, 1.0)], None)
     cfg = SimpleNamespace(reward_shaping="none", illegal_penalty=0.5)
-    adv = [s.advantage for s in _recipe().training_samples(cfg, [won], RoleBaselines(0.9))]
+    adv = [s.advantage for s in training_samples(cfg, [won], RoleBaselines(0.9))]
     assert adv[1] == -0.5 and adv[0] == adv[2] > 0
     cfg.illegal_penalty = 0.0
-    assert [s.advantage for s in _recipe().training_samples(cfg, [won], RoleBaselines(0.9))] == [adv[0]] * 3
+    assert [s.advantage for s in training_samples(cfg, [won], RoleBaselines(0.9))] == [adv[0]] * 3
 
 
 def test_spag_shaping_needs_a_game_that_defines_it(model_dir, tmp_path):
     from lmselfplay.utils.config import ConfigError
 
     with pytest.raises(ConfigError, match="turn_weights"):
-        _recipe().main(_args(model_dir, tmp_path / "x", 1, reward_shaping="spag"))
+        run_recipe("selfplay_games", _args(model_dir, tmp_path / "x", 1, reward_shaping="spag"))
 
 
 @pytest.mark.skipif(find_gnugo() is None, reason="gnugo is not installed (apt-get install gnugo)")
@@ -244,11 +238,11 @@ def test_gnugo_evaluation_of_go_and_its_process_ends(model_dir):
     sampling = SamplingParams(max_new_tokens=4, temperature=1.0, seed=0)
     cfg = SimpleNamespace(gnugo_level=1, gnugo_games=2)
     before = set(os.listdir("/proc"))
-    got = _recipe().gnugo_metrics(cfg, go5, engine, tok, sampling, 0)
+    got = gnugo_metrics(cfg, go5, engine, tok, sampling, 0)
     assert set(got) == {"go5/win_vs_gnugo_l1", "go5/win_vs_gnugo_l1_ci_low", "go5/win_vs_gnugo_l1_ci_high"}
     assert 0 <= got["go5/win_vs_gnugo_l1_ci_low"] <= got["go5/win_vs_gnugo_l1"] <= got["go5/win_vs_gnugo_l1_ci_high"]
     new = set(os.listdir("/proc")) - before
     assert not any("gnugo" in open(f"/proc/{p}/cmdline").read() for p in new if p.isdigit()
                    and os.path.exists(f"/proc/{p}/cmdline"))
-    assert _recipe().gnugo_metrics(SimpleNamespace(gnugo_level=0, gnugo_games=2), go5, engine, tok, sampling, 0) == {}
-    assert _recipe().gnugo_metrics(cfg, make("nim"), engine, tok, sampling, 0) == {}
+    assert gnugo_metrics(SimpleNamespace(gnugo_level=0, gnugo_games=2), go5, engine, tok, sampling, 0) == {}
+    assert gnugo_metrics(cfg, make("nim"), engine, tok, sampling, 0) == {}

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from lmselfplay.models.standins import STANDINS, spec
-from lmselfplay.utils.recipe_loader import load_recipe, run_recipe
+from lmselfplay.utils.recipe_loader import run_recipe
 
 CONFIGS = Path(__file__).resolve().parents[1] / "recipes" / "configs"
 
@@ -159,7 +159,7 @@ def test_lora_run_on_a_standin(standin, tmp_path):
     """Self-play with LoRA adapters (PEFT) on the Qwen3-Base stand-in: trains, saves, reports."""
     out = tmp_path / "lora"
     args = cell_args("selfplay_games", "selfplay_games.yaml", "qwen3-base", standin("qwen3-base"), out, tmp_path)
-    load_recipe("selfplay_games").main(args + ["--use_lora", "true", "--lora_r", "4", "--games", "nim", "--feedback", "sampled"])
+    run_recipe("selfplay_games", args + ["--use_lora", "true", "--lora_r", "4", "--games", "nim", "--feedback", "sampled"])
     assert_ran(out, "qwen3-base")
 
 

@@ -1,0 +1,90 @@
+"""The search self-play recipe's evaluation (``recipes/search_selfplay.py``, step 7):
+
+* :func:`strength_per_budget` — budget 0 is the raw LLM (the exact metrics its game declares,
+  greedy games vs the reference bots, :func:`illegal_mass`), then every search budget from the
+  fixed :func:`openings` vs a random player and (if solvable) the exact solver;
+* :func:`plot_run` — ``budgets.png`` and ``raw_policy.png``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import torch
+
+from lmselfplay.alphazero.llm_selfplay import play_match, search_agent
+from lmselfplay.alphazero.net_strength import exact_agent, random_agent
+from lmselfplay.eval import game_metrics
+from lmselfplay.games import make
+from lmselfplay.games.base import OPTIMAL_MOVES, random_legal_reset
+from lmselfplay.games.text import MOVE_STOP
+from lmselfplay.lm import readout as policy_readout
+from lmselfplay.lm.engines import HFEngine, SamplingParams
+from lmselfplay.lm.search_eval import LLMEvaluator
+from lmselfplay.rl.search_selfplay import SearchSelfPlayConfig
+
+
+def openings(face: Any, cfg: SearchSelfPlayConfig) -> list[Any]:
+    """Fixed evaluation starts: the initial position and random legal openings (seeded)."""
+    rng = random.Random(f"{cfg.seed}/openings")
+    starts = [face.game.new_initial_state()]
+    starts += [random_legal_reset(face.game, rng, cfg.opening_plies) for _ in range(cfg.eval_openings - 1)]
+    return [face.position(s) for s in starts]
+
+
+def strength_per_budget(face: Any, evaluator: LLMEvaluator, model: Any, tok: Any, cfg: SearchSelfPlayConfig,
+                        it: int) -> dict[str, float]:
+    """Step 7: budget 0 = the raw LLM (exact metrics + greedy games vs the game's reference
+    bots), then every budget from the fixed openings vs random and (if solvable) exact."""
+    game = face.game
+    out: dict[str, float] = {}
+    greedy = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=0.0, stop=MOVE_STOP, seed=cfg.seed)
+    positions = None
+    if game.exact_metric == OPTIMAL_MOVES and cfg.eval_positions > 0:
+        positions = policy_readout.sampled_decision_states(game, cfg.eval_positions, f"{cfg.seed}/positions")
+    raw = game_metrics.policy_metrics(HFEngine(model, tok), tok, game, positions, n_games=cfg.eval_games,
+                                sampling=greedy, seed=cfg.seed, max_new_tokens=cfg.max_new_tokens)
+    out.update({f"eval/raw_{k}": v for k, v in raw.items()})
+    if game.exact_metric == OPTIMAL_MOVES:
+        out["eval/raw_illegal_mass"] = illegal_mass(evaluator, face)
+    starts = openings(face, cfg)
+    opponents = {"random": random_agent(face, cfg.seed)}
+    if game.exact_metric == OPTIMAL_MOVES:
+        opponents["exact"] = exact_agent(face, cfg.seed)
+    for k in cfg.eval_budgets:
+        me = search_agent(face, evaluator, k, cfg.c_puct)
+        for name, opp in opponents.items():
+            r = play_match(face, me, opp, starts)
+            out[f"eval/sims{k}_vs_{name}_win"], out[f"eval/sims{k}_vs_{name}_loss"] = r["win"], r["loss"]
+            out[f"eval/sims{k}_vs_{name}_draw"] = r["draw"]
+            out[f"eval/sims{k}_vs_{name}_loss_ci_high"] = r["loss_ci"][1]
+    return out
+
+
+def illegal_mass(evaluator: LLMEvaluator, face: Any) -> float:
+    """Mean probability of a token that is not a legal move, after ``<move>``, over all positions."""
+    states = policy_readout.decision_states(face.game)
+    total = 0.0
+    for i in range(0, len(states), evaluator.batch_size):
+        part = states[i : i + evaluator.batch_size]
+        logits, _ = evaluator.forward([evaluator.prompt_ids(s) for s in part])
+        p = torch.softmax(logits, -1)
+        for row, s in enumerate(part):
+            legal = [evaluator.tokens[a] for a in face.game.legal_actions(s)]
+            total += 1.0 - float(p[row, legal].sum())
+    return total / max(1, len(states))
+
+
+def plot_run(cfg: SearchSelfPlayConfig, logger: Any) -> None:
+    """``budgets.png`` (win / loss per search budget and opponent) and ``raw_policy.png`` (the
+    raw LLM's optimal-move rates, with the game's reference lines, and its illegal mass)."""
+    rows = logger.rows()
+    keys = sorted({k for r in rows for k in r if k.startswith("eval/sims") and k.endswith(("_win", "_loss"))})
+    logger.plot(keys, "budgets.png", title=f"search self-play on {cfg.game}: strength per budget")
+    refs = game_metrics.reference_lines(make(cfg.game, **json.loads(cfg.game_args)))  # what the game declares
+    references = {f"eval/raw_{m}": refs.get(m, []) for m in ("optimal_move_prob", "greedy_optimal_rate")}
+    logger.plot(["eval/raw_optimal_move_prob", "eval/raw_greedy_optimal_rate", "eval/raw_illegal_mass"],
+                "raw_policy.png", title="raw LLM (budget 0)", references=references)
+

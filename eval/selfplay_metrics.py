@@ -1,0 +1,123 @@
+"""The self-play recipe's evaluation (``recipes/selfplay_games.py``, step 8 and the end of the run),
+over the loop's :class:`~lmselfplay.rl.selfplay.SelfPlay`:
+
+* :func:`eval_positions` — the fixed positions of the optimal-move metrics, once per run;
+* :func:`evaluate_games` — the exact metrics each game declares (optimal-move rates or
+  exploitability; win rates vs its reference bots), plus win rates vs GnuGo (:func:`gnugo_metrics`);
+* :func:`log_evaluation` — step 8: those, the average policy's exploitability and the
+  reasoning suite, logged and plotted (:func:`plot_curves`);
+* :func:`finish` — the final evaluation (and the average's distillation), the final model, the summary.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from lmselfplay.eval import game_metrics
+from lmselfplay.eval.reasoning import eval_callback
+from lmselfplay.games.base import OPTIMAL_MOVES, has_enumerable_actions
+from lmselfplay.games.bots import BotPlayer
+from lmselfplay.games.gtp import GTPError, find_gnugo, game_gnugo_player, plays_gtp
+from lmselfplay.games.text import MOVE_STOP
+from lmselfplay.lm import readout as policy_readout
+from lmselfplay.lm.engines import SamplingParams
+from lmselfplay.rl.average_policy import averageable
+from lmselfplay.rl.selfplay import (
+    SelfPlay,
+    average_metrics,
+    distill_averages,
+    fold_averages,
+    readout,
+)
+
+
+def eval_positions(cfg, games):
+    """The fixed positions of the optimal-move metrics (all, or a seeded subset), per game."""
+    out = {}
+    for game in games:
+        if game.exact_metric == OPTIMAL_MOVES:
+            out[game.name] = policy_readout.sampled_decision_states(game, cfg.eval_positions, cfg.seed)
+    return out
+
+
+def evaluate_games(cfg, games, positions, engine, tok, step):
+    """Step 8: the exact metrics of the current policy, per game (``game/metric``)."""
+    sampling = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=cfg.seed + step,
+                              stop=MOVE_STOP)
+    out = {}
+    for game in games:
+        game_sampling = sampling if has_enumerable_actions(game) else \
+            SamplingParams(**{**vars(sampling), "max_new_tokens": cfg.text_max_new_tokens})
+        result = game_metrics.policy_metrics(engine, tok, game, positions.get(game.name), cfg.eval_games, game_sampling,
+                                       seed=step, max_new_tokens=cfg.max_new_tokens, readout=readout(cfg, tok),
+                                       readout_samples=cfg.readout_samples)
+        out.update({f"{game.name}/{k}": v for k, v in result.items()})
+        out.update(gnugo_metrics(cfg, game, engine, tok, game_sampling, step))
+    return out
+
+
+def gnugo_metrics(cfg, game, engine, tok, sampling, step):
+    """Win rate against GnuGo (``gnugo_level`` > 0, Go only, gnugo installed); the engine
+    process lives only for this evaluation. The engine is an outside program and only
+    measures: when it fails (a :class:`GTPError`) the failure is logged as a warning and as
+    ``<key>_failed``, and the run goes on with its step and checkpoint."""
+    if cfg.gnugo_level <= 0 or not plays_gtp(game) or find_gnugo() is None:
+        return {}
+    key = f"{game.name}/win_vs_gnugo_l{cfg.gnugo_level}"
+    try:
+        with game_gnugo_player(game, cfg.gnugo_level) as gnugo:
+            wr = game_metrics.win_rates(engine, tok, game, BotPlayer(gnugo, gnugo.name), cfg.gnugo_games,
+                                        sampling, seed=step)
+    except GTPError as e:
+        print(f"warning: step {step}: the evaluation against GnuGo failed ({e}); the run goes on", file=sys.stderr)
+        return {f"{key}_failed": 1}
+    return {key: wr["win"], f"{key}_ci_low": wr["win_ci"][0], f"{key}_ci_high": wr["win_ci"][1]}
+
+
+def log_evaluation(cfg, run, sp: SelfPlay, step, t0) -> None:
+    """Step 8: every rank evaluates in step (under ZeRO-3 any forward may need all ranks); rank 0 logs."""
+    with sp.trainer.serving(sp.engine):
+        result = {**evaluate_games(cfg, sp.games, sp.positions, sp.engine, sp.tok, step),
+                  **average_metrics(sp.averages)}
+        if run.is_main:  # whole weights are served: no collective inside
+            eval_callback(step, sp.engine, sp.tok, cfg.eval_suite, cfg.eval_every, run.logger,
+                          max_new_tokens=cfg.eval_max_new_tokens or None)
+    if run.is_main:
+        run.log(step, {**result, "wall_s": time.time() - t0})
+        plot_curves(run.logger, sp.games)
+
+
+def finish(cfg, run, sp: SelfPlay, t0) -> None:
+    """The final evaluation (and the average's distillation), the final model, the summary."""
+    with sp.trainer.serving(sp.engine):  # every rank evaluates in step (ZeRO-3), rank 0 reports
+        if sp.averages and cfg.averaged_at(cfg.max_steps):
+            fold_averages(cfg, sp.averages, sp.engine, sp.tok, cfg.max_steps)
+        final = {**evaluate_games(cfg, sp.games, sp.positions, sp.engine, sp.tok, cfg.max_steps),
+                 **average_metrics(sp.averages)}
+    if sp.averages and cfg.distill_steps:  # the final model becomes the average policy
+        distilled = distill_averages(sp.trainer, sp.averages, sp.tok, cfg.distill_steps, run.logger)
+        with sp.trainer.serving(sp.engine):
+            final.update({f"distilled/{k}": v for k, v in
+                          evaluate_games(cfg, sp.games, sp.positions, sp.engine, sp.tok, cfg.max_steps).items()})
+        final["distilled/target_ce"] = distilled.get("target_ce", float("nan"))
+    run.log(cfg.max_steps, {**final, "wall_s": time.time() - t0})
+    png = plot_curves(run.logger, sp.games) if run.is_main else None
+    model_dir = run.save_final_model(sp.trainer.model, sp.trainer.unwrapped, sp.tok)
+    if run.is_main:
+        print("\nfinal exact metrics:")
+        for k, v in final.items():
+            if "ci_" not in k:
+                print(f"  {k:<36} {v}" if isinstance(v, str) else f"  {k:<36} {v:.3f}")
+        print(f"\ncurves: {png}\nmetrics: {run.logger.path}\nmodel: {model_dir}")
+
+
+def plot_curves(logger, games):
+    """``curves.png``: each game's headline metrics (and its average's exploitability), the
+    policy's entropy, the invalid rate and the first seat's win rate in mirror games."""
+    keys = [f"{g.name}/{k}" for g in games for k in game_metrics.headline_metrics(g)]
+    keys += [f"{g.name}/avg_exploitability" for g in games if averageable(g)]
+    keys += ["train/entropy", "rollout/invalid_rate", "rollout/selfplay_first_seat_win_rate"]
+    references, titles = game_metrics.plot_annotations([g.name for g in games])  # optimal, Nash, uniform
+    return logger.plot(keys, "curves.png", title="self-play on text games", references=references, titles=titles)
+

@@ -1,0 +1,274 @@
+"""Search self-play: AlphaZero's ratchet with the language model as the network (the algorithm of
+``recipes/search_selfplay.py``, whose docstring is its box, steps 1-8).
+
+The LLM's prior is its next-token distribution over the legal move tokens after ``<move>``, its
+value a small head on the hidden state at the end of the prompt
+(:class:`~lmselfplay.lm.search_eval.LLMEvaluator`); PUCT self-play with it
+(:mod:`lmselfplay.alphazero.llm_selfplay`) makes visit-distribution targets that the policy
+trainer distils back. What the loop works on is one :class:`SearchSelfPlay` (made by
+:func:`build`, restored by :func:`restore`, saved by :func:`save`); the steps are functions of it:
+
+* step 1, opponents: :func:`opponent_name` (mirror or a league snapshot), :func:`opponent_evaluators`;
+* step 4, distillation: :func:`distill`; step 5, the value (or Q) head: :func:`train_head`;
+* step 6, the league: :func:`snapshot` (weights + head), :func:`snapshot_engines` (frozen evaluators).
+
+Its evaluation (step 7) is :mod:`lmselfplay.eval.search_metrics`: training never imports evaluation.
+It sits in ``rl`` above ``alphazero`` (tests/test_layers.py's ``LAYERS``): the policy trainer and
+the league are rl's, the search is alphazero's.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from lmselfplay.alphazero.adapter import CachedGame, SearchGame
+from lmselfplay.alphazero.llm_selfplay import LEARNER, Record, distill_samples, q_loss
+from lmselfplay.games import make
+from lmselfplay.lm.prompt import thinks
+from lmselfplay.lm.search_eval import LLMEvaluator, QHead, ValueHead, hidden_size
+from lmselfplay.models.policy import PolicyConfig, frozen_policy, load_policy, policy_weights
+from lmselfplay.rl.league import League, LeagueConfig
+from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
+from lmselfplay.utils.config import ConfigError, non_negative, positive
+from lmselfplay.utils.run import PeriodicCheckpoints, Run, RunConfig
+
+HEAD_PREFIX = "head."  # the value / Q head's entries in a league snapshot
+
+
+@dataclass
+class SearchSelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig, RunConfig, PeriodicCheckpoints):
+    game: str = field(default="nim", metadata={"help": "registered game name (perfect information)"})
+    game_args: str = field(default="{}", metadata={"help": "JSON dict of game parameters"})
+    iterations: int = field(default=10, metadata={"help": "rounds of searched self-play + distillation"})
+    games_per_iteration: int = field(default=64, metadata={"help": "self-play games per round"})
+    n_sims: int = field(default=32, metadata={"help": "PUCT simulations per move"})
+    c_puct: float = field(default=1.5, metadata={"help": "PUCT exploration constant"})
+    dirichlet_eps: float = field(default=0.25, metadata={"help": "weight of the Dirichlet noise on the root prior"})
+    dirichlet_alpha: float = field(default=0.0, metadata={"help": "0 = 10 / mean legal moves"})
+    temperature_moves: int = field(default=4, metadata={"help": "moves sampled from the visits before play turns greedy"})
+    target_tau: float = field(default=1.0, metadata={"help": "temperature of the visit distribution distilled"})
+    reset_fraction: float = field(default=0.25, metadata={"help": "games started from a random legal position"})
+    reset_max_plies: int = field(default=4, metadata={"help": "random moves at most before a reset game starts"})
+    replay_window: int = field(default=4, metadata={"help": "iterations of self-play kept"})
+    distill_steps: int = field(default=20, metadata={"help": "trainer steps per iteration"})
+    batch_size: int = field(default=128, metadata={"help": "distillation samples per trainer step"})
+    value_steps: int = field(default=50, metadata={"help": "value-head optimizer steps per round"})
+    value_lr: float = field(default=1e-3, metadata={"help": "value-head learning rate"})
+    value_width: int = field(default=64, metadata={"help": "value-head (or Q-head) hidden width"})
+    q_head: bool = field(default=False, metadata={
+        "help": "a Q head (bounded Q per move, V = sum_a pi(a|s) Q(s, a)) instead of the value head"})
+    q_lambda: float = field(default=4.0, metadata={
+        "help": "lambda_Q: Q target = c Q_search + (1 - c) Q_prior with c = N / (N + lambda_Q)"})
+    eval_every: int = field(default=2, metadata={"help": "iterations between evaluations (0: never)"})
+    eval_games: int = field(default=100, metadata={"help": "games per evaluation opponent and budget"})
+    eval_budgets: list[int] = field(default_factory=lambda: [0, 16, 32, 64], metadata={
+        "help": "search budgets evaluated (0 = the raw LLM)"})
+    eval_positions: int = field(default=0, metadata={"help": "fixed positions for the exact metrics (0: all)"})
+    eval_openings: int = field(default=10, metadata={"help": "fixed opening positions for the search budgets"})
+    opening_plies: int = field(default=2, metadata={"help": "random opening moves of the evaluation games"})
+    eval_batch: int = field(default=512, metadata={"help": "positions per LLM forward in evaluation"})
+    max_new_tokens: int = field(default=8, metadata={
+        "help": "answer budget of the raw LLM's greedy moves at budget 0 (tokens)"})
+    keep_checkpoints: int = field(default=2, metadata={"help": "checkpoints kept on disk"})
+    torch_threads: int = field(default=1, metadata={"help": "torch CPU threads"})
+    progress: bool = field(default=True, metadata={"help": "show progress bars"})
+    max_staleness: int = field(default=0, metadata={
+        "help": "must be 0: search self-play has no rollouts to overlap or drop (see validate)"})
+    # recipe defaults (the trainer's and league's own defaults suit policy-gradient runs)
+    learning_rate: float = 1e-3
+    beta: float = 0.01
+    num_iterations: int = 1
+    merge_identical: bool = False
+    max_steps: int = 1000
+    mirror_fraction: float = 0.4
+    recent_fraction: float = 0.4
+    hall_of_fame_fraction: float = 0.2
+    bot_fraction: float = 0.0
+    league_add_every: int = 2
+    league_promote_every: int = 4
+    league_capacity: int = 6
+
+    run_name = "search_selfplay"  # output_dir defaults to runs/search_selfplay
+
+    def validate(self) -> None:
+        positive(self, "iterations", "games_per_iteration", "n_sims", "replay_window", "batch_size", "checkpoint_every",
+                 "max_new_tokens", "value_width", "eval_batch", "q_lambda", "target_tau")
+        non_negative(self, "distill_steps", "value_steps", "value_lr", "eval_every", "eval_games", "eval_positions",
+                     "eval_openings", "opening_plies")
+        if any(b < 0 for b in self.eval_budgets):
+            raise ConfigError(f"eval_budgets must be >= 0, got {self.eval_budgets}")
+        if self.enable_thinking:
+            raise ConfigError("search self-play reads the LLM's prior right after <move> (no think block): "
+                              "enable_thinking must be false")
+        if self.max_staleness != 0:
+            raise ConfigError(f"max_staleness must be 0 for search self-play (got {self.max_staleness}): its games are "
+                              "played by PUCT on the trainer's own forward passes and value head (no engine holds "
+                              "their weights), and it trains on search targets from a window of the last "
+                              "replay_window iterations, off-policy by design, which replay_window already bounds")
+        if self.bot_fraction > 0:
+            raise ConfigError("bot_fraction must be 0: a bot gives no search to distil")
+        try:
+            if not isinstance(json.loads(self.game_args), dict):
+                raise ValueError("not an object")
+        except ValueError as e:
+            raise ConfigError(f"game_args must be a JSON object: {e}") from None
+
+
+def make_head(cfg: SearchSelfPlayConfig, model: Any, game: Any) -> ValueHead | QHead:
+    """The value head, or with ``q_head`` the Q head, sized for ``model`` and ``game``."""
+    if cfg.q_head:
+        return QHead(hidden_size(model), game.n_actions, cfg.value_width)
+    return ValueHead(hidden_size(model), cfg.value_width)
+
+
+def snapshot(trainer: PolicyTrainer, head: ValueHead | QHead) -> dict[str, torch.Tensor]:
+    """The learner's policy weights (adapters only under LoRA) + its head, on CPU."""
+    out = policy_weights(trainer.unwrapped)
+    out.update({HEAD_PREFIX + k: v.detach().clone() for k, v in head.state_dict().items()})
+    return out
+
+
+def snapshot_engines(template: Any, tok: Any, game: Any, cfg: SearchSelfPlayConfig):
+    """The league's engine factory: ``frozen_evaluator(weights, version)``, a frozen LLM evaluator."""
+
+    def frozen_evaluator(weights: dict[str, torch.Tensor], version: int) -> LLMEvaluator:
+        head = make_head(cfg, template, game)
+        head.load_state_dict({k[len(HEAD_PREFIX):]: v for k, v in weights.items() if k.startswith(HEAD_PREFIX)})
+        model = frozen_policy(template, {k: v for k, v in weights.items() if not k.startswith(HEAD_PREFIX)})
+        return LLMEvaluator(model, tok, game, head.eval(), cfg.eval_batch)
+
+    return frozen_evaluator
+
+
+def train_head(head: ValueHead | QHead, opt: torch.optim.Optimizer, evaluator: LLMEvaluator,
+               replay: list[Record], cfg: SearchSelfPlayConfig, rng: random.Random) -> dict[str, float]:
+    """``value_steps`` steps on minibatches of the window: (z - v)^2 for the value head, or
+    :func:`~lmselfplay.alphazero.llm_selfplay.q_loss` for the Q head. The LLM is frozen here, so
+    each distinct prompt's hidden state (and its prior over the move tokens) is computed
+    once and reused by every step."""
+    index: dict[tuple[int, ...], int] = {}
+    for r in replay:
+        index.setdefault(tuple(r.prompt_ids), len(index))
+    prompts = list(index)
+    with torch.no_grad():
+        parts = [evaluator.forward([list(p) for p in prompts[i : i + cfg.eval_batch]])
+                 for i in range(0, len(prompts), cfg.eval_batch)]
+    hidden = torch.cat([h.float() for _, h in parts])
+    prior = torch.cat([torch.softmax(lg, -1)[:, evaluator.tokens] for lg, _ in parts]) if cfg.q_head else None
+    losses = []
+    for _ in range(cfg.value_steps):
+        batch = rng.sample(replay, min(cfg.batch_size, len(replay)))
+        rows = torch.tensor([index[tuple(r.prompt_ids)] for r in batch])
+        z = torch.tensor([r.z for r in batch])
+        if cfg.q_head:
+            legal = torch.zeros(len(batch), head.n_actions)
+            for i, r in enumerate(batch):
+                legal[i, r.legal] = 1.0
+            target = torch.tensor([r.q_target for r in batch], dtype=torch.float)
+            loss = q_loss(head(hidden[rows]), prior[rows], legal, target, z)
+        else:
+            loss = ((head(hidden[rows]) - z) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return {f"train/{'q' if cfg.q_head else 'value'}_loss": float(np.mean(losses))} if losses else {}
+
+
+def distill(trainer: PolicyTrainer, replay: list[Record], tok: Any, game: Any, tokens: list[int],
+            cfg: SearchSelfPlayConfig, rng: random.Random) -> dict[str, float]:
+    """Step 4: ``distill_steps`` trainer steps on minibatches of the window (the visit
+    distribution pi as the move token's target); each metric's mean over the steps."""
+    stats: dict[str, list[float]] = {}
+    for _ in range(cfg.distill_steps):
+        batch = rng.sample(replay, min(cfg.batch_size, len(replay)))
+        for k, v in trainer.step(distill_samples(batch, tok, game, tokens, trainer.step_count)).items():
+            stats.setdefault(k, []).append(v)
+    return {f"train/{k}": float(np.mean(v)) for k, v in stats.items()}
+
+
+@dataclass
+class SearchSelfPlay:
+    """What the loop works on, built once by :func:`build` (a resume then restores it)."""
+
+    game: Any
+    face: CachedGame
+    tok: Any
+    trainer: PolicyTrainer
+    head: ValueHead | QHead
+    head_opt: torch.optim.Optimizer
+    evaluator: LLMEvaluator
+    league: League
+    rng: random.Random
+    np_rng: np.random.Generator
+    replay: list[list[Record]]
+
+
+def build(cfg: SearchSelfPlayConfig, run: Run) -> SearchSelfPlay:
+    """The game, the policy, its trainer, value head, evaluator and league, fresh."""
+    game = make(cfg.game, **json.loads(cfg.game_args))
+    face = CachedGame(SearchGame(game))
+    model, tok = load_policy(cfg)
+    if thinks(tok):  # a template that thinks by default (Qwen3), which the config alone cannot tell
+        raise ConfigError("search self-play reads the LLM's prior right after <move> (no think block), but this "
+                          "policy's chat template opens one: set enable_thinking: false")
+    trainer = PolicyTrainer(model, tok, cfg, accelerator=run.acc)
+    head = make_head(cfg, trainer.unwrapped, game)
+    head_opt = torch.optim.Adam(head.parameters(), lr=cfg.value_lr)
+    evaluator = LLMEvaluator(trainer.unwrapped, tok, game, head, cfg.eval_batch)
+    if evaluator.tokens is None:
+        raise ConfigError(f"game {cfg.game!r}: distillation needs every move answer to be one token after <move>")
+    league = League(cfg, snapshot_engines(trainer.unwrapped, tok, game, cfg))
+    return SearchSelfPlay(game, face, tok, trainer, head, head_opt, evaluator, league,
+                          random.Random(cfg.seed), np.random.default_rng(cfg.seed), [])
+
+
+def restore(run: Run, s: SearchSelfPlay) -> int:
+    """--resume: trainer, head, replay, league and RNGs from ``run.checkpoint``; else the
+    initial policy joins the league's hall of fame (permanent). The iteration to go on from."""
+    if run.checkpoint is None:
+        s.league.hall.append(s.league.add(0, snapshot(s.trainer, s.head)))
+        return 1
+    extra = s.trainer.load_checkpoint(run.checkpoint)
+    s.head.load_state_dict(extra["head"])
+    s.head_opt.load_state_dict(extra["head_opt"])
+    s.replay = [[Record(**r) for r in part] for part in extra["replay"]]
+    s.league.load_state_dict(extra["league"])
+    s.rng.setstate(extra["rng"])
+    s.np_rng.bit_generator.state = extra["np_rng"]
+    torch.set_rng_state(extra["torch_rng"])
+    return extra["iteration"] + 1
+
+
+def save(s: SearchSelfPlay, cfg: SearchSelfPlayConfig, it: int) -> None:
+    """Step 8: the trainer's atomic checkpoint carries the rest of ``s`` as ``extra`` (what
+    :func:`restore` reads back)."""
+    extra = {"iteration": it, "head": s.head.state_dict(), "head_opt": s.head_opt.state_dict(),
+             "replay": [[asdict(r) for r in part] for part in s.replay], "league": s.league.state_dict(),
+             "rng": s.rng.getstate(), "np_rng": s.np_rng.bit_generator.state, "torch_rng": torch.get_rng_state(),
+             "config": asdict(cfg)}
+    path = s.trainer.save_checkpoint(cfg.output_dir, extra, keep=cfg.keep_checkpoints)
+    s.head.save(path / "model")
+
+
+def opponent_evaluators(s: SearchSelfPlay, games: list[Any]) -> dict[str, LLMEvaluator]:
+    """The learner's evaluator and one frozen evaluator per league opponent of this round."""
+    evaluators = {LEARNER: s.evaluator}
+    for g in games:
+        if g.opponent != "mirror" and g.opponent not in evaluators:
+            evaluators[g.opponent] = s.league.engine_for(next(x for x in s.league.ring + s.league.hall
+                                                              if x.name == g.opponent))
+    return evaluators
+
+
+def opponent_name(league: League, rng: random.Random) -> str:
+    """Step 1: one game's opponent, drawn by the league: ``mirror`` or a snapshot's name."""
+    kind, snap = league.sample_opponent(rng)
+    return "mirror" if snap is None else snap.name
+
