@@ -140,6 +140,8 @@ REGISTRY: list[Command] = [
             extra=MAIN_JOB, files=("metrics.jsonl", "config.json", "checkpoint-2", "final_model"), makes_run=True),
     Command("python recipes/selfplay_games.py --config recipes/configs/selfplay_games.yaml", extra=MAIN_JOB,
             files=("metrics.jsonl", "config.json", "checkpoint-2", "final_model")),
+    Command("python recipes/selfplay_games.py --config recipes/configs/selfplay_games_exact.yaml", extra=MAIN_JOB,
+            files=("metrics.jsonl", "final_model")),
     Command('pip install -e .', skip="installs the package (network)"),
     Command('pip install -e ".[dev]"', skip="installs the dev extras (network)"),
     Command("lmselfplay eval-game nim tictactoe kuhn_poker",

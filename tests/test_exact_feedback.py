@@ -209,15 +209,20 @@ def test_recipe_exact_nim_alone_learns_from_the_positions_without_playing(model_
     assert any("train/target_ce" in r for r in rows)
 
 
-def test_the_main_job_learns_nim_and_kuhn_from_exact_feedback_and_plays_tictactoe():
+def test_the_main_job_plays_every_game_and_the_exact_config_values_nim_and_kuhn():
+    """The README's main job learns every game from played games (design: exact feedback is a
+    reference and an option, never the default); selfplay_games_exact.yaml is that reference."""
     from pathlib import Path
 
     from lmselfplay.rl.selfplay import SelfPlayConfig, make_feedback, make_games
     from lmselfplay.utils.config import parse_config
 
-    main_job = Path(__file__).resolve().parents[1] / "recipes" / "configs" / "selfplay_games.yaml"
-    cfg = parse_config(SelfPlayConfig, ["--config", str(main_job)])
-    assert sorted(make_feedback(cfg, make_games(cfg.games))) == ["kuhn_poker", "nim"]
+    configs = Path(__file__).resolve().parents[1] / "recipes" / "configs"
+    main = parse_config(SelfPlayConfig, ["--config", str(configs / "selfplay_games.yaml")])
+    assert main.feedback == "sampled" and make_feedback(main, make_games(main.games)) == {}
+    assert main.games == "nim,tictactoe,kuhn_poker"
+    exact = parse_config(SelfPlayConfig, ["--config", str(configs / "selfplay_games_exact.yaml")])
+    assert sorted(make_feedback(exact, make_games(exact.games))) == ["kuhn_poker", "nim"]
 
 
 def test_exact_feedback_needs_an_exploitability_game_or_exact_games(model_dir, tmp_path):

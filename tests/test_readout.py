@@ -127,9 +127,9 @@ def test_exact_feedback_refuses_a_thinking_policy():
 
 
 def test_a_template_that_thinks_by_default_is_refused_at_load_in_one_line(standin, tmp_path, capsys):
-    """The main job's config (feedback: exact) on the Qwen3 stand-in, enable_thinking left to the
+    """The exact-feedback main job (selfplay_games_exact.yaml) on the Qwen3 stand-in, enable_thinking left to the
     template (which thinks): one ``error:`` line, exit 2, before any training."""
-    cfg = str(RECIPES_DIR / "configs" / "selfplay_games.yaml")
+    cfg = str(RECIPES_DIR / "configs" / "selfplay_games_exact.yaml")
     code = run_main(partial(run_recipe, "selfplay_games"), ["--config", cfg, "--model_name_or_path",
                                                             str(standin("qwen3")), "--output_dir",
                                                             str(tmp_path / "run"), "--dtype", "float32"])

@@ -52,7 +52,7 @@ TINY = {
 
 # recipe -> its default config and its real-model configs
 RECIPE_CONFIGS = {
-    "selfplay_games": ["selfplay_games.yaml", "spiral_qwen3_base.yaml", "selfplay_taboo_real.yaml"],
+    "selfplay_games": ["selfplay_games.yaml", "selfplay_games_exact.yaml", "spiral_qwen3_base.yaml", "selfplay_taboo_real.yaml"],
     "search_selfplay": ["search_selfplay_nim.yaml"],
     "spin": ["spin.yaml", "spin_zephyr.yaml"],
     "debate": ["debate.yaml", "debate_real.yaml"],
@@ -72,8 +72,8 @@ DEFAULT_CELLS = {
 
 
 # The default run's selfplay cell: no tic-tac-toe (enumerating its 4,520 positions for the metrics
-# alone takes ~20 s); Nim is played, Kuhn poker learns from exact feedback, as in the main job.
-DEFAULT_EXTRA = {("selfplay_games", "selfplay_games.yaml"): {"games": "nim,kuhn_poker", "exact_games": "kuhn_poker"}}
+# alone takes ~20 s); Nim and Kuhn poker are played, as in the main job.
+DEFAULT_EXTRA = {("selfplay_games", "selfplay_games.yaml"): {"games": "nim,kuhn_poker"}}
 
 
 def cell_params():
