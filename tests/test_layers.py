@@ -171,12 +171,22 @@ def test_a_module_in_no_row_is_caught(tmp_path):
     assert wrong_imports(modules) == ["lmselfplay.newfolder.x: its folder is in no row of LAYERS"]
 
 
-def _reaches_into_the_runner(path: Path) -> bool:
-    """Whether ``path`` imports or calls the runner's private loader (``run_recipe`` is its API)."""
+
+RUNNER = ROOT / (RECIPE_LOADER.replace(".", "/") + ".py")
+
+
+def runner_private_names(runner: Path = RUNNER) -> set[str]:
+    """The runner's private functions (the loader ``run_recipe`` wraps): its API is run_recipe."""
+    tree = ast.parse(runner.read_text(), str(runner))
+    return {node.name for node in tree.body if isinstance(node, ast.FunctionDef) and node.name.startswith("_")}
+
+
+def reaches_into_the_runner(path: Path, private: set[str]) -> bool:
+    """Whether ``path`` imports or calls one of the runner's ``private`` names."""
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.ImportFrom) and any(a.name.endswith("_load_recipe") for a in node.names):
+        if isinstance(node, ast.ImportFrom) and any(a.name in private for a in node.names):
             return True
-        if isinstance(node, ast.Attribute) and node.attr.endswith("_load_recipe"):
+        if isinstance(node, ast.Attribute) and node.attr in private:
             return True
     return False
 
@@ -184,16 +194,17 @@ def _reaches_into_the_runner(path: Path) -> bool:
 def test_only_the_runner_loads_recipe_scripts():
     """Tests and benchmarks run a recipe with run_recipe; its config and algorithm they import from
     the package: no file but the runner holds a loaded recipe module."""
+    private = runner_private_names()
     files = [p for folder in (*FOLDERS, "tests", "benchmarks", "recipes") for p in sorted((ROOT / folder).rglob("*.py"))]
-    runner = ROOT / (RECIPE_LOADER.replace(".", "/") + ".py")
-    assert len(files) > 200 and runner in files  # the walk found the tree
-    assert [str(p.relative_to(ROOT)) for p in files if p != runner and _reaches_into_the_runner(p)] == []
+    assert private and len(files) > 200 and RUNNER in files  # the walk found the loader and the tree
+    assert [str(p.relative_to(ROOT)) for p in files if p != RUNNER and reaches_into_the_runner(p, private)] == []
 
 
 def test_a_file_reaching_into_the_runner_is_caught(tmp_path):
-    caught = {"from lmselfplay.utils.recipe_loader import _load_recipe\n": True,
-              "from lmselfplay.utils import recipe_loader\nrecipe_loader._load_recipe('spin')\n": True,
+    (name,) = runner_private_names()
+    caught = {f"from lmselfplay.utils.recipe_loader import {name}\n": True,
+              f"from lmselfplay.utils import recipe_loader\nrecipe_loader.{name}('spin')\n": True,
               "from lmselfplay.utils.recipe_loader import run_recipe\nrun_recipe('spin', [])\n": False}
     for i, (text, reaches) in enumerate(caught.items()):
         (tmp_path / f"t{i}.py").write_text(text)
-        assert _reaches_into_the_runner(tmp_path / f"t{i}.py") is reaches, text
+        assert reaches_into_the_runner(tmp_path / f"t{i}.py", {name}) is reaches, text
