@@ -78,13 +78,7 @@ GAME_SETTINGS = {"nim": dict(episodes_per_step=48), "nim_misere": dict(episodes_
 TARGET = {"nim": 0.95, "nim_misere": 0.95, "tictactoe": 0.8, "kuhn_poker": 0.05}
 
 
-def load_recipe():
-    from lmselfplay.utils.recipe_loader import load_recipe as _load
-
-    return _load("selfplay_games")
-
-
-def run(recipe, game, variant, seed, steps, eval_every, out, extra):
+def run(game, variant, seed, steps, eval_every, out, extra):
     # sampled feedback and no extra target passes unless a variant says so, whatever the main job's config does
     args = {"games": game, "max_steps": steps, "seed": seed, "eval_every": eval_every, "eval_games": 60,
             "eval_positions": 200, "checkpoint_every": 0, "output_dir": str(out), "feedback": "sampled",
@@ -95,7 +89,9 @@ def run(recipe, game, variant, seed, steps, eval_every, out, extra):
     argv = ["--config", str(ROOT / "recipes" / "configs" / "selfplay_games.yaml")]
     for k, v in args.items():
         argv += [f"--{k}", str(v)]
-    recipe.main(argv)
+    from lmselfplay.utils.recipe_loader import run_recipe
+
+    run_recipe("selfplay_games", argv)
     return [json.loads(x) for x in (Path(out) / "metrics.jsonl").read_text().splitlines()]
 
 
@@ -203,14 +199,13 @@ def main():
     extra = dict(kv.split("=", 1) for kv in args.set)
     target = TARGET.get(args.game, 0.95) if args.target is None else args.target
     name = args.name or f"bench_selfplay_learning_{args.game}"
-    recipe = load_recipe()
     table = {}
     for variant in args.variants.split(","):
         res = []
         for seed in args.seeds:
             load = os.getloadavg()[0]
             with tempfile.TemporaryDirectory() as d:
-                rows = run(recipe, args.game, variant, seed, args.steps, args.eval_every, d, extra)
+                rows = run(args.game, variant, seed, args.steps, args.eval_every, d, extra)
                 res.append({"seed": seed, **summarize(rows, args.game, target), "load_start": load,
                             "load_end": os.getloadavg()[0]})
             print(f"[{variant} seed {seed}] " + ", ".join(f"{k}={v:.3f}" for k, v in res[-1].items()

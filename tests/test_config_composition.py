@@ -4,33 +4,20 @@ bad sizes are one-line ConfigErrors naming the field, at config time, in every r
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from recipe_configs import RECIPE_CONFIGS
 
-from lmselfplay.rl.absolute_zero import AbsoluteZeroConfig
-from lmselfplay.rl.r_zero import RZeroConfig
 from lmselfplay.rl.trainer import TrainerConfig
 from lmselfplay.utils.config import Config, ConfigError, check_keys, load_yaml, parse_config
-from lmselfplay.utils.recipe_loader import load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
-RECIPES = {"selfplay_games": "SelfPlayConfig", "debate": "DebateConfig", "r_zero": "RZeroConfig",
-           "absolute_zero": "AbsoluteZeroConfig", "spin": "SpinConfig", "search_selfplay": "SearchSelfPlayConfig",
-           "alphazero": "AlphaZeroConfig"}
+RECIPES = sorted(RECIPE_CONFIGS)
 YAMLS = sorted((ROOT / "recipes/configs").glob("*.yaml"))
-
-
-PACKAGE_CONFIGS = {"r_zero": RZeroConfig, "absolute_zero": AbsoluteZeroConfig}  # declared in lmselfplay.rl
-
-
-@functools.cache
-def recipe_config(name: str) -> type:
-    return PACKAGE_CONFIGS.get(name) or getattr(load_recipe(name), RECIPES[name])
 
 
 def fits(cls: type, path: Path) -> bool:
@@ -47,19 +34,26 @@ def own_validators(cls: type) -> list[type]:
 
 def test_every_recipe_script_is_listed():
     scripts = {p.stem for p in (ROOT / "recipes").glob("*.py")}
-    assert scripts == set(RECIPES), "a new recipe needs its config class in RECIPES"
+    assert scripts == set(RECIPES), "a new recipe needs its config class in tests/recipe_configs.py"
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_every_recipe_parses_its_listed_config_class(name):
+    """RECIPE_CONFIGS names the class the script's main parses (the script itself is not loaded)."""
+    source = (ROOT / "recipes" / f"{name}.py").read_text()
+    assert f"cfg = parse_config({RECIPE_CONFIGS[name].__name__}, argv)" in source
 
 
 @pytest.mark.parametrize("path", YAMLS, ids=lambda p: p.name)
 def test_every_shipped_yaml_is_some_recipes_config(path):
-    assert any(fits(recipe_config(name), path) for name in RECIPES), f"{path.name} fits no recipe config"
+    assert any(fits(RECIPE_CONFIGS[name], path) for name in RECIPES), f"{path.name} fits no recipe config"
 
 
 @pytest.mark.parametrize("name", sorted(RECIPES))
 def test_recipe_configs_run_every_parents_validation_once(name, monkeypatch):
     """Built from its defaults and from every shipped YAML it accepts, a recipe config has run
     the validate() of every class in its MRO exactly once (a spy on each)."""
-    cls = recipe_config(name)
+    cls = RECIPE_CONFIGS[name]
     assert issubclass(cls, Config)
     validators = own_validators(cls)
     assert cls in validators  # every recipe config checks its own sizes
@@ -86,10 +80,10 @@ def test_recipe_configs_run_every_parents_validation_once(name, monkeypatch):
 
 def test_r_zero_and_debate_yaml_beta_is_parsed_into_a_number():
     for name, yaml in (("r_zero", "r_zero.yaml"), ("debate", "debate.yaml"), ("r_zero", "r_zero_qwen3.yaml")):
-        cfg = parse_config(recipe_config(name), ["--config", str(ROOT / "recipes/configs" / yaml)])
+        cfg = parse_config(RECIPE_CONFIGS[name], ["--config", str(ROOT / "recipes/configs" / yaml)])
         assert isinstance(cfg.beta, float) and cfg.beta == load_yaml(ROOT / "recipes/configs" / yaml)["beta"]
     with pytest.raises(ConfigError, match="beta"):
-        parse_config(recipe_config("debate"), ["--beta", "lots"])
+        parse_config(RECIPE_CONFIGS["debate"], ["--beta", "lots"])
 
 
 def test_a_new_subclass_with_its_own_validation_still_gets_its_parents():
@@ -156,7 +150,7 @@ SIZES = {
 @pytest.mark.parametrize("name,key", [(n, k) for n, keys in SIZES.items() for k in keys])
 @pytest.mark.parametrize("value", ["0", "-3"])
 def test_a_zero_or_negative_size_is_a_config_error_naming_the_field(name, key, value):
-    cls = recipe_config(name)
+    cls = RECIPE_CONFIGS[name]
     with pytest.raises(ConfigError, match=rf"^{key} must be"):
         parse_config(cls, [f"--{key}", value])
 
@@ -165,7 +159,7 @@ def test_a_zero_or_negative_size_is_a_config_error_naming_the_field(name, key, v
 @pytest.mark.parametrize("value", ["nan", "inf", "-0.001"])
 def test_a_nan_infinite_or_negative_learning_rate_is_a_config_error(name, value):
     with pytest.raises(ConfigError, match=r"^learning_rate must be a finite number >= 0"):
-        parse_config(recipe_config(name), ["--learning_rate", value])
+        parse_config(RECIPE_CONFIGS[name], ["--learning_rate", value])
 
 
 def test_a_zero_learning_rate_stays_allowed():
@@ -175,10 +169,10 @@ def test_a_zero_learning_rate_stays_allowed():
 def test_yaml_sizes_are_checked_too(tmp_path):
     (tmp_path / "bad.yaml").write_text("debates_per_step: 0\n")
     with pytest.raises(ConfigError, match="debates_per_step"):
-        parse_config(recipe_config("debate"), ["--config", str(tmp_path / "bad.yaml")])
+        parse_config(RECIPE_CONFIGS["debate"], ["--config", str(tmp_path / "bad.yaml")])
     (tmp_path / "bad.yaml").write_text("learning_rate: .inf\n")
     with pytest.raises(ConfigError, match="learning_rate"):
-        parse_config(recipe_config("r_zero"), ["--config", str(tmp_path / "bad.yaml")])
+        parse_config(RECIPE_CONFIGS["r_zero"], ["--config", str(tmp_path / "bad.yaml")])
     assert math.isinf(load_yaml(tmp_path / "bad.yaml")["learning_rate"])
 
 

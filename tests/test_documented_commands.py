@@ -173,14 +173,13 @@ def test_search_vs_selfplay_smoke_run_measures_a_sample_of_positions(capsys):
     three models, so its documented smoke run ran past its 600 s on a busy 2-core machine."""
     from lmselfplay.games import make
     from lmselfplay.lm.readout import sampled_decision_states
-    from lmselfplay.utils.recipe_loader import load_recipe
+    from lmselfplay.utils.recipe_loader import run_recipe
 
     game = make("tictactoe")
     every = sampled_decision_states(game, 0, seed=0)
     some = sampled_decision_states(game, 40, seed=0)
     assert len(every) == 4520 and len(some) == 40
     assert some == sampled_decision_states(game, 40, seed=0)  # the same positions for every model
-    bench = load_recipe("bench_search_vs_selfplay", ROOT / "benchmarks")
     with pytest.raises(SystemExit) as exit_:
-        bench.main(["--positions", "-1"])
+        run_recipe("bench_search_vs_selfplay", ["--positions", "-1"], ROOT / "benchmarks")
     assert exit_.value.code == 2 and "--positions must be >= 0" in capsys.readouterr().err

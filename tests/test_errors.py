@@ -17,13 +17,13 @@ from hypothesis import strategies as st
 
 from lmselfplay.utils.config import ConfigError, parse_config
 from lmselfplay.utils.errors import run_main
-from lmselfplay.utils.recipe_loader import load_recipe, run_recipe
+from lmselfplay.utils.recipe_loader import run_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _one_line_error(capsys, argv, recipe="selfplay_games"):
-    code = run_main(load_recipe(recipe).main, argv)
+    code = run_main(partial(run_recipe, recipe), argv)
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert len(err) == 1 and err[0].startswith("error: ") and "Traceback" not in err[0], err

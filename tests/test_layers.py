@@ -159,8 +159,8 @@ def test_a_recipe_loaded_below_the_top_row_is_caught(tmp_path):
     modules = _fake_tree(tmp_path, {
         "lmselfplay/__init__.py": "", "lmselfplay/utils/__init__.py": "",
         "lmselfplay/utils/recipe_loader.py": "",
-        "lmselfplay/cli.py": "from lmselfplay.utils.recipe_loader import load_recipe\n",
-        "eval/study.py": "def f():\n    from lmselfplay.utils.recipe_loader import load_recipe\n",
+        "lmselfplay/cli.py": "from lmselfplay.utils.recipe_loader import run_recipe\n",
+        "eval/study.py": "def f():\n    from lmselfplay.utils.recipe_loader import run_recipe\n",
     })
     errors = wrong_imports(modules)
     assert len(errors) == 1 and errors[0].startswith("lmselfplay.eval.study loads a recipe script"), errors
@@ -169,3 +169,42 @@ def test_a_recipe_loaded_below_the_top_row_is_caught(tmp_path):
 def test_a_module_in_no_row_is_caught(tmp_path):
     modules = _fake_tree(tmp_path, {"lmselfplay/__init__.py": "", "lmselfplay/newfolder/x.py": ""})
     assert wrong_imports(modules) == ["lmselfplay.newfolder.x: its folder is in no row of LAYERS"]
+
+
+
+RUNNER = ROOT / (RECIPE_LOADER.replace(".", "/") + ".py")
+
+
+def runner_private_names(runner: Path = RUNNER) -> set[str]:
+    """The runner's private functions (the loader ``run_recipe`` wraps): its API is run_recipe."""
+    tree = ast.parse(runner.read_text(), str(runner))
+    return {node.name for node in tree.body if isinstance(node, ast.FunctionDef) and node.name.startswith("_")}
+
+
+def reaches_into_the_runner(path: Path, private: set[str]) -> bool:
+    """Whether ``path`` imports or calls one of the runner's ``private`` names."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and any(a.name in private for a in node.names):
+            return True
+        if isinstance(node, ast.Attribute) and node.attr in private:
+            return True
+    return False
+
+
+def test_only_the_runner_loads_recipe_scripts():
+    """Tests and benchmarks run a recipe with run_recipe; its config and algorithm they import from
+    the package: no file but the runner holds a loaded recipe module."""
+    private = runner_private_names()
+    files = [p for folder in (*FOLDERS, "tests", "benchmarks", "recipes") for p in sorted((ROOT / folder).rglob("*.py"))]
+    assert private and len(files) > 200 and RUNNER in files  # the walk found the loader and the tree
+    assert [str(p.relative_to(ROOT)) for p in files if p != RUNNER and reaches_into_the_runner(p, private)] == []
+
+
+def test_a_file_reaching_into_the_runner_is_caught(tmp_path):
+    (name,) = runner_private_names()
+    caught = {f"from lmselfplay.utils.recipe_loader import {name}\n": True,
+              f"from lmselfplay.utils import recipe_loader\nrecipe_loader.{name}('spin')\n": True,
+              "from lmselfplay.utils.recipe_loader import run_recipe\nrun_recipe('spin', [])\n": False}
+    for i, (text, reaches) in enumerate(caught.items()):
+        (tmp_path / f"t{i}.py").write_text(text)
+        assert reaches_into_the_runner(tmp_path / f"t{i}.py", {name}) is reaches, text

@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from lm_fixtures import tiny_model, tiny_tokenizer
+from recipe_configs import RECIPE_CONFIGS
 
 import lmselfplay.lm.batching as batching
 from lmselfplay.lm.batching import logprobs_from_logits, sequence_logprobs
@@ -21,7 +22,7 @@ from lmselfplay.lm.trajectory import Sample
 from lmselfplay.models.policy import PolicyConfig, load_policy
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, split_by_tokens
 from lmselfplay.utils.errors import run_main
-from lmselfplay.utils.recipe_loader import load_recipe, run_recipe
+from lmselfplay.utils.recipe_loader import run_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -200,15 +201,10 @@ def test_gradient_checkpointing_gives_the_same_gradients(model_dir, use_lora):
 
 
 def test_every_training_recipe_offers_gradient_checkpointing():
-    from lmselfplay.rl.absolute_zero import AbsoluteZeroConfig
-    from lmselfplay.rl.r_zero import RZeroConfig
     from lmselfplay.utils.config import parse_config
 
-    configs = {"selfplay_games": "SelfPlayConfig", "search_selfplay": "SearchSelfPlayConfig", "spin": "SpinConfig",
-               "debate": "DebateConfig"}
-    classes = {recipe: getattr(load_recipe(recipe), name) for recipe, name in configs.items()}
-    for recipe, cls in {**classes, "absolute_zero": AbsoluteZeroConfig, "r_zero": RZeroConfig}.items():
-        cfg = parse_config(cls, ["--gradient_checkpointing", "true"])
+    for recipe in ("selfplay_games", "search_selfplay", "spin", "debate", "absolute_zero", "r_zero"):
+        cfg = parse_config(RECIPE_CONFIGS[recipe], ["--gradient_checkpointing", "true"])
         assert cfg.gradient_checkpointing is True, recipe
 
 

@@ -15,7 +15,9 @@ from types import ModuleType
 RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"
 
 
-def load_recipe(name: str, recipes_dir: str | Path | None = None) -> ModuleType:
+def _load_recipe(name: str, recipes_dir: str | Path | None = None) -> ModuleType:
+    """``recipes_dir/NAME.py`` executed as a fresh module (private: callers run a recipe, they do
+    not reach into it; its config and algorithm are imported from the package)."""
     path = Path(recipes_dir or RECIPES_DIR) / f"{name}.py"
     if not path.is_file():
         raise FileNotFoundError(f"no recipe {name!r} at {path}")
@@ -29,4 +31,4 @@ def load_recipe(name: str, recipes_dir: str | Path | None = None) -> ModuleType:
 
 def run_recipe(name: str, argv: list[str] | None = None, recipes_dir: str | Path | None = None):
     """``recipes/NAME.py``'s ``main(argv)`` (what the command line runs) and its return value."""
-    return load_recipe(name, recipes_dir).main(list(argv or []))
+    return _load_recipe(name, recipes_dir).main(list(argv or []))
