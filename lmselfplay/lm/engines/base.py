@@ -146,6 +146,23 @@ def prompt_limit(engine: Any) -> int | None:
     return int(length) - 1 if isinstance(length, int) and length > 1 else None
 
 
+def _fitting(engine: Any, lengths: list[int], noun: str, outcome: str, call: Any, refused: Any) -> list[Any]:
+    """The one rule of :func:`generate_fitting` and :func:`score_fitting`: the items whose length
+    (``lengths``) passes :func:`prompt_limit` are counted on ``engine.over_long_prompts`` and
+    warned about (``noun``, ``outcome``) and get ``refused(i)``; ``call(indices)`` answers the
+    others in one engine call (all of them, in order, when none is too long)."""
+    limit = prompt_limit(engine)
+    long = {i for i, n in enumerate(lengths) if limit is not None and n > limit}
+    if not long:
+        return call(range(len(lengths)))
+    engine.over_long_prompts = getattr(engine, "over_long_prompts", 0) + len(long)
+    warnings.warn(f"{len(long)} of {len(lengths)} {noun} longer than the engine's {limit} tokens (longest "
+                  f"{max(lengths[i] for i in long)}): {outcome}", OverLongPrompt, stacklevel=3)
+    keep = [i for i in range(len(lengths)) if i not in long]
+    answers = iter(call(keep) if keep else [])
+    return [refused(i) if i in long else next(answers) for i in range(len(lengths))]
+
+
 def generate_fitting(engine: Any, prompts: list[list[int]], sampling: SamplingParams) -> list[Completion]:
     """``engine.generate`` of the prompts that fit :func:`prompt_limit`; each longer one is answered,
     without any engine call, by an empty Completion (``finish_reason`` ``prompt_too_long``). An
@@ -154,20 +171,10 @@ def generate_fitting(engine: Any, prompts: list[list[int]], sampling: SamplingPa
     question earns the malformed reward, no answer is no vote). The engine counts them
     (``engine.over_long_prompts``, logged by the trainer's step as ``engine/over_long_prompts``)
     and each call that had one warns. Every caller of an engine generates through here."""
-    limit = prompt_limit(engine)
-    long = [i for i, p in enumerate(prompts) if limit is not None and len(p) > limit]
-    if not long:
-        return engine.generate(prompts, sampling)
-    engine.over_long_prompts = getattr(engine, "over_long_prompts", 0) + len(long)
-    longest = max(len(prompts[i]) for i in long)
-    warnings.warn(f"{len(long)} of {len(prompts)} prompt(s) longer than the engine's {limit} tokens (longest "
-                  f"{longest}): answered empty, each scored as its recipe scores a failed answer", OverLongPrompt,
-                  stacklevel=2)
-    skip = set(long)
-    fitting = engine.generate([p for i, p in enumerate(prompts) if i not in skip], sampling)
-    answers = iter(fitting)
-    return [Completion(list(p), [], "", [], PROMPT_TOO_LONG) if i in skip else next(answers)
-            for i, p in enumerate(prompts)]
+    return _fitting(engine, [len(p) for p in prompts], "prompt(s)",
+                    "answered empty, each scored as its recipe scores a failed answer",
+                    lambda ii: engine.generate([prompts[i] for i in ii], sampling),
+                    lambda i: Completion(list(prompts[i]), [], "", [], PROMPT_TOO_LONG))
 
 
 def score_fitting(engine: Any, prompts: list[list[int]], completions: list[list[int]],
@@ -179,14 +186,7 @@ def score_fitting(engine: Any, prompts: list[list[int]], completions: list[list[
     says 1/2, the readout gives the move probability 0. The pairs are counted with the over-long
     prompts (``engine.over_long_prompts``) and each call that had one warns. Every caller of
     ``engine.score`` scores through here."""
-    limit = prompt_limit(engine)
-    long = {i for i, (p, c) in enumerate(zip(prompts, completions)) if limit is not None and len(p) + len(c) > limit}
-    if not long:
-        return engine.score(prompts, completions, **kwargs)
-    engine.over_long_prompts = getattr(engine, "over_long_prompts", 0) + len(long)
-    longest = max(len(prompts[i]) + len(completions[i]) for i in long)
-    warnings.warn(f"{len(long)} of {len(prompts)} scored sequence(s) longer than the engine's {limit} tokens "
-                  f"(longest {longest}): not scored (NaN), each read as no answer", OverLongPrompt, stacklevel=2)
-    keep = [i for i in range(len(prompts)) if i not in long]
-    scored = iter(engine.score([prompts[i] for i in keep], [completions[i] for i in keep], **kwargs) if keep else [])
-    return [[math.nan] * len(completions[i]) if i in long else next(scored) for i in range(len(prompts))]
+    return _fitting(engine, [len(p) + len(c) for p, c in zip(prompts, completions)], "scored sequence(s)",
+                    "not scored (NaN), each read as no answer",
+                    lambda ii: engine.score([prompts[i] for i in ii], [completions[i] for i in ii], **kwargs),
+                    lambda i: [math.nan] * len(completions[i]))
