@@ -3,7 +3,7 @@
     python benchmarks/bench_main_job.py [--steps 2] [--threads 2,1]
     python benchmarks/bench_main_job.py --main-job --seeds 0,1 --label packed [--code DIR]
 
-The main job (``recipes/configs/selfplay_games.yaml``) spends most of a step in the trainer:
+The exact-feedback main job (``recipes/configs/selfplay_games_exact.yaml``) spends most of a step in the trainer:
 the exact-feedback targets of Nim and Kuhn poker (``distill_samples``: per information set
 one row for ``<move>``, one for the move token, one per legal answer for ``</move>``, each row
 the whole prompt) get ``num_iterations`` + ``target_passes`` = 6 forward/backward passes. The
@@ -178,7 +178,7 @@ def main(argv=None):
             print(f"{args.label} seed {seed}: {run['wall_s']:.0f} s  {run['final']}", flush=True)
             update_results("main_job_runs", {f"{args.label}/seed{seed}": run}, args.results)
         return 0
-    cfg = parse_config(SelfPlayConfig, ["--config", str(ROOT / "recipes/configs/selfplay_games.yaml"),
+    cfg = parse_config(SelfPlayConfig, ["--config", str(ROOT / "recipes/configs/selfplay_games_exact.yaml"),
                                         "--output_dir", "/tmp/bench_main_job"])
     games = make_games(cfg.games)
     threads = [int(x) for x in args.threads.split(",")]

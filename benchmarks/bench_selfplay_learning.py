@@ -79,10 +79,11 @@ TARGET = {"nim": 0.95, "nim_misere": 0.95, "tictactoe": 0.8, "kuhn_poker": 0.05}
 
 
 def run(game, variant, seed, steps, eval_every, out, extra):
-    # sampled feedback and no extra target passes unless a variant says so, whatever the main job's config does
+    # sampled feedback, role baselines and no extra target passes unless a variant says so, whatever the main
+    # job's config does (its recorded results were measured so)
     args = {"games": game, "max_steps": steps, "seed": seed, "eval_every": eval_every, "eval_games": 60,
             "eval_positions": 200, "checkpoint_every": 0, "output_dir": str(out), "feedback": "sampled",
-            "target_passes": 0, **GAME_SETTINGS.get(game, {}),
+            "baseline_key": "role", "target_passes": 0, **GAME_SETTINGS.get(game, {}),
             **VARIANTS[variant], **extra}
     if args.get("feedback") == "exact":  # the benchmarked game is the one learning from exact feedback
         args.setdefault("exact_games", game)

@@ -42,7 +42,7 @@ def run(model: str, setting: dict, seed: int, steps: int, eval_every: int, episo
 
     args = {"model_name_or_path": model, "games": "nim", "max_steps": steps, "seed": seed, "eval_every": eval_every,
             "eval_games": 60, "eval_positions": 200, "checkpoint_every": 0, "output_dir": str(out),
-            "feedback": "sampled", "target_passes": 0, "episodes_per_step": episodes, "engine": "vllm-server",
+            "feedback": "sampled", "baseline_key": "role", "target_passes": 0, "episodes_per_step": episodes, "engine": "vllm-server",
             "vllm_server_timeout": 120, "vllm_push_timeout": 120, **setting}
     argv = ["--config", str(ROOT / "recipes" / "configs" / "selfplay_games.yaml")]
     for key, v in args.items():
