@@ -43,7 +43,7 @@ def main():
     game = make(args.game)
     cfg = PolicyConfig() if args.model is None else PolicyConfig(model_name_or_path=args.model)
     model, tok = load_policy(cfg, device="cpu")
-    trainer = PolicyTrainer(model, tok, TrainerConfig(learning_rate=args.lr, beta=0.0, max_steps=args.steps))
+    trainer = PolicyTrainer(model, tok, TrainerConfig(learning_rate=args.lr, beta=0.0), total_steps=args.steps)
     target = game.nash_policy()
     samples = distill_samples(game, tok, target)
     curve, t0, load = [], time.time(), os.getloadavg()[0]

@@ -71,10 +71,11 @@ from lmselfplay.verifiers.code_tasks import CodeReferee, task_key
 
 def main(argv=None):
     cfg = parse_config(AbsoluteZeroConfig, argv)
-    with Run(cfg) as run:
+    with Run(cfg, gradient_accumulation_steps=cfg.gradient_accumulation_steps, checkpoint_every=cfg.checkpoint_every) as run:
         acc, out_dir = run.acc, run.out
         model, tok = load_policy(cfg, device=str(acc.device))
-        trainer = PolicyTrainer(model, tok, cfg, accelerator=acc, ref_model=reference_policy(cfg, model, str(acc.device)))
+        trainer = PolicyTrainer(model, tok, cfg, accelerator=acc, total_steps=cfg.max_steps,
+                                ref_model=reference_policy(cfg, cfg.beta, model, str(acc.device)))
         engine = run.closing(make_engine(cfg, trainer.unwrapped, tok, answer_budget=cfg.answer_budget(),
                                          temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed))
         referee = SharedReferee(run.closing(CodeReferee(executor_config(cfg))))  # sandboxes end with the run
@@ -85,7 +86,7 @@ def main(argv=None):
         logger = run.open_log(start_step if run.checkpoint else None)
         # max_staleness >= 1: a step's rollouts are played while the previous step trains
         plan = rollout_plan(cfg, acc, engine, tok, referee, buffers, lambda step: run.checkpoint_due(step + 1))
-        rollouts = run.closing(rollouts_for(cfg, trainer, engine, plan))  # closed (waited for) before the referee
+        rollouts = run.closing(rollouts_for(cfg.max_staleness, trainer, engine, plan))  # closed (waited for) before the referee
         t0 = time.time()
         bar = tqdm(range(start_step, cfg.max_steps), initial=start_step, total=cfg.max_steps,
                    desc="absolute zero", disable=not run.is_main)

@@ -56,7 +56,7 @@ from lmselfplay.utils.run import Run
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     cfg = parse_config(AlphaZeroConfig, argv)
     torch.set_num_threads(cfg.torch_threads)
-    with Run(cfg, trains_with="state") as run:
+    with Run(cfg, checkpoint_every=cfg.checkpoint_every, trains_with="state") as run:
         torch.manual_seed(cfg.seed)
         game, face, net = build(cfg)
         exact = game.exact_metric == OPTIMAL_MOVES  # the solver labels every move: exact opponent and rates

@@ -60,12 +60,12 @@ def build(cfg, run) -> Debate:
     """Step 0 (tasks, the frozen judge), the policy, its trainer and engine, fresh."""
     pool, eval_set = task_sets(cfg)
     model, tok = load_policy(cfg, device=str(run.acc.device))
-    ref = reference_policy(cfg, model, str(run.acc.device))
+    ref = reference_policy(cfg, cfg.beta, model, str(run.acc.device))
     # the frozen judge: its own model by path, or a fresh copy of the initial policy
     judge_device = cfg.judge_device if cfg.judge_device != "auto" else str(run.acc.device)
     judge = load_llm_judge(cfg.judge_model_name_or_path or cfg.model_name_or_path, judge_device, cfg.judge_dtype,
                            hidden_context=cfg.hidden_context, max_prompt_tokens=cfg.max_prompt_tokens)
-    trainer = PolicyTrainer(model, tok, cfg, accelerator=run.acc, ref_model=ref)
+    trainer = PolicyTrainer(model, tok, cfg, accelerator=run.acc, ref_model=ref, total_steps=cfg.max_steps)
     engine = make_engine(cfg, trainer.unwrapped, tok, answer_budget=cfg.answer_budget(), temperature=cfg.temperature,
                          top_p=cfg.top_p, seed=cfg.seed)
     return Debate(pool, eval_set, tok, judge, trainer, run.closing(engine),
@@ -74,13 +74,13 @@ def build(cfg, run) -> Debate:
 
 def main(argv=None):
     cfg = parse_config(DebateConfig, argv)
-    with Run(cfg) as run:
+    with Run(cfg, gradient_accumulation_steps=cfg.gradient_accumulation_steps, checkpoint_every=cfg.checkpoint_every) as run:
         d = build(cfg, run)
         start_step = run.resume_trainer(d.trainer, lambda extra: load_state(d, extra))
         run.report_start(start_step)
         run.open_log(start_step if run.checkpoint else None)
         sampling = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p)
-        rollouts = rollouts_for(cfg, d.trainer, d.engine,
+        rollouts = rollouts_for(cfg.max_staleness, d.trainer, d.engine,
                                 debate_plan(cfg, d.pool, d.engine, d.tok, sampling, run.acc.process_index))
         t0 = time.time()
         bar = tqdm(range(start_step, cfg.max_steps), initial=start_step, total=cfg.max_steps, desc="debate",

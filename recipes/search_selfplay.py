@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     cfg = parse_config(SearchSelfPlayConfig, argv)
     torch.set_num_threads(cfg.torch_threads)
     torch.manual_seed(cfg.seed)
-    with Run(cfg) as run:
+    with Run(cfg, gradient_accumulation_steps=cfg.gradient_accumulation_steps, checkpoint_every=cfg.checkpoint_every) as run:
         s = build(cfg, run)
         evaluator, face, rng = s.evaluator, s.face, s.rng
         alpha = cfg.dirichlet_alpha or alpha_for(face, s.game, seed=cfg.seed)

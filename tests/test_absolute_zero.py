@@ -268,7 +268,7 @@ def _step_setup(model_dir, tmp_path, **kw):
         args += [f"--{k}", str(v)]
     cfg = parse_config(azr.AbsoluteZeroConfig, args)
     model, tok = load_policy(cfg, device="cpu")
-    return cfg, PolicyTrainer(model, tok, cfg), tok
+    return cfg, PolicyTrainer(model, tok, cfg, total_steps=cfg.max_steps), tok
 
 
 def test_hostile_proposals_are_invalid_counted_and_harmless(model_dir, tmp_path):
@@ -311,7 +311,7 @@ def test_hostile_proposals_are_invalid_counted_and_harmless(model_dir, tmp_path)
 
         engine = ScriptedEngine(tok, answer)
         before = {tt: len(b) for tt, b in buffers.items()}
-        rollouts = rollouts_for(cfg, trainer, engine,
+        rollouts = rollouts_for(cfg.max_staleness, trainer, engine,
                                        azr.rollout_plan(cfg, trainer.accelerator, engine, tok, referee, buffers))
         row = azr.train_step(cfg, trainer.accelerator, trainer, rollouts.next(0), rollouts, 0, tmp_path / "run")
     finally:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from lmselfplay.lm.engines.hf import HFEngine
-from lmselfplay.rl.selfplay import SelfPlayConfig
+from lmselfplay.rl.selfplay import SelfPlayConfigs
 from lmselfplay.utils.config import ConfigError, parse_config
 
 
@@ -87,7 +87,7 @@ def test_search_selfplay_budget_reaches_the_raw_evaluation(monkeypatch):
 ])
 def test_selfplay_budgets_below_one_are_named(argv, field):
     with pytest.raises(ConfigError, match=field):
-        parse_config(SelfPlayConfig, argv)
+        SelfPlayConfigs.parse(argv)
 
 
 def test_cli_budget_below_one_is_one_line(capsys):

@@ -16,7 +16,7 @@ import lmselfplay.lm.engines.weight_sync as weight_sync
 from lmselfplay.lm.engines import EngineConfig, SamplingParams
 from lmselfplay.lm.trajectory import Sample
 from lmselfplay.rl.r_zero import RZeroConfig
-from lmselfplay.rl.selfplay import SelfPlayConfig
+from lmselfplay.rl.selfplay import SelfPlayConfigs
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
 from lmselfplay.utils.config import ConfigError, parse_config
 
@@ -102,9 +102,8 @@ def test_engine_dtype_on_cuda_is_half_for_a_float32_model(monkeypatch):
 def test_vllm_dtype_is_a_setting_the_factory_passes(fake_vllm, tmp_path):
     from lmselfplay.lm.engines import make_engine
 
-    recipe_config = SelfPlayConfig  # EngineConfig's checks run in a recipe's
-    with pytest.raises(ConfigError, match="vllm_dtype"):
-        parse_config(recipe_config, ["--vllm_dtype", "int8", "--output_dir", str(tmp_path)])
+    with pytest.raises(ConfigError, match="vllm_dtype"):  # EngineConfig's checks run in a recipe's parse
+        SelfPlayConfigs.parse(["--vllm_dtype", "int8", "--output_dir", str(tmp_path)])
     cfg = parse_config(EngineConfig, ["--engine", "vllm", "--vllm_dtype", "float16"])
     make_engine(cfg, tiny_model(), tiny_tokenizer(), answer_budget=64, temperature=1.0, top_p=1.0, seed=0)
     assert fake_vllm[-1].kwargs["dtype"] == "float16"

@@ -206,11 +206,11 @@ def test_selfplay_max_staleness_0_is_the_loop_without_the_hook(model_dir, tmp_pa
 ])
 def test_overlap_settings_that_cannot_work_are_config_errors(args, says):
     """Refused when the config is read, before any folder, model or engine is touched."""
-    from lmselfplay.rl.selfplay import SelfPlayConfig
-    from lmselfplay.utils.config import ConfigError, parse_config
+    from lmselfplay.rl.selfplay import SelfPlayConfigs
+    from lmselfplay.utils.config import ConfigError
 
     with pytest.raises(ConfigError, match=says):
-        parse_config(SelfPlayConfig, args)
+        SelfPlayConfigs.parse(args)
 
 
 # --- data parallelism: each rank drops its own, all log the run's counts ---

@@ -81,12 +81,12 @@ def test_teardown_closes_everything_also_on_an_exception(tmp_path, monkeypatch):
 
 def test_checkpoint_timing_is_read_one_way(tmp_path):
     out = tmp_path / "run"
-    with Run(TinyConfig(output_dir=str(out), checkpoint_every=2), trains_with="state") as run:
+    with Run(TinyConfig(output_dir=str(out), checkpoint_every=2), checkpoint_every=2, trains_with="state") as run:
         assert [s for s in range(1, 6) if run.checkpoint_due(s)] == [2, 4]
         assert run.checkpoint_due(5, last=True)
     release_output_dir(out)
     with Run(TinyConfig(output_dir=str(out), checkpoint_every=0, overwrite_output_dir=True),
-             trains_with="state") as run:
+             checkpoint_every=0, trains_with="state") as run:
         assert not any(run.checkpoint_due(s, last=True) for s in range(1, 6))
     release_output_dir(out)
 
@@ -131,7 +131,7 @@ def test_every_recipe_runs_in_the_skeleton(recipe):
     run_fields = {"output_dir", "resume", "overwrite_output_dir", "resume_fallback", "collective_timeout_s",
                   "checkpoint_every", "tensorboard", "save_every"}
     for node in ast.walk(ast.parse(src)):
-        if isinstance(node, ast.ClassDef) and node.name.endswith("Config"):
+        if isinstance(node, ast.ClassDef) and node.name.endswith(("Config", "Args")):
             declared = {t.target.id for t in node.body if isinstance(t, ast.AnnAssign)}
             assert not declared & run_fields, f"{recipe}.{node.name} redeclares {declared & run_fields}"
 

@@ -43,7 +43,7 @@ class DebateConfig(TrainerConfig, ProtocolConfig, PolicyConfig, EngineConfig, Ru
     run_name = "debate"  # output_dir defaults to runs/debate
 
     def validate(self) -> None:
-        positive(self, "debates_per_step", "train_tasks", "eval_tasks", "top_p")
+        positive(self, "max_steps", "debates_per_step", "train_tasks", "eval_tasks", "top_p")
         non_negative(self, "eval_every")
         bad = [p for p in self.eval_protocols.split(",") if p.strip() and p.strip() not in PROTOCOLS]
         if bad:

@@ -32,6 +32,7 @@ PROMPT_FORMATS = ("auto", "chat", "plain")
 
 @dataclass
 class PolicyConfig(Config):
+    _argument_group_name = "policy (lmselfplay.models.policy.PolicyConfig)"
     model_name_or_path: str | None = field(
         default=None, metadata={"help": "HF hub name or local path; default: the embedded tiny model"})
     dtype: str = field(default="auto", metadata={

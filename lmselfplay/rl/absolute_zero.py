@@ -76,6 +76,7 @@ class AbsoluteZeroConfig(TrainerConfig, PolicyConfig, EngineConfig, RunConfig, P
     run_name = "absolute_zero"  # output_dir defaults to runs/absolute_zero
 
     def validate(self) -> None:
+        positive(self, "max_steps")
         if self.proposal_style not in ("paper", "io") or self.references < 1:
             raise ConfigError(f"proposal_style must be paper or io (got {self.proposal_style!r}) "
                               f"and references >= 1 (got {self.references})")

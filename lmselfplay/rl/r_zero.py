@@ -12,7 +12,6 @@ against the truth; the pools and the phase checkpoints; :func:`train`, the loop 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import random
 import shutil
@@ -163,11 +162,10 @@ class RZero:
         self.acc, self.out = run.acc, run.out
         per_iter = cfg.challenger_steps + cfg.solver_steps
         if cfg.two_copies:
-            self.challenger = self._role(dataclasses.replace(cfg, max_steps=cfg.iterations * cfg.challenger_steps),
-                                         cfg.challenger_vllm_server_urls)
-            self.solver = self._role(dataclasses.replace(cfg, max_steps=cfg.iterations * cfg.solver_steps))
+            self.challenger = self._role(cfg, cfg.iterations * cfg.challenger_steps, cfg.challenger_vllm_server_urls)
+            self.solver = self._role(cfg, cfg.iterations * cfg.solver_steps)
         else:
-            self.challenger = self.solver = self._role(dataclasses.replace(cfg, max_steps=cfg.iterations * per_iter))
+            self.challenger = self.solver = self._role(cfg, cfg.iterations * per_iter)
         self.tok = self.solver.trainer.tokenizer
         self.matcher = AnswerMatcher(timeout_s=cfg.check_timeout_s)
         truth_cls = RulesReferee if cfg.task_form == "arithmetic" else ExecutorReferee
@@ -179,10 +177,11 @@ class RZero:
         self.bad: Counter = Counter()  # bad input, by kind, over the whole run
         self.global_step = 0
 
-    def _role(self, cfg: RZeroConfig, server_urls: list[str] | None = None) -> Role:
-        """A model, its trainer and its engine (``server_urls``: this role's own servers)."""
+    def _role(self, cfg: RZeroConfig, total_steps: int, server_urls: list[str] | None = None) -> Role:
+        """A model, its trainer (its schedules span ``total_steps`` updates) and its engine
+        (``server_urls``: this role's own servers)."""
         model, tok = load_policy(cfg, device=str(self.acc.device))
-        trainer = PolicyTrainer(model, tok, cfg, accelerator=self.acc)
+        trainer = PolicyTrainer(model, tok, cfg, accelerator=self.acc, total_steps=total_steps)
         engine_cfg = cfg
         if server_urls:  # the same settings, this role's servers (a copy: validated already)
             engine_cfg = copy.copy(cfg)
@@ -213,7 +212,7 @@ class RZero:
     def rollouts(self, role: Role, plan, others: tuple[Role, ...] = ()) -> OverlappedRollouts:
         """A phase's rollouts for ``role``'s updates (``max_staleness``), generated with the weights
         of ``role`` and ``others`` (served before each step's generation)."""
-        return rollouts_for(self.cfg, role.trainer, role.engine, plan, also=[(r.trainer, r.engine) for r in others])
+        return rollouts_for(self.cfg.max_staleness, role.trainer, role.engine, plan, also=[(r.trainer, r.engine) for r in others])
 
     def update(self, role: Role, samples: list[Sample]) -> dict[str, float]:
         metrics = role.trainer.step(samples)
@@ -521,7 +520,7 @@ def resume(run: RZero) -> tuple[int, int]:
 def train(cfg: RZeroConfig) -> Path:
     """Run R-Zero with ``cfg``; returns the metrics JSONL path. The checker and sandbox
     processes end with it, also on error."""
-    with Run(cfg, checkpoints=phase_dirs) as run:
+    with Run(cfg, gradient_accumulation_steps=cfg.gradient_accumulation_steps, checkpoints=phase_dirs) as run:
         return loop(run.closing(RZero(cfg, run)))
 
 

@@ -97,7 +97,7 @@ class SearchSelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig, RunConfig,
     run_name = "search_selfplay"  # output_dir defaults to runs/search_selfplay
 
     def validate(self) -> None:
-        positive(self, "iterations", "games_per_iteration", "n_sims", "replay_window", "batch_size", "checkpoint_every",
+        positive(self, "max_steps", "iterations", "games_per_iteration", "n_sims", "replay_window", "batch_size", "checkpoint_every",
                  "max_new_tokens", "value_width", "eval_batch", "q_lambda", "target_tau")
         non_negative(self, "distill_steps", "value_steps", "value_lr", "eval_every", "eval_games", "eval_positions",
                      "eval_openings", "opening_plies")
@@ -218,7 +218,7 @@ def build(cfg: SearchSelfPlayConfig, run: Run) -> SearchSelfPlay:
     if thinks(tok):  # a template that thinks by default (Qwen3), which the config alone cannot tell
         raise ConfigError("search self-play reads the LLM's prior right after <move> (no think block), but this "
                           "policy's chat template opens one: set enable_thinking: false")
-    trainer = PolicyTrainer(model, tok, cfg, accelerator=run.acc)
+    trainer = PolicyTrainer(model, tok, cfg, accelerator=run.acc, total_steps=cfg.max_steps)
     head = make_head(cfg, trainer.unwrapped, game)
     head_opt = torch.optim.Adam(head.parameters(), lr=cfg.value_lr)
     evaluator = LLMEvaluator(trainer.unwrapped, tok, game, head, cfg.eval_batch)
