@@ -10,19 +10,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from lmselfplay.alphazero.config import AlphaZeroConfig
+from lmselfplay.alphazero.config import AlphaZeroConfigs
 from lmselfplay.debate.config import DebateConfig
 from lmselfplay.rl.absolute_zero import AbsoluteZeroConfig
 from lmselfplay.rl.r_zero import RZeroConfig
-from lmselfplay.rl.search_selfplay import SearchSelfPlayConfig
+from lmselfplay.rl.search_selfplay import SearchSelfPlayConfigs
 from lmselfplay.rl.selfplay import SelfPlayConfigs
-from lmselfplay.spin.config import SpinConfig
+from lmselfplay.spin.config import SpinConfigs
 from lmselfplay.utils.config import Configs, check_keys, load_yaml, parse_config
 
 RECIPE_CONFIGS: dict[str, type] = {
     "selfplay_games": SelfPlayConfigs, "debate": DebateConfig, "r_zero": RZeroConfig,
-    "absolute_zero": AbsoluteZeroConfig, "spin": SpinConfig, "search_selfplay": SearchSelfPlayConfig,
-    "alphazero": AlphaZeroConfig,
+    "absolute_zero": AbsoluteZeroConfig, "spin": SpinConfigs, "search_selfplay": SearchSelfPlayConfigs,
+    "alphazero": AlphaZeroConfigs,
 }
 
 

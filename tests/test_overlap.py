@@ -436,13 +436,19 @@ def test_r_zero_server_settings_that_cannot_work_are_config_errors(args, says):
         parse_config(RZeroConfig, args)
 
 
-def test_search_selfplay_refuses_max_staleness_and_says_why():
-    from lmselfplay.rl.search_selfplay import SearchSelfPlayConfig as config
-    from lmselfplay.utils.config import parse_config
+@pytest.mark.parametrize("where", ["cli", "yaml"])
+def test_search_selfplay_has_no_max_staleness_and_says_why(where, tmp_path):
+    """Search self-play has no engine to overlap: the flag does not exist in it, and giving it (as
+    docs/scale.md's older text did) is a one-line error saying why."""
+    from lmselfplay.rl.search_selfplay import SearchSelfPlayConfigs
 
-    with pytest.raises(ConfigError, match="max_staleness must be 0 for search self-play.*replay_window"):
-        parse_config(config, ["--max_staleness", "1"])
-    assert parse_config(config, []).max_staleness == 0
+    argv = ["--max_staleness", "1"]
+    if where == "yaml":
+        (tmp_path / "c.yaml").write_text("max_staleness: 0\n")
+        argv = ["--config", str(tmp_path / "c.yaml")]
+    with pytest.raises(ConfigError, match=r"max_staleness is not used by this recipe: .*replay_window"):
+        SearchSelfPlayConfigs.parse(argv)
+    assert "max_staleness" not in SearchSelfPlayConfigs.parse([]).as_dict()
 
 
 def _pushes_and_generations(monkeypatch):

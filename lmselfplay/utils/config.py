@@ -109,11 +109,15 @@ def field_owners(classes: type | Sequence[type]) -> dict[str, type]:
 
 def check_renamed(classes: type | Sequence[type], keys: Sequence[str], where: str) -> None:
     """ConfigError naming the new name of a key a class lists in ``renamed_keys``
-    ({old: new}): an old config says what to change instead of just failing."""
+    ({old: new}), or saying why the recipe does not use a key a class lists in ``unused_keys``
+    ({key: why}, a flag a shipped config or doc once gave it): an old config says what to
+    change instead of just failing."""
     renamed = {k: v for cls in as_classes(classes) for k, v in getattr(cls, "renamed_keys", {}).items()}
-    old = [k for k in keys if k in renamed]
+    unused = {k: v for cls in as_classes(classes) for k, v in getattr(cls, "unused_keys", {}).items()}
+    old = [f"{k} is now called {renamed[k]}" for k in keys if k in renamed]
+    old += [f"{k} is not used by this recipe: {unused[k]}" for k in keys if k in unused]
     if old:
-        raise ConfigError(f"{where}: {', '.join(f'{k} is now called {renamed[k]}' for k in old)}")
+        raise ConfigError(f"{where}: {'; '.join(old)}")
 
 
 def check_keys(classes: type | Sequence[type], data: dict[str, Any], where: str) -> None:
