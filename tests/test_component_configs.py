@@ -46,9 +46,9 @@ def test_each_component_config_validates_alone(cls, bad):
 
 
 def test_an_engine_config_parses_alone_and_names_the_flag():
-    assert config.parse_config(EngineConfig, ["--engine", "vllm"]).engine == "vllm"
+    assert config.parse_configs((EngineConfig,), ["--engine", "vllm"])[0].engine == "vllm"
     with pytest.raises(ConfigError, match="vllm_gpu_memory_utilization"):
-        config.parse_config(EngineConfig, ["--vllm_gpu_memory_utilization", "2.0"])
+        config.parse_configs((EngineConfig,), ["--vllm_gpu_memory_utilization", "2.0"])
 
 
 class EngineBuilt(Exception):

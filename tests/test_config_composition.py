@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from recipe_configs import RECIPE_CONFIGS, fits, flat, is_split, parse_recipe, recipe_classes
+from recipe_configs import RECIPE_CONFIGS, fits, parse_recipe
 
 from lmselfplay.rl.trainer import TrainerConfig
 from lmselfplay.utils.config import Config, ConfigError, Configs, load_yaml, parse_configs
@@ -37,7 +37,7 @@ def test_every_recipe_parses_its_listed_config_class(name):
     """RECIPE_CONFIGS names the configs the script's main parses (the script itself is not loaded)."""
     source = (ROOT / "recipes" / f"{name}.py").read_text()
     cls = RECIPE_CONFIGS[name].__name__
-    assert (f"cfg = {cls}.parse(argv)" if is_split(name) else f"cfg = parse_config({cls}, argv)") in source
+    assert f"cfg = {cls}.parse(argv)" in source
 
 
 @pytest.mark.parametrize("path", YAMLS, ids=lambda p: p.name)
@@ -50,11 +50,11 @@ def test_recipe_configs_run_every_parents_validation_once(name, monkeypatch):
     """Built from its defaults and from every shipped YAML it accepts, a recipe's configs have run
     the validate() of every class in the MRO of each part exactly once (a spy on each), and the
     container's own (the checks that span parts)."""
-    classes = recipe_classes(name)
+    classes = RECIPE_CONFIGS[name].classes()
     assert all(issubclass(k, Config) for k in classes)
     validators = list(dict.fromkeys(v for k in classes for v in own_validators(k)))
     assert classes[0] in validators  # every recipe's own args check their own sizes
-    if is_split(name) and "validate" in vars(RECIPE_CONFIGS[name]):  # the container's own checks
+    if "validate" in vars(RECIPE_CONFIGS[name]):  # the container's own checks, spanning parts
         validators.append(RECIPE_CONFIGS[name])
     calls: list[type] = []
 
@@ -71,7 +71,7 @@ def test_recipe_configs_run_every_parents_validation_once(name, monkeypatch):
     sources = [[]] + [["--config", str(p)] for p in YAMLS if fits(name, p)]
     for argv in sources:
         calls.clear()
-        values = flat(parse_recipe(name, argv))
+        values = parse_recipe(name, argv).as_dict()
         assert sorted(calls, key=id) == sorted(validators, key=id), (argv, calls)
         if any(issubclass(k, TrainerConfig) for k in classes):  # the check whose skip crashed R-Zero and debate
             assert isinstance(values["beta"], float | dict), (argv, values["beta"])
@@ -79,7 +79,7 @@ def test_recipe_configs_run_every_parents_validation_once(name, monkeypatch):
 
 def test_r_zero_and_debate_yaml_beta_is_parsed_into_a_number():
     for name, yaml in (("r_zero", "r_zero.yaml"), ("debate", "debate.yaml"), ("r_zero", "r_zero_qwen3.yaml")):
-        beta = flat(parse_recipe(name, ["--config", str(ROOT / "recipes/configs" / yaml)]))["beta"]
+        beta = parse_recipe(name, ["--config", str(ROOT / "recipes/configs" / yaml)]).trainer.beta
         assert isinstance(beta, float) and beta == load_yaml(ROOT / "recipes/configs" / yaml)["beta"]
     with pytest.raises(ConfigError, match="beta"):
         parse_recipe("debate", ["--beta", "lots"])
@@ -263,9 +263,7 @@ def _help_groups(classes: tuple[type, ...]) -> dict[str, list]:
 def test_help_has_a_group_per_component_and_a_line_per_field(name):
     """--help lists each part's flags under its own group (``_argument_group_name``), every
     field with a help string."""
-    if not is_split(name):
-        pytest.skip("the recipe still parses one flat config class")
-    classes = recipe_classes(name)
+    classes = RECIPE_CONFIGS[name].classes()
     groups = _help_groups(classes)
     for cls in classes:
         title = vars(cls).get("_argument_group_name")

@@ -10,7 +10,7 @@ from lm_fixtures import tiny_model, tiny_tokenizer
 from lmselfplay.lm.batching import token_logprobs
 from lmselfplay.lm.trajectory import Sample
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, beta_factor, beta_for, parse_beta
-from lmselfplay.utils.config import ConfigError, parse_config
+from lmselfplay.utils.config import ConfigError, parse_configs
 
 
 def test_parse_beta_accepts_numbers_strings_and_mappings():
@@ -25,11 +25,11 @@ def test_parse_beta_accepts_numbers_strings_and_mappings():
 def test_beta_is_a_mapping_in_yaml_and_a_string_on_the_command_line(tmp_path):
     cfg_file = tmp_path / "c.yaml"
     cfg_file.write_text("beta: {nim: 0.1, kuhn_poker: 0.2}\n")
-    assert parse_config(TrainerConfig, ["--config", str(cfg_file)]).beta == {"nim": 0.1, "kuhn_poker": 0.2}
-    assert parse_config(TrainerConfig, ["--beta", "nim=0.05,default=1"]).beta == {"nim": 0.05, "default": 1.0}
-    assert parse_config(TrainerConfig, ["--beta", "0.3"]).beta == 0.3
+    assert parse_configs((TrainerConfig,), ["--config", str(cfg_file)])[0].beta == {"nim": 0.1, "kuhn_poker": 0.2}
+    assert parse_configs((TrainerConfig,), ["--beta", "nim=0.05,default=1"])[0].beta == {"nim": 0.05, "default": 1.0}
+    assert parse_configs((TrainerConfig,), ["--beta", "0.3"])[0].beta == 0.3
     with pytest.raises(ValueError, match="nim=oops"):
-        parse_config(TrainerConfig, ["--beta", "nim=oops"])
+        parse_configs((TrainerConfig,), ["--beta", "nim=oops"])
 
 
 def test_beta_for_takes_the_longest_role_prefix_then_task_then_default():

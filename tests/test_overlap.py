@@ -429,11 +429,10 @@ def test_r_zero_max_staleness_0_is_the_loop_without_the_hook(model_dir, tmp_path
     (["--max_staleness", "1"], "the hf engine shares the trainer's"),
 ])
 def test_r_zero_server_settings_that_cannot_work_are_config_errors(args, says):
-    from lmselfplay.rl.r_zero import RZeroConfig
-    from lmselfplay.utils.config import parse_config
+    from lmselfplay.rl.r_zero import RZeroConfigs
 
     with pytest.raises(ConfigError, match=says):
-        parse_config(RZeroConfig, args)
+        RZeroConfigs.parse(args)
 
 
 @pytest.mark.parametrize("where", ["cli", "yaml"])

@@ -88,6 +88,7 @@ class SearchSelfPlayArgs(Config):
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
     max_steps: int = field(default=1000, metadata={
         "help": "trainer steps the learning-rate and beta schedules span (each round makes distill_steps)"})
+    device: str = field(default="auto", metadata={"help": "auto | cpu | cuda | cuda:N: where the policy is loaded"})
 
     def validate(self) -> None:
         positive(self, "max_steps", "iterations", "games_per_iteration", "n_sims", "replay_window", "batch_size",
@@ -227,7 +228,7 @@ def build(cfg: SearchSelfPlayConfigs, run: Run) -> SearchSelfPlay:
     args = cfg.search
     game = make(args.game, **json.loads(args.game_args))
     face = CachedGame(SearchGame(game))
-    model, tok = load_policy(cfg.policy)
+    model, tok = load_policy(cfg.policy, device=args.device)
     if thinks(tok):  # a template that thinks by default (Qwen3), which the config alone cannot tell
         raise ConfigError("search self-play reads the LLM's prior right after <move> (no think block), but this "
                           "policy's chat template opens one: set enable_thinking: false")

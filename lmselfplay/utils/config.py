@@ -27,8 +27,6 @@ import yaml
 
 from lmselfplay.utils.errors import UserError
 
-T = TypeVar("T")
-
 
 class ConfigError(UserError, ValueError):
     """A config file or flag that cannot be used; the message says which and why."""
@@ -196,11 +194,6 @@ def parse_configs(classes: Sequence[type], argv: Sequence[str] | None = None,
     return tuple(cfgs)
 
 
-def parse_config(cls: type[T], argv: Sequence[str] | None = None) -> T:
-    """Build one config class ``cls`` as :func:`parse_configs` builds a tuple."""
-    return parse_configs((cls,), argv)[0]
-
-
 @dataclasses.dataclass(frozen=True)
 class Configs:
     """A recipe's parsed configs: one field per part, typed by its config class (the recipe's
@@ -292,7 +285,3 @@ def parse_weights(spec: str, defaults: dict[str, float], what: str,
     if sum(out.values()) <= 0:
         raise ValueError(f"{what} are all zero")
     return out
-
-
-def to_dict(cfg: Any) -> dict[str, Any]:
-    return dataclasses.asdict(cfg)
