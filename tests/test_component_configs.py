@@ -56,7 +56,7 @@ class EngineBuilt(Exception):
 
 
 def with_field(parse, name: str, value: int):
-    """parse_configs over the recipe's configs, its own args extended by one more int field."""
+    """parse_configs over the recipe's configs, its first part extended by one more int field."""
     def parse_extended(classes, argv=None, defaults=None):
         first, *rest = config.as_classes(classes)
         extended = dataclasses.make_dataclass(f"{first.__name__}Extended", [(name, int, dataclasses.field(default=value))],

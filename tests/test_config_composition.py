@@ -53,7 +53,8 @@ def test_recipe_configs_run_every_parents_validation_once(name, monkeypatch):
     classes = RECIPE_CONFIGS[name].classes()
     assert all(issubclass(k, Config) for k in classes)
     validators = list(dict.fromkeys(v for k in classes for v in own_validators(k)))
-    assert classes[0] in validators  # every recipe's own args check their own sizes
+    own = [k for k in classes if k.__name__.endswith("Args")]
+    assert len(own) == 1 and own[0] in validators  # every recipe's own args check their own sizes
     if "validate" in vars(RECIPE_CONFIGS[name]):  # the container's own checks, spanning parts
         validators.append(RECIPE_CONFIGS[name])
     calls: list[type] = []
@@ -272,6 +273,21 @@ def test_help_has_a_group_per_component_and_a_line_per_field(name):
         assert {f.name for f in dataclasses.fields(cls)} <= flags, cls.__name__
         for action in groups[title]:
             assert action.help and action.help.strip(), f"{cls.__name__}.{action.dest} has no help"
+
+
+def test_the_policy_gradient_recipes_share_the_component_parts():
+    """The recipes that train a policy with an engine parse the trainer's, policy's, engine's and
+    run's configs first (PolicyGradientConfigs), then their own."""
+    from lmselfplay.lm.engines import EngineConfig
+    from lmselfplay.models.policy import PolicyConfig
+    from lmselfplay.rl.configs import PolicyGradientConfigs
+    from lmselfplay.utils.run import RunConfig
+
+    for name in ("selfplay_games", "r_zero", "absolute_zero", "debate"):
+        cls = RECIPE_CONFIGS[name]
+        assert issubclass(cls, PolicyGradientConfigs), name
+        assert cls.classes()[:4] == (TrainerConfig, PolicyConfig, EngineConfig, RunConfig), name
+        assert cls.classes()[4].__name__.endswith("Args"), name
 
 
 def test_the_help_runs_and_shows_the_groups():

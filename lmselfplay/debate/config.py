@@ -12,11 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from lmselfplay.debate.protocols import PROTOCOLS, ProtocolConfig
-from lmselfplay.lm.engines import EngineConfig
-from lmselfplay.models.policy import PolicyConfig, check_dtype
-from lmselfplay.rl.trainer import TrainerConfig
-from lmselfplay.utils.config import Config, ConfigError, Configs, non_negative, positive
-from lmselfplay.utils.run import PeriodicCheckpoints, RunConfig
+from lmselfplay.models.policy import check_dtype
+from lmselfplay.rl.configs import PolicyGradientConfigs
+from lmselfplay.utils.config import Config, ConfigError, non_negative, positive
+from lmselfplay.utils.run import PeriodicCheckpoints
 
 
 @dataclass
@@ -53,15 +52,12 @@ class DebateArgs(Config):
 
 
 @dataclass(frozen=True)
-class DebateConfigs(Configs):
-    """What ``recipes/debate.py`` parses: its own arguments and each component's config."""
+class DebateConfigs(PolicyGradientConfigs):
+    """What ``recipes/debate.py`` parses: the trainer's, policy's, engine's and run's configs, its
+    own arguments, and the protocol's and checkpoints'."""
 
     debate: DebateArgs
-    trainer: TrainerConfig
     protocol: ProtocolConfig
-    policy: PolicyConfig
-    engine: EngineConfig
-    run: RunConfig
     checkpoints: PeriodicCheckpoints
 
     defaults = {"output_dir": "runs/debate"}

@@ -19,15 +19,14 @@ from pathlib import Path
 
 import numpy as np
 
-from lmselfplay.lm.engines import EngineConfig, SamplingParams, generate_fitting
+from lmselfplay.lm.engines import SamplingParams, generate_fitting
 from lmselfplay.lm.prompt import encode_prompt
 from lmselfplay.lm.trajectory import Sample
-from lmselfplay.models.policy import PolicyConfig
 from lmselfplay.rl.advantages import task_type_advantages
+from lmselfplay.rl.configs import PolicyGradientConfigs
 from lmselfplay.rl.rewards import proposer_rewards
-from lmselfplay.rl.trainer import TrainerConfig
-from lmselfplay.utils.config import Config, ConfigError, Configs, non_negative, positive
-from lmselfplay.utils.run import PeriodicCheckpoints, RunConfig
+from lmselfplay.utils.config import Config, ConfigError, non_negative, positive
+from lmselfplay.utils.run import PeriodicCheckpoints
 from lmselfplay.utils.stats import wilson
 from lmselfplay.verifiers.code_tasks import (
     TASK_TYPES,
@@ -94,14 +93,11 @@ class AbsoluteZeroArgs(Config):
 
 
 @dataclass(frozen=True)
-class AbsoluteZeroConfigs(Configs):
-    """What ``recipes/absolute_zero.py`` parses: its own arguments and each component's config."""
+class AbsoluteZeroConfigs(PolicyGradientConfigs):
+    """What ``recipes/absolute_zero.py`` parses: the trainer's, policy's, engine's and run's
+    configs, its own arguments and the checkpoints'."""
 
     absolute_zero: AbsoluteZeroArgs
-    trainer: TrainerConfig
-    policy: PolicyConfig
-    engine: EngineConfig
-    run: RunConfig
     checkpoints: PeriodicCheckpoints
 
     defaults = {"output_dir": "runs/absolute_zero"}

@@ -26,16 +26,17 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from lmselfplay.lm.engines import EngineConfig, SamplingParams, generate_fitting, make_engine
+from lmselfplay.lm.engines import SamplingParams, generate_fitting, make_engine
 from lmselfplay.lm.engines.factory import check_sleep_mode_engines
 from lmselfplay.lm.prompt import encode_prompt
 from lmselfplay.lm.trajectory import Sample
-from lmselfplay.models.policy import PolicyConfig, load_policy
+from lmselfplay.models.policy import load_policy
 from lmselfplay.rl.advantages import group_advantages
+from lmselfplay.rl.configs import PolicyGradientConfigs
 from lmselfplay.rl.overlap import OverlappedRollouts, rollouts_for, serving_all
 from lmselfplay.rl.repetition import diversity, repetition_penalty
 from lmselfplay.rl.rewards import proposer_rewards
-from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
+from lmselfplay.rl.trainer import PolicyTrainer
 from lmselfplay.tasks.arithmetic import QUESTION_WRITE_PROMPT, arithmetic_problem, arithmetic_prompt
 from lmselfplay.tasks.programs import program_output_prompt, program_write_prompt, python_program
 from lmselfplay.utils.checkpoint import (
@@ -46,8 +47,8 @@ from lmselfplay.utils.checkpoint import (
     save_json,
     writing,
 )
-from lmselfplay.utils.config import Config, ConfigError, Configs, non_negative, positive
-from lmselfplay.utils.run import Run, RunConfig
+from lmselfplay.utils.config import Config, ConfigError, non_negative, positive
+from lmselfplay.utils.run import Run
 from lmselfplay.verifiers.checkable import Question, arithmetic_task, program_task
 from lmselfplay.verifiers.referees import AnswerMatcher, ExecutorReferee, RulesReferee, make_referee
 
@@ -114,15 +115,11 @@ class RZeroArgs(Config):
 
 
 @dataclass(frozen=True)
-class RZeroConfigs(Configs):
-    """What ``recipes/r_zero.py`` parses: its own arguments and each component's config
-    (checkpoints: one per phase)."""
+class RZeroConfigs(PolicyGradientConfigs):
+    """What ``recipes/r_zero.py`` parses: the trainer's, policy's, engine's and run's configs and
+    its own arguments (checkpoints: one per phase)."""
 
     rzero: RZeroArgs
-    trainer: TrainerConfig
-    policy: PolicyConfig
-    engine: EngineConfig
-    run: RunConfig
 
     defaults = {"output_dir": "runs/r_zero"}
 

@@ -36,28 +36,27 @@ from lmselfplay.games.gtp import find_gnugo, plays_gtp
 from lmselfplay.games.text import MOVE_STOP
 from lmselfplay.lm import readout as policy_readout
 from lmselfplay.lm.engines import (
-    EngineConfig,
     HFEngine,
     SamplingParams,
     make_engine,
 )
 from lmselfplay.lm.prompt import thinks
 from lmselfplay.lm.rollout import Episode, LLMPlayer, RolloutStats, play_episodes
-from lmselfplay.models.policy import PolicyConfig, frozen_policy, load_policy
+from lmselfplay.models.policy import frozen_policy, load_policy
 from lmselfplay.rl.advantages import RoleBaselines, observation_key
 from lmselfplay.rl.average_policy import AverageConfig, AveragePolicy, averageable, distill_samples
+from lmselfplay.rl.configs import PolicyGradientConfigs
 from lmselfplay.rl.exact_feedback import ExactFeedback, FeedbackConfig, exact_feedback_games
 from lmselfplay.rl.league import League, LeagueConfig
-from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, beta_for, reference_policy
+from lmselfplay.rl.trainer import PolicyTrainer, beta_for, reference_policy
 from lmselfplay.utils.config import (
     Config,
     ConfigError,
-    Configs,
     non_negative,
     parse_weights,
     positive,
 )
-from lmselfplay.utils.run import PeriodicCheckpoints, RunConfig
+from lmselfplay.utils.run import PeriodicCheckpoints
 
 
 @dataclass
@@ -127,17 +126,14 @@ class SelfPlayArgs(Config):
 
 
 @dataclass(frozen=True)
-class SelfPlayConfigs(Configs):
-    """What ``recipes/selfplay_games.py`` parses: its own arguments and each component's config."""
+class SelfPlayConfigs(PolicyGradientConfigs):
+    """What ``recipes/selfplay_games.py`` parses: the trainer's, policy's, engine's and run's
+    configs, its own arguments, and the average policy's, feedback's, league's and checkpoints'."""
 
     selfplay: SelfPlayArgs
-    trainer: TrainerConfig
     average: AverageConfig
     feedback: FeedbackConfig
     league: LeagueConfig
-    policy: PolicyConfig
-    engine: EngineConfig
-    run: RunConfig
     checkpoints: PeriodicCheckpoints
 
     defaults = {"output_dir": "runs/selfplay_games"}
