@@ -177,8 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name in referee_names(cfg.study.referees):
         args = dataclasses.replace(cfg.rzero, referee=name)  # validated again: grounded -> rules / executor
-        run_cfg = RZeroConfigs(args, cfg.trainer, cfg.policy, cfg.engine,
-                               dataclasses.replace(cfg.run, output_dir=str(study_dir / args.referee)))
+        run_cfg = RZeroConfigs(rzero=args, trainer=cfg.trainer, policy=cfg.policy, engine=cfg.engine,
+                               run=dataclasses.replace(cfg.run, output_dir=str(study_dir / args.referee)))
         print(f"\n=== referee {args.referee} ===")
         rows += iteration_rows(train(run_cfg), args.referee)
     rows = table(rows)
