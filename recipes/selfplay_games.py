@@ -96,7 +96,7 @@ def main(argv=None):
             finished, stats = rollouts.next(step, args.max_steps - 1)
             # 5: advantages; a game played with weights older than max_staleness versions is dropped
             samples, stale = rollouts.keep(training_samples(args, finished, sp.baselines) + exact, trainer.step_count)
-            # 6: update (its staleness check warns, or stops with strict_sync, when the engine's weights
+            # 6: update (its weight-sync check warns, or stops with strict_sync, when the engine's weights
             # are not the trainer's); the engine serves the same (updated) weights next step
             metrics = trainer.step(samples)
             # 7: league

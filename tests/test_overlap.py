@@ -96,7 +96,7 @@ def _selfplay(model_dir, out, urls, steps, **kw):
     args = {"model_name_or_path": str(model_dir), "output_dir": str(out), "max_steps": steps, "games": "nim",
             "episodes_per_step": 4, "eval_every": 0, "checkpoint_every": 0, "league_add_every": 0,
             "max_new_tokens": 3, "engine": "vllm-server",
-            "vllm_server_timeout": 30, "vllm_push_timeout": 30, "staleness_threshold": 0, **kw}
+            "vllm_server_timeout": 30, "vllm_push_timeout": 30, "weight_sync_threshold": 0, **kw}
     run_recipe("selfplay_games", [x for k, v in args.items() for x in (f"--{k}", str(v))]
                + ["--vllm_server_urls", *urls])
     import json

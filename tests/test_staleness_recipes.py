@@ -16,7 +16,7 @@ from lm_fixtures import save_tiny
 
 import lmselfplay.lm.engines.factory as factory
 from lmselfplay.lm.engines.hf import HFEngine, unwrap
-from lmselfplay.lm.engines.staleness import StaleWeightsError, StaleWeightsWarning
+from lmselfplay.lm.engines.weight_sync_check import StaleWeightsError, StaleWeightsWarning
 from lmselfplay.utils.recipe_loader import run_recipe
 
 
@@ -61,7 +61,7 @@ def _run(name, model_dir, out, monkeypatch, **kw):
     monkeypatch.setattr(factory, "HFEngine", StoppedPush)
     # the entropy bonus moves the weights whatever the rewards (a step of equal rewards has no advantage)
     args = {"model_name_or_path": model_dir, "output_dir": out, "learning_rate": 5e-2, "entropy_coef": 1.0,
-            "staleness_threshold": 1e-3,
+            "weight_sync_threshold": 1e-3,
             **RECIPES[name], **kw}
     run_recipe(name, _argv(args))
 

@@ -478,7 +478,7 @@ def exact_feedback_step(run, sp: SelfPlay, step) -> list:
 
 
 def step_row(sp: SelfPlay, metrics, stats, finished, stale, t0) -> dict:
-    """The step's log row: trainer (its staleness check included), rollout, league, dropped-rollout
+    """The step's log row: trainer (its weight-sync check included), rollout, league, dropped-rollout
     and role-baseline metrics."""
     trajs = [t for f in finished for t in f.trajectories]
     mirror = [f for f in finished if f.episode.players[0] is f.episode.players[1]]

@@ -28,14 +28,14 @@ from typing import Any
 
 from lmselfplay.lm.engines.base import Engine, SamplingParams
 from lmselfplay.lm.engines.hf import HFEngine
-from lmselfplay.lm.engines.staleness import StalenessConfig, StalenessDetector
+from lmselfplay.lm.engines.weight_sync_check import WeightSyncCheckConfig, WeightSyncCheck
 from lmselfplay.utils.config import ConfigError, non_negative, positive
 
 ENGINES = ("hf", "vllm", "vllm-server")
 
 
 @dataclass
-class EngineConfig(StalenessConfig):
+class EngineConfig(WeightSyncCheckConfig):
     _argument_group_name = "engine (lmselfplay.lm.engines.EngineConfig)"
     engine: str = field(default="hf", metadata={"help": "rollout engine: hf | vllm | vllm-server"})
     vllm_gpu_memory_utilization: float = field(default=0.3, metadata={
@@ -135,7 +135,7 @@ def colocated_max_model_len(cfg: EngineConfig, model: Any, answer_budget: int) -
 def make_engine(cfg: EngineConfig, model: Any, tokenizer: Any, *, answer_budget: int, temperature: float,
                 top_p: float, seed: int) -> Engine:
     """The learner's engine for ``cfg.engine``, serving ``model``'s current weights, with the
-    run's staleness detector as ``engine.detector`` (``staleness_threshold`` / ``strict_sync``):
+    run's weight-sync check as ``engine.detector`` (``weight_sync_threshold`` / ``strict_sync``):
     :meth:`~lmselfplay.rl.trainer.PolicyTrainer.step` checks it every step against the engine the
     trainer served, so every recipe that builds its engine here is checked.
 
@@ -144,7 +144,7 @@ def make_engine(cfg: EngineConfig, model: Any, tokenizer: Any, *, answer_budget:
     ``top_p`` and ``seed`` come from the recipe (see the module doc)."""
     engine = build_engine(cfg, model, tokenizer, answer_budget=answer_budget, temperature=temperature,
                           top_p=top_p, seed=seed)
-    engine.detector = StalenessDetector.from_config(cfg)
+    engine.detector = WeightSyncCheck.from_config(cfg)
     return engine
 
 
