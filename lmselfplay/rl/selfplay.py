@@ -157,7 +157,7 @@ class SelfPlayConfigs(PolicyGradientConfigs):
                               "decayed: use a constant schedule or distill_steps 0")
 
 
-def readout(args: SelfPlayArgs, tok) -> str:
+def resolved_readout(args: SelfPlayArgs, tok) -> str:
     """The readout of the exact metrics and the average policy: ``bare``, or ``sampled`` when
     ``readout: auto`` and the policy thinks (its prompt style, on the tokenizer)."""
     return policy_readout.resolve_readout(args.readout, thinks(tok))
@@ -364,7 +364,7 @@ def fold_averages(cfg, averages, engine, tok, step):
     sampling = SamplingParams(max_new_tokens=cfg.selfplay.max_new_tokens, temperature=cfg.trainer.temperature, top_p=cfg.selfplay.top_p,
                               stop=MOVE_STOP, seed=cfg.trainer.seed + step)
     for name, avg in averages.items():
-        out[name] = policy_readout.tabular_policy(engine, tok, avg.game, readout(cfg.selfplay, tok), cfg.selfplay.readout_samples, sampling)
+        out[name] = policy_readout.tabular_policy(engine, tok, avg.game, resolved_readout(cfg.selfplay, tok), cfg.selfplay.readout_samples, sampling)
         avg.add(out[name], cfg.average.weight_at(step))
     return out
 
