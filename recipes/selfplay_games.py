@@ -81,7 +81,7 @@ def main(argv=None):
         sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=cfg.trainer.temperature,
                                   top_p=args.top_p, stop=MOVE_STOP)
         rollouts = rollouts_for(cfg.engine.max_staleness, trainer, engine,
-                                episode_plan(cfg, sp.plan, sp.league, sp.me, sp.tok, sampling, acc.process_index))
+                                episode_plan(cfg, sp.step_games, sp.league, sp.me, sp.tok, sampling, acc.process_index))
         t0 = time.time()
         bar = tqdm(range(start_step, args.max_steps), initial=start_step, total=args.max_steps, desc="self-play",
                    disable=not run.is_main)

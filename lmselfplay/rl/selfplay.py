@@ -271,12 +271,12 @@ def training_samples(args: SelfPlayArgs, finished, baselines):
     return [s for t in trajs for s in t.samples(shaped.get(id(t), adv[id(t)]))]
 
 
-def make_episodes(cfg, plan, league, me, tok, step, rank):
-    """Step 1-2: who plays whom (``plan``: each episode's game, from :func:`episode_games`),
+def make_episodes(cfg, step_games, league, me, tok, step, rank):
+    """Step 1-2: who plays whom (``step_games``: each episode's game, from :func:`episode_games`),
     from where. Seeded by (seed, step, rank): resumable."""
     rng = random.Random(f"{cfg.trainer.seed}/{step}/{rank}")
     episodes = []
-    for game in plan:
+    for game in step_games:
         kind, snap = league.sample_opponent(rng)
         if kind == "mirror":
             players = (me, me)
@@ -390,11 +390,11 @@ def distill_averages(trainer, averages, tok, steps, logger=None):
     return metrics
 
 
-def episode_plan(cfg, plan, league, me, tok, sampling, process_index):
+def episode_plan(cfg, step_games, league, me, tok, sampling, process_index):
     """``step -> play``: the step's episodes and seed are made in the caller (they read the
     league); ``play()`` plays them, returning (finished episodes, stats)."""
     def at(step):
-        episodes = make_episodes(cfg, plan, league, me, tok, step, process_index)
+        episodes = make_episodes(cfg, step_games, league, me, tok, step, process_index)
         sp, stats = dataclasses.replace(sampling, seed=hash((cfg.trainer.seed, step, process_index)) % (2**31)), RolloutStats()
         return lambda: (list(play_episodes(episodes, sp, concurrency=cfg.selfplay.concurrency, retries=cfg.selfplay.retries,
                                            max_turns=cfg.selfplay.max_turns, stats=stats)), stats)
@@ -412,7 +412,7 @@ class SelfPlay:
 
     games: list
     feedback: dict
-    plan: list
+    step_games: list  # each episode's game, the same every step (the games with exact feedback left out)
     positions: dict
     tok: object
     trainer: PolicyTrainer
@@ -431,7 +431,7 @@ def build(cfg: SelfPlayConfigs, run, games, feedback, positions) -> SelfPlay:
         run.acc.print("gnugo_level is set but gnugo is not installed (apt-get install gnugo): no GnuGo games")
     # the same every step; games with exact feedback learn without playing
     args = cfg.selfplay
-    plan = [g for g in episode_games(games, args.game_weights, args.episodes_per_step) if g.name not in feedback]
+    step_games = [g for g in episode_games(games, args.game_weights, args.episodes_per_step) if g.name not in feedback]
     device = str(run.acc.device)
     model, tok = load_policy(cfg.policy, device=device)
     check_thinking(cfg.average, feedback, tok)
@@ -440,7 +440,7 @@ def build(cfg: SelfPlayConfigs, run, games, feedback, positions) -> SelfPlay:
     engine = run.closing(make_engine(cfg.engine, trainer.unwrapped, tok, answer_budget=args.answer_budget(),  # hf | vllm | ...
                                      temperature=cfg.trainer.temperature, top_p=args.top_p, seed=cfg.trainer.seed))
     league = League(cfg.league, snapshot_engines(trainer, tok))
-    return SelfPlay(games, feedback, plan, positions, tok, trainer, engine, RoleBaselines(args.baseline_decay), league,
+    return SelfPlay(games, feedback, step_games, positions, tok, trainer, engine, RoleBaselines(args.baseline_decay), league,
                     make_averages(cfg.average, games), LLMPlayer(engine, tok, learner=True))
 
 
