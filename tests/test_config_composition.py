@@ -137,7 +137,7 @@ SIZES = {
     "selfplay_games": ["episodes_per_step", "max_steps", "gradient_accumulation_steps", "num_iterations",
                        "concurrency", "max_new_tokens"],
     "debate": ["debates_per_step", "max_steps", "num_rounds", "train_tasks", "eval_tasks"],
-    "r_zero": ["num_questions", "challenger_group_size", "solver_batch", "num_answers", "iterations",
+    "r_zero": ["num_questions", "challenger_group_size", "solver_batch", "num_answers", "rounds",
                "challenger_steps", "solver_steps", "pool_size"],
     "absolute_zero": ["num_generations", "proposals_per_type", "solve_tasks_per_type", "max_steps"],
     "spin": ["per_device_train_batch_size", "generation_batch_size", "gradient_accumulation_steps",

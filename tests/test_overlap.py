@@ -361,7 +361,7 @@ KEPT = [{"prompt": "What is 2 + 2? End with '#### <answer>'.", "label": "4", "tr
 
 
 def _rz_args(model_dir, out, **kw):
-    return {"model_name_or_path": model_dir, "output_dir": out, "iterations": 1, "challenger_steps": 3,
+    return {"model_name_or_path": model_dir, "output_dir": out, "rounds": 1, "challenger_steps": 3,
             "num_questions": 2, "challenger_group_size": 2, "pool_size": 2, "num_answers": 2, "solver_steps": 3,
             "solver_batch": 2, "solver_group_size": 2, "heldout_size": 2, "learning_rate": 1e-3,
             "challenger_max_new_tokens": 6, "solver_max_new_tokens": 4, "filter_low": 0, "filter_high": 2, **kw}

@@ -44,7 +44,7 @@ RECIPES = {
     "absolute_zero": {"max_steps": 2, "proposals_per_type": 2, "solve_tasks_per_type": 2, "num_generations": 2,
                       "references": 1, "seed_programs": 4, "eval_tasks_per_type": 2, "eval_every": 0,
                       "checkpoint_every": 0, "propose_max_new_tokens": 16, "solve_max_new_tokens": 12},
-    "r_zero": {"iterations": 1, "challenger_steps": 2, "num_questions": 4, "challenger_group_size": 4,
+    "r_zero": {"rounds": 1, "challenger_steps": 2, "num_questions": 4, "challenger_group_size": 4,
                "pool_size": 4, "num_answers": 10, "solver_steps": 1, "solver_batch": 2, "solver_group_size": 10,
                "heldout_size": 2, "challenger_max_new_tokens": 12, "solver_max_new_tokens": 8},
     "debate": {"max_steps": 2, "eval_tasks": 2, "train_tasks": 8, "debates_per_step": 2, "max_new_tokens": 6,

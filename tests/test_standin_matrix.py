@@ -44,7 +44,7 @@ TINY = {
                       "checkpoint_every": 0, "propose_max_new_tokens": 16, "solve_max_new_tokens": 12,
                       "induction_inputs": 2, "executor_workers": 1, "gradient_accumulation_steps": 1,
                       "dtype": "float32"},
-    "r_zero": {"iterations": 1, "challenger_steps": 1, "num_questions": 4, "challenger_group_size": 4,
+    "r_zero": {"rounds": 1, "challenger_steps": 1, "num_questions": 4, "challenger_group_size": 4,
                "pool_size": 4, "num_answers": 10, "solver_steps": 1, "solver_batch": 2, "solver_group_size": 10,
                "heldout_size": 4, "challenger_max_new_tokens": 12, "solver_max_new_tokens": 8,
                "gradient_accumulation_steps": 1, "dtype": "float32"},

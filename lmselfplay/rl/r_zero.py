@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -63,6 +63,7 @@ class RZeroArgs(Config):
     components' fields are in their own configs (:class:`RZeroConfigs`)."""
 
     _argument_group_name = "r_zero (lmselfplay.rl.r_zero.RZeroArgs)"
+    renamed_keys: ClassVar[dict[str, str]] = {"iterations": "rounds"}  # beside the trainer's num_iterations
     task_form: str = field(default="arithmetic", metadata={"help": "arithmetic | program"})
     referee: str = field(default="vote", metadata={
         "help": "vote | grounded (= rules for arithmetic, executor for programs) | rules | executor | judge"})
@@ -72,7 +73,7 @@ class RZeroArgs(Config):
                 "weights; vllm_server_urls serve the solver)"})
     challenger_prompt: str = field(default="", metadata={
         "help": "what the challenger is asked (arithmetic); empty: the corpus's word-problem request"})
-    iterations: int = field(default=3, metadata={"help": "challenger + filter + solver rounds"})
+    rounds: int = field(default=3, metadata={"help": "challenger + filter + solver rounds (each logged as an iteration)"})
     challenger_steps: int = field(default=2, metadata={"help": "challenger updates per iteration"})
     num_questions: int = field(default=32, metadata={"help": "N: questions per challenger step"})
     challenger_group_size: int = field(default=8, metadata={"help": "questions per prompt (GRPO group)"})
@@ -93,7 +94,7 @@ class RZeroArgs(Config):
     heldout_size: int = field(default=100, metadata={"help": "fixed ground-truth questions for eval"})
 
     def validate(self) -> None:
-        positive(self, "iterations", "challenger_steps", "num_questions", "challenger_group_size", "num_answers",
+        positive(self, "rounds", "challenger_steps", "num_questions", "challenger_group_size", "num_answers",
                  "pool_size", "solver_steps", "solver_batch", "solver_group_size", "challenger_max_new_tokens",
                  "solver_max_new_tokens", "check_timeout_s", "top_p")
         non_negative(self, "heldout_size")
@@ -176,11 +177,11 @@ class RZero:
         self.acc, self.out = run.acc, run.out
         per_iter = cfg.rzero.challenger_steps + cfg.rzero.solver_steps
         if cfg.rzero.two_copies:
-            self.challenger = self._role(cfg, cfg.rzero.iterations * cfg.rzero.challenger_steps,
+            self.challenger = self._role(cfg, cfg.rzero.rounds * cfg.rzero.challenger_steps,
                                          cfg.rzero.challenger_vllm_server_urls)
-            self.solver = self._role(cfg, cfg.rzero.iterations * cfg.rzero.solver_steps)
+            self.solver = self._role(cfg, cfg.rzero.rounds * cfg.rzero.solver_steps)
         else:
-            self.challenger = self.solver = self._role(cfg, cfg.rzero.iterations * per_iter)
+            self.challenger = self.solver = self._role(cfg, cfg.rzero.rounds * per_iter)
         self.tok = self.solver.trainer.tokenizer
         self.matcher = AnswerMatcher(timeout_s=cfg.rzero.check_timeout_s)
         truth_cls = RulesReferee if cfg.rzero.task_form == "arithmetic" else ExecutorReferee
@@ -549,12 +550,12 @@ def loop(rz: RZero) -> Path:
     logger = rz.run.open_log(rz.global_step if resumed else None)
     log = rz.run.log
     t0 = time.time()
-    bar = tqdm(total=cfg.rzero.iterations * len(PHASES), initial=(start_it - 1) * len(PHASES) + start_phase,
+    bar = tqdm(total=cfg.rzero.rounds * len(PHASES), initial=(start_it - 1) * len(PHASES) + start_phase,
                desc=f"r-zero ({cfg.rzero.referee})", disable=not acc.is_main_process)
     try:
         if not resumed:
             log(0, {"iteration": 0, **heldout_accuracy(rz, 0), "wall_s": 0.0})
-        for it in range(start_it, cfg.rzero.iterations + 1):
+        for it in range(start_it, cfg.rzero.rounds + 1):
             first = start_phase if it == start_it else 0
             # 1: challenger phase
             if first <= 0:  # max_staleness >= 1: a step's questions are written while the previous one trains
