@@ -105,7 +105,7 @@ NO_TB = "--tensorboard false --progress false"
 MAIN_JOB = ("--output_dir {out} --max_steps 2 --episodes_per_step 6 --eval_every 0 --eval_games 2 "
             "--eval_positions 10 --checkpoint_every 1 --max_new_tokens 6")
 SELFPLAY_SMALL = "--output_dir {out} --max_steps 1 --episodes_per_step 4 --eval_every 0 --eval_games 2 --eval_positions 10"
-SEARCH_SMALL = (f"--output_dir {{out}} --iterations 1 --games_per_iteration 2 --n_sims 4 --distill_steps 1 "
+SEARCH_SMALL = (f"--output_dir {{out}} --rounds 1 --games_per_round 2 --n_sims 4 --distill_steps 1 "
                 f"--batch_size 8 --value_steps 1 --eval_every 1 --eval_games 2 --eval_budgets 0 --eval_openings 1 "
                 f"--eval_positions 10 {NO_TB}")
 AZ_SMALL = (f"--output_dir {{out}} --iterations 1 --games_per_iteration 4 --n_sims 4 --train_steps 2 --batch_size 8 "

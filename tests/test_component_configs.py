@@ -115,6 +115,9 @@ def test_fixed_messages_name_their_fields():
 # (recipe, old flag, new flag, a value): flags renamed so that one word has one meaning
 RENAMED = [
     ("selfplay_games", "staleness_threshold", "weight_sync_threshold", "0.1"),
+    ("r_zero", "iterations", "rounds", "2"),
+    ("search_selfplay", "iterations", "rounds", "2"),
+    ("search_selfplay", "games_per_iteration", "games_per_round", "8"),
 ]
 
 

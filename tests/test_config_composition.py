@@ -142,7 +142,7 @@ SIZES = {
     "absolute_zero": ["num_generations", "proposals_per_type", "solve_tasks_per_type", "max_steps"],
     "spin": ["per_device_train_batch_size", "generation_batch_size", "gradient_accumulation_steps",
              "spin_iterations", "num_train_examples", "num_train_epochs"],
-    "search_selfplay": ["batch_size", "games_per_iteration", "iterations", "n_sims", "eval_batch"],
+    "search_selfplay": ["batch_size", "games_per_round", "rounds", "n_sims", "eval_batch"],
     "alphazero": ["batch_size", "games_per_iteration", "train_steps", "iterations", "n_sims"],
 }
 

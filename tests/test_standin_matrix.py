@@ -29,7 +29,7 @@ TINY = {
                        "readout_samples": 2, "max_turns": 4, "league_add_every": 100, "concurrency": 8,
                        "engine": "hf", "dtype": "float32", "distill_steps": 0, "num_iterations": 1,
                        "target_passes": 0},
-    "search_selfplay": {"iterations": 1, "games_per_iteration": 2, "n_sims": 2, "distill_steps": 1, "batch_size": 4,
+    "search_selfplay": {"rounds": 1, "games_per_round": 2, "n_sims": 2, "distill_steps": 1, "batch_size": 4,
                         "value_steps": 1, "eval_every": 0, "tensorboard": "false", "progress": "false",
                         "dtype": "float32", "max_new_tokens": 6},
     "spin": {"spin_iterations": 1, "num_train_examples": 4, "num_eval_examples": 2, "max_completion_length": 8,
