@@ -80,7 +80,7 @@ def main(argv=None):
         trainer, engine, acc = sp.trainer, sp.engine, run.acc
         sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=cfg.trainer.temperature,
                                   top_p=args.top_p, stop=MOVE_STOP)
-        rollouts = rollouts_for(cfg.engine.max_staleness, trainer, engine,
+        rollouts = rollouts_for(cfg.overlap.max_staleness, trainer, engine,
                                 episode_plan(cfg, sp.step_games, sp.league, sp.me, sp.tok, sampling, acc.process_index))
         t0 = time.time()
         bar = tqdm(range(start_step, args.max_steps), initial=start_step, total=args.max_steps, desc="self-play",

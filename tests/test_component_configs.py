@@ -1,4 +1,4 @@
-"""The component configs (engine, weight-sync check, policy, run, checkpoints) each validate alone; the
+"""The component configs (engine, weight-sync check, overlap, policy, run, checkpoints) each validate alone; the
 engine's answer budget is what its recipe names, never a field picked by its name; a dtype
 error names the field it came from."""
 
@@ -16,6 +16,7 @@ import lmselfplay.utils.config as config
 from lmselfplay.lm.engines import EngineConfig
 from lmselfplay.lm.engines.weight_sync_check import WeightSyncCheckConfig
 from lmselfplay.models.policy import PolicyConfig, resolve_dtype
+from lmselfplay.rl.overlap import OverlapConfig
 from lmselfplay.utils.config import Config, ConfigError
 from lmselfplay.utils.recipe_loader import run_recipe
 from lmselfplay.utils.run import PeriodicCheckpoints, RunConfig
@@ -27,7 +28,7 @@ from lmselfplay.utils.run import PeriodicCheckpoints, RunConfig
     (EngineConfig, {"engine": "sglang"}),
     (EngineConfig, {"weight_sync_bucket_mb": 0}),
     (EngineConfig, {"vllm_server_wait": -1.0}),
-    (EngineConfig, {"max_staleness": -1}),
+    (OverlapConfig, {"max_staleness": -1}),
     (WeightSyncCheckConfig, {"weight_sync_threshold": -0.1}),
     (PolicyConfig, {"dtype": "bf16"}),
     (PolicyConfig, {"prompt_format": "html"}),

@@ -276,18 +276,19 @@ def test_help_has_a_group_per_component_and_a_line_per_field(name):
 
 
 def test_the_policy_gradient_recipes_share_the_component_parts():
-    """The recipes that train a policy with an engine parse the trainer's, policy's, engine's and
-    run's configs first (PolicyGradientConfigs), then their own."""
+    """The recipes that train a policy with an engine parse the trainer's, policy's, engine's,
+    overlap's and run's configs first (PolicyGradientConfigs), then their own."""
     from lmselfplay.lm.engines import EngineConfig
     from lmselfplay.models.policy import PolicyConfig
     from lmselfplay.rl.configs import PolicyGradientConfigs
+    from lmselfplay.rl.overlap import OverlapConfig
     from lmselfplay.utils.run import RunConfig
 
     for name in ("selfplay_games", "r_zero", "absolute_zero", "debate"):
         cls = RECIPE_CONFIGS[name]
         assert issubclass(cls, PolicyGradientConfigs), name
-        assert cls.classes()[:4] == (TrainerConfig, PolicyConfig, EngineConfig, RunConfig), name
-        assert cls.classes()[4].__name__.endswith("Args"), name
+        assert cls.classes()[:5] == (TrainerConfig, PolicyConfig, EngineConfig, OverlapConfig, RunConfig), name
+        assert cls.classes()[5].__name__.endswith("Args"), name
 
 
 def test_the_help_runs_and_shows_the_groups():

@@ -229,7 +229,7 @@ class RZero:
     def rollouts(self, role: Role, plan, others: tuple[Role, ...] = ()) -> OverlappedRollouts:
         """A phase's rollouts for ``role``'s updates (``max_staleness``), generated with the weights
         of ``role`` and ``others`` (served before each step's generation)."""
-        return rollouts_for(self.cfg.engine.max_staleness, role.trainer, role.engine, plan, also=[(r.trainer, r.engine) for r in others])
+        return rollouts_for(self.cfg.overlap.max_staleness, role.trainer, role.engine, plan, also=[(r.trainer, r.engine) for r in others])
 
     def update(self, role: Role, samples: list[Sample]) -> dict[str, float]:
         metrics = role.trainer.step(samples)
