@@ -83,7 +83,7 @@ def step_batch(cfg, games, with_eval=True):
     read_s = time.perf_counter() - t0
     args = cfg.selfplay
     step_games = [g for g in episode_games(games, args.game_weights, args.episodes_per_step) if g.name not in feedback]
-    league = League(cfg.league, snapshot_engines(trainer, tok))
+    league = League(cfg.league, snapshot_engines(trainer, tok), play_in=cfg.play_in)
     sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=cfg.trainer.temperature, top_p=args.top_p,
                               stop=MOVE_STOP)
     play = episode_plan(cfg, step_games, league, LLMPlayer(engine, tok, learner=True), tok, sampling, 0)(0)

@@ -47,7 +47,7 @@ from lmselfplay.rl.advantages import RoleBaselines, observation_key
 from lmselfplay.rl.average_policy import AverageConfig, AveragePolicy, averageable, distill_samples
 from lmselfplay.rl.configs import PolicyGradientConfigs
 from lmselfplay.rl.exact_feedback import ExactFeedback, FeedbackConfig, exact_feedback_games
-from lmselfplay.rl.league import League, LeagueConfig
+from lmselfplay.rl.league import League, LeagueConfig, PlayInConfig
 from lmselfplay.rl.trainer import PolicyTrainer, beta_for, reference_policy
 from lmselfplay.utils.config import (
     Config,
@@ -128,12 +128,14 @@ class SelfPlayArgs(Config):
 @dataclass(frozen=True)
 class SelfPlayConfigs(PolicyGradientConfigs):
     """What ``recipes/selfplay_games.py`` parses: the trainer's, policy's, engine's and run's
-    configs, its own arguments, and the average policy's, feedback's, league's and checkpoints'."""
+    configs, its own arguments, and the average policy's, feedback's, league's, play-in's and
+    checkpoints'."""
 
     selfplay: SelfPlayArgs
     average: AverageConfig
     feedback: FeedbackConfig
     league: LeagueConfig
+    play_in: PlayInConfig
     checkpoints: PeriodicCheckpoints
 
     defaults = {"output_dir": "runs/selfplay_games"}
@@ -313,7 +315,7 @@ def snapshot_score(cfg, games, league, tok, step):
         pb = LLMPlayer(league.engine_for(b), tok, learner=False, name=b.name)
         eps = [Episode(games[i % len(games)], (pa, pb) if i % 2 == 0 else (pb, pa), seed=cfg.trainer.seed * 7919 + i,
                        sampling=text_sampling(cfg, games[i % len(games)]))
-               for i in range(cfg.league.league_eval_games)]
+               for i in range(cfg.play_in.league_eval_games)]
         results = [float(np.sign(f.returns[0 if f.episode.players[0] is pa else 1]))
                    for f in play_episodes(eps, sampling, concurrency=cfg.selfplay.concurrency, max_turns=cfg.selfplay.max_turns)]
         return float(np.mean(results))
@@ -439,7 +441,7 @@ def build(cfg: SelfPlayConfigs, run, games, feedback, positions) -> SelfPlay:
                             ref_model=reference_policy(cfg.policy, cfg.trainer.beta, model, device))
     engine = run.closing(make_engine(cfg.engine, trainer.unwrapped, tok, answer_budget=args.answer_budget(),  # hf | vllm | ...
                                      temperature=cfg.trainer.temperature, top_p=args.top_p, seed=cfg.trainer.seed))
-    league = League(cfg.league, snapshot_engines(trainer, tok))
+    league = League(cfg.league, snapshot_engines(trainer, tok), play_in=cfg.play_in)
     return SelfPlay(games, feedback, step_games, positions, tok, trainer, engine, RoleBaselines(args.baseline_decay), league,
                     make_averages(cfg.average, games), LLMPlayer(engine, tok, learner=True))
 
