@@ -119,6 +119,8 @@ RENAMED = [
     ("r_zero", "iterations", "rounds", "2"),
     ("search_selfplay", "iterations", "rounds", "2"),
     ("search_selfplay", "games_per_iteration", "games_per_round", "8"),
+    ("referee_study", "iterations", "rounds", "2"),
+    ("referee_study", "study_dir", "output_dir", "runs/x"),
 ]
 
 
@@ -126,12 +128,15 @@ RENAMED = [
 @pytest.mark.parametrize("recipe, old, new, value", RENAMED)
 def test_a_renamed_flag_is_a_one_line_error_naming_the_new_one(recipe, old, new, value, where, tmp_path):
     """The old name, on the command line or in a YAML, says what it is now called; the new one parses."""
-    from recipe_configs import parse_recipe
+    from recipe_configs import RECIPE_CONFIGS
 
+    from lmselfplay.referee_study import RefereeStudyConfigs
+
+    parse_recipe = {**RECIPE_CONFIGS, "referee_study": RefereeStudyConfigs}.__getitem__
     argv = [f"--{old}", value]
     if where == "yaml":
         (tmp_path / "c.yaml").write_text(f"{old}: {value}\n")
         argv = ["--config", str(tmp_path / "c.yaml")]
     with pytest.raises(ConfigError, match=f"^[^\n]*{old} is now called {new}[^\n]*$"):
-        parse_recipe(recipe, argv)
-    assert parse_recipe(recipe, [f"--{new}", value]).as_dict()[new] is not None
+        parse_recipe(recipe).parse(argv)
+    assert parse_recipe(recipe).parse([f"--{new}", value]).as_dict()[new] is not None
