@@ -82,11 +82,11 @@ def step_batch(cfg, games, with_eval=True):
         exact, _ = exact_targets(feedback, engine, tok, 0)
     read_s = time.perf_counter() - t0
     args = cfg.selfplay
-    plan = [g for g in episode_games(games, args.game_weights, args.episodes_per_step) if g.name not in feedback]
-    league = League(cfg.league, snapshot_engines(trainer, tok))
+    step_games = [g for g in episode_games(games, args.game_weights, args.episodes_per_step) if g.name not in feedback]
+    league = League(cfg.league, snapshot_engines(trainer, tok), play_in=cfg.play_in)
     sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=cfg.trainer.temperature, top_p=args.top_p,
                               stop=MOVE_STOP)
-    play = episode_plan(cfg, plan, league, LLMPlayer(engine, tok, learner=True), tok, sampling, 0)(0)
+    play = episode_plan(cfg, step_games, league, LLMPlayer(engine, tok, learner=True), tok, sampling, 0)(0)
     t0 = time.perf_counter()
     with trainer.serving(engine):
         finished, _ = play()  # the recipe's own step-0 play: its seed, retries and turn limit

@@ -55,7 +55,7 @@ from lmselfplay.utils.results import save_results
 ROOT = Path(__file__).resolve().parents[1]
 
 
-QUICK = {"search_selfplay": ["--games_per_iteration", "2", "--n_sims", "4", "--distill_steps", "1", "--batch_size", "8",
+QUICK = {"search_selfplay": ["--games_per_round", "2", "--n_sims", "4", "--distill_steps", "1", "--batch_size", "8",
                              "--value_steps", "1"],
          "selfplay_games": ["--episodes_per_step", "4", "--max_new_tokens", "6"]}
 
@@ -69,7 +69,7 @@ def arms(out: Path, model: str | None, seed: int, quick: bool = False) -> dict[s
     return {
         "search_selfplay": [sys.executable, str(ROOT / "recipes" / "search_selfplay.py"), "--config",
                             str(ROOT / "recipes" / "configs" / "search_selfplay_tictactoe.yaml"),
-                            "--output_dir", str(out / "search_selfplay"), "--iterations", "100000",
+                            "--output_dir", str(out / "search_selfplay"), "--rounds", "100000",
                             "--eval_every", "0", "--checkpoint_every", "1", "--torch_threads", "1",
                             "--tensorboard", "false", "--progress", "false", *common,
                             *(QUICK["search_selfplay"] if quick else [])],

@@ -13,7 +13,7 @@ in seconds). The small vocabulary drops ~135M embedding parameters, so the defau
      (same prompts, same sampling, same max length)                          goal >= 10x
   2. a few real self-play steps (rollout with vLLM -> advantages -> PPO step -> weight push)
   3. weight-sync time per step (bucketed push + prefix-cache reset), 0.5B params  goal < 1 s
-  4. the staleness detector over ``--syncs`` steps with a push after each (should stay
+  4. the weight-sync check over ``--syncs`` steps with a push after each (should stay
      low), then ``--stale_steps`` steps whose push is skipped (should jump: the negative control)
   5. every step is TIS-corrected (``--tis_cap``, lmselfplay/rl/importance.py): ``tis/weight`` and
      ``tis/capped`` against the bf16 engine's log-probs, per step
@@ -41,7 +41,7 @@ from pathlib import Path
 
 import torch
 
-from lmselfplay.lm.engines import HFEngine, SamplingParams, StalenessDetector
+from lmselfplay.lm.engines import HFEngine, SamplingParams, WeightSyncCheck
 from lmselfplay.lm.trajectory import Sample
 
 RESULTS = Path(__file__).resolve().parent / "results" / "vllm_gpu.json"
@@ -197,7 +197,7 @@ def selfplay_steps(engine, trainer, tok, steps: int, episodes: int, max_new_toke
 def sync_series(engine, trainer, prompts, syncs: int, new_tokens: int, threshold: float, stale_steps: int) -> dict:
     """``syncs`` x (generate -> PPO step -> push): the detector and the push time each step;
     then ``stale_steps`` steps without a push, and the rollout after them (the negative control)."""
-    detector = StalenessDetector(threshold=threshold)
+    detector = WeightSyncCheck(threshold=threshold)
 
     def rollout(seed):
         outs = engine.generate(prompts, SamplingParams(max_new_tokens=new_tokens, temperature=1.0, seed=seed))
@@ -237,7 +237,7 @@ def main(argv=None) -> int:
     ap.add_argument("--learning_rate", type=float, default=1e-4,
                     help="large enough that one Adam step moves bf16 weights (ulp ~1e-4 at 0.02)")
     ap.add_argument("--stale_steps", type=int, default=4, help="negative control: steps without a push")
-    ap.add_argument("--threshold", type=float, default=0.1, help="staleness_threshold")
+    ap.add_argument("--threshold", type=float, default=0.1, help="weight_sync_threshold")
     ap.add_argument("--gpu_memory_utilization", type=float, default=0.35)
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--allow_cpu", action="store_true", help="logic check on vLLM's CPU build (tiny sizes)")

@@ -28,7 +28,7 @@ from lmselfplay.rl.selfplay import (
     average_metrics,
     distill_averages,
     fold_averages,
-    readout,
+    resolved_readout,
 )
 
 
@@ -50,7 +50,7 @@ def evaluate_games(cfg, games, positions, engine, tok, step):
         game_sampling = sampling if has_enumerable_actions(game) else \
             SamplingParams(**{**vars(sampling), "max_new_tokens": cfg.selfplay.text_max_new_tokens})
         result = game_metrics.policy_metrics(engine, tok, game, positions.get(game.name), cfg.selfplay.eval_games, game_sampling,
-                                       seed=step, max_new_tokens=cfg.selfplay.max_new_tokens, readout=readout(cfg.selfplay, tok),
+                                       seed=step, max_new_tokens=cfg.selfplay.max_new_tokens, readout=resolved_readout(cfg.selfplay, tok),
                                        readout_samples=cfg.selfplay.readout_samples)
         out.update({f"{game.name}/{k}": v for k, v in result.items()})
         out.update(gnugo_metrics(cfg.selfplay, game, engine, tok, game_sampling, step))

@@ -1,10 +1,12 @@
 """The referee study: the same R-Zero loop, seed and budget, grounded by different referees.
 
     lmselfplay referee-study --config recipes/configs/r_zero.yaml [--referees grounded,vote]
-                             [--study_dir runs/referee_study] [--any r_zero key ...]
+                             [--output_dir DIR] [--any r_zero key ...]
 
-Each referee gets its own run (``study_dir/<referee>``: the recipe's metrics, curves, data
-and checkpoints; ``--resume true`` continues them). The truth is computed for every
+The study's folder is ``output_dir`` (the run config's, as for every program: the flag's, else
+the YAML's, else ``runs/referee_study``). Each referee gets its own run
+(``output_dir/<referee>``: the recipe's metrics, curves, data and checkpoints; ``--resume
+true`` continues them). The truth is computed for every
 question in every run; only the referee under study decides labels and rewards. Per
 iteration and referee:
 
@@ -16,7 +18,7 @@ iteration and referee:
   the filter band; diversity: 1 - mean pairwise BLEU of the pool's questions;
 * the solver's greedy accuracy on the fixed held-out ground-truth set.
 
-Output in ``study_dir``: ``study.jsonl``, ``study.csv``, ``study.png`` (a panel per measure,
+Output in ``output_dir``: ``study.jsonl``, ``study.csv``, ``study.png`` (a panel per measure,
 a curve per referee, 95% Wilson intervals shaded) and the table on stdout, closed by a note
 on whether the vote's label accuracy falls across iterations (by its 95% intervals).
 """
@@ -30,7 +32,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from lmselfplay.rl.r_zero import RZeroConfigs, train
 from lmselfplay.utils.checkpoint import atomic_write_text
@@ -53,13 +55,14 @@ MEASURES: dict[str, tuple[str, str] | None] = {
 
 @dataclass
 class RefereeStudyArgs(Config):
-    """The study's own two fields (beside every r_zero key, :class:`RefereeStudyConfigs`)."""
+    """The study's own field (beside every r_zero key, :class:`RefereeStudyConfigs`); its folder
+    is the run config's ``output_dir`` (one folder field)."""
 
     _argument_group_name = "referee study (lmselfplay.referee_study.RefereeStudyArgs)"
+    renamed_keys: ClassVar[dict[str, str]] = {"study_dir": "output_dir"}
     referees: str = field(default="auto", metadata={
-        "help": "comma-separated referees; auto = grounded,vote (+ judge when registered)"})
-    study_dir: str = field(default="runs/referee_study", metadata={
-        "help": "the study's table, rows and plot; each referee's run in study_dir/<referee>"})
+        "help": "comma-separated referees; auto = grounded,vote (+ judge when registered); the study's table, "
+                "rows and plot go in output_dir, each referee's run in output_dir/<referee>"})
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,8 @@ class RefereeStudyConfigs(RZeroConfigs):
     """R-Zero's configs (every r_zero key) and the study's own arguments."""
 
     study: RefereeStudyArgs
+
+    defaults = {**RZeroConfigs.defaults, "output_dir": "runs/referee_study"}
 
 
 def referee_names(spec: str) -> list[str]:
@@ -173,12 +178,13 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     cfg = RefereeStudyConfigs.parse(argv)
-    study_dir = Path(cfg.study.study_dir)
+    study_dir = Path(cfg.run.output_dir)
     rows = []
     for name in referee_names(cfg.study.referees):
         args = dataclasses.replace(cfg.rzero, referee=name)  # validated again: grounded -> rules / executor
-        run_cfg = RZeroConfigs(rzero=args, trainer=cfg.trainer, policy=cfg.policy, engine=cfg.engine,
-                               run=dataclasses.replace(cfg.run, output_dir=str(study_dir / args.referee)))
+        parts = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(RZeroConfigs)}
+        run_cfg = RZeroConfigs(**{**parts, "rzero": args,
+                                  "run": dataclasses.replace(cfg.run, output_dir=str(study_dir / args.referee))})
         print(f"\n=== referee {args.referee} ===")
         rows += iteration_rows(train(run_cfg), args.referee)
     rows = table(rows)

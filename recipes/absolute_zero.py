@@ -88,7 +88,7 @@ def main(argv=None):
         logger = run.open_log(start_step if run.checkpoint else None)
         # max_staleness >= 1: a step's rollouts are played while the previous step trains
         plan = rollout_plan(cfg, acc, engine, tok, referee, buffers, lambda step: run.checkpoint_due(step + 1))
-        rollouts = run.closing(rollouts_for(cfg.engine.max_staleness, trainer, engine, plan))  # closed (waited for) before the referee
+        rollouts = run.closing(rollouts_for(cfg.overlap.max_staleness, trainer, engine, plan))  # closed (waited for) before the referee
         t0 = time.time()
         bar = tqdm(range(start_step, args.max_steps), initial=start_step, total=args.max_steps,
                    desc="absolute zero", disable=not run.is_main)

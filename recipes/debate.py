@@ -85,7 +85,7 @@ def main(argv=None):
         run.open_log(start_step if run.checkpoint else None)
         sampling = SamplingParams(max_new_tokens=cfg.protocol.max_new_tokens, temperature=cfg.trainer.temperature,
                                   top_p=args.top_p)
-        rollouts = rollouts_for(cfg.engine.max_staleness, d.trainer, d.engine,
+        rollouts = rollouts_for(cfg.overlap.max_staleness, d.trainer, d.engine,
                                 debate_plan(cfg, d.pool, d.engine, d.tok, sampling, run.acc.process_index))
         t0 = time.time()
         bar = tqdm(range(start_step, args.max_steps), initial=start_step, total=args.max_steps, desc="debate",

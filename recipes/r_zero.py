@@ -5,7 +5,7 @@
     lmselfplay referee-study --config recipes/configs/r_zero.yaml   # vote vs rules, same loop
 
 Huang et al. 2025 ("R-Zero: Self-Evolving Reasoning LLM from Zero Data"), per iteration
-k = 1..iterations, in its order:
+k = 1..rounds, in its order:
 
     1. challenger : challenger_steps times: the challenger writes num_questions questions
                     in a checkable form (task_form); the solver answers each m = num_answers

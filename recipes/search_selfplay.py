@@ -9,7 +9,7 @@ targets -> distillation -> stronger network; here the LLM IS the network. Its pr
 next-token distribution over the legal move tokens after ``<move>`` (one forward of prompt
 + ``<move>``; teacher-forced answer scores for tokenizers that split move names), its value
 a small head on the hidden state at the end of the prompt
-(:class:`lmselfplay.lm.search_eval.LLMEvaluator`). One iteration, in order:
+(:class:`lmselfplay.lm.search_eval.LLMEvaluator`). One round, in order:
 
 1. opponents : per game, 40% mirror play (the learner on both seats), 40% a recent frozen
                league snapshot, 20% a hall-of-fame snapshot (the first snapshot, the initial
@@ -20,7 +20,7 @@ a small head on the hidden state at the end of the prompt
                ``temperature_moves`` plies then the most visited move; a fraction of games
                starts from a random legal reset;
 3. replay    : only the learner's searched turns (prompt, visit distribution pi, z = final
-               result for the mover) enter a window of the last ``replay_window`` iterations;
+               result for the mover) enter a window of the last ``replay_window`` rounds;
 4. distill   : ``distill_steps`` trainer steps on minibatches from the window: cross-entropy
                from pi to the LLM's move-token distribution (over the whole vocabulary, so
                illegal answers are pushed down, not renormalized away) + KL to the initial
@@ -31,9 +31,9 @@ a small head on the hidden state at the end of the prompt
                learns the blended target c(a) Q_PUCT(a) + (1 - c(a)) Q_prior(a),
                c(a) = N(a) / (N(a) + q_lambda), plus (z - V)^2
                (:func:`lmselfplay.alphazero.llm_selfplay.blended_q_target`, ``q_loss``);
-6. league    : every ``league_add_every`` iterations the learner joins the ring of frozen
+6. league    : every ``league_add_every`` rounds the learner joins the ring of frozen
                snapshots; every ``league_promote_every``-th one also the hall of fame;
-7. evaluate  : every ``eval_every`` iterations, deterministic (no noise): at budget 0 the
+7. evaluate  : every ``eval_every`` rounds, deterministic (no noise): at budget 0 the
                raw LLM (greedy answer; illegal = loss) and the exact metrics the game
                declares (``eval/game_metrics.policy_metrics``); at budgets 16/32/64 the search
                agent from fixed openings vs a random player and vs the exact solver
@@ -89,12 +89,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if start == 1 and args.eval_every > 0:  # the starting point of every curve
             run.log(0, {**strength_per_budget(face, evaluator, s.trainer.unwrapped, s.tok, cfg, 0),
                         "time/wall_s": 0.0})
-        for it in tqdm(range(start, args.iterations + 1), desc="search self-play", disable=not args.progress,
-                       initial=start - 1, total=args.iterations):
+        for it in tqdm(range(start, args.rounds + 1), desc="search self-play", disable=not args.progress,
+                       initial=start - 1, total=args.rounds):
             t0, forwards = time.time(), evaluator.forwards
             evaluator.clear()  # new weights since the last search
             # 1. opponents
-            games = plan_games(face, args.games_per_iteration, rng, lambda r: opponent_name(s.league, r),
+            games = plan_games(face, args.games_per_round, rng, lambda r: opponent_name(s.league, r),
                                args.reset_fraction, args.reset_max_plies)
             # 2. self-play with search
             with tqdm(desc="self-play turns", disable=not args.progress, leave=False) as bar:
@@ -118,13 +118,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             if s.league.due(it):
                 s.league.add(it, snapshot(s.trainer, s.head))
             # 7. evaluate
-            if args.eval_every > 0 and (it % args.eval_every == 0 or it == args.iterations):
+            if args.eval_every > 0 and (it % args.eval_every == 0 or it == args.rounds):
                 metrics.update(strength_per_budget(face, evaluator, s.trainer.unwrapped, s.tok, cfg, it))
             metrics["time/iteration_s"] = time.time() - t0
             metrics["time/wall_s"] = time.time() - t_start
             run.log(it, metrics)
             # 8. checkpoint
-            if run.checkpoint_due(it, last=it == args.iterations):
+            if run.checkpoint_due(it, last=it == args.rounds):
                 save(s, cfg, it)
         plot_run(args, run.logger)
     return metrics

@@ -80,8 +80,8 @@ def main(argv=None):
         trainer, engine, acc = sp.trainer, sp.engine, run.acc
         sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=cfg.trainer.temperature,
                                   top_p=args.top_p, stop=MOVE_STOP)
-        rollouts = rollouts_for(cfg.engine.max_staleness, trainer, engine,
-                                episode_plan(cfg, sp.plan, sp.league, sp.me, sp.tok, sampling, acc.process_index))
+        rollouts = rollouts_for(cfg.overlap.max_staleness, trainer, engine,
+                                episode_plan(cfg, sp.step_games, sp.league, sp.me, sp.tok, sampling, acc.process_index))
         t0 = time.time()
         bar = tqdm(range(start_step, args.max_steps), initial=start_step, total=args.max_steps, desc="self-play",
                    disable=not run.is_main)
@@ -96,7 +96,7 @@ def main(argv=None):
             finished, stats = rollouts.next(step, args.max_steps - 1)
             # 5: advantages; a game played with weights older than max_staleness versions is dropped
             samples, stale = rollouts.keep(training_samples(args, finished, sp.baselines) + exact, trainer.step_count)
-            # 6: update (its staleness check warns, or stops with strict_sync, when the engine's weights
+            # 6: update (its weight-sync check warns, or stops with strict_sync, when the engine's weights
             # are not the trainer's); the engine serves the same (updated) weights next step
             metrics = trainer.step(samples)
             # 7: league

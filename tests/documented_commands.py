@@ -105,7 +105,7 @@ NO_TB = "--tensorboard false --progress false"
 MAIN_JOB = ("--output_dir {out} --max_steps 2 --episodes_per_step 6 --eval_every 0 --eval_games 2 "
             "--eval_positions 10 --checkpoint_every 1 --max_new_tokens 6")
 SELFPLAY_SMALL = "--output_dir {out} --max_steps 1 --episodes_per_step 4 --eval_every 0 --eval_games 2 --eval_positions 10"
-SEARCH_SMALL = (f"--output_dir {{out}} --iterations 1 --games_per_iteration 2 --n_sims 4 --distill_steps 1 "
+SEARCH_SMALL = (f"--output_dir {{out}} --rounds 1 --games_per_round 2 --n_sims 4 --distill_steps 1 "
                 f"--batch_size 8 --value_steps 1 --eval_every 1 --eval_games 2 --eval_budgets 0 --eval_openings 1 "
                 f"--eval_positions 10 {NO_TB}")
 AZ_SMALL = (f"--output_dir {{out}} --iterations 1 --games_per_iteration 4 --n_sims 4 --train_steps 2 --batch_size 8 "
@@ -113,7 +113,7 @@ AZ_SMALL = (f"--output_dir {{out}} --iterations 1 --games_per_iteration 4 --n_si
 AZR_SMALL = ("--output_dir {out} --max_steps 1 --proposals_per_type 2 --solve_tasks_per_type 2 --num_generations 2 "
              "--references 1 --seed_programs 4 --eval_tasks_per_type 3 --eval_every 1 --checkpoint_every 1 "
              "--propose_max_new_tokens 16 --solve_max_new_tokens 12")
-RZERO_SMALL = ("--iterations 1 --challenger_steps 1 --num_questions 4 --challenger_group_size 4 --pool_size 4 "
+RZERO_SMALL = ("--rounds 1 --challenger_steps 1 --num_questions 4 --challenger_group_size 4 --pool_size 4 "
                "--num_answers 10 --solver_steps 1 --solver_batch 2 --solver_group_size 10 --heldout_size 4 "
                "--challenger_max_new_tokens 12 --solver_max_new_tokens 8")
 DEBATE_SMALL = ("--output_dir {out} --max_steps 1 --debates_per_step 2 --train_tasks 8 --eval_tasks 4 "
@@ -181,8 +181,8 @@ REGISTRY: list[Command] = [
     Command("accelerate launch --config_file recipes/accelerate/zero2.yaml recipes/r_zero.py "
             "--config recipes/configs/r_zero_qwen3.yaml", skip=f"{GPU}s and Qwen3-4B-Base weights"),
     Command("lmselfplay referee-study --config recipes/configs/r_zero.yaml",
-            extra=f"--study_dir {{out}} --referees grounded,vote {RZERO_SMALL}", output=r"label_accuracy", slow=True),
-    Command("lmselfplay referee-study", extra=f"--study_dir {{out}} --referees grounded {RZERO_SMALL}",
+            extra=f"--output_dir {{out}} --referees grounded,vote {RZERO_SMALL}", output=r"label_accuracy", slow=True),
+    Command("lmselfplay referee-study", extra=f"--output_dir {{out}} --referees grounded {RZERO_SMALL}",
             output=r"label_accuracy"),  # one referee: the by-default run of the study command
     Command("python recipes/debate.py --config recipes/configs/debate.yaml", extra=DEBATE_SMALL,
             files=("metrics.jsonl", "accuracy_table.json")),
@@ -323,7 +323,7 @@ REGISTRY: list[Command] = [
     Command(".venv/bin/python benchmarks/bench_ttt_representation.py --model PATH --which embedded --steps 400 "
             "--batch 128", subs=(("PATH", "{model}"), ("--steps 400 --batch 128", "--steps 2 --batch 8")),
             extra="--eval_every 1 --eval_positions 20", output=RESULT, slow=True),
-    Command("python recipes/r_zero.py --config recipes/configs/r_zero.yaml --model_name_or_path PATH --iterations 1",
+    Command("python recipes/r_zero.py --config recipes/configs/r_zero.yaml --model_name_or_path PATH --rounds 1",
             subs=(("PATH", "{model}"),), extra=f"--output_dir {{out}} {RZERO_SMALL}", files=("metrics.jsonl",),
             slow=True),
     Command("python recipes/absolute_zero.py --config recipes/configs/absolute_zero.yaml --model_name_or_path PATH",

@@ -310,7 +310,7 @@ def test_hostile_proposals_are_invalid_counted_and_harmless(model_dir, tmp_path)
 
         engine = ScriptedEngine(tok, answer)
         before = {tt: len(b) for tt, b in buffers.items()}
-        rollouts = rollouts_for(cfg.engine.max_staleness, trainer, engine,
+        rollouts = rollouts_for(cfg.overlap.max_staleness, trainer, engine,
                                        azr.rollout_plan(cfg, trainer.accelerator, engine, tok, referee, buffers))
         row = azr.train_step(cfg, trainer.accelerator, trainer, rollouts.next(0), rollouts, 0, tmp_path / "run")
     finally:

@@ -268,7 +268,7 @@ def test_r_zero_phase_checkpoints_verify_and_resume_falls_back(model_dir, tmp_pa
     with the uninterrupted run's weights."""
     from lm_fixtures import saved_weights
 
-    args = {"model_name_or_path": model_dir, "iterations": 1, "challenger_steps": 1, "num_questions": 8,
+    args = {"model_name_or_path": model_dir, "rounds": 1, "challenger_steps": 1, "num_questions": 8,
             "challenger_group_size": 4, "pool_size": 8, "num_answers": 4, "filter_low": 1, "filter_high": 3,
             "solver_steps": 1, "solver_batch": 4, "solver_group_size": 2, "heldout_size": 4,
             "learning_rate": 1e-3, "challenger_max_new_tokens": 12, "solver_max_new_tokens": 8}

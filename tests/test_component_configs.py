@@ -1,4 +1,4 @@
-"""The component configs (engine, staleness, policy, run, checkpoints) each validate alone; the
+"""The component configs (engine, weight-sync check, overlap, policy, run, checkpoints) each validate alone; the
 engine's answer budget is what its recipe names, never a field picked by its name; a dtype
 error names the field it came from."""
 
@@ -14,8 +14,9 @@ import lmselfplay.rl.r_zero as r_zero
 import lmselfplay.rl.selfplay as selfplay
 import lmselfplay.utils.config as config
 from lmselfplay.lm.engines import EngineConfig
-from lmselfplay.lm.engines.staleness import StalenessConfig
+from lmselfplay.lm.engines.weight_sync_check import WeightSyncCheckConfig
 from lmselfplay.models.policy import PolicyConfig, resolve_dtype
+from lmselfplay.rl.overlap import OverlapConfig
 from lmselfplay.utils.config import Config, ConfigError
 from lmselfplay.utils.recipe_loader import run_recipe
 from lmselfplay.utils.run import PeriodicCheckpoints, RunConfig
@@ -27,8 +28,8 @@ from lmselfplay.utils.run import PeriodicCheckpoints, RunConfig
     (EngineConfig, {"engine": "sglang"}),
     (EngineConfig, {"weight_sync_bucket_mb": 0}),
     (EngineConfig, {"vllm_server_wait": -1.0}),
-    (EngineConfig, {"max_staleness": -1}),
-    (StalenessConfig, {"staleness_threshold": -0.1}),
+    (OverlapConfig, {"max_staleness": -1}),
+    (WeightSyncCheckConfig, {"weight_sync_threshold": -0.1}),
     (PolicyConfig, {"dtype": "bf16"}),
     (PolicyConfig, {"prompt_format": "html"}),
     (PolicyConfig, {"lora_r": 0}),
@@ -110,3 +111,32 @@ def test_fixed_messages_name_their_fields():
         LeagueConfig(mirror_fraction=0.9)
     with pytest.raises(ConfigError, match="exact_games names 'tictactoe'"):
         exact_feedback_games([make("tictactoe")], "tictactoe")
+
+
+# (recipe, old flag, new flag, a value): flags renamed so that one word has one meaning
+RENAMED = [
+    ("selfplay_games", "staleness_threshold", "weight_sync_threshold", "0.1"),
+    ("r_zero", "iterations", "rounds", "2"),
+    ("search_selfplay", "iterations", "rounds", "2"),
+    ("search_selfplay", "games_per_iteration", "games_per_round", "8"),
+    ("referee_study", "iterations", "rounds", "2"),
+    ("referee_study", "study_dir", "output_dir", "runs/x"),
+]
+
+
+@pytest.mark.parametrize("where", ["cli", "yaml"])
+@pytest.mark.parametrize("recipe, old, new, value", RENAMED)
+def test_a_renamed_flag_is_a_one_line_error_naming_the_new_one(recipe, old, new, value, where, tmp_path):
+    """The old name, on the command line or in a YAML, says what it is now called; the new one parses."""
+    from recipe_configs import RECIPE_CONFIGS
+
+    from lmselfplay.referee_study import RefereeStudyConfigs
+
+    parse_recipe = {**RECIPE_CONFIGS, "referee_study": RefereeStudyConfigs}.__getitem__
+    argv = [f"--{old}", value]
+    if where == "yaml":
+        (tmp_path / "c.yaml").write_text(f"{old}: {value}\n")
+        argv = ["--config", str(tmp_path / "c.yaml")]
+    with pytest.raises(ConfigError, match=f"^[^\n]*{old} is now called {new}[^\n]*$"):
+        parse_recipe(recipe).parse(argv)
+    assert parse_recipe(recipe).parse([f"--{new}", value]).as_dict()[new] is not None

@@ -137,12 +137,12 @@ SIZES = {
     "selfplay_games": ["episodes_per_step", "max_steps", "gradient_accumulation_steps", "num_iterations",
                        "concurrency", "max_new_tokens"],
     "debate": ["debates_per_step", "max_steps", "num_rounds", "train_tasks", "eval_tasks"],
-    "r_zero": ["num_questions", "challenger_group_size", "solver_batch", "num_answers", "iterations",
+    "r_zero": ["num_questions", "challenger_group_size", "solver_batch", "num_answers", "rounds",
                "challenger_steps", "solver_steps", "pool_size"],
     "absolute_zero": ["num_generations", "proposals_per_type", "solve_tasks_per_type", "max_steps"],
     "spin": ["per_device_train_batch_size", "generation_batch_size", "gradient_accumulation_steps",
              "spin_iterations", "num_train_examples", "num_train_epochs"],
-    "search_selfplay": ["batch_size", "games_per_iteration", "iterations", "n_sims", "eval_batch"],
+    "search_selfplay": ["batch_size", "games_per_round", "rounds", "n_sims", "eval_batch"],
     "alphazero": ["batch_size", "games_per_iteration", "train_steps", "iterations", "n_sims"],
 }
 
@@ -276,18 +276,19 @@ def test_help_has_a_group_per_component_and_a_line_per_field(name):
 
 
 def test_the_policy_gradient_recipes_share_the_component_parts():
-    """The recipes that train a policy with an engine parse the trainer's, policy's, engine's and
-    run's configs first (PolicyGradientConfigs), then their own."""
+    """The recipes that train a policy with an engine parse the trainer's, policy's, engine's,
+    overlap's and run's configs first (PolicyGradientConfigs), then their own."""
     from lmselfplay.lm.engines import EngineConfig
     from lmselfplay.models.policy import PolicyConfig
     from lmselfplay.rl.configs import PolicyGradientConfigs
+    from lmselfplay.rl.overlap import OverlapConfig
     from lmselfplay.utils.run import RunConfig
 
     for name in ("selfplay_games", "r_zero", "absolute_zero", "debate"):
         cls = RECIPE_CONFIGS[name]
         assert issubclass(cls, PolicyGradientConfigs), name
-        assert cls.classes()[:4] == (TrainerConfig, PolicyConfig, EngineConfig, RunConfig), name
-        assert cls.classes()[4].__name__.endswith("Args"), name
+        assert cls.classes()[:5] == (TrainerConfig, PolicyConfig, EngineConfig, OverlapConfig, RunConfig), name
+        assert cls.classes()[5].__name__.endswith("Args"), name
 
 
 def test_the_help_runs_and_shows_the_groups():

@@ -13,7 +13,7 @@ from lm_fixtures import tiny_model, tiny_tokenizer
 
 from lmselfplay.lm.engines.hf import HFEngine
 from lmselfplay.models.policy import frozen_policy, policy_weights
-from lmselfplay.rl.league import League, LeagueConfig
+from lmselfplay.rl.league import League, LeagueConfig, PlayInConfig
 
 
 class _Weights(torch.nn.Module):
@@ -22,9 +22,10 @@ class _Weights(torch.nn.Module):
         self.w = torch.nn.Parameter(torch.full((2,), value))
 
 
-def _league(make_engine=None, **kw) -> League:
+def _league(make_engine=None, meta_solver=None, **kw) -> League:
     base = dict(league_capacity=3, league_add_every=5, league_promote_every=2)
-    return League(LeagueConfig(**{**base, **kw}), make_engine)
+    play_in = PlayInConfig(meta_solver=meta_solver) if meta_solver else None
+    return League(LeagueConfig(**{**base, **kw}), make_engine, play_in=play_in)
 
 
 def _hf_engines(template, tok):
@@ -35,9 +36,9 @@ def test_fractions_and_solver_are_validated():
     with pytest.raises(ValueError, match="sum to 1"):
         LeagueConfig(mirror_fraction=0.5)
     with pytest.raises(ValueError, match="meta_solver"):
-        LeagueConfig(meta_solver="elo")
+        PlayInConfig(meta_solver="elo")
     with pytest.raises(ValueError, match="league_eval_games"):
-        LeagueConfig(league_eval_games=-1)
+        PlayInConfig(league_eval_games=-1)
 
 
 def test_ring_rotates_and_hall_keeps_promoted_snapshots():
@@ -164,3 +165,20 @@ def test_lora_snapshots_hold_the_adapter_only_and_play_as_opponents():
                             SamplingParams(max_new_tokens=6, seed=0))
     assert len(done) == 4 and all(sum(f.returns) == 0 for f in done)
     assert all(t.opponent == snap.name for f in done for t in f.trajectories)
+
+
+def test_only_the_recipe_whose_league_plays_in_has_the_play_in_flags():
+    """Self-play's league plays play-in games and has their flags; search self-play's never does,
+    so the flags do not exist there, and a league built without a play-in config plays none."""
+    from lmselfplay.rl.search_selfplay import SearchSelfPlayConfigs
+    from lmselfplay.rl.selfplay import SelfPlayConfigs
+    from lmselfplay.utils.config import ConfigError
+
+    assert SelfPlayConfigs.parse(["--meta_solver", "nash"]).play_in.meta_solver == "nash"
+    for flag in ("--meta_solver", "--league_eval_games"):
+        with pytest.raises(ConfigError, match=f"unknown command-line argument.*{flag}"):
+            SearchSelfPlayConfigs.parse([flag, "2"])
+    lg = League(LeagueConfig(league_capacity=3))
+    lg.add(1, {"w": torch.zeros(1)})
+    lg.play_in(lg.add(2, {"w": torch.zeros(1)}), lambda a, b: pytest.fail("no play-in without its config"))
+    assert lg.payoff == {} and list(lg.ring_weights()) == [0.5, 0.5]

@@ -8,7 +8,7 @@ import random
 
 import torch
 
-from lmselfplay.rl.league import League, LeagueConfig
+from lmselfplay.rl.league import League, LeagueConfig, PlayInConfig
 
 
 def test_league_memory_is_bounded_over_a_long_run():
@@ -18,9 +18,9 @@ def test_league_memory_is_bounded_over_a_long_run():
         made.append(version)
         return object()
 
-    cfg = LeagueConfig(league_capacity=4, league_add_every=1, league_promote_every=2, league_hall_capacity=3,
-                       meta_solver="nash", league_eval_games=2)
-    lg = League(cfg, engine, max_live_engines=2)
+    cfg = LeagueConfig(league_capacity=4, league_add_every=1, league_promote_every=2, league_hall_capacity=3)
+    play_in = PlayInConfig(meta_solver="nash", league_eval_games=2)
+    lg = League(cfg, engine, max_live_engines=2, play_in=play_in)
     rng = random.Random(0)
     for step in range(1, 501):
         snap = lg.add(step, {"w": torch.zeros(1)})
@@ -35,6 +35,6 @@ def test_league_memory_is_bounded_over_a_long_run():
     bank = {s.name for s in lg.ring + lg.hall}
     assert lg.payoff and all(set(k) <= bank for k in lg.payoff)  # nothing kept for dropped snapshots
     assert len(lg.payoff) <= len(bank) * (len(bank) - 1)
-    restored = League(cfg, engine)
+    restored = League(cfg, engine, play_in=play_in)
     restored.load_state_dict(lg.state_dict())
     assert [s.name for s in restored.hall] == [s.name for s in lg.hall] and restored.payoff == lg.payoff

@@ -96,7 +96,7 @@ def _selfplay(model_dir, out, urls, steps, **kw):
     args = {"model_name_or_path": str(model_dir), "output_dir": str(out), "max_steps": steps, "games": "nim",
             "episodes_per_step": 4, "eval_every": 0, "checkpoint_every": 0, "league_add_every": 0,
             "max_new_tokens": 3, "engine": "vllm-server",
-            "vllm_server_timeout": 30, "vllm_push_timeout": 30, "staleness_threshold": 0, **kw}
+            "vllm_server_timeout": 30, "vllm_push_timeout": 30, "weight_sync_threshold": 0, **kw}
     run_recipe("selfplay_games", [x for k, v in args.items() for x in (f"--{k}", str(v))]
                + ["--vllm_server_urls", *urls])
     import json
@@ -361,7 +361,7 @@ KEPT = [{"prompt": "What is 2 + 2? End with '#### <answer>'.", "label": "4", "tr
 
 
 def _rz_args(model_dir, out, **kw):
-    return {"model_name_or_path": model_dir, "output_dir": out, "iterations": 1, "challenger_steps": 3,
+    return {"model_name_or_path": model_dir, "output_dir": out, "rounds": 1, "challenger_steps": 3,
             "num_questions": 2, "challenger_group_size": 2, "pool_size": 2, "num_answers": 2, "solver_steps": 3,
             "solver_batch": 2, "solver_group_size": 2, "heldout_size": 2, "learning_rate": 1e-3,
             "challenger_max_new_tokens": 6, "solver_max_new_tokens": 4, "filter_low": 0, "filter_high": 2, **kw}

@@ -79,7 +79,7 @@ def scripted_generate(self, role, prompts, sampling):
 
 
 def _args(model_dir, out, **kw):
-    base = {"model_name_or_path": str(model_dir), "output_dir": str(out), "iterations": 1, "challenger_steps": 1,
+    base = {"model_name_or_path": str(model_dir), "output_dir": str(out), "rounds": 1, "challenger_steps": 1,
             "num_questions": 4, "challenger_group_size": 4, "pool_size": 4, "num_answers": 10, "solver_steps": 1,
             "solver_batch": 2, "solver_group_size": 10, "heldout_size": 4, "learning_rate": 1e-3,
             "challenger_max_new_tokens": 12, "solver_max_new_tokens": 8}
@@ -182,7 +182,7 @@ def test_study_table_and_trend_note(model_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(RZero, "generate", scripted_generate)
     rows = []
     for ref in ("vote", "rules"):
-        run_recipe("r_zero", _args(model_dir, tmp_path / ref, referee=ref, iterations=2))
+        run_recipe("r_zero", _args(model_dir, tmp_path / ref, referee=ref, rounds=2))
         rows += study.iteration_rows(tmp_path / ref / "metrics.jsonl", ref)
     table = study.table(rows)
     vote1 = next(r for r in table if r["referee"] == "vote" and r["iteration"] == 1)

@@ -88,7 +88,7 @@ def test_selfplay_recipe_overlapped_on_a_weight_following_server_trains_on_its_s
         args = {"model_name_or_path": str(model_dir), "output_dir": str(tmp_path / "run"), "max_steps": 3,
                 "games": "nim", "episodes_per_step": 4, "eval_every": 0, "checkpoint_every": 0,
                 "league_add_every": 0, "max_new_tokens": 4, "engine": "vllm-server", "max_staleness": 1,
-                "vllm_server_timeout": 60, "vllm_push_timeout": 60, "staleness_threshold": 0}
+                "vllm_server_timeout": 60, "vllm_push_timeout": 60, "weight_sync_threshold": 0}
         run_recipe("selfplay_games", [x for k, v in args.items() for x in (f"--{k}", str(v))]
                    + ["--vllm_server_urls", server.url])
         pushes = server.pushes

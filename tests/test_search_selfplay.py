@@ -306,7 +306,7 @@ def run_recipe(tmp_path, out, *extra):
         move_model().save_pretrained(model_dir)
         move_tokenizer().save_pretrained(model_dir)
     args = ["--model_name_or_path", str(model_dir), "--game", "nim", "--output_dir", str(tmp_path / out),
-            "--games_per_iteration", "6", "--n_sims", "4", "--distill_steps", "2", "--batch_size", "8",
+            "--games_per_round", "6", "--n_sims", "4", "--distill_steps", "2", "--batch_size", "8",
             "--value_steps", "2", "--eval_every", "0", "--league_add_every", "1", "--tensorboard", "false",
             "--progress", "false", "--dtype", "float32", *extra]
     return recipe_loader.run_recipe("search_selfplay", args)
@@ -323,9 +323,9 @@ def final_state(path):
 
 @pytest.mark.parametrize("q_head", ["false", "true"])
 def test_resume_is_exact(tmp_path, q_head):
-    straight = run_recipe(tmp_path, "a", "--iterations", "3", "--q_head", q_head)
-    run_recipe(tmp_path, "b", "--iterations", "2", "--q_head", q_head)
-    resumed = run_recipe(tmp_path, "b", "--iterations", "3", "--resume", "true", "--q_head", q_head)
+    straight = run_recipe(tmp_path, "a", "--rounds", "3", "--q_head", q_head)
+    run_recipe(tmp_path, "b", "--rounds", "2", "--q_head", q_head)
+    resumed = run_recipe(tmp_path, "b", "--rounds", "3", "--resume", "true", "--q_head", q_head)
     def same(m):
         return {k: v for k, v in m.items() if not k.startswith("time/")}
 
@@ -341,7 +341,7 @@ def test_q_head_under_lora_is_saved_beside_the_adapters(tmp_path):
     there equals the one the run trained (the checkpoint's own copy)."""
     from lmselfplay.utils.checkpoint import latest_checkpoint
 
-    run_recipe(tmp_path, "lora", "--iterations", "2", "--q_head", "true", "--use_lora", "true", "--lora_r", "4")
+    run_recipe(tmp_path, "lora", "--rounds", "2", "--q_head", "true", "--use_lora", "true", "--lora_r", "4")
     last = latest_checkpoint(tmp_path / "lora")
     assert (last / "model" / "adapter_config.json").exists()
     head = load_head(last / "model")
@@ -355,7 +355,7 @@ def test_nim_run_raises_optimal_move_probability(tmp_path):
     """A few iterations of search distillation on Nim raise the raw policy's P(optimal)."""
     from lmselfplay.utils.metrics_logger import read_jsonl
 
-    run_recipe(tmp_path, "nim", "--iterations", "4", "--games_per_iteration", "32", "--n_sims", "32",
+    run_recipe(tmp_path, "nim", "--rounds", "4", "--games_per_round", "32", "--n_sims", "32",
                "--distill_steps", "25", "--batch_size", "64", "--learning_rate", "0.01", "--eval_every", "4",
                "--eval_games", "10", "--eval_budgets", "0", "--eval_openings", "2", "--reset_fraction", "0.5",
                "--reset_max_plies", "10")

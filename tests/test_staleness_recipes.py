@@ -16,7 +16,7 @@ from lm_fixtures import save_tiny
 
 import lmselfplay.lm.engines.factory as factory
 from lmselfplay.lm.engines.hf import HFEngine, unwrap
-from lmselfplay.lm.engines.staleness import StaleWeightsError, StaleWeightsWarning
+from lmselfplay.lm.engines.weight_sync_check import StaleWeightsError, StaleWeightsWarning
 from lmselfplay.utils.recipe_loader import run_recipe
 
 
@@ -44,7 +44,7 @@ RECIPES = {
     "absolute_zero": {"max_steps": 2, "proposals_per_type": 2, "solve_tasks_per_type": 2, "num_generations": 2,
                       "references": 1, "seed_programs": 4, "eval_tasks_per_type": 2, "eval_every": 0,
                       "checkpoint_every": 0, "propose_max_new_tokens": 16, "solve_max_new_tokens": 12},
-    "r_zero": {"iterations": 1, "challenger_steps": 2, "num_questions": 4, "challenger_group_size": 4,
+    "r_zero": {"rounds": 1, "challenger_steps": 2, "num_questions": 4, "challenger_group_size": 4,
                "pool_size": 4, "num_answers": 10, "solver_steps": 1, "solver_batch": 2, "solver_group_size": 10,
                "heldout_size": 2, "challenger_max_new_tokens": 12, "solver_max_new_tokens": 8},
     "debate": {"max_steps": 2, "eval_tasks": 2, "train_tasks": 8, "debates_per_step": 2, "max_new_tokens": 6,
@@ -61,7 +61,7 @@ def _run(name, model_dir, out, monkeypatch, **kw):
     monkeypatch.setattr(factory, "HFEngine", StoppedPush)
     # the entropy bonus moves the weights whatever the rewards (a step of equal rewards has no advantage)
     args = {"model_name_or_path": model_dir, "output_dir": out, "learning_rate": 5e-2, "entropy_coef": 1.0,
-            "staleness_threshold": 1e-3,
+            "weight_sync_threshold": 1e-3,
             **RECIPES[name], **kw}
     run_recipe(name, _argv(args))
 

@@ -1,5 +1,5 @@
 """The engine-independent parts of the vLLM path, on CPU without vLLM: weight names, buckets,
-the staleness detector, the server client (against a fake server on 127.0.0.1), the factory.
+the weight-sync check, the server client (against a fake server on 127.0.0.1), the factory.
 The real colocated engine runs in the ``slow`` test at the end (skipped unless vLLM imports)."""
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from lmselfplay.lm.engines import (
     make_engine,
 )
 from lmselfplay.lm.engines.base import to_completion
-from lmselfplay.lm.engines.staleness import (
-    StalenessDetector,
+from lmselfplay.lm.engines.weight_sync_check import (
+    WeightSyncCheck,
     StaleWeightsError,
     StaleWeightsWarning,
 )
@@ -183,10 +183,10 @@ def test_zero3_buckets_are_gathered_one_at_a_time_on_every_rank(tmp_path):
         assert rk["released_after"] and rk["meta_shapes"] == rk["full_shapes"]
 
 
-# --- the staleness detector ---------------------------------------------------------------
+# --- the weight-sync check ---------------------------------------------------------------
 
 def test_detector_threshold_warns_or_raises():
-    d = StalenessDetector(threshold=0.1)
+    d = WeightSyncCheck(threshold=0.1)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert d.check(0.02, step=1) == {"sync/logprob_diff": 0.02, "sync/stale": 0.0}
@@ -194,12 +194,12 @@ def test_detector_threshold_warns_or_raises():
     with pytest.warns(StaleWeightsWarning, match="step 3.*0.2500"):
         assert d.check(0.25, step=3)["sync/stale"] == 1.0
     with pytest.raises(StaleWeightsError, match="strict_sync"):
-        StalenessDetector(0.1, strict=True).check(0.25)
+        WeightSyncCheck(0.1, strict=True).check(0.25)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        StalenessDetector(0.0).check(5.0)  # threshold 0: measured and logged, never judged
+        WeightSyncCheck(0.0).check(5.0)  # threshold 0: measured and logged, never judged
     with pytest.raises(ValueError):
-        StalenessDetector(-1)
+        WeightSyncCheck(-1)
 
 
 def _rollout(engine, tok, n=12, seed=0):
@@ -214,7 +214,7 @@ def test_an_engine_left_a_step_behind_trips_the_detector():
     cfg = TrainerConfig(learning_rate=3e-2, beta=0.0, num_iterations=2, max_grad_norm=0.0, merge_identical=False)
     trainer = PolicyTrainer(tiny_model(seed=0), tok, cfg)
     engine = HFEngine(copy.deepcopy(trainer.unwrapped), tok)  # its own copy: must be pushed to
-    detector = StalenessDetector(threshold=0.05, strict=True)
+    detector = WeightSyncCheck(threshold=0.05, strict=True)
 
     m = trainer.step(_rollout(engine, tok, seed=1))  # same weights: only float noise
     assert m["logprob_diff"] < 1e-4
@@ -483,7 +483,7 @@ def test_real_vllm_engine_matches_hf_and_follows_the_trainer(tied):
         assert c.token_ids == o.token_ids
     assert engine.score([o.prompt_ids for o in outs], [o.token_ids for o in outs]) == \
         [pytest.approx(r, abs=1e-4) for r in ref]
-    detector = StalenessDetector(threshold=0.01, strict=True)
+    detector = WeightSyncCheck(threshold=0.01, strict=True)
     for step in range(3):  # push after every step: the detector stays low
         samples = [Sample(o.prompt_ids, o.token_ids, o.logprobs, advantage=(-1.0) ** i)
                    for i, o in enumerate(engine.generate(prompts, SamplingParams(8, 1.0, seed=step)))]

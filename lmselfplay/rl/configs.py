@@ -5,7 +5,7 @@
 A recipe's container derives from :class:`PolicyGradientConfigs` and adds its own arguments and
 its other parts; each component is built from its own part (``PolicyTrainer(model, tok,
 cfg.trainer, ...)``, ``load_policy(cfg.policy, ...)``, ``make_engine(cfg.engine, ...)``,
-``Run(cfg.run, ...)``). These parts come first in the parsed tuple, so ``--help`` lists them
+``rollouts_for(cfg.overlap.max_staleness, ...)``, ``Run(cfg.run, ...)``). These parts come first in the parsed tuple, so ``--help`` lists them
 before the recipe's own group.
 """
 
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from lmselfplay.lm.engines import EngineConfig
 from lmselfplay.models.policy import PolicyConfig
+from lmselfplay.rl.overlap import OverlapConfig, check_overlap_settings
 from lmselfplay.rl.trainer import TrainerConfig
 from lmselfplay.utils.config import Configs
 from lmselfplay.utils.run import RunConfig
@@ -22,9 +23,16 @@ from lmselfplay.utils.run import RunConfig
 
 @dataclass(frozen=True)
 class PolicyGradientConfigs(Configs):
-    """The trainer's, the policy's, the engine's and the run's configs."""
+    """The trainer's, the policy's, the engine's, the overlap's and the run's configs."""
 
     trainer: TrainerConfig
     policy: PolicyConfig
     engine: EngineConfig
+    overlap: OverlapConfig
     run: RunConfig
+
+    def __post_init__(self) -> None:
+        """The overlap's settings against the engine's (they span two parts), then the recipe's
+        own ``validate``."""
+        check_overlap_settings(self.overlap, self.engine)
+        super().__post_init__()

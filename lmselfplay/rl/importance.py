@@ -15,7 +15,7 @@ RL training"; the rule of verl's and TRL's ``vllm_importance_sampling_cap``):
 
 so ``E_mu[w * A * grad logp] = E_pi_old[A * grad logp]`` wherever the cap does not bind: the
 on-policy gradient, whatever the engine's mismatch. Logged per step: ``tis/weight`` (mean w),
-``tis/capped`` (share of tokens at the cap), beside ``logprob_diff`` (the staleness detector's).
+``tis/capped`` (share of tokens at the cap), beside ``logprob_diff`` (the weight-sync check's).
 """
 
 from __future__ import annotations

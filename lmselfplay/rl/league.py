@@ -10,7 +10,8 @@
 * meta-solvers (:func:`lmselfplay.solvers.matrix_games.meta_strategy`) weight the bank: ``last`` (iterated best
   response), ``uniform`` (fictitious play) or ``nash`` of the payoff table between bank
   members (double oracle) — the table is filled by :meth:`League.play_in` (each new
-  snapshot plays every ring member once, ``league_eval_games`` games).
+  snapshot plays every ring member once, ``league_eval_games`` games; :class:`PlayInConfig`, a
+  part only of the recipes whose league plays them).
 
 Snapshots are the CPU weights the recipe hands in (:func:`lmselfplay.models.policy.policy_weights`:
 the adapter alone under LoRA, a few MB). Engines for them come from the recipe's engine
@@ -45,15 +46,25 @@ class LeagueConfig(Config):
     bot_fraction: float = field(default=0.1, metadata={"help": "games against a uniformly random player"})
     league_hall_capacity: int = field(default=16, metadata={
         "help": "promoted snapshots kept (the oldest leaves when full: memory stays bounded)"})
-    meta_solver: str = field(default="uniform", metadata={"help": "last | uniform | nash over the ring"})
-    league_eval_games: int = field(default=16, metadata={
-        "help": "nash meta-solver: games a new snapshot plays against each ring member to fill the payoff table"})
 
     def validate(self) -> None:
         fr = [self.mirror_fraction, self.recent_fraction, self.hall_of_fame_fraction, self.bot_fraction]
         if any(f < 0 for f in fr) or abs(sum(fr) - 1.0) > 1e-6:
             raise ConfigError("the opponent fractions mirror_fraction, recent_fraction, hall_of_fame_fraction and "
                               f"bot_fraction must be >= 0 and sum to 1, got {fr} (sum {sum(fr)})")
+
+
+@dataclass
+class PlayInConfig(Config):
+    """How a league whose recipe plays play-in games (:meth:`League.play_in`) weights its ring;
+    a league without one weights its ring uniformly and plays none."""
+
+    _argument_group_name = "league play-in (lmselfplay.rl.league.PlayInConfig)"
+    meta_solver: str = field(default="uniform", metadata={"help": "last | uniform | nash over the ring"})
+    league_eval_games: int = field(default=16, metadata={
+        "help": "nash meta-solver: games a new snapshot plays against each ring member to fill the payoff table"})
+
+    def validate(self) -> None:
         if self.league_eval_games < 0:
             raise ConfigError(f"league_eval_games must be >= 0, got {self.league_eval_games}")
         if self.meta_solver not in META_SOLVERS:
@@ -69,8 +80,11 @@ class Snapshot:
 
 class League:
     def __init__(self, cfg: LeagueConfig, make_engine: Callable[[dict[str, torch.Tensor], int], Any] | None = None,
-                 max_live_engines: int = 4):
-        self.cfg = cfg
+                 max_live_engines: int = 4, play_in: PlayInConfig | None = None):
+        """``play_in``: the meta-solver and play-in games of a recipe that plays them; None: the
+        ring weighted uniformly, no play-in."""
+        self.cfg, self.play_in_cfg = cfg, play_in
+        self.meta_solver = play_in.meta_solver if play_in is not None else "uniform"
         self.make_engine = make_engine
         self.ring: list[Snapshot] = []
         self.hall: list[Snapshot] = []
@@ -115,7 +129,7 @@ class League:
         """Fill the payoff table for a new ring member: ``score(snap, other)`` is snap's mean
         score in [-1, 1] against each other ring member (the recipe plays the games). Only
         the nash meta-solver reads the table, so only it pays for the games."""
-        if self.cfg.meta_solver != "nash" or self.cfg.league_eval_games == 0:
+        if self.meta_solver != "nash" or self.play_in_cfg.league_eval_games == 0:
             return
         for other in self.ring:
             if other.name != snap.name and (snap.name, other.name) not in self.payoff:
@@ -133,7 +147,7 @@ class League:
     def ring_weights(self) -> np.ndarray:
         if not self.ring:
             return np.zeros(0)
-        return meta_strategy(self.payoff_table(self.ring), self.cfg.meta_solver)
+        return meta_strategy(self.payoff_table(self.ring), self.meta_solver)
 
     # --- opponents ------------------------------------------------------------------
     def sample_opponent(self, rng: random.Random) -> tuple[str, Snapshot | None]:

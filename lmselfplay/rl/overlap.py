@@ -12,7 +12,8 @@ trained on; ``staleness/age`` is the mean age of the samples kept. The trainer c
 remains (its PPO ratio is taken against the behaviour log-probs; with ``tis_cap`` it is
 truncated importance sampling, :mod:`lmselfplay.rl.importance`).
 
-Recipes reach it through :func:`rollouts_for` (``max_staleness`` lives in the engine config):
+Recipes reach it through :func:`rollouts_for` (``max_staleness`` is :class:`OverlapConfig`'s, a part
+of every policy-gradient recipe's configs):
 ``rollouts.next(step)`` replaces the step's ``with trainer.serving(engine): generate`` and
 ``rollouts.keep(samples, version)`` filters what is trained on.
 
@@ -45,12 +46,51 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
+from dataclasses import dataclass, field
 from typing import Any
 
-from lmselfplay.lm.engines.factory import check_staleness
+from lmselfplay.lm.engines.factory import EngineConfig
 from lmselfplay.lm.trajectory import Sample
+from lmselfplay.utils.config import Config, ConfigError
 
 SWITCH_INTERVAL_S = 2e-4
+
+
+@dataclass
+class OverlapConfig(Config):
+    """How far behind the trainer's weights a trained-on rollout may be (the policy lag)."""
+
+    _argument_group_name = "overlap (lmselfplay.rl.overlap.OverlapConfig)"
+    max_staleness: int = field(default=0, metadata={
+        "help": "0: generate each step's rollouts with the weights being trained (on-policy); k >= 1: the next step's "
+                "rollouts are generated while this step trains (engine vllm-server or vllm), and a rollout sampled "
+                "more than k weight versions ago is dropped (staleness/dropped); correct the rest with tis_cap "
+                "(without it k = 1 learned worse in docs/scale.md's measurement)"})
+
+    def validate(self) -> None:
+        check_staleness(self.max_staleness, shares_module=False)
+
+
+def check_overlap_settings(overlap: OverlapConfig, engine: EngineConfig) -> None:
+    """The overlap settings that cannot work with the engine's, refused before any folder, model
+    or engine is touched: the hf engine serves the trainer's own module (the optimizer would
+    write the weights it samples from), and sleep mode frees the engine while the trainer
+    steps — the time overlap generates in."""
+    k = overlap.max_staleness
+    check_staleness(k, shares_module=engine.engine == "hf")
+    if k > 0 and engine.vllm_enable_sleep_mode:
+        raise ConfigError(f"max_staleness {k} generates while the trainer steps, when "
+                          "vllm_enable_sleep_mode puts the engine to sleep: use one or the other")
+
+
+def check_staleness(max_staleness: int, shares_module: bool) -> None:
+    """``max_staleness`` is >= 0, and > 0 only with an engine holding its own copy of the weights:
+    one sharing the trainer's module would sample from weights the optimizer is writing."""
+    if max_staleness < 0:
+        raise ConfigError(f"max_staleness must be >= 0, got {max_staleness}")
+    if max_staleness > 0 and shares_module:
+        raise ConfigError(f"max_staleness {max_staleness} overlaps generation with training, which needs an engine "
+                          "with its own weights (engine: vllm-server or vllm); the hf engine shares the trainer's")
 
 
 def check_overlap(max_staleness: int, engine: Any) -> None:
@@ -156,7 +196,7 @@ class OverlappedRollouts:
 
 def rollouts_for(max_staleness: int, trainer: Any, engine: Any, plan: Callable[[int], Callable[[], Any]],
                  also: list[tuple[Any, Any]] = ()) -> OverlappedRollouts:
-    """The recipes' hook: ``plan``'s rollouts with the run's ``max_staleness`` (the engine config's),
+    """The recipes' hook: ``plan``'s rollouts with the run's ``max_staleness`` (:class:`OverlapConfig`'s),
     served through ``trainer.serving(engine)`` and that of every other ``(trainer, engine)`` in
     ``also`` (the rollouts' other roles; ``play`` itself must not enter ``serving``). The counts
     of what is dropped are summed over the ranks of ``trainer``'s accelerator."""

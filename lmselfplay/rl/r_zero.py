@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -63,6 +63,7 @@ class RZeroArgs(Config):
     components' fields are in their own configs (:class:`RZeroConfigs`)."""
 
     _argument_group_name = "r_zero (lmselfplay.rl.r_zero.RZeroArgs)"
+    renamed_keys: ClassVar[dict[str, str]] = {"iterations": "rounds"}  # beside the trainer's num_iterations
     task_form: str = field(default="arithmetic", metadata={"help": "arithmetic | program"})
     referee: str = field(default="vote", metadata={
         "help": "vote | grounded (= rules for arithmetic, executor for programs) | rules | executor | judge"})
@@ -72,7 +73,7 @@ class RZeroArgs(Config):
                 "weights; vllm_server_urls serve the solver)"})
     challenger_prompt: str = field(default="", metadata={
         "help": "what the challenger is asked (arithmetic); empty: the corpus's word-problem request"})
-    iterations: int = field(default=3, metadata={"help": "challenger + filter + solver rounds"})
+    rounds: int = field(default=3, metadata={"help": "challenger + filter + solver rounds (each logged as an iteration)"})
     challenger_steps: int = field(default=2, metadata={"help": "challenger updates per iteration"})
     num_questions: int = field(default=32, metadata={"help": "N: questions per challenger step"})
     challenger_group_size: int = field(default=8, metadata={"help": "questions per prompt (GRPO group)"})
@@ -93,7 +94,7 @@ class RZeroArgs(Config):
     heldout_size: int = field(default=100, metadata={"help": "fixed ground-truth questions for eval"})
 
     def validate(self) -> None:
-        positive(self, "iterations", "challenger_steps", "num_questions", "challenger_group_size", "num_answers",
+        positive(self, "rounds", "challenger_steps", "num_questions", "challenger_group_size", "num_answers",
                  "pool_size", "solver_steps", "solver_batch", "solver_group_size", "challenger_max_new_tokens",
                  "solver_max_new_tokens", "check_timeout_s", "top_p")
         non_negative(self, "heldout_size")
@@ -172,15 +173,15 @@ class RZero:
 
     def __init__(self, cfg: RZeroConfigs, run: Run):
         self.cfg = cfg
-        self.skeleton = run
+        self.run = run
         self.acc, self.out = run.acc, run.out
         per_iter = cfg.rzero.challenger_steps + cfg.rzero.solver_steps
         if cfg.rzero.two_copies:
-            self.challenger = self._role(cfg, cfg.rzero.iterations * cfg.rzero.challenger_steps,
+            self.challenger = self._role(cfg, cfg.rzero.rounds * cfg.rzero.challenger_steps,
                                          cfg.rzero.challenger_vllm_server_urls)
-            self.solver = self._role(cfg, cfg.rzero.iterations * cfg.rzero.solver_steps)
+            self.solver = self._role(cfg, cfg.rzero.rounds * cfg.rzero.solver_steps)
         else:
-            self.challenger = self.solver = self._role(cfg, cfg.rzero.iterations * per_iter)
+            self.challenger = self.solver = self._role(cfg, cfg.rzero.rounds * per_iter)
         self.tok = self.solver.trainer.tokenizer
         self.matcher = AnswerMatcher(timeout_s=cfg.rzero.check_timeout_s)
         truth_cls = RulesReferee if cfg.rzero.task_form == "arithmetic" else ExecutorReferee
@@ -228,7 +229,7 @@ class RZero:
     def rollouts(self, role: Role, plan, others: tuple[Role, ...] = ()) -> OverlappedRollouts:
         """A phase's rollouts for ``role``'s updates (``max_staleness``), generated with the weights
         of ``role`` and ``others`` (served before each step's generation)."""
-        return rollouts_for(self.cfg.engine.max_staleness, role.trainer, role.engine, plan, also=[(r.trainer, r.engine) for r in others])
+        return rollouts_for(self.cfg.overlap.max_staleness, role.trainer, role.engine, plan, also=[(r.trainer, r.engine) for r in others])
 
     def update(self, role: Role, samples: list[Sample]) -> dict[str, float]:
         metrics = role.trainer.step(samples)
@@ -281,35 +282,35 @@ def to_task(cfg: RZeroConfigs, task_id: str, text: str, context: str) -> tuple[Q
                         lambda code, arg: program_output_prompt({"code": code, "input": arg}))
 
 
-def write_and_answer(run: RZero, n: int, key: tuple) -> dict[str, Any]:
+def write_and_answer(rz: RZero, n: int, key: tuple) -> dict[str, Any]:
     """The challenger writes ``n`` questions; the ones in a checkable form (and, for
     programs, that the executor can run) are answered m times by the solver; the referee
     and the truth score every answer. Returns per-question columns (malformed: empty)."""
-    cfg = run.cfg
-    rng = random.Random(hash((cfg.trainer.seed, run.acc.process_index) + key))
+    cfg = rz.cfg
+    rng = random.Random(hash((cfg.trainer.seed, rz.acc.process_index) + key))
     prompts = challenger_prompts(cfg, rng, n)
-    written = run.generate(run.challenger, [p for p, _ in prompts], run.sampling(cfg.rzero.challenger_max_new_tokens, *key, 0))
+    written = rz.generate(rz.challenger, [p for p, _ in prompts], rz.sampling(cfg.rzero.challenger_max_new_tokens, *key, 0))
     tasks, reasons = [], []
     for i, (c, (_, ctx)) in enumerate(zip(written, prompts)):
         task, reason = to_task(cfg, "-".join(map(str, (*key, i))), c.text, ctx)
-        if task is not None and task.question in run.heldout_questions:
+        if task is not None and task.question in rz.heldout_questions:
             task, reason = None, "heldout"  # never train on the held-out set
         tasks.append(task)
         reasons.append(reason)
-    truth = run.truth.truths([t for t in tasks if t is not None])
+    truth = rz.truth.truths([t for t in tasks if t is not None])
     for i, t in enumerate(tasks):
         if t is not None and truth[t.id] is None:  # e.g. a program that crashes: not a question
             tasks[i], reasons[i] = None, "uncheckable"
-    run.bad.update(r for r in reasons if r)
+    rz.bad.update(r for r in reasons if r)
     ok = [t for t in tasks if t is not None]
     flat = [t for t in ok for _ in range(cfg.rzero.num_answers)]
-    answers = run.generate(run.solver, [t.prompt for t in flat], run.sampling(cfg.rzero.solver_max_new_tokens, *key, 1))
+    answers = rz.generate(rz.solver, [t.prompt for t in flat], rz.sampling(cfg.rzero.solver_max_new_tokens, *key, 1))
     texts = [a.text for a in answers]
-    verdicts = run.referee.score(flat, texts)
-    truths = run.truth.score(flat, texts) if run.referee is not run.truth else verdicts
+    verdicts = rz.referee.score(flat, texts)
+    truths = rz.truth.score(flat, texts) if rz.referee is not rz.truth else verdicts
     for v in verdicts:
-        run.bad["no_answer"] += v.detail.get("no_answer", False)
-        run.bad["multiple_answers"] += v.detail.get("multiple_answers", False)
+        rz.bad["no_answer"] += v.detail.get("no_answer", False)
+        rz.bad["multiple_answers"] += v.detail.get("multiple_answers", False)
     return {"written": written, "tasks": tasks, "reasons": reasons,
             **per_question(cfg.rzero.num_answers, tasks, texts, verdicts, truths)}
 
@@ -346,20 +347,20 @@ def samples_of(completions, advantages, rewards, role: str, version: int) -> lis
 
 # --- the three phases -----------------------------------------------------------------------
 
-def challenger_plan(run: RZero, it: int):
+def challenger_plan(rz: RZero, it: int):
     """``step -> play``: the challenger's questions and the solver's answers of challenger step
     ``step`` (with the version the challenger's engine served when they were written)."""
     def at(step: int):
         def play():
-            version = run.challenger.engine.version
-            return write_and_answer(run, run.cfg.rzero.num_questions, (it, 0, step)), version
+            version = rz.challenger.engine.version
+            return write_and_answer(rz, rz.cfg.rzero.num_questions, (it, 0, step)), version
         return play
     return at
 
 
-def challenger_step(run: RZero, rollouts: OverlappedRollouts, step: int) -> dict[str, float]:
+def challenger_step(rz: RZero, rollouts: OverlappedRollouts, step: int) -> dict[str, float]:
     """Step 1: one challenger update on the step's questions (played by ``rollouts``)."""
-    cfg = run.cfg
+    cfg = rz.cfg
     batch, version = rollouts.next(step, cfg.rzero.challenger_steps - 1)
     well = np.array([t is not None for t in batch["tasks"]])
     pen = np.zeros(len(well))
@@ -369,19 +370,19 @@ def challenger_step(run: RZero, rollouts: OverlappedRollouts, step: int) -> dict
     rewards = challenger_rewards(outcomes, well, pen, cfg.rzero.malformed_reward)
     adv = group_advantages(rewards.reshape(-1, cfg.rzero.challenger_group_size)).reshape(-1)
     samples, stale = rollouts.keep(samples_of(batch["written"], adv, rewards, "challenger", version),
-                                   run.challenger.trainer.step_count)
-    metrics = run.update(run.challenger, samples)
+                                   rz.challenger.trainer.step_count)
+    metrics = rz.update(rz.challenger, samples)
     return {**{f"challenger/{k}": v for k, v in metrics.items()}, **stale, "challenger/reward": float(rewards.mean()),
             "challenger/well_formed": float(well.mean()),
             "challenger/repetition_penalty": float(pen[well].mean()) if well.any() else 0.0,
             "challenger/referee_p": float(outcomes[well].mean()) if well.any() else float("nan")}
 
 
-def build_pool(run: RZero, it: int) -> tuple[list[dict[str, Any]], dict[str, float]]:
+def build_pool(rz: RZero, it: int) -> tuple[list[dict[str, Any]], dict[str, float]]:
     """Step 2: write the pool, label it, filter it; the records and the study measures."""
-    cfg = run.cfg
-    with run.serving():
-        b = write_and_answer(run, cfg.rzero.pool_size, (it, 1, 0))
+    cfg = rz.cfg
+    with rz.serving():
+        b = write_and_answer(rz, cfg.rzero.pool_size, (it, 1, 0))
     records = []
     for i, t in enumerate(b["tasks"]):
         label, truth = b["label"][i], b["truth"][i]
@@ -395,7 +396,7 @@ def build_pool(run: RZero, it: int) -> tuple[list[dict[str, Any]], dict[str, flo
             "true_solve_rate": b["solve_rate"][i],
             "kept": bool(t is not None and label is not None
                          and in_band(b["votes"][i], cfg.rzero.filter_low, cfg.rzero.filter_high)),
-            "label_correct": bool(t is not None and run.matcher.matches(cfg.rzero.task_form, label, truth))})
+            "label_correct": bool(t is not None and rz.matcher.matches(cfg.rzero.task_form, label, truth))})
     return records, pool_measures(records)
 
 
@@ -416,53 +417,53 @@ def pool_measures(records: list[dict[str, Any]]) -> dict[str, float]:
             "study/malformed": 1 - len(well) / len(records) if records else float("nan")}
 
 
-def solver_plan(run: RZero, kept: list[dict[str, Any]], it: int):
+def solver_plan(rz: RZero, kept: list[dict[str, Any]], it: int):
     """``step -> play``: solver_batch kept questions (seeded by seed, rank, iteration, step),
     solver_group_size answers each; ``play()`` returns (questions, answers, version), or None
     when this rank kept nothing."""
-    cfg = run.cfg
+    cfg = rz.cfg
 
     def at(step: int):
         if not kept:
             return lambda: None
-        rng = random.Random(hash((cfg.trainer.seed, run.acc.process_index, it, 2, step)))
+        rng = random.Random(hash((cfg.trainer.seed, rz.acc.process_index, it, 2, step)))
         batch = [kept[i % len(kept)] for i in rng.sample(range(max(len(kept), cfg.rzero.solver_batch)), cfg.rzero.solver_batch)]
         flat = [r for r in batch for _ in range(cfg.rzero.solver_group_size)]
-        sampling = run.sampling(cfg.rzero.solver_max_new_tokens, it, 2, step)
+        sampling = rz.sampling(cfg.rzero.solver_max_new_tokens, it, 2, step)
 
         def play():
-            version = run.solver.engine.version
-            return flat, run.generate(run.solver, [r["prompt"] for r in flat], sampling), version
+            version = rz.solver.engine.version
+            return flat, rz.generate(rz.solver, [r["prompt"] for r in flat], sampling), version
         return play
     return at
 
 
-def solver_step(run: RZero, rollouts: OverlappedRollouts, step: int) -> dict[str, float]:
+def solver_step(rz: RZero, rollouts: OverlappedRollouts, step: int) -> dict[str, float]:
     """Step 3: one solver update on a batch of kept questions against their labels."""
-    cfg = run.cfg
+    cfg = rz.cfg
     played = rollouts.next(step, cfg.rzero.solver_steps - 1)
     if played is None:  # this rank kept nothing but the others did: a zero-loss step keeps them in line
-        _, stale = rollouts.keep([], run.solver.trainer.step_count)  # every rank counts (a collective)
-        return {**{f"solver/{k}": v for k, v in run.update(run.solver, []).items()}, **stale}
+        _, stale = rollouts.keep([], rz.solver.trainer.step_count)  # every rank counts (a collective)
+        return {**{f"solver/{k}": v for k, v in rz.update(rz.solver, []).items()}, **stale}
     flat, comps, version = played
     g = cfg.rzero.solver_group_size
-    finals = [run.matcher.final(cfg.rzero.task_form, c.text)[0] for c in comps]
-    rewards = np.array([float(run.matcher.matches(cfg.rzero.task_form, f, r["label"])) for f, r in zip(finals, flat)])
-    right = np.array([float(run.matcher.matches(cfg.rzero.task_form, f, r["truth"])) for f, r in zip(finals, flat)])
+    finals = [rz.matcher.final(cfg.rzero.task_form, c.text)[0] for c in comps]
+    rewards = np.array([float(rz.matcher.matches(cfg.rzero.task_form, f, r["label"])) for f, r in zip(finals, flat)])
+    right = np.array([float(rz.matcher.matches(cfg.rzero.task_form, f, r["truth"])) for f, r in zip(finals, flat)])
     adv = group_advantages(rewards.reshape(-1, g)).reshape(-1)
-    samples, stale = rollouts.keep(samples_of(comps, adv, rewards, "solver", version), run.solver.trainer.step_count)
-    metrics = run.update(run.solver, samples)
+    samples, stale = rollouts.keep(samples_of(comps, adv, rewards, "solver", version), rz.solver.trainer.step_count)
+    metrics = rz.update(rz.solver, samples)
     return {**{f"solver/{k}": v for k, v in metrics.items()}, **stale, "solver/reward": float(rewards.mean()),
             "solver/true_accuracy": float(right.mean()), "study/reward_accuracy": float((rewards == right).mean()),
             "study/n_rewards": len(rewards), "study/rewards_right": int((rewards == right).sum())}
 
 
-def heldout_accuracy(run: RZero, it: int) -> dict[str, float]:
+def heldout_accuracy(rz: RZero, it: int) -> dict[str, float]:
     """Step 4: the solver's greedy accuracy on the fixed held-out set."""
-    with run.serving(run.solver):
-        comps = run.generate(run.solver, [t.prompt for t in run.heldout],
-                             run.sampling(run.cfg.rzero.solver_max_new_tokens, it, 3, greedy=True))
-    v = run.truth.score(run.heldout, [c.text for c in comps])
+    with rz.serving(rz.solver):
+        comps = rz.generate(rz.solver, [t.prompt for t in rz.heldout],
+                             rz.sampling(rz.cfg.rzero.solver_max_new_tokens, it, 3, greedy=True))
+    v = rz.truth.score(rz.heldout, [c.text for c in comps])
     right = sum(x.reward for x in v)
     return {"eval/heldout_accuracy": right / max(len(v), 1), "eval/heldout_right": right, "eval/heldout_n": len(v)}
 
@@ -490,21 +491,21 @@ def load_kept(path: Path) -> list[dict[str, Any]]:
     return [r for r in datasets.load_from_disk(str(path / "pool")) if r["kept"]]
 
 
-def save_phase(run: RZero, it: int, phase: int) -> None:
+def save_phase(rz: RZero, it: int, phase: int) -> None:
     """An atomic checkpoint after phase ``phase`` of iteration ``it``: every role's trainer
     state + the progress; the dir name orders them (phase-IIII-P)."""
-    acc, out = run.acc, run.out
+    acc, out = rz.acc, rz.out
     final, tmp = out / f"phase-{it:04d}-{phase}", out / f".phase-{it:04d}-{phase}.tmp"
     with writing(final, tmp, remove_tmp=acc.is_main_process):
         if acc.is_main_process:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
         acc.wait_for_everyone()
-        for name, role in run.roles():
+        for name, role in rz.roles():
             role.trainer.save_checkpoint(tmp / name, keep=1)
         if acc.is_main_process:
-            save_json(tmp / "progress.json", {"iteration": it, "phase": phase, "global_step": run.global_step,
-                                              "bad": dict(run.bad)})
+            save_json(tmp / "progress.json", {"iteration": it, "phase": phase, "global_step": rz.global_step,
+                                              "bad": dict(rz.bad)})
             commit_dir(tmp, final)  # the marker holds every file's digest
             for old in phase_dirs(out)[:-2]:
                 shutil.rmtree(old, ignore_errors=True)
@@ -516,18 +517,18 @@ def phase_dirs(out: Path) -> list[Path]:
     return sorted(p for p in out.glob("phase-*") if (p / MARKER).exists())
 
 
-def resume(run: RZero) -> tuple[int, int]:
+def resume(rz: RZero) -> tuple[int, int]:
     """(iteration, next phase) from the run's phase checkpoint; (1, 0) when it starts fresh."""
-    last = run.skeleton.checkpoint
+    last = rz.run.checkpoint
     if last is None:
-        run.skeleton.report_start(1, "iteration")
+        rz.run.report_start(1, "iteration")
         return 1, 0
     progress = json.loads((last / "progress.json").read_text())
-    for name, role in run.roles():  # each engine keeps its version: the first serving pushes the restored weights
+    for name, role in rz.roles():  # each engine keeps its version: the first serving pushes the restored weights
         role.trainer.load_checkpoint(checkpoint_dirs(last / name)[-1])
-    run.global_step, run.bad = progress["global_step"], Counter(progress["bad"])
+    rz.global_step, rz.bad = progress["global_step"], Counter(progress["bad"])
     it, phase = progress["iteration"], progress["phase"] + 1
-    run.skeleton.report_start(f"{it}, phase {PHASES[phase] if phase < 3 else 'next'}", "iteration")
+    rz.run.report_start(f"{it}, phase {PHASES[phase] if phase < 3 else 'next'}", "iteration")
     return (it + 1, 0) if phase == len(PHASES) else (it, phase)
 
 
@@ -541,64 +542,64 @@ def train(cfg: RZeroConfigs) -> Path:
         return loop(run.closing(RZero(cfg, run)))
 
 
-def loop(run: RZero) -> Path:
+def loop(rz: RZero) -> Path:
     """Steps 1-4 for every iteration, from where a resumed run stopped."""
-    cfg, acc, out = run.cfg, run.acc, run.out
-    start_it, start_phase = resume(run)
-    resumed = run.skeleton.checkpoint is not None
-    logger = run.skeleton.open_log(run.global_step if resumed else None)
-    log = run.skeleton.log
+    cfg, acc, out = rz.cfg, rz.acc, rz.out
+    start_it, start_phase = resume(rz)
+    resumed = rz.run.checkpoint is not None
+    logger = rz.run.open_log(rz.global_step if resumed else None)
+    log = rz.run.log
     t0 = time.time()
-    bar = tqdm(total=cfg.rzero.iterations * len(PHASES), initial=(start_it - 1) * len(PHASES) + start_phase,
+    bar = tqdm(total=cfg.rzero.rounds * len(PHASES), initial=(start_it - 1) * len(PHASES) + start_phase,
                desc=f"r-zero ({cfg.rzero.referee})", disable=not acc.is_main_process)
     try:
         if not resumed:
-            log(0, {"iteration": 0, **heldout_accuracy(run, 0), "wall_s": 0.0})
-        for it in range(start_it, cfg.rzero.iterations + 1):
+            log(0, {"iteration": 0, **heldout_accuracy(rz, 0), "wall_s": 0.0})
+        for it in range(start_it, cfg.rzero.rounds + 1):
             first = start_phase if it == start_it else 0
             # 1: challenger phase
             if first <= 0:  # max_staleness >= 1: a step's questions are written while the previous one trains
-                with closing(run.rollouts(run.challenger, challenger_plan(run, it), others=(run.solver,))) as rollouts:
+                with closing(rz.rollouts(rz.challenger, challenger_plan(rz, it), others=(rz.solver,))) as rollouts:
                     for step in range(cfg.rzero.challenger_steps):
-                        log(run.global_step + 1, {"iteration": it, **challenger_step(run, rollouts, step)})
-                save_phase(run, it, 0)
+                        log(rz.global_step + 1, {"iteration": it, **challenger_step(rz, rollouts, step)})
+                save_phase(rz, it, 0)
                 bar.update(1)
             # 2: filter; 4: the pool saved with `datasets`, its measures logged
             if first <= 1:
-                records, measures = build_pool(run, it)
+                records, measures = build_pool(rz, it)
                 save_pool(pool_dir(out, it, acc.process_index), records)
-                log(run.global_step, {"iteration": it, **measures, **{f"bad/{k}": v for k, v in run.bad.items()},
-                                      "checker_timeouts": run.matcher.math.timeouts, "wall_s": time.time() - t0})
-                save_phase(run, it, 1)
+                log(rz.global_step, {"iteration": it, **measures, **{f"bad/{k}": v for k, v in rz.bad.items()},
+                                      "checker_timeouts": rz.matcher.math.timeouts, "wall_s": time.time() - t0})
+                save_phase(rz, it, 1)
                 bar.update(1)
             # 3: solver phase on the kept questions and their labels
             kept = load_kept(pool_dir(out, it, acc.process_index))
             study = Counter()
             # every rank makes the same number of updates (collectives); alone, none without data
-            with closing(run.rollouts(run.solver, solver_plan(run, kept, it))) as rollouts:
+            with closing(rz.rollouts(rz.solver, solver_plan(rz, kept, it))) as rollouts:
                 for step in range(cfg.rzero.solver_steps if kept or acc.num_processes > 1 else 0):
-                    row = solver_step(run, rollouts, step)
+                    row = solver_step(rz, rollouts, step)
                     study.update({k: row.get(k, 0) for k in ("study/n_rewards", "study/rewards_right")})
-                    log(run.global_step, {"iteration": it, **row})
+                    log(rz.global_step, {"iteration": it, **row})
             # 4: measures of the iteration, held-out accuracy, checkpoint
-            log(run.global_step, {"iteration": it, **heldout_accuracy(run, it), "study/reward_accuracy_iteration":
+            log(rz.global_step, {"iteration": it, **heldout_accuracy(rz, it), "study/reward_accuracy_iteration":
                                   study["study/rewards_right"] / study["study/n_rewards"]
                                   if study["study/n_rewards"] else float("nan"), "wall_s": time.time() - t0})
-            save_phase(run, it, 2)
+            save_phase(rz, it, 2)
             bar.update(1)
             if logger:
                 logger.plot(STUDY_KEYS + ["challenger/reward", "solver/reward", "solver/true_accuracy"],
                             "curves.png", title=f"R-Zero ({cfg.rzero.task_form}, referee {cfg.rzero.referee})")
-        save_final(run)
+        save_final(rz)
     finally:
         bar.close()
     return out / "metrics.jsonl"
 
 
-def save_final(run: RZero) -> None:
+def save_final(rz: RZero) -> None:
     """The trained model(s) as plain HF folders: final_model (the solver / the one policy)
     and, with two copies, final_challenger."""
-    for name, role in run.roles():
-        run.skeleton.save_final_model(role.trainer.model, role.trainer.unwrapped, run.tok,
+    for name, role in rz.roles():
+        rz.run.save_final_model(role.trainer.model, role.trainer.unwrapped, rz.tok,
                                       "final_challenger" if name == "challenger" else "final_model")
 

@@ -47,14 +47,16 @@ class SearchSelfPlayArgs(Config):
     components' fields are in their own configs (:class:`SearchSelfPlayConfigs`)."""
 
     _argument_group_name = "search self-play (lmselfplay.rl.search_selfplay.SearchSelfPlayArgs)"
+    # rounds beside the trainer's num_iterations (its PPO passes): one word, one meaning
+    renamed_keys: ClassVar[dict[str, str]] = {"iterations": "rounds", "games_per_iteration": "games_per_round"}
     unused_keys: ClassVar[dict[str, str]] = {"max_staleness": (
         "its games are played by PUCT on the trainer's own forward passes and value head (no engine holds their "
-        "weights), and it trains on search targets from a window of the last replay_window iterations, off-policy "
+        "weights), and it trains on search targets from a window of the last replay_window rounds, off-policy "
         "by design, which replay_window already bounds")}
     game: str = field(default="nim", metadata={"help": "registered game name (perfect information)"})
     game_args: str = field(default="{}", metadata={"help": "JSON dict of game parameters"})
-    iterations: int = field(default=10, metadata={"help": "rounds of searched self-play + distillation"})
-    games_per_iteration: int = field(default=64, metadata={"help": "self-play games per round"})
+    rounds: int = field(default=10, metadata={"help": "rounds of searched self-play + distillation"})
+    games_per_round: int = field(default=64, metadata={"help": "self-play games per round"})
     n_sims: int = field(default=32, metadata={"help": "PUCT simulations per move"})
     c_puct: float = field(default=1.5, metadata={"help": "PUCT exploration constant"})
     dirichlet_eps: float = field(default=0.25, metadata={"help": "weight of the Dirichlet noise on the root prior"})
@@ -63,8 +65,8 @@ class SearchSelfPlayArgs(Config):
     target_tau: float = field(default=1.0, metadata={"help": "temperature of the visit distribution distilled"})
     reset_fraction: float = field(default=0.25, metadata={"help": "games started from a random legal position"})
     reset_max_plies: int = field(default=4, metadata={"help": "random moves at most before a reset game starts"})
-    replay_window: int = field(default=4, metadata={"help": "iterations of self-play kept"})
-    distill_steps: int = field(default=20, metadata={"help": "trainer steps per iteration"})
+    replay_window: int = field(default=4, metadata={"help": "rounds of self-play kept"})
+    distill_steps: int = field(default=20, metadata={"help": "trainer steps per round"})
     batch_size: int = field(default=128, metadata={"help": "distillation samples per trainer step"})
     value_steps: int = field(default=50, metadata={"help": "value-head optimizer steps per round"})
     value_lr: float = field(default=1e-3, metadata={"help": "value-head learning rate"})
@@ -73,7 +75,7 @@ class SearchSelfPlayArgs(Config):
         "help": "a Q head (bounded Q per move, V = sum_a pi(a|s) Q(s, a)) instead of the value head"})
     q_lambda: float = field(default=4.0, metadata={
         "help": "lambda_Q: Q target = c Q_search + (1 - c) Q_prior with c = N / (N + lambda_Q)"})
-    eval_every: int = field(default=2, metadata={"help": "iterations between evaluations (0: never)"})
+    eval_every: int = field(default=2, metadata={"help": "rounds between evaluations (0: never)"})
     eval_games: int = field(default=100, metadata={"help": "games per evaluation opponent and budget"})
     eval_budgets: list[int] = field(default_factory=lambda: [0, 16, 32, 64], metadata={
         "help": "search budgets evaluated (0 = the raw LLM)"})
@@ -91,7 +93,7 @@ class SearchSelfPlayArgs(Config):
     device: str = field(default="auto", metadata={"help": "auto | cpu | cuda | cuda:N: where the policy is loaded"})
 
     def validate(self) -> None:
-        positive(self, "max_steps", "iterations", "games_per_iteration", "n_sims", "replay_window", "batch_size",
+        positive(self, "max_steps", "rounds", "games_per_round", "n_sims", "replay_window", "batch_size",
                  "max_new_tokens", "value_width", "eval_batch", "q_lambda", "target_tau")
         non_negative(self, "distill_steps", "value_steps", "value_lr", "eval_every", "eval_games", "eval_positions",
                      "eval_openings", "opening_plies")

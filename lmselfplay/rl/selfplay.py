@@ -47,7 +47,7 @@ from lmselfplay.rl.advantages import RoleBaselines, observation_key
 from lmselfplay.rl.average_policy import AverageConfig, AveragePolicy, averageable, distill_samples
 from lmselfplay.rl.configs import PolicyGradientConfigs
 from lmselfplay.rl.exact_feedback import ExactFeedback, FeedbackConfig, exact_feedback_games
-from lmselfplay.rl.league import League, LeagueConfig
+from lmselfplay.rl.league import League, LeagueConfig, PlayInConfig
 from lmselfplay.rl.trainer import PolicyTrainer, beta_for, reference_policy
 from lmselfplay.utils.config import (
     Config,
@@ -128,12 +128,14 @@ class SelfPlayArgs(Config):
 @dataclass(frozen=True)
 class SelfPlayConfigs(PolicyGradientConfigs):
     """What ``recipes/selfplay_games.py`` parses: the trainer's, policy's, engine's and run's
-    configs, its own arguments, and the average policy's, feedback's, league's and checkpoints'."""
+    configs, its own arguments, and the average policy's, feedback's, league's, play-in's and
+    checkpoints'."""
 
     selfplay: SelfPlayArgs
     average: AverageConfig
     feedback: FeedbackConfig
     league: LeagueConfig
+    play_in: PlayInConfig
     checkpoints: PeriodicCheckpoints
 
     defaults = {"output_dir": "runs/selfplay_games"}
@@ -157,7 +159,7 @@ class SelfPlayConfigs(PolicyGradientConfigs):
                               "decayed: use a constant schedule or distill_steps 0")
 
 
-def readout(args: SelfPlayArgs, tok) -> str:
+def resolved_readout(args: SelfPlayArgs, tok) -> str:
     """The readout of the exact metrics and the average policy: ``bare``, or ``sampled`` when
     ``readout: auto`` and the policy thinks (its prompt style, on the tokenizer)."""
     return policy_readout.resolve_readout(args.readout, thinks(tok))
@@ -271,12 +273,12 @@ def training_samples(args: SelfPlayArgs, finished, baselines):
     return [s for t in trajs for s in t.samples(shaped.get(id(t), adv[id(t)]))]
 
 
-def make_episodes(cfg, plan, league, me, tok, step, rank):
-    """Step 1-2: who plays whom (``plan``: each episode's game, from :func:`episode_games`),
+def make_episodes(cfg, step_games, league, me, tok, step, rank):
+    """Step 1-2: who plays whom (``step_games``: each episode's game, from :func:`episode_games`),
     from where. Seeded by (seed, step, rank): resumable."""
     rng = random.Random(f"{cfg.trainer.seed}/{step}/{rank}")
     episodes = []
-    for game in plan:
+    for game in step_games:
         kind, snap = league.sample_opponent(rng)
         if kind == "mirror":
             players = (me, me)
@@ -313,7 +315,7 @@ def snapshot_score(cfg, games, league, tok, step):
         pb = LLMPlayer(league.engine_for(b), tok, learner=False, name=b.name)
         eps = [Episode(games[i % len(games)], (pa, pb) if i % 2 == 0 else (pb, pa), seed=cfg.trainer.seed * 7919 + i,
                        sampling=text_sampling(cfg, games[i % len(games)]))
-               for i in range(cfg.league.league_eval_games)]
+               for i in range(cfg.play_in.league_eval_games)]
         results = [float(np.sign(f.returns[0 if f.episode.players[0] is pa else 1]))
                    for f in play_episodes(eps, sampling, concurrency=cfg.selfplay.concurrency, max_turns=cfg.selfplay.max_turns)]
         return float(np.mean(results))
@@ -364,7 +366,7 @@ def fold_averages(cfg, averages, engine, tok, step):
     sampling = SamplingParams(max_new_tokens=cfg.selfplay.max_new_tokens, temperature=cfg.trainer.temperature, top_p=cfg.selfplay.top_p,
                               stop=MOVE_STOP, seed=cfg.trainer.seed + step)
     for name, avg in averages.items():
-        out[name] = policy_readout.tabular_policy(engine, tok, avg.game, readout(cfg.selfplay, tok), cfg.selfplay.readout_samples, sampling)
+        out[name] = policy_readout.tabular_policy(engine, tok, avg.game, resolved_readout(cfg.selfplay, tok), cfg.selfplay.readout_samples, sampling)
         avg.add(out[name], cfg.average.weight_at(step))
     return out
 
@@ -390,11 +392,11 @@ def distill_averages(trainer, averages, tok, steps, logger=None):
     return metrics
 
 
-def episode_plan(cfg, plan, league, me, tok, sampling, process_index):
+def episode_plan(cfg, step_games, league, me, tok, sampling, process_index):
     """``step -> play``: the step's episodes and seed are made in the caller (they read the
     league); ``play()`` plays them, returning (finished episodes, stats)."""
     def at(step):
-        episodes = make_episodes(cfg, plan, league, me, tok, step, process_index)
+        episodes = make_episodes(cfg, step_games, league, me, tok, step, process_index)
         sp, stats = dataclasses.replace(sampling, seed=hash((cfg.trainer.seed, step, process_index)) % (2**31)), RolloutStats()
         return lambda: (list(play_episodes(episodes, sp, concurrency=cfg.selfplay.concurrency, retries=cfg.selfplay.retries,
                                            max_turns=cfg.selfplay.max_turns, stats=stats)), stats)
@@ -412,7 +414,7 @@ class SelfPlay:
 
     games: list
     feedback: dict
-    plan: list
+    step_games: list  # each episode's game, the same every step (the games with exact feedback left out)
     positions: dict
     tok: object
     trainer: PolicyTrainer
@@ -431,7 +433,7 @@ def build(cfg: SelfPlayConfigs, run, games, feedback, positions) -> SelfPlay:
         run.acc.print("gnugo_level is set but gnugo is not installed (apt-get install gnugo): no GnuGo games")
     # the same every step; games with exact feedback learn without playing
     args = cfg.selfplay
-    plan = [g for g in episode_games(games, args.game_weights, args.episodes_per_step) if g.name not in feedback]
+    step_games = [g for g in episode_games(games, args.game_weights, args.episodes_per_step) if g.name not in feedback]
     device = str(run.acc.device)
     model, tok = load_policy(cfg.policy, device=device)
     check_thinking(cfg.average, feedback, tok)
@@ -439,8 +441,8 @@ def build(cfg: SelfPlayConfigs, run, games, feedback, positions) -> SelfPlay:
                             ref_model=reference_policy(cfg.policy, cfg.trainer.beta, model, device))
     engine = run.closing(make_engine(cfg.engine, trainer.unwrapped, tok, answer_budget=args.answer_budget(),  # hf | vllm | ...
                                      temperature=cfg.trainer.temperature, top_p=args.top_p, seed=cfg.trainer.seed))
-    league = League(cfg.league, snapshot_engines(trainer, tok))
-    return SelfPlay(games, feedback, plan, positions, tok, trainer, engine, RoleBaselines(args.baseline_decay), league,
+    league = League(cfg.league, snapshot_engines(trainer, tok), play_in=cfg.play_in)
+    return SelfPlay(games, feedback, step_games, positions, tok, trainer, engine, RoleBaselines(args.baseline_decay), league,
                     make_averages(cfg.average, games), LLMPlayer(engine, tok, learner=True))
 
 
@@ -478,7 +480,7 @@ def exact_feedback_step(run, sp: SelfPlay, step) -> list:
 
 
 def step_row(sp: SelfPlay, metrics, stats, finished, stale, t0) -> dict:
-    """The step's log row: trainer (its staleness check included), rollout, league, dropped-rollout
+    """The step's log row: trainer (its weight-sync check included), rollout, league, dropped-rollout
     and role-baseline metrics."""
     trajs = [t for f in finished for t in f.trajectories]
     mirror = [f for f in finished if f.episode.players[0] is f.episode.players[1]]

@@ -63,7 +63,7 @@ import torch
 import torch.nn.functional as F
 
 from lmselfplay.lm.batching import logprobs_from_logits, over_positions, pad_batch
-from lmselfplay.lm.engines.staleness import mean_abs_logprob_diff
+from lmselfplay.lm.engines.weight_sync_check import mean_abs_logprob_diff
 from lmselfplay.lm.trajectory import Sample, merge_identical
 from lmselfplay.models.policy import load_policy
 from lmselfplay.rl.importance import TruncatedImportance
@@ -653,7 +653,7 @@ class PolicyTrainer:
     def step(self, samples: list[Sample]) -> dict[str, float]:
         """One optimizer step per pass (``num_iterations`` passes) on this rank's samples.
         Metrics include ``logprob_diff``: mean |current - behaviour| log-prob of the sampled
-        tokens in the first pass, before any update (the staleness detector's measure)."""
+        tokens in the first pass, before any update (the weight-sync check's measure)."""
         cfg, acc = self.cfg, self.accelerator
         getattr(getattr(self, "_served", None), "sleep", lambda: None)()  # vLLM sleep mode: memory to training
         self._tis.begin_step()
@@ -687,7 +687,7 @@ class PolicyTrainer:
         return out
 
     def _engine_metrics(self, metrics: dict[str, float]) -> dict[str, Any]:
-        """What the engine last served (:meth:`serving`) reports every step: the staleness check
+        """What the engine last served (:meth:`serving`) reports every step: the weight-sync check
         (``sync/logprob_diff``, ``sync/stale``) — its detector (:func:`~lmselfplay.lm.engines.factory.make_engine`
         gives every learner engine one) judges the first pass's ``logprob_diff``, warning or raising
         (``strict_sync``) when the engine's weights are not the trainer's; nothing is judged when no
@@ -794,7 +794,7 @@ class PolicyTrainer:
                      "ratio": float((ratio * w).sum() / wsum)}
             if ent is not None:
                 parts["entropy"] = float((ent * w).sum() / wsum)
-            if first_pass:  # the weights the engine should have sampled with (staleness detector)
+            if first_pass:  # the weights the engine should have sampled with (weight-sync check)
                 parts["logprob_diff"] = mean_abs_logprob_diff(lp, b["old"], w)
                 parts.update(tis_parts)
             if target_ce is not None:

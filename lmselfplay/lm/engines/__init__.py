@@ -5,7 +5,7 @@ The vLLM modules import vLLM only when an engine is built."""
 from lmselfplay.lm.engines.base import Completion, Engine, SamplingParams, generate_fitting
 from lmselfplay.lm.engines.factory import EngineConfig, make_engine
 from lmselfplay.lm.engines.hf import HFEngine
-from lmselfplay.lm.engines.staleness import StalenessDetector
+from lmselfplay.lm.engines.weight_sync_check import WeightSyncCheck
 
-__all__ = ["Completion", "Engine", "EngineConfig", "HFEngine", "SamplingParams", "StalenessDetector", "generate_fitting",
+__all__ = ["Completion", "Engine", "EngineConfig", "HFEngine", "SamplingParams", "WeightSyncCheck", "generate_fitting",
            "make_engine"]

@@ -28,14 +28,14 @@ from typing import Any
 
 from lmselfplay.lm.engines.base import Engine, SamplingParams
 from lmselfplay.lm.engines.hf import HFEngine
-from lmselfplay.lm.engines.staleness import StalenessConfig, StalenessDetector
+from lmselfplay.lm.engines.weight_sync_check import WeightSyncCheckConfig, WeightSyncCheck
 from lmselfplay.utils.config import ConfigError, non_negative, positive
 
 ENGINES = ("hf", "vllm", "vllm-server")
 
 
 @dataclass
-class EngineConfig(StalenessConfig):
+class EngineConfig(WeightSyncCheckConfig):
     _argument_group_name = "engine (lmselfplay.lm.engines.EngineConfig)"
     engine: str = field(default="hf", metadata={"help": "rollout engine: hf | vllm | vllm-server"})
     vllm_gpu_memory_utilization: float = field(default=0.3, metadata={
@@ -64,41 +64,20 @@ class EngineConfig(StalenessConfig):
     vllm_push_timeout: float = field(default=300.0, metadata={
         "help": "engine=vllm-server: deadline in seconds of each step of a weight push (pause, rendezvous, a bucket, "
                 "cache reset); a server past it leaves the rotation until a later push succeeds"})
-    max_staleness: int = field(default=0, metadata={
-        "help": "0: generate each step's rollouts with the weights being trained (on-policy); k >= 1: the next step's "
-                "rollouts are generated while this step trains (engine vllm-server or vllm), and a rollout sampled "
-                "more than k weight versions ago is dropped (staleness/dropped); correct the rest with tis_cap (without it k = 1 learned worse in docs/scale.md's measurement)"})
     weight_sync_bucket_mb: int = field(default=256, metadata={
         "help": "weights pushed to vLLM in buckets of at most this many MB (ZeRO-3 gathers one bucket at a time)"})
 
     def validate(self) -> None:
-        """Each field in its range, and the overlap settings that cannot work, refused before any
-        folder, model or engine is touched: the hf engine serves the trainer's own module (the
-        optimizer would write the weights it samples from), and sleep mode frees the engine while
-        the trainer steps — the time overlap generates in."""
+        """Each field in its range, refused before any folder, model or engine is touched."""
         _check_kind(self.engine)
         if not 0 < self.vllm_gpu_memory_utilization <= 1:
             raise ConfigError(f"vllm_gpu_memory_utilization must be in (0, 1], got {self.vllm_gpu_memory_utilization!r}")
         positive(self, "vllm_max_prompt_tokens", "vllm_server_timeout", "vllm_push_timeout", "weight_sync_bucket_mb")
         non_negative(self, "vllm_max_model_len", "vllm_max_num_batched_tokens", "vllm_server_wait")
-        check_staleness(self.max_staleness, shares_module=self.engine == "hf")
         from lmselfplay.lm.engines.vllm import ENGINE_DTYPES  # no vLLM import: the rule only
 
         if self.vllm_dtype not in ENGINE_DTYPES:
             raise ConfigError(f"vllm_dtype must be one of {', '.join(ENGINE_DTYPES)}, got {self.vllm_dtype!r}")
-        if self.max_staleness > 0 and self.vllm_enable_sleep_mode:
-            raise ConfigError(f"max_staleness {self.max_staleness} generates while the trainer steps, when "
-                              "vllm_enable_sleep_mode puts the engine to sleep: use one or the other")
-
-
-def check_staleness(max_staleness: int, shares_module: bool) -> None:
-    """``max_staleness`` is >= 0, and > 0 only with an engine holding its own copy of the weights:
-    one sharing the trainer's module would sample from weights the optimizer is writing."""
-    if max_staleness < 0:
-        raise ConfigError(f"max_staleness must be >= 0, got {max_staleness}")
-    if max_staleness > 0 and shares_module:
-        raise ConfigError(f"max_staleness {max_staleness} overlaps generation with training, which needs an engine "
-                          "with its own weights (engine: vllm-server or vllm); the hf engine shares the trainer's")
 
 
 def check_sleep_mode_engines(cfg: EngineConfig, engines: int) -> None:
@@ -135,7 +114,7 @@ def colocated_max_model_len(cfg: EngineConfig, model: Any, answer_budget: int) -
 def make_engine(cfg: EngineConfig, model: Any, tokenizer: Any, *, answer_budget: int, temperature: float,
                 top_p: float, seed: int) -> Engine:
     """The learner's engine for ``cfg.engine``, serving ``model``'s current weights, with the
-    run's staleness detector as ``engine.detector`` (``staleness_threshold`` / ``strict_sync``):
+    run's weight-sync check as ``engine.detector`` (``weight_sync_threshold`` / ``strict_sync``):
     :meth:`~lmselfplay.rl.trainer.PolicyTrainer.step` checks it every step against the engine the
     trainer served, so every recipe that builds its engine here is checked.
 
@@ -144,7 +123,7 @@ def make_engine(cfg: EngineConfig, model: Any, tokenizer: Any, *, answer_budget:
     ``top_p`` and ``seed`` come from the recipe (see the module doc)."""
     engine = build_engine(cfg, model, tokenizer, answer_budget=answer_budget, temperature=temperature,
                           top_p=top_p, seed=seed)
-    engine.detector = StalenessDetector.from_config(cfg)
+    engine.detector = WeightSyncCheck.from_config(cfg)
     return engine
 
 

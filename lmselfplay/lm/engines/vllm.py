@@ -16,7 +16,7 @@ returning log-probs the trainer's importance ratios would misread. :func:`logpro
 picks the mode from the sampling temperature. ``score`` uses ``prompt_logprobs``, which vLLM
 computes before any sampling processor, i.e. at T = 1 only; ``score(temperature != 1)`` is
 refused. Tolerance: vLLM and the trainer run different kernels; in float32 they agree to
-~1e-5 per token, in bfloat16 to ~1e-2 (what the staleness detector's threshold allows for).
+~1e-5 per token, in bfloat16 to ~1e-2 (what the weight-sync check's threshold allows for).
 
 Completions are cut exactly like the HF engine's: at the first EOS (kept), else at the
 shortest prefix whose text contains a stop string (kept). Seeds: one seed per call becomes
@@ -211,7 +211,7 @@ def _refresh_tied_head(model: Any) -> None:
     """Runs on a vLLM worker's model. A tied LM head shares the embedding's weight but is its
     own layer: an in-place reload loads nothing into it, so any copy its post-load processing
     made is not refreshed (vLLM's CPU build keeps a packed GEMM copy: the head would keep
-    the old weights; found by the staleness detector). Re-run it there; GPU builds keep no copy."""
+    the old weights; found by the weight-sync check). Re-run it there; GPU builds keep no copy."""
     from vllm.platforms import current_platform
 
     head = getattr(model, "lm_head", None)

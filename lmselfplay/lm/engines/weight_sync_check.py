@@ -1,4 +1,4 @@
-"""The staleness detector: are the rollouts sampled from the weights being trained?
+"""The weight-sync check: are the rollouts sampled from the weights being trained?
 
     logprob_diff = mean over the sampled (policy) tokens of |trainer log-prob - engine log-prob|
 
@@ -8,7 +8,7 @@ the weights in sync the two differ only by numerics (0 in float32 for the HF eng
 trainer's module; ~0.01-0.02 for a bf16 vLLM engine). A weight push that silently stopped
 working leaves the engine a step or more behind and the difference jumps (TRL issue #5312:
 ~0.015 -> ~0.20 when sleep mode stopped syncing). Every engine is checked every step:
-above ``staleness_threshold`` it is a warning, or an error with ``strict_sync``. The check sits in
+above ``weight_sync_threshold`` it is a warning, or an error with ``strict_sync``. The check sits in
 the layer every recipe shares: ``make_engine`` gives each learner engine its detector and
 ``PolicyTrainer.step`` judges the step against the engine it last served.
 """
@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 
@@ -33,14 +34,15 @@ class StaleWeightsWarning(UserWarning):
 
 
 @dataclass
-class StalenessConfig(Config):
-    _argument_group_name = "staleness (lmselfplay.lm.engines.staleness.StalenessConfig)"
-    staleness_threshold: float = field(default=0.1, metadata={
+class WeightSyncCheckConfig(Config):
+    _argument_group_name = "weight-sync check (lmselfplay.lm.engines.weight_sync_check.WeightSyncCheckConfig)"
+    renamed_keys: ClassVar[dict[str, str]] = {"staleness_threshold": "weight_sync_threshold"}
+    weight_sync_threshold: float = field(default=0.1, metadata={
         "help": "mean |trainer - engine| log-prob of sampled tokens above which the engine is stale (0: off)"})
     strict_sync: bool = field(default=False, metadata={"help": "a stale engine is an error, not a warning"})
 
     def validate(self) -> None:
-        non_negative(self, "staleness_threshold")
+        non_negative(self, "weight_sync_threshold")
 
 
 def mean_abs_logprob_diff(trainer_lp: torch.Tensor, engine_lp: torch.Tensor, mask: torch.Tensor) -> float:
@@ -52,16 +54,16 @@ def mean_abs_logprob_diff(trainer_lp: torch.Tensor, engine_lp: torch.Tensor, mas
     return float(((trainer_lp.detach().float() - engine_lp.float()).abs() * w).sum() / total)
 
 
-class StalenessDetector:
+class WeightSyncCheck:
     def __init__(self, threshold: float = 0.1, strict: bool = False):
         if threshold < 0:
-            raise ValueError(f"staleness_threshold must be >= 0, got {threshold}")
+            raise ValueError(f"weight_sync_threshold must be >= 0, got {threshold}")
         self.threshold, self.strict = threshold, strict
         self.history: list[float] = []
 
     @classmethod
-    def from_config(cls, cfg: StalenessConfig) -> StalenessDetector:
-        return cls(cfg.staleness_threshold, cfg.strict_sync)
+    def from_config(cls, cfg: WeightSyncCheckConfig) -> WeightSyncCheck:
+        return cls(cfg.weight_sync_threshold, cfg.strict_sync)
 
     def check(self, value: float, step: int | None = None, engine: str = "engine") -> dict[str, float]:
         """Record one step's measured difference; warn or raise when over the threshold.
@@ -70,7 +72,7 @@ class StalenessDetector:
         if self.threshold > 0 and not math.isnan(value) and value > self.threshold:
             at = f" at step {step}" if step is not None else ""
             msg = (f"{engine} is stale{at}: mean |trainer - engine| log-prob of the sampled tokens is {value:.4f} "
-                   f"> staleness_threshold {self.threshold}; its weights are not the trainer's (a weight push "
+                   f"> weight_sync_threshold {self.threshold}; its weights are not the trainer's (a weight push "
                    f"failed or was skipped?)")
             if self.strict:
                 raise StaleWeightsError(msg + " [strict_sync: true]")
