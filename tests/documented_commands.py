@@ -1,6 +1,6 @@
 """Every command README.md and docs/*.md tell a user to type, and how CI runs it at reduced size.
 
-``tests/test_documented_commands.py`` extracts the commands from the docs (:func:`documented_commands`)
+``tests/project/test_documented_commands.py`` extracts the commands from the docs (:func:`documented_commands`)
 and fails naming any that is missing here, then runs each entry as a subprocess from the repository
 root and checks its exit code, the files it must write and its output.
 
@@ -132,9 +132,9 @@ REGISTRY: list[Command] = [
     # quick start
     Command("bash .ci/setup", skip="installs the environment (network, minutes): CI has just run it"),
     Command(".venv/bin/python -m pytest -q", skip="the test suite itself: CI runs it"),
-    Command(".venv/bin/python -m pytest -q tests/test_absolute_zero.py", skip="part of the test suite CI runs"),
-    Command(".venv/bin/python -m pytest -q tests/test_layers.py", skip="part of the test suite CI runs"),
-    Command(".venv/bin/python -m pytest -q tests/test_executor.py tests/test_sandbox.py",
+    Command(".venv/bin/python -m pytest -q tests/rl/test_absolute_zero.py", skip="part of the test suite CI runs"),
+    Command(".venv/bin/python -m pytest -q tests/project/test_layers.py", skip="part of the test suite CI runs"),
+    Command(".venv/bin/python -m pytest -q tests/verifiers/test_executor.py tests/verifiers/test_sandbox.py",
             skip="part of the test suite CI runs"),
     Command(".venv/bin/python recipes/selfplay_games.py --config recipes/configs/selfplay_games.yaml",
             extra=MAIN_JOB, files=("metrics.jsonl", "config.json", "checkpoint-2", "final_model"), makes_run=True),
@@ -218,7 +218,7 @@ REGISTRY: list[Command] = [
     Command("accelerate launch --config_file recipes/accelerate/zero3.yaml --num_machines 2 --num_processes 16 "
             "--machine_rank $RANK --main_process_ip $HEAD --main_process_port 29500 recipes/selfplay_games.py "
             "--config my_run.yaml", skip="two machines of 8 CUDA GPUs each and the user's own config"),
-    *[Command(c, skip="needs `vllm serve` processes at gen0/gen1 (CUDA); tests/test_overlap.py runs these flags "
+    *[Command(c, skip="needs `vllm serve` processes at gen0/gen1 (CUDA); tests/rl/test_overlap.py runs these flags "
                       "against simulated servers") for c in (
         "python recipes/absolute_zero.py --config recipes/configs/absolute_zero.yaml --engine vllm-server "
         "--vllm_server_urls http://gen0:8000 http://gen1:8000 --max_staleness 1 --tis_cap 2",
@@ -336,5 +336,5 @@ REGISTRY: list[Command] = [
     Command("python scripts/make_standins.py", output=r"(?m)^\S+\t/\S+$"),  # the cached builds are reused
     Command("python scripts/build_taboo_words.py", skip="rebuilds the shipped word list from wordfreq (a dev extra)"),
     Command("python scripts/ship_embedded_model.py",
-            skip="rewrites the shipped embedded model in the package (minutes); tests/test_shipped_model.py checks it"),
+            skip="rewrites the shipped embedded model in the package (minutes); tests/models/test_shipped_model.py checks it"),
 ]

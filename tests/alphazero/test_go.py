@@ -18,7 +18,7 @@ from lmselfplay.utils.config import ConfigError, parse_config
 from lmselfplay.utils.metrics_logger import read_jsonl
 from lmselfplay.utils.recipe_loader import run_recipe
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FAST = ["--game", "go", "--game_args", '{"size": 5}', "--network", "conv", "--hidden", "8",
         "--blocks", "1", "--games_per_iteration", "4", "--n_sims", "2", "--train_steps", "3",
         "--batch_size", "16", "--eval_games", "2", "--eval_budgets", "0", "2",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # the lent machine's image: torch, transformers, accelerate, peft (and what they bring)
 IMAGE = {"torch", "transformers", "accelerate", "peft", "lmselfplay"}
 

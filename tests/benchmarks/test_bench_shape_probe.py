@@ -10,7 +10,7 @@ import torch
 
 from lmselfplay.games import make
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from bench_shape_probe import (  # noqa: E402
     FORMATS,
     GRIDS,

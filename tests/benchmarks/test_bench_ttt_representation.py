@@ -10,7 +10,7 @@ import pytest
 
 from lmselfplay.games import make
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from bench_ttt_representation import move_token_data, render  # noqa: E402
 
 

@@ -44,7 +44,7 @@ from lmselfplay.lm.engines import HFEngine, SamplingParams
 from lmselfplay.rl.advantages import RoleBaselines
 from lmselfplay.utils.recipe_loader import run_recipe
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONTEXT = "The old lighthouse keeper,\n  Mara, counted   41 ships in March.\nThen the storm came."
 
 

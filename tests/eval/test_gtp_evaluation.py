@@ -10,7 +10,7 @@ from lmselfplay.rl import selfplay
 from lmselfplay.utils.checkpoint import checkpoint_dirs, verify_checkpoint
 from lmselfplay.utils.recipe_loader import run_recipe
 
-FAKE = str(Path(__file__).with_name("fake_gtp.py"))
+FAKE = str(Path(__file__).resolve().parents[1] / "fake_gtp.py")
 
 
 def test_a_crashing_engine_in_evaluation_is_logged_and_the_run_goes_on(model_dir, tmp_path, monkeypatch, capsys):

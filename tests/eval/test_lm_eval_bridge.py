@@ -15,7 +15,7 @@ from lm_fixtures import tiny_model, tiny_tokenizer  # noqa: E402
 from lmselfplay.eval.lm_eval_bridge import LMSelfPlay, cut_at_stop  # noqa: E402
 from lmselfplay.lm.engines.hf import HFEngine  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

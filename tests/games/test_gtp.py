@@ -15,7 +15,7 @@ import pytest
 from lmselfplay.games.go import Go
 from lmselfplay.games.gtp import GTPEngine, GTPError, GTPPlayer, find_gnugo, gnugo_player
 
-FAKE = str(Path(__file__).with_name("fake_gtp.py"))
+FAKE = str(Path(__file__).resolve().parents[1] / "fake_gtp.py")
 
 
 def fake(mode="ok", *extra):

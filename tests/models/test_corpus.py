@@ -104,7 +104,7 @@ def test_game_turns_follow_a_uniform_random_prior():
 def test_every_registered_game_works_generically():
     for name in games.REGISTRY:
         if getattr(games.REGISTRY[name], "action_space", "discrete") == "text":
-            continue  # free text (Taboo): no legal moves to sample; tests/test_taboo.py
+            continue  # free text (Taboo): no legal moves to sample; tests/games/test_taboo.py
         pairs = st.game_turns(games.make(name), random.Random(5), 50)
         assert len(pairs) == 50 and all(a.startswith("<move>") for _, a in pairs)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import lmselfplay
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TOP_PACKAGES = ["lmselfplay", "lmselfplay.games", "lmselfplay.eval", "lmselfplay.verifiers"]
 
 

@@ -8,7 +8,7 @@ import json
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DECIMAL = re.compile(r"(?<![\w.-])(-?\d+\.\d+)(?![\w.])")  # a minus sign is part of the number
 
 

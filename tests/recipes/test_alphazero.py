@@ -13,7 +13,7 @@ from lmselfplay.utils.config import ConfigError, parse_config
 from lmselfplay.utils.metrics_logger import read_jsonl
 from lmselfplay.utils.recipe_loader import run_recipe
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 FAST = ["--game", "nim", "--game_args", '{"start": 7}', "--games_per_iteration", "12",

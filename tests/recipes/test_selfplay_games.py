@@ -12,7 +12,7 @@ from lmselfplay.games.gtp import find_gnugo
 from lmselfplay.rl.selfplay import episode_games, training_samples
 from lmselfplay.utils.recipe_loader import run_recipe
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _args(model_dir, out, steps, **kw):
@@ -65,7 +65,7 @@ def test_unknown_config_key_is_rejected(model_dir, tmp_path):
 
 
 @pytest.mark.multiprocess
-@pytest.mark.slow  # ~18 s a config; the 2-rank DDP step runs by default in test_multiprocess.py
+@pytest.mark.slow  # ~18 s a config; the 2-rank DDP step runs by default in rl/test_trainer_multiprocess.py
 @pytest.mark.parametrize("config", ["ddp_cpu.yaml", "zero3_cpu.yaml"])
 def test_recipe_under_accelerate_launch(model_dir, tmp_path, config):
     """Two ranks through `accelerate launch`: rollouts, eval (every rank; ZeRO-3 needs all
@@ -76,7 +76,7 @@ def test_recipe_under_accelerate_launch(model_dir, tmp_path, config):
 
     if "zero" in config:
         pytest.importorskip("deepspeed")
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     # league snapshots every step, the nash meta-solver playing each new one against the ring:
     # under ZeRO-3 the snapshots come from gathered weights and the frozen engines are whole
     # local models, so ranks never wait on each other for them

@@ -19,7 +19,7 @@ import pytest
 from lmselfplay.models.standins import STANDINS, spec
 from lmselfplay.utils.recipe_loader import run_recipe
 
-CONFIGS = Path(__file__).resolve().parents[1] / "recipes" / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "recipes" / "configs"
 
 # Tiny sizes per recipe: every size a shipped config sets is overridden here, so a real-model
 # config runs at the same reduced size as the recipe's default one.
@@ -118,7 +118,7 @@ def cell_args(recipe: str, config: str, name: str, model: Path, out: Path, tmp: 
     if "prompt_format: chat" in cfg_text and not has_template:
         kw["prompt_format"] = "plain"  # a chat-prompted config on a model with no template
     if name == "qwen3" and (recipe == "search_selfplay" or "feedback: exact" in cfg_text):
-        kw["enable_thinking"] = "false"  # refused for a thinking policy (tests/test_readout.py)
+        kw["enable_thinking"] = "false"  # refused for a thinking policy (tests/lm/test_readout.py)
     if recipe == "debate" and "judge_model_name_or_path" in cfg_text:
         kw["judge_model_name_or_path"] = str(model)
     if config == "spin_zephyr.yaml":
@@ -217,7 +217,7 @@ def test_the_matrix_table_reads_pytests_junit_xml(tmp_path):
                   '<skipped message="no gpu"/></testcase>'
                   '<testcase name="test_lora_run_on_a_standin" time="9.0"/>')
     rerun = junit(tmp_path / "b.xml", f'<testcase name="{cell.format("spin-spin_zephyr-qwen3")}" time="20.6"/>')
-    script = Path(__file__).resolve().parents[1] / "scripts" / "standin_matrix_table.py"
+    script = Path(__file__).resolve().parents[2] / "scripts" / "standin_matrix_table.py"
     proc = subprocess.run([sys.executable, str(script), str(first), str(rerun), "--out", str(tmp_path / "m")],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr

@@ -433,7 +433,7 @@ def test_bad_config_is_rejected(model_dir, tmp_path):
 
 
 def test_shipped_configs_parse():
-    root = Path(__file__).resolve().parents[1] / "recipes" / "configs"
+    root = Path(__file__).resolve().parents[2] / "recipes" / "configs"
     tiny = parse_config(azr.AbsoluteZeroConfig, ["--config", str(root / "absolute_zero.yaml")])
     assert tiny.model_name_or_path is None and tiny.proposal_style == "io" and tiny.eval_tasks_per_type == 200
     real = parse_config(azr.AbsoluteZeroConfig, ["--config", str(root / "absolute_zero_qwen_coder.yaml")])
@@ -459,7 +459,7 @@ def test_recipe_under_accelerate_launch(model_dir, tmp_path):
     import subprocess
     import sys
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
            str(root / "recipes" / "accelerate" / "ddp_cpu.yaml"), str(root / "recipes" / "absolute_zero.py"),
            *_args(model_dir, tmp_path / "run", 2, eval_every=0, checkpoint_every=2)]

@@ -217,7 +217,7 @@ def test_the_main_job_plays_every_game_and_the_exact_config_values_nim_and_kuhn(
     from lmselfplay.rl.selfplay import SelfPlayConfig, make_feedback, make_games
     from lmselfplay.utils.config import parse_config
 
-    configs = Path(__file__).resolve().parents[1] / "recipes" / "configs"
+    configs = Path(__file__).resolve().parents[2] / "recipes" / "configs"
     main = parse_config(SelfPlayConfig, ["--config", str(configs / "selfplay_games.yaml")])
     assert main.feedback == "sampled" and make_feedback(main, make_games(main.games)) == {}
     assert main.games == "nim,tictactoe,kuhn_poker"

@@ -28,7 +28,7 @@ from lmselfplay.lm.prompt import encode_completion, encode_prompt
 from lmselfplay.lm.readout import answer_distribution, decision_states
 from lmselfplay.lm.search_eval import LLMEvaluator, QHead, ValueHead, load_head, move_tokens
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
-from tests.lm_fixtures import tiny_tokenizer
+from lm_fixtures import tiny_tokenizer
 
 
 @functools.cache
@@ -81,7 +81,7 @@ def test_prior_equals_normalized_teacher_forced_move_token(name):
 
 
 def test_fallback_prior_is_answer_distribution():
-    from tests.lm_fixtures import tiny_model
+    from lm_fixtures import tiny_model
 
     game, tok, model = make("tictactoe"), tiny_tokenizer(), tiny_model().eval()
     ev = LLMEvaluator(model, tok, game)

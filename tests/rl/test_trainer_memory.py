@@ -24,7 +24,7 @@ from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, split_by_tokens
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.recipe_loader import run_recipe
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _reference(logits, ids, temperature):

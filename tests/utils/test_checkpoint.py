@@ -31,7 +31,7 @@ from lmselfplay.utils.checkpoint import (
 from lmselfplay.utils.errors import UserError
 from lmselfplay.utils.recipe_loader import run_recipe
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def damage(path: Path, how: str) -> None:

@@ -15,7 +15,7 @@ from recipe_configs import RECIPE_CONFIGS
 from lmselfplay.rl.trainer import TrainerConfig
 from lmselfplay.utils.config import Config, ConfigError, check_keys, load_yaml, parse_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RECIPES = sorted(RECIPE_CONFIGS)
 YAMLS = sorted((ROOT / "recipes/configs").glob("*.yaml"))
 

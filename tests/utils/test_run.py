@@ -18,7 +18,7 @@ from lmselfplay.utils.checkpoint import atomic_dir
 from lmselfplay.utils.config import ConfigError, parse_config
 from lmselfplay.utils.run import PeriodicCheckpoints, Run, RunConfig, release_output_dir
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ("selfplay_games", "spin", "search_selfplay", "alphazero", "absolute_zero", "r_zero", "debate")
 
 

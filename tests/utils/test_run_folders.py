@@ -25,7 +25,7 @@ from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.recipe_loader import run_recipe
 from lmselfplay.utils.run import LOCK_FILE, RunFolderTaken, claim_output_dir, release_output_dir
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ["absolute_zero", "alphazero", "debate", "r_zero", "search_selfplay", "selfplay_games", "spin"]
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from lmselfplay.utils.run import LOCK_FILE, RunLocked, lock_output_dir, release_output_dir
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HOLD = ("import sys, time\nfrom lmselfplay.utils.run import lock_output_dir\n"
         "lock_output_dir(sys.argv[1]); print('locked', flush=True); time.sleep(120)\n")
 

@@ -30,7 +30,7 @@ DEFAULT = "namespaces" if ROOT else "bwrap"
 LIMITS = dict(timeout_s=2.0, cpu_s=2, memory_mb=512, max_workers=2)
 MODES = (["namespaces"] if ROOT else []) + ["bwrap", "unsafe-hooks-only"]
 FORGE = "import os\nos.write(3, b'{\"status\":\"ok\",\"value\":null}')\nos._exit(0)\n"
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -317,7 +317,7 @@ def test_hostile_battery_as_an_unprivileged_user():
            "BLOCKED": " ".join(blocked), "NEEDED": " ".join(needed)}
     cmd = ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", AS_NOBODY, "sh",
            sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-           "tests/test_executor.py", "-k", "battery or boundary or hidden or concurrent or working_directory",
+           "tests/verifiers/test_executor.py", "-k", "battery or boundary or hidden or concurrent or working_directory",
            "--basetemp", "/tmp/lmselfplay-nobody-pytest"]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     tail = (proc.stdout + proc.stderr)[-3000:]

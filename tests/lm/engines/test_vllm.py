@@ -642,7 +642,7 @@ def test_gpu_benchmark_dry_run_runs_on_cpu(tmp_path):
     import sys as _sys
     from pathlib import Path
 
-    _sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    _sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
     try:
         import bench_vllm_gpu
     finally:
