@@ -10,6 +10,7 @@ import random
 import numpy as np
 import pytest
 import torch
+from lm_fixtures import tiny_tokenizer
 
 from lmselfplay.alphazero.adapter import SearchGame
 from lmselfplay.alphazero.batched_mcts import BatchedMCTS
@@ -28,7 +29,6 @@ from lmselfplay.lm.prompt import encode_completion, encode_prompt
 from lmselfplay.lm.readout import answer_distribution, decision_states
 from lmselfplay.lm.search_eval import LLMEvaluator, QHead, ValueHead, load_head, move_tokens
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
-from lm_fixtures import tiny_tokenizer
 
 
 @functools.cache
