@@ -89,3 +89,25 @@ def test_tis_keeps_the_start_of_step_logprobs_across_passes():
     assert 0 < m["tis/weight"] <= 2.0 and m["ratio"] != 1.0  # later passes: ratio to the kept start
     with pytest.raises(ConfigError, match="tis_cap"):
         TrainerConfig(tis_cap=-1.0)
+
+
+def test_weights_are_the_capped_ratio_and_old_logprobs_are_kept_per_sample():
+    """The module alone: ``min(exp(logp_old - log mu), cap)`` per token with its metrics over the
+    mask; the first pass keeps each sample's ``logp_old`` and a later pass in another order reads it."""
+    from lmselfplay.rl.importance import TruncatedImportance
+
+    tis = TruncatedImportance(cap=2.0)
+    old = torch.log(torch.tensor([[0.5, 0.2, 0.9]]))
+    mu = torch.log(torch.tensor([[0.5, 0.05, 0.3]]))
+    mask = torch.tensor([[1, 1, 0]])
+    w, metrics = tis.weights(old, mu, mask)
+    assert torch.allclose(w, torch.tensor([[1.0, 2.0, 2.0]]))  # ratios 1, 4 (capped), 3 (capped)
+    assert metrics == pytest.approx({"tis/weight": 1.5, "tis/capped": 0.5})  # masked token left out
+    a, b = Sample([1], [2, 3], []), Sample([1], [4], [])
+    lp = torch.tensor([[-1.0, -2.0], [-3.0, 0.0]])
+    tis.begin_step()
+    assert torch.equal(tis.old_logprobs([a, b], lp, torch.tensor([[1, 1], [1, 0]]), first_pass=True), lp)
+    later = tis.old_logprobs([b, a], torch.zeros(2, 2), torch.tensor([[1, 0], [1, 1]]), first_pass=False)
+    assert torch.equal(later, torch.tensor([[-3.0, 0.0], [-1.0, -2.0]]))
+    with pytest.raises(ValueError, match="tis_cap must be >= 0"):
+        TruncatedImportance(-1.0)
