@@ -4,7 +4,7 @@ baselines, merging, and exact kill-and-resume."""
 import numpy as np
 import pytest
 import torch
-from lm_fixtures import tiny_model, tiny_tokenizer
+from lm_fixtures import tiny_model, tiny_tokenizer, tiny_trainer
 
 from lmselfplay.lm.batching import token_logprobs
 from lmselfplay.lm.trajectory import Sample
@@ -16,15 +16,9 @@ def _sample(prompt, completion, adv, tok_lp=None):
     return Sample(list(prompt), list(completion), tok_lp or [0.0] * len(completion), advantage=adv)
 
 
-def _trainer(**kw):
-    cfg = TrainerConfig(**{"learning_rate": 1e-2, "beta": 0.0, "num_iterations": 1, "max_grad_norm": 0.0,
-                           "merge_identical": False, **kw})
-    return PolicyTrainer(tiny_model(seed=0), tiny_tokenizer(), cfg)
-
-
 def test_loss_is_on_policy_tokens_only():
     """Gradient of the trainer loss == gradient of -A * mean log p(completion tokens)."""
-    tr = _trainer()
+    tr = tiny_trainer()
     model = tr.unwrapped
     prompt, completion = [1, 50, 60, 70, 80], [90, 100, 2]
     with torch.no_grad():
@@ -49,7 +43,7 @@ def test_loss_is_on_policy_tokens_only():
 
 
 def test_ppo_clipping_stops_the_gradient_outside_the_range():
-    tr = _trainer(epsilon=0.2)
+    tr = tiny_trainer(epsilon=0.2)
     model = tr.unwrapped
     prompt, completion = [1, 50, 60], [90, 2]
     with torch.no_grad():
@@ -70,7 +64,7 @@ def test_ppo_clipping_stops_the_gradient_outside_the_range():
 
 
 def test_step_raises_the_probability_of_advantaged_answers():
-    tr = _trainer(learning_rate=5e-3, num_iterations=2)
+    tr = tiny_trainer(learning_rate=5e-3, num_iterations=2)
     model = tr.unwrapped
     prompt = [1, 50, 60, 70]
     good, bad = [90, 2], [100, 2]
@@ -89,7 +83,7 @@ def test_step_raises_the_probability_of_advantaged_answers():
 
 
 def test_kl_term_pulls_back_to_the_reference():
-    tr = _trainer(beta=1.0, learning_rate=5e-3)
+    tr = tiny_trainer(beta=1.0, learning_rate=5e-3)
     model = tr.unwrapped
     with torch.no_grad():
         for p in model.parameters():
@@ -116,8 +110,8 @@ def test_merged_batch_gives_the_same_first_step():
     """Merging identical turns (summing advantages) leaves the update unchanged."""
     prompt, c1, c2 = [1, 50, 60], [90, 2], [100, 110, 2]
     samples = [_sample(prompt, c1, 1.0), _sample(prompt, c1, 0.5), _sample(prompt, c2, -1.0)] * 3
-    a = _trainer(merge_identical=False, learning_rate=1e-3)
-    b = _trainer(merge_identical=True, learning_rate=1e-3)
+    a = tiny_trainer(merge_identical=False, learning_rate=1e-3)
+    b = tiny_trainer(merge_identical=True, learning_rate=1e-3)
     for tr in (a, b):
         model = tr.unwrapped
         for s in samples:
@@ -154,7 +148,7 @@ def test_group_and_task_type_advantages():
 
 def test_lr_schedule_spans_max_steps_calls():
     """A linear schedule over max_steps trainer.step() calls, whatever num_iterations."""
-    tr = _trainer(lr_scheduler_type="linear", max_steps=4, num_iterations=2, learning_rate=1e-3)
+    tr = tiny_trainer(lr_scheduler_type="linear", max_steps=4, num_iterations=2, learning_rate=1e-3)
     prompt, c = [1, 50, 60], [90, 2]
     lrs = []
     for _ in range(4):
@@ -168,8 +162,8 @@ def test_multi_tensor_adamw_moves_the_weights_as_the_per_tensor_loop_does():
     per-tensor loop (PyTorch's CPU default)."""
     prompt, c1, c2 = [1, 50, 60], [90, 2], [100, 110, 2]
     samples = [_sample(prompt, c1, 1.0), _sample(prompt, c2, -1.0), _sample([1, 70], c1, 0.5)]
-    fused = _trainer(weight_decay=0.1, max_grad_norm=1.0)
-    loop = _trainer(weight_decay=0.1, max_grad_norm=1.0)
+    fused = tiny_trainer(weight_decay=0.1, max_grad_norm=1.0)
+    loop = tiny_trainer(weight_decay=0.1, max_grad_norm=1.0)
     assert [g["foreach"] for g in fused.optimizer.optimizer.param_groups] == [True]
     for group in loop.optimizer.optimizer.param_groups:
         group["foreach"] = False
@@ -225,7 +219,7 @@ def test_a_zero3_rank_with_nothing_to_score_joins_the_other_ranks_reference_forw
     """Under ZeRO-3 every reference forward is a collective: a rank whose step has no sampled
     completion (only stale rollouts dropped, or only targets) must make as many reference
     forwards as the rank with the most, or that rank hangs in its parameter gather."""
-    tr = _trainer(beta=0.5)
+    tr = tiny_trainer(beta=0.5)
     other_rank_batches = 3  # what the other rank's gather reports
     monkeypatch.setattr(PolicyTrainer, "deepspeed_stage", property(lambda self: 3))
     monkeypatch.setattr(type(tr.accelerator), "num_processes", property(lambda self: 2))
@@ -245,7 +239,7 @@ def test_a_zero3_rank_with_nothing_to_score_joins_the_other_ranks_reference_forw
 def test_the_exact_kl_on_a_targets_only_micro_batch_under_zero3_is_zero_not_an_error(monkeypatch):
     """Under ZeRO-3 a micro-batch of supervised targets takes the general path (every rank makes
     the same forwards), where the exact KL has no reference rows: it must add nothing, not fail."""
-    tr = _trainer(beta=0.5, kl_estimator="exact", target_passes=1, merge_identical=False)
+    tr = tiny_trainer(beta=0.5, kl_estimator="exact", target_passes=1, merge_identical=False)
     monkeypatch.setattr(PolicyTrainer, "deepspeed_stage", property(lambda self: 3))
     prompt, completion = [1, 50, 60], [90, 100, 2]
     target = Sample([1, 5, 9], [], [], target=(0, [4, 7], [0.25, 0.75]))

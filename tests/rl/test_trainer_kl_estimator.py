@@ -3,11 +3,11 @@ over the vocabulary, whose gradient is k3's expected gradient without k3's varia
 
 import pytest
 import torch
-from lm_fixtures import tiny_model, tiny_tokenizer
+from lm_fixtures import tiny_trainer
 
 from lmselfplay.lm.batching import token_logprobs
 from lmselfplay.lm.trajectory import Sample
-from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, kl_per_token
+from lmselfplay.rl.trainer import TrainerConfig, kl_per_token
 from lmselfplay.utils.config import ConfigError
 
 
@@ -50,9 +50,7 @@ def test_k3s_expected_gradient_is_the_exact_one_but_a_rare_sampled_token_weighs_
 
 
 def _trainer(**kw):
-    cfg = TrainerConfig(**{"learning_rate": 5e-3, "beta": 1.0, "num_iterations": 1, "max_grad_norm": 0.0,
-                           "merge_identical": False, "kl_estimator": "exact", **kw})
-    tr = PolicyTrainer(tiny_model(seed=0), tiny_tokenizer(), cfg)
+    tr = tiny_trainer(**{"learning_rate": 5e-3, "beta": 1.0, "kl_estimator": "exact", **kw})
     with torch.no_grad():
         for p in tr.unwrapped.parameters():
             p.add_(torch.randn_like(p) * 0.05)  # move away from the frozen reference

@@ -5,11 +5,11 @@ import math
 
 import pytest
 import torch
-from lm_fixtures import tiny_model, tiny_tokenizer
+from lm_fixtures import tiny_model, tiny_trainer
 
 from lmselfplay.lm.batching import token_logprobs
 from lmselfplay.lm.trajectory import Sample
-from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, beta_factor, beta_for, parse_beta
+from lmselfplay.rl.trainer import TrainerConfig, beta_factor, beta_for, parse_beta
 from lmselfplay.utils.config import ConfigError, parse_config
 
 
@@ -68,12 +68,6 @@ def test_beta_schedule_values(schedule):
         TrainerConfig(beta_schedule="exp")
 
 
-def _trainer(model=None, **kw):
-    cfg = TrainerConfig(**{"learning_rate": 1e-2, "num_iterations": 1, "max_grad_norm": 0.0,
-                           "merge_identical": False, "seed": 0, **kw})
-    return PolicyTrainer(model if model is not None else tiny_model(seed=0), tiny_tokenizer(), cfg)
-
-
 def _lp(model, s):
     ids = torch.tensor([s.prompt_ids + s.completion_ids])
     with torch.no_grad():
@@ -91,7 +85,7 @@ def _batch(trainer):
 
 def test_each_sample_gets_its_games_coefficient_in_the_loss():
     """loss = sum_i beta_i * sum_t k3(ref_it - logp_it) / tokens, with a hand-made reference."""
-    tr = _trainer(beta={"nim": 0.5, "kuhn_poker/p1": 3.0, "kuhn_poker": 100.0}, beta_schedule="linear",
+    tr = tiny_trainer(beta={"nim": 0.5, "kuhn_poker/p1": 3.0, "kuhn_poker": 100.0}, beta_schedule="linear",
                   beta_final_ratio=0.0, max_steps=4)
     tr.step_count = 1  # schedule factor 0.75
     batch = _batch(tr)
@@ -108,7 +102,7 @@ def test_each_sample_gets_its_games_coefficient_in_the_loss():
 
 
 def test_magnet_update_copies_the_policy_into_the_reference():
-    tr = _trainer(beta=0.5, ref_update_every=2)
+    tr = tiny_trainer(beta=0.5, ref_update_every=2)
     batch = _batch(tr)
     for s in batch:
         s.advantage = 1.0
@@ -124,13 +118,13 @@ def test_magnet_update_copies_the_policy_into_the_reference():
 
 
 def test_magnet_survives_a_checkpoint(tmp_path):
-    tr = _trainer(beta=0.5, ref_update_every=1)
+    tr = tiny_trainer(beta=0.5, ref_update_every=1)
     batch = _batch(tr)
     for s in batch:
         s.advantage = 1.0
     tr.step(batch)
     tr.save_checkpoint(tmp_path)
-    fresh = _trainer(beta=0.5, ref_update_every=1)
+    fresh = tiny_trainer(beta=0.5, ref_update_every=1)
     fresh.load_checkpoint(tmp_path / "checkpoint-1")
     assert fresh.magnet_step == 1
     assert all(torch.equal(a, b) for a, b in zip(fresh.ref_model.parameters(), tr.ref_model.parameters()))
@@ -143,7 +137,7 @@ def _lora_model():
 
 
 def test_lora_magnet_is_the_adapter_at_the_update_and_the_swap_is_exact():
-    tr = _trainer(model=_lora_model(), beta=0.5, ref_update_every=2, learning_rate=5e-2)
+    tr = tiny_trainer(model=_lora_model(), beta=0.5, ref_update_every=2, learning_rate=5e-2)
     batch = _batch(tr)
     for s in batch:
         s.advantage = 1.0

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from lm_fixtures import tiny_model, tiny_tokenizer
+from lm_fixtures import tiny_model, tiny_tokenizer, tiny_trainer
 from recipe_configs import RECIPE_CONFIGS
 
 import lmselfplay.lm.batching as batching
@@ -139,9 +139,8 @@ def _batch(seed=0, n=7):
 
 def _step_gradients(**kw):
     """The gradient each optimizer step applies (captured at the optimizer) over one step()."""
-    cfg = TrainerConfig(**{"learning_rate": 1e-3, "beta": 0.05, "kl_estimator": "exact", "entropy_coef": 0.01,
-                           "num_iterations": 2, "max_grad_norm": 0.0, "merge_identical": False, **kw})
-    tr = PolicyTrainer(tiny_model(seed=2), tiny_tokenizer(), cfg)
+    tr = tiny_trainer(tiny_model(seed=2), **{"learning_rate": 1e-3, "beta": 0.05, "kl_estimator": "exact",
+                                             "entropy_coef": 0.01, "num_iterations": 2, **kw})
     grads, forwards = [], []
     inner = tr.optimizer.optimizer
     real_step = inner.step
