@@ -15,6 +15,8 @@ import re
 import shlex
 import subprocess
 import sys
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -83,15 +85,15 @@ def results_snapshot() -> dict[str, int]:
     return {p.name: p.stat().st_mtime_ns for p in (ROOT / "benchmarks" / "results").iterdir()}
 
 
-PASSED: set[tuple[str, ...]] = set()  # argv already run and checked (the docs write some commands twice)
+def key(cmd: Command) -> tuple[str, ...]:
+    """What a run checks: the argv as resolved (``python x`` and ``.venv/bin/python x`` are one),
+    the files and the output; one run and its checks serve every entry of one key."""
+    return tuple(argv_and_env(cmd.line())[0]) + cmd.files + (cmd.output,)
 
 
 def run(cmd: Command, out: Path, values: dict[str, str]) -> None:
-    """Run ``cmd`` at reduced size in ``out`` and check it; a command line that already ran and
-    passed its checks in this session (``python x`` and ``.venv/bin/python x`` are one) is not rerun."""
-    key = tuple(argv_and_env(cmd.line())[0]) + cmd.files + (cmd.output,)
-    if key in PASSED:
-        return
+    """Run ``cmd`` at reduced size in ``out`` and check it (exit status, files, output, and that it
+    left the results files the docs cite untouched)."""
     out.mkdir(parents=True, exist_ok=True)
     line = cmd.line().format(out=out, **values)
     argv, env = argv_and_env(line)
@@ -110,7 +112,6 @@ def run(cmd: Command, out: Path, values: dict[str, str]) -> None:
         assert (out / name).exists(), f"{line!r} did not write {name}; it wrote {sorted(os.listdir(out))}"
     if cmd.output:
         assert re.search(cmd.output, text), f"{line!r} did not print /{cmd.output}/:\n{text[-3000:]}"
-    PASSED.add(key)
 
 
 @pytest.fixture(scope="session")
@@ -128,13 +129,53 @@ def inputs(tmp_path_factory) -> dict[str, str]:
     return {"model": resolve_model_path(None), "data": str(data)}
 
 
+class Runs:
+    """The entries a session selected, run two at a time in the background: each command is one
+    single-threaded process, mostly its imports, so side by side on two cores they take about half
+    the time they take one after another. The main job's entry starts first; the entries that read
+    its run (``{run}``) start once it has passed. ``check(cmd)`` waits for the entry's run and
+    re-raises its failure, so each entry stays one test with its own verdict."""
+
+    def __init__(self, commands: list[Command], inputs: dict[str, str], tmp_path_factory) -> None:
+        self.pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="documented")
+        self.lock = threading.Lock()
+        self.inputs, self.tmp = inputs, tmp_path_factory
+        self.runs: dict[tuple[str, ...], Future] = {}
+        (main_job,) = [c for c in REGISTRY if c.makes_run]
+        self.run_dir = tmp_path_factory.mktemp("main_job")
+        later = [c for c in commands if "{run}" in c.line()]
+        self.main = self._start(main_job, self.run_dir) if later or main_job in commands else None
+        for cmd in commands:
+            if cmd not in later:
+                self._start(cmd)
+        if later:
+            self.main.add_done_callback(lambda f: f.exception() or [self._start(c) for c in later])
+
+    def _start(self, cmd: Command, out: Path | None = None) -> Future:
+        """The run of ``cmd``'s key (one run serves every entry of one key), started if new."""
+        with self.lock:
+            if key(cmd) not in self.runs:
+                out = out or self.tmp.mktemp("out")
+                self.runs[key(cmd)] = self.pool.submit(run, cmd, out, {**self.inputs, "run": str(self.run_dir)})
+            return self.runs[key(cmd)]
+
+    def check(self, cmd: Command) -> None:
+        if "{run}" in cmd.line() and self.main.exception() is not None:
+            pytest.fail(f"the main job's entry failed, so there is no run to read: {self.main.exception()}")
+        self._start(cmd).result()
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
 @pytest.fixture(scope="session")
-def finished_run(tmp_path_factory, inputs) -> Path:
-    """{run}: the main job's command, run once at reduced size (its entry checks it)."""
-    (main_job,) = [c for c in REGISTRY if c.makes_run]
-    out = tmp_path_factory.mktemp("main_job")
-    run(main_job, out, {**inputs, "run": str(out)})
-    return out
+def runs(request, inputs, tmp_path_factory):
+    """The background runs of the entries this session selected (``-k`` and ``-m`` respected)."""
+    selected = [item.callspec.params["cmd"] for item in request.session.items
+                if item.originalname == "test_documented_command_runs" and not item.callspec.params["cmd"].skip]
+    runs = Runs(selected, inputs, tmp_path_factory)
+    yield runs
+    runs.close()
 
 
 def entry_param(cmd: Command):
@@ -144,10 +185,8 @@ def entry_param(cmd: Command):
 
 
 @pytest.mark.parametrize("cmd", [entry_param(c) for c in REGISTRY])
-def test_documented_command_runs(cmd, inputs, finished_run, tmp_path):
-    if cmd.makes_run:
-        return  # the finished_run fixture ran it, with the same checks
-    run(cmd, tmp_path / "out", {**inputs, "run": str(finished_run)})
+def test_documented_command_runs(cmd, runs):
+    runs.check(cmd)
 
 
 def test_save_results_writes_numpy_and_torch_values(tmp_path, monkeypatch):

@@ -18,10 +18,8 @@ HOLD = ("import sys, time\nfrom lmselfplay.utils.run import lock_output_dir\n"
         "lock_output_dir(sys.argv[1]); print('locked', flush=True); time.sleep(120)\n")
 
 
-@pytest.fixture
-def holder(tmp_path):
-    """A live run (another process) holding ``tmp_path / 'run'``."""
-    out = tmp_path / "run"
+def _hold(out):
+    """A live run (another process) holding ``out``, until the generator is closed."""
     p = subprocess.Popen([sys.executable, "-c", HOLD, str(out)], stdout=subprocess.PIPE, text=True)
     try:
         assert p.stdout.readline().strip() == "locked"
@@ -31,6 +29,18 @@ def holder(tmp_path):
         p.wait()
 
 
+@pytest.fixture(scope="module")
+def holder(tmp_path_factory):
+    """One live run for the tests that only knock on its door (none writes into it or ends it)."""
+    yield from _hold(tmp_path_factory.mktemp("live") / "run")
+
+
+@pytest.fixture
+def own_holder(tmp_path):
+    """A live run of this test's own, for a test that kills it."""
+    yield from _hold(tmp_path / "run")
+
+
 def test_second_run_is_refused_naming_the_pid(holder):
     out, p = holder
     assert (out / LOCK_FILE).read_text().strip() == str(p.pid)
@@ -38,8 +48,8 @@ def test_second_run_is_refused_naming_the_pid(holder):
         lock_output_dir(out)
 
 
-def test_killed_runs_lock_does_not_block(holder):
-    out, p = holder
+def test_killed_runs_lock_does_not_block(own_holder):
+    out, p = own_holder
     p.send_signal(signal.SIGKILL)
     p.wait()
     try:
@@ -56,13 +66,29 @@ def test_other_ranks_do_not_lock(holder, monkeypatch):
     assert lock_output_dir(out) is None
 
 
-@pytest.mark.parametrize("recipe", ["selfplay_games", "spin", "alphazero"])
-def test_every_recipe_refuses_a_busy_folder(holder, recipe):
+RECIPES = ["selfplay_games", "spin", "alphazero"]
+
+
+@pytest.fixture(scope="module")
+def refusals(holder):
+    """Each recipe's command started against the live run, all at once (each process is mostly its
+    imports: side by side on two cores they take about half the time they take one after another)."""
+    out, _ = holder
+    procs = {r: subprocess.Popen([sys.executable, str(ROOT / "recipes" / f"{r}.py"), "--output_dir", str(out)],
+                                 cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 env={**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"})
+             for r in RECIPES}
+    yield procs
+    for proc in procs.values():
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_every_recipe_refuses_a_busy_folder(holder, refusals, recipe):
     """The command a user types: one ``error:`` line naming the pid, exit status 2."""
     out, p = holder
-    r = subprocess.run([sys.executable, str(ROOT / "recipes" / f"{recipe}.py"), "--output_dir", str(out)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"})
-    assert r.returncode == 2, r.stderr[-2000:]
-    assert r.stderr.strip().splitlines()[-1].startswith("error: ") and f"pid {p.pid}" in r.stderr
+    _, err = refusals[recipe].communicate(timeout=300)
+    assert refusals[recipe].returncode == 2, err[-2000:]
+    assert err.strip().splitlines()[-1].startswith("error: ") and f"pid {p.pid}" in err
     assert sorted(x.name for x in out.iterdir()) == [LOCK_FILE]  # nothing written into the live run
