@@ -14,7 +14,7 @@ from __future__ import annotations
 import signal
 
 import pytest
-from mp_helpers import identical, launch, read_ranks, run_inprocess, run_python
+from mp_helpers import identical, launch, read_ranks, run_inprocess, run_python, start_python
 
 ARGS = ("--steps", "4", "--num_iterations", "2", "--gradient_accumulation_steps", "2",
         "--beta", "0.1", "--warmup_steps", "2", "--batch", "8")
@@ -30,10 +30,10 @@ def _assert_same_state(a: dict, b: dict) -> None:
 
 def test_single_process_kill_and_resume_is_exact(tmp_path):
     full, resumed, ckpt = tmp_path / "full", tmp_path / "resumed", tmp_path / "ckpt"
-    run_inprocess("--out", str(full), *ARGS)
-
-    killed = run_python("--out", str(tmp_path / "never"), "--ckpt", str(ckpt), "--save_at", K, *ARGS)
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    killed = start_python("--out", str(tmp_path / "never"), "--ckpt", str(ckpt), "--save_at", K, *ARGS)
+    run_inprocess("--out", str(full), *ARGS)  # the uninterrupted run, beside the one to be killed
+    _, err = killed.communicate(timeout=300)
+    assert killed.returncode == -signal.SIGKILL, err[-3000:]
     assert [p.name for p in ckpt.iterdir()] == [f"checkpoint-{K}"]  # atomic: no temp dir left
     assert (ckpt / f"checkpoint-{K}" / "COMPLETE").exists()
     assert not (tmp_path / "never").exists()
