@@ -207,7 +207,7 @@ REGISTRY: list[Command] = [
             output=r"pass@1"),
     Command("lmselfplay arena tictactoe --models runs/x/checkpoint-100 runs/x/checkpoint-200 --bots random,exact",
             subs=(("runs/x/checkpoint-100", "{run}/checkpoint-2"), MODEL), extra="--games 2 --bootstrap 10 --out {out}",
-            output=r"random", slow=True),  # ~12 s; test_eval_arena loads a run's checkpoints by default
+            output=r"random", slow=True),  # ~12 s; eval/test_arena.py loads a run's checkpoints by default
     Command("lmselfplay arena nim --bots random,exact", extra="--models embedded --games 2 --bootstrap 10 --out {out}",
             output=r"exact"),
     Command("lmselfplay lm-eval --model lmselfplay --model_args pretrained=runs/x/checkpoint-200 --batch_size 64 "
