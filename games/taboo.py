@@ -16,7 +16,7 @@ an empty or over-long one is an ``Invalid`` (so is a malformed guess, below). Ta
 are these strings: ``action_space = "text"`` (see :mod:`lmselfplay.games.base`).
 
 What "uttering the word" means (the referee, :func:`mentions`). Decided here, tested in
-``tests/test_taboo.py``; the referee reads letters, not intent:
+``tests/games/test_taboo.py``; the referee reads letters, not intent:
 
 1. The text is folded: Unicode NFKC (full-width, mathematical and circled letters, ligatures),
    then letters of other scripts that look like Latin ones (Cyrillic ``а е о р с у х і ј ѕ``,

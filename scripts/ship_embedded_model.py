@@ -6,11 +6,11 @@
 
 Shipping another build than the default only makes sense together with making it the default
 (``tiny.DEFAULT_BUILD``): the package uses the shipped files only for ``build_config().key()``,
-and ``tests/test_shipped_model.py`` fails on any other key.
+and ``tests/models/test_shipped_model.py`` fails on any other key.
 
 Re-run after anything that changes ``build_config().key()`` (the corpus, the build's settings,
 ``BUILD_VERSION``): ``ensure_tiny_model()`` uses the shipped files only for the key they were
-built from, so a stale copy is never used, just ignored (and ``tests/test_shipped_model.py``
+built from, so a stale copy is never used, just ignored (and ``tests/models/test_shipped_model.py``
 says it is stale). The copy is written atomically with a checksum of every file.
 """
 

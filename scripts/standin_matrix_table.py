@@ -1,7 +1,7 @@
 """The recipe x config x stand-in matrix as a table, from pytest's junit xml.
 
-    .venv/bin/python -m pytest -q -m slow tests/test_standin_matrix.py --junitxml=slow.xml
-    .venv/bin/python -m pytest -q -m "not slow" tests/test_standin_matrix.py --junitxml=default.xml
+    .venv/bin/python -m pytest -q -m slow tests/recipes/test_standin_matrix.py --junitxml=slow.xml
+    .venv/bin/python -m pytest -q -m "not slow" tests/recipes/test_standin_matrix.py --junitxml=default.xml
     .venv/bin/python scripts/standin_matrix_table.py slow.xml default.xml \
         --out benchmarks/results/standin_matrix
 
@@ -79,7 +79,7 @@ def markdown(cells: dict, others: dict, sources: list[Path], note: str = "") -> 
     lines = ["# Recipe x config x stand-in matrix", "",
              f"From pytest junit xml: {', '.join(p.name for p in sources)} "
              "(`scripts/standin_matrix_table.py`; each cell is one `test_recipe_runs_on_the_standin` run: "
-             "1-2 steps at the tiny sizes of tests/test_standin_matrix.py; seconds include building the "
+             "1-2 steps at the tiny sizes of tests/recipes/test_standin_matrix.py; seconds include building the "
              "stand-in the first time)." + (f" {note}" if note else ""), "",
              "Cells: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) +
              f" of {len(cells)}; total {sum(c['seconds'] for c in cells.values()):.0f} s.", "",

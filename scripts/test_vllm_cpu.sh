@@ -29,6 +29,6 @@ CONSTRAINTS="$VENV/constraints.txt"
 "${PIP[@]}" -c "$CONSTRAINTS" -e . pytest pytest-timeout
 "$VENV/bin/python" -c "import vllm, torch, transformers; print('vllm', vllm.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"
 if [ "$#" -eq 0 ]; then
-  set -- tests/test_vllm_engines.py tests/test_colocated_engine.py -m "slow and not multiprocess"
+  set -- tests/lm/engines/test_vllm.py tests/lm/engines/test_vllm_colocated.py -m "slow and not multiprocess"
 fi
 exec "$VENV/bin/python" -m pytest -p no:cacheprovider -q "$@"

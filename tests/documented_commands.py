@@ -1,6 +1,6 @@
 """Every command README.md and docs/*.md tell a user to type, and how CI runs it at reduced size.
 
-``tests/test_documented_commands.py`` extracts the commands from the docs (:func:`documented_commands`)
+``tests/project/test_documented_commands.py`` extracts the commands from the docs (:func:`documented_commands`)
 and fails naming any that is missing here, then runs each entry as a subprocess from the repository
 root and checks its exit code, the files it must write and its output.
 
@@ -132,9 +132,9 @@ REGISTRY: list[Command] = [
     # quick start
     Command("bash .ci/setup", skip="installs the environment (network, minutes): CI has just run it"),
     Command(".venv/bin/python -m pytest -q", skip="the test suite itself: CI runs it"),
-    Command(".venv/bin/python -m pytest -q tests/test_absolute_zero.py", skip="part of the test suite CI runs"),
-    Command(".venv/bin/python -m pytest -q tests/test_layers.py", skip="part of the test suite CI runs"),
-    Command(".venv/bin/python -m pytest -q tests/test_executor.py tests/test_sandbox.py",
+    Command(".venv/bin/python -m pytest -q tests/rl/test_absolute_zero.py", skip="part of the test suite CI runs"),
+    Command(".venv/bin/python -m pytest -q tests/project/test_layers.py", skip="part of the test suite CI runs"),
+    Command(".venv/bin/python -m pytest -q tests/verifiers/test_executor.py tests/verifiers/test_sandbox.py",
             skip="part of the test suite CI runs"),
     Command(".venv/bin/python recipes/selfplay_games.py --config recipes/configs/selfplay_games.yaml",
             extra=MAIN_JOB, files=("metrics.jsonl", "config.json", "checkpoint-2", "final_model"), makes_run=True),
@@ -207,7 +207,7 @@ REGISTRY: list[Command] = [
             output=r"pass@1"),
     Command("lmselfplay arena tictactoe --models runs/x/checkpoint-100 runs/x/checkpoint-200 --bots random,exact",
             subs=(("runs/x/checkpoint-100", "{run}/checkpoint-2"), MODEL), extra="--games 2 --bootstrap 10 --out {out}",
-            output=r"random", slow=True),  # ~12 s; test_eval_arena loads a run's checkpoints by default
+            output=r"random", slow=True),  # ~12 s; eval/test_arena.py loads a run's checkpoints by default
     Command("lmselfplay arena nim --bots random,exact", extra="--models embedded --games 2 --bootstrap 10 --out {out}",
             output=r"exact"),
     Command("lmselfplay lm-eval --model lmselfplay --model_args pretrained=runs/x/checkpoint-200 --batch_size 64 "
@@ -218,7 +218,7 @@ REGISTRY: list[Command] = [
     Command("accelerate launch --config_file recipes/accelerate/zero3.yaml --num_machines 2 --num_processes 16 "
             "--machine_rank $RANK --main_process_ip $HEAD --main_process_port 29500 recipes/selfplay_games.py "
             "--config my_run.yaml", skip="two machines of 8 CUDA GPUs each and the user's own config"),
-    *[Command(c, skip="needs `vllm serve` processes at gen0/gen1 (CUDA); tests/test_overlap.py runs these flags "
+    *[Command(c, skip="needs `vllm serve` processes at gen0/gen1 (CUDA); tests/rl/test_overlap.py runs these flags "
                       "against simulated servers") for c in (
         "python recipes/absolute_zero.py --config recipes/configs/absolute_zero.yaml --engine vllm-server "
         "--vllm_server_urls http://gen0:8000 http://gen1:8000 --max_staleness 1 --tis_cap 2",
@@ -284,7 +284,7 @@ REGISTRY: list[Command] = [
             output=RESULT, slow=True),
     Command(".venv/bin/python benchmarks/bench_memory.py", extra="--quick --out {out}/memory.json", files=("memory.json",),
             slow=True),
-    Command(".venv/bin/python benchmarks/bench_gpu.py", skip=f"{GPU}; tests/test_gpu_bench.py runs its --dry_run"),
+    Command(".venv/bin/python benchmarks/bench_gpu.py", skip=f"{GPU}; tests/benchmarks/test_bench_gpu.py runs its --dry_run"),
     Command("python benchmarks/bench_alphazero_go_vs_gnugo.py --run runs/alphazero_go9",
             skip="needs the gnugo program and a finished 9x9 AlphaZero run (hours)"),
     Command("python benchmarks/bench_llm_go.py --models embedded runs/selfplay_go9/final_model", slow=True,
@@ -342,5 +342,5 @@ REGISTRY: list[Command] = [
     Command("python scripts/make_standins.py", output=r"(?m)^\S+\t/\S+$"),  # the cached builds are reused
     Command("python scripts/build_taboo_words.py", skip="rebuilds the shipped word list from wordfreq (a dev extra)"),
     Command("python scripts/ship_embedded_model.py",
-            skip="rewrites the shipped embedded model in the package (minutes); tests/test_shipped_model.py checks it"),
+            skip="rewrites the shipped embedded model in the package (minutes); tests/models/test_shipped_model.py checks it"),
 ]

@@ -46,6 +46,22 @@ def tiny_model(seed: int = 0, layers: int = 2, width: int = 32):
     return LlamaForCausalLM(cfg)
 
 
+# the trainer settings the unit tests compute losses by hand against: one PPO pass, no gradient
+# clipping, no merging of identical samples, no KL unless asked (and a learning rate that moves a tiny model)
+UNIT_TRAINER = {"learning_rate": 1e-2, "beta": 0.0, "num_iterations": 1, "max_grad_norm": 0.0,
+                "merge_identical": False}
+
+
+def tiny_trainer(model=None, total_steps=200, **cfg):
+    """A ``PolicyTrainer`` on ``model`` (default: a fresh tiny model of seed 0) with
+    :data:`UNIT_TRAINER`'s settings, ``cfg`` adding or overriding ``TrainerConfig`` fields;
+    ``total_steps`` is the length of its learning-rate schedule (a recipe's loop length)."""
+    from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
+
+    return PolicyTrainer(model if model is not None else tiny_model(seed=0), tiny_tokenizer(),
+                         TrainerConfig(**{**UNIT_TRAINER, **cfg}), total_steps=total_steps)
+
+
 def save_tiny(path, seed: int = 0):
     """A model dir (weights + tokenizer) loadable with from_pretrained, as recipes expect."""
     tiny_model(seed=seed).save_pretrained(path)

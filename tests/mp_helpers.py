@@ -39,6 +39,12 @@ def run_python(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=timeout)
 
 
+def start_python(*args: str) -> subprocess.Popen:
+    """:func:`run_python` started, not waited for (``communicate()`` it)."""
+    return subprocess.Popen([sys.executable, str(SCRIPT), *args], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
 def run_inprocess(*args: str) -> None:
     """The same script in this process, single-threaded like the launched ranks (so
     results can be compared bit for bit)."""

@@ -13,7 +13,7 @@ trainer distils back. What the loop works on is one :class:`SearchSelfPlay` (mad
 * step 6, the league: :func:`snapshot` (weights + head), :func:`snapshot_engines` (frozen evaluators).
 
 Its evaluation (step 7) is :mod:`lmselfplay.eval.search_metrics`: training never imports evaluation.
-It sits in ``rl`` above ``alphazero`` (tests/test_layers.py's ``LAYERS``): the policy trainer and
+It sits in ``rl`` above ``alphazero`` (tests/project/test_layers.py's ``LAYERS``): the policy trainer and
 the league are rl's, the search is alphazero's.
 """
 

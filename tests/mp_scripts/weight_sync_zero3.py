@@ -1,5 +1,5 @@
 """Walk the weight-sync buckets of a ZeRO-3 partitioned tiny model on every rank; launched by
-``tests/test_vllm_engines.py`` through ``accelerate launch --config_file zero3_cpu.yaml``.
+``tests/lm/engines/test_vllm.py`` through ``accelerate launch --config_file zero3_cpu.yaml``.
 
 Writes ``rank<r>.json`` into ``--out``: the engine names in push order, the largest
 difference to the full (unsharded) weights, and per bucket the number of elements gathered

@@ -1,0 +1,120 @@
+"""The package's shape: every layer imports, no import cycle between modules, no code
+outside games/ branching on a game's name."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import pkgutil
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import lmselfplay
+
+ROOT = Path(__file__).resolve().parents[2]
+TOP_PACKAGES = ["lmselfplay", "lmselfplay.games", "lmselfplay.eval", "lmselfplay.verifiers"]
+
+
+def all_modules() -> dict[str, Path]:
+    """Every module of the distribution (the mapped games/ eval/ verifiers/ folders too)."""
+    out: dict[str, Path] = {}
+    for top in TOP_PACKAGES:
+        pkg = importlib.import_module(top)
+        out[top] = Path(pkg.__file__)
+        for info in pkgutil.walk_packages(pkg.__path__, top + "."):
+            if info.name.split(".")[1:2] in (["games"], ["eval"], ["verifiers"]) and top == "lmselfplay":
+                continue  # walked from their own package
+            spec = importlib.util.find_spec(info.name)
+            out[info.name] = Path(spec.origin)
+    return out
+
+
+def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """Project modules ``name`` imports anywhere in its file (lazy imports count too)."""
+    tree = ast.parse(path.read_text())
+    found: set[str] = set()
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            targets = [base] + [f"{base}.{a.name}" for a in node.names]
+        else:
+            continue
+        found |= {t for t in targets if t in modules and t != name}
+    return found
+
+
+def test_every_layer_imports():
+    layers = ["lmselfplay.lm", "lmselfplay.lm.engines", "lmselfplay.rl", "lmselfplay.solvers", "lmselfplay.spin",
+              "lmselfplay.models", "lmselfplay.tasks", "lmselfplay.utils", "lmselfplay.alphazero", "lmselfplay.games",
+              "lmselfplay.eval", "lmselfplay.verifiers"]
+    code = "import " + ", ".join(layers)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+
+
+def test_no_import_cycle_between_modules():
+    modules = all_modules()
+    assert len(modules) > 40  # the walk found the whole distribution
+    graph = {m: imports_of(m, p, modules) for m, p in modules.items()}
+    # Tarjan's strongly connected components: any component of 2+ modules is a cycle
+    index, low, on_stack, stack, cycles = {}, {}, set(), [], []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    sys.setrecursionlimit(10000)
+    for v in graph:
+        if v not in index:
+            visit(v)
+    assert cycles == [], f"import cycles: {cycles}"
+
+
+def test_the_cycle_finder_sees_a_cycle(tmp_path):
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("from pkg import b\n")
+    b.write_text("def f():\n    import pkg.a\n")
+    modules = {"pkg.a": a, "pkg.b": b}
+    assert imports_of("pkg.a", a, modules) == {"pkg.b"}
+    assert imports_of("pkg.b", b, modules) == {"pkg.a"}
+
+
+NAME_BRANCH = re.compile(r"""(\.name|\bgame|\bg)\s*[!=]=\s*['"](nim|nim_misere|tictactoe|kuhn_poker|go\d*|taboo)['"]""")
+
+
+def test_no_branch_on_a_game_name_outside_games():
+    offenders = []
+    for folder in ("lmselfplay", "eval", "verifiers", "recipes"):
+        for path in (ROOT / folder).rglob("*.py"):
+            for i, line in enumerate(path.read_text().splitlines(), 1):
+                if NAME_BRANCH.search(line):
+                    offenders.append(f"{path.relative_to(ROOT)}:{i}: {line.strip()}")
+    assert offenders == []
+
+
+def test_package_root_is_the_installed_one():
+    assert Path(lmselfplay.__file__).resolve().parent == ROOT / "lmselfplay"
