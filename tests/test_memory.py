@@ -20,7 +20,7 @@ import lmselfplay.lm.batching as batching
 from lmselfplay.lm.batching import logprobs_from_logits, sequence_logprobs
 from lmselfplay.lm.trajectory import Sample
 from lmselfplay.models.policy import PolicyConfig, load_policy
-from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, split_by_tokens
+from lmselfplay.rl.trainer import PolicyTrainer, TargetLossConfig, TrainerConfig, split_by_tokens
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.recipe_loader import run_recipe
 
@@ -141,7 +141,7 @@ def _step_gradients(**kw):
     """The gradient each optimizer step applies (captured at the optimizer) over one step()."""
     cfg = TrainerConfig(**{"learning_rate": 1e-3, "beta": 0.05, "kl_estimator": "exact", "entropy_coef": 0.01,
                            "num_iterations": 2, "max_grad_norm": 0.0, "merge_identical": False, **kw})
-    tr = PolicyTrainer(tiny_model(seed=2), tiny_tokenizer(), cfg)
+    tr = PolicyTrainer(tiny_model(seed=2), tiny_tokenizer(), cfg, target_loss=TargetLossConfig())
     grads, forwards = [], []
     inner = tr.optimizer.optimizer
     real_step = inner.step

@@ -9,17 +9,17 @@ from lm_fixtures import tiny_model, tiny_tokenizer
 from lmselfplay.lm.batching import token_logprobs
 from lmselfplay.lm.trajectory import Sample
 from lmselfplay.rl.advantages import RoleBaselines, group_advantages, task_type_advantages
-from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
+from lmselfplay.rl.trainer import PolicyTrainer, TargetLossConfig, TrainerConfig
 
 
 def _sample(prompt, completion, adv, tok_lp=None):
     return Sample(list(prompt), list(completion), tok_lp or [0.0] * len(completion), advantage=adv)
 
 
-def _trainer(total_steps=200, **kw):
+def _trainer(total_steps=200, target_loss=None, **kw):
     cfg = TrainerConfig(**{"learning_rate": 1e-2, "beta": 0.0, "num_iterations": 1, "max_grad_norm": 0.0,
                            "merge_identical": False, **kw})
-    return PolicyTrainer(tiny_model(seed=0), tiny_tokenizer(), cfg, total_steps=total_steps)
+    return PolicyTrainer(tiny_model(seed=0), tiny_tokenizer(), cfg, total_steps=total_steps, target_loss=target_loss)
 
 
 def test_loss_is_on_policy_tokens_only():
@@ -205,7 +205,8 @@ def test_target_rows_sharing_a_prefix_are_packed_with_the_same_update(monkeypatc
         model = tiny_model(seed=0)
         model.config._attn_implementation = attention
         tr = PolicyTrainer(model, tiny_tokenizer(), TrainerConfig(learning_rate=1e-2, beta=0.0, num_iterations=1,
-                                                                  max_grad_norm=0.0, target_passes=1))
+                                                                  max_grad_norm=0.0),
+                           target_loss=TargetLossConfig(target_passes=1))
         seen = []
         hook = tr.unwrapped.register_forward_pre_hook(lambda m, a, kw: seen.append(kw["input_ids"].shape[0]),
                                                       with_kwargs=True)
@@ -246,9 +247,21 @@ def test_a_zero3_rank_with_nothing_to_score_joins_the_other_ranks_reference_forw
 def test_the_exact_kl_on_a_targets_only_micro_batch_under_zero3_is_zero_not_an_error(monkeypatch):
     """Under ZeRO-3 a micro-batch of supervised targets takes the general path (every rank makes
     the same forwards), where the exact KL has no reference rows: it must add nothing, not fail."""
-    tr = _trainer(beta=0.5, kl_estimator="exact", target_passes=1, merge_identical=False)
+    tr = _trainer(beta=0.5, kl_estimator="exact", target_loss=TargetLossConfig(target_passes=1), merge_identical=False)
     monkeypatch.setattr(PolicyTrainer, "deepspeed_stage", property(lambda self: 3))
     prompt, completion = [1, 50, 60], [90, 100, 2]
     target = Sample([1, 5, 9], [], [], target=(0, [4, 7], [0.25, 0.75]))
     m = tr.step([_sample(prompt, completion, 1.0), target])
     assert np.isfinite(m["loss"]) and "target_ce" in m
+
+
+def test_a_target_sample_to_a_trainer_without_a_target_loss_is_an_error():
+    """A trainer built without a TargetLossConfig (its recipe makes no target samples) rejects a
+    sample that carries a target, before touching the weights; with one it trains on it."""
+    tr = _trainer()
+    before = [p.detach().clone() for p in tr.unwrapped.parameters()]
+    target = Sample([1, 5, 9], [], [], target=(0, [4, 7], [0.25, 0.75]))
+    with pytest.raises(ValueError, match="no target loss"):
+        tr.step([_sample([1, 50, 60], [90, 2], 1.0), target])
+    assert all(torch.equal(a, b) for a, b in zip(before, tr.unwrapped.parameters()))
+    assert "target_ce" in _trainer(target_loss=TargetLossConfig()).step([target])

@@ -33,7 +33,9 @@ for the reference forward.
 The last line is the supervised-target term (search distillation): a sample may carry
 a target distribution over the vocabulary at one completion token (``Sample.target``);
 its cross-entropy is averaged over the target samples of the batch (see ``_target_loss``).
-``target_passes`` adds passes over the pure-target samples alone (distillation targets that
+Its fields are their own :class:`TargetLossConfig`, given only by the recipes that make target
+samples (a trainer without it rejects a target sample). ``target_passes`` adds passes over the
+pure-target samples alone (distillation targets that
 need more optimizer steps than the policy-gradient turns of the same batch should get).
 Pure-target samples that share a prefix share its tokens in one forward row
 (:func:`pack_targets`), and a micro-batch of them projects onto the vocabulary only where a
@@ -89,9 +91,6 @@ class TrainerConfig(Config):
     warmup_steps: int = field(default=0, metadata={"help": "trainer.step() calls of LR warm-up"})
     gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per pass"})
     num_iterations: int = field(default=2, metadata={"help": "PPO passes over each batch"})
-    target_passes: int = field(default=0, metadata={
-        "help": "extra passes over the batch's pure supervised-target samples only (distillation targets), after "
-                "the num_iterations passes over the whole batch; the learning-rate schedule does not advance on them"})
     epsilon: float = field(default=0.2, metadata={"help": "PPO clip range"})
     beta: str = field(default=0.1, metadata={  # type: ignore[assignment]  # str on the command line
         "help": "KL coefficient to the reference policy: a number, or one per game / role as "
@@ -110,7 +109,6 @@ class TrainerConfig(Config):
     entropy_coef: float = field(default=0.0, metadata={"help": "entropy bonus coefficient"})
     temperature: float = field(default=1.0, metadata={"help": "must equal the sampling temperature"})
     merge_identical: bool = field(default=True, metadata={"help": "merge equal (prompt, answer) turns"})
-    target_coef: float = field(default=1.0, metadata={"help": "weight of the supervised-target cross-entropy"})
     seed: int = field(default=0, metadata={"help": "seed of micro-batch shuffling and sampling"})
     tis_cap: float = field(default=0.0, metadata={
         "help": "C > 0: truncated importance sampling of the engine's mismatch (lmselfplay/rl/importance.py): the "
@@ -125,8 +123,7 @@ class TrainerConfig(Config):
         check_micro_batch_fields(self)
         self.beta = parse_beta(self.beta)
         positive(self, "gradient_accumulation_steps", "num_iterations", "temperature")
-        non_negative(self, "learning_rate", "warmup_steps", "weight_decay", "max_grad_norm", "epsilon",
-                     "target_coef")
+        non_negative(self, "learning_rate", "warmup_steps", "weight_decay", "max_grad_norm", "epsilon")
         if self.beta_schedule not in BETA_SCHEDULES:
             raise ConfigError(f"beta_schedule must be one of {BETA_SCHEDULES}, got {self.beta_schedule!r}")
         if not self.beta_final_ratio >= 0:
@@ -135,10 +132,25 @@ class TrainerConfig(Config):
             raise ConfigError(f"kl_estimator must be one of {KL_ESTIMATORS}, got {self.kl_estimator!r}")
         if self.ref_update_every < 0:
             raise ConfigError(f"ref_update_every must be >= 0, got {self.ref_update_every}")
-        if self.target_passes < 0:
-            raise ConfigError(f"target_passes must be >= 0, got {self.target_passes}")
         if not self.tis_cap >= 0:
             raise ConfigError(f"tis_cap must be >= 0 (0: off), got {self.tis_cap}")
+
+
+@dataclass
+class TargetLossConfig(Config):
+    """The supervised-target term (``Sample.target``: search distillation, exact feedback,
+    average-policy distillation); only the recipes that make target samples have it."""
+
+    _argument_group_name = "target loss (lmselfplay.rl.trainer.TargetLossConfig)"
+    target_coef: float = field(default=1.0, metadata={"help": "weight of the supervised-target cross-entropy"})
+    target_passes: int = field(default=0, metadata={
+        "help": "extra passes over the batch's pure supervised-target samples only (distillation targets), after "
+                "the num_iterations passes over the whole batch; the learning-rate schedule does not advance on them"})
+
+    def validate(self) -> None:
+        non_negative(self, "target_coef")
+        if self.target_passes < 0:
+            raise ConfigError(f"target_passes must be >= 0, got {self.target_passes}")
 
 
 def check_micro_batch_fields(cfg: TrainerConfig) -> None:
@@ -407,14 +419,17 @@ def autocast_forward(model: Any, dtype: torch.dtype | None) -> None:
 
 class PolicyTrainer:
     def __init__(self, model: Any, tokenizer: Any, config: TrainerConfig, accelerator: Any = None,
-                 ref_model: Any = None, total_steps: int = 200):
+                 ref_model: Any = None, total_steps: int = 200, target_loss: TargetLossConfig | None = None):
         """``total_steps``: the ``step()`` calls the learning-rate schedule and the beta schedule
-        span, given by the recipe (its loop's length, a count it derives)."""
+        span, given by the recipe (its loop's length, a count it derives). ``target_loss``: the
+        supervised-target term's config; None: the trainer takes no target samples (``step``
+        raises on one)."""
         from transformers import get_scheduler
 
         if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 1:
             raise ValueError(f"total_steps must be an integer >= 1, got {total_steps!r}")
         self.cfg = config
+        self.target_loss = target_loss
         self.total_steps = total_steps
         self.tokenizer = tokenizer
         self.accelerator = accelerator or make_accelerator(config.gradient_accumulation_steps)
@@ -655,6 +670,7 @@ class PolicyTrainer:
         Metrics include ``logprob_diff``: mean |current - behaviour| log-prob of the sampled
         tokens in the first pass, before any update (the weight-sync check's measure)."""
         cfg, acc = self.cfg, self.accelerator
+        self._check_targets(samples)
         getattr(getattr(self, "_served", None), "sleep", lambda: None)()  # vLLM sleep mode: memory to training
         self._tis.begin_step()
         if cfg.merge_identical:
@@ -675,7 +691,7 @@ class PolicyTrainer:
         # the recipes give every rank the same targets (all ranks make these passes or none, in step);
         # a batch without any makes none (an empty pass would still move the weights: Adam's momentum)
         targets = [s for s in samples if s.target is not None and not s.completion_ids]
-        for _ in range(cfg.target_passes if targets else 0):
+        for _ in range(self.target_loss.target_passes if targets else 0):
             self._pass(self._micro_batches(targets, rng), total_tokens, None, stats, schedule=False)
         self.step_count += 1
         if cfg.ref_update_every and self.kl_on and self.step_count % cfg.ref_update_every == 0:
@@ -685,6 +701,13 @@ class PolicyTrainer:
                    lr=float(self.scheduler.get_last_lr()[0]))
         out.update(self._engine_metrics(out))
         return out
+
+    def _check_targets(self, samples: list[Sample]) -> None:
+        """ValueError when a sample carries a supervised target and the trainer has no
+        :class:`TargetLossConfig` (its recipe makes no target samples)."""
+        if self.target_loss is None and any(s.target is not None for s in samples):
+            raise ValueError("a sample carries a supervised target but this trainer has no target loss: "
+                             "give PolicyTrainer target_loss=TargetLossConfig(...)")
 
     def _engine_metrics(self, metrics: dict[str, float]) -> dict[str, Any]:
         """What the engine last served (:meth:`serving`) reports every step: the weight-sync check
@@ -750,7 +773,7 @@ class PolicyTrainer:
                                 position_ids=b.get("position_ids"), use_cache=False,
                                 logits_to_keep=torch.tensor(keep, device=acc.device)).logits
             target_loss, target_ce = self._target_loss(mb, logits, keep)
-            loss = cfg.target_coef * target_loss * acc.gradient_accumulation_steps
+            loss = self.target_loss.target_coef * target_loss * acc.gradient_accumulation_steps
             return loss, ({"target_ce": target_ce} if target_ce is not None else {})
         b = collate(mb, self.pad_id, acc.device, ref)
         need_entropy = cfg.entropy_coef > 0
@@ -784,8 +807,10 @@ class PolicyTrainer:
         # accumulation steps (whatever the number of micro-batches), so multiply it back
         denom = max(total_tokens, 1.0)
         loss = (tok * w).sum() / denom * acc.gradient_accumulation_steps
-        target_loss, target_ce = self._target_loss(mb, logits)
-        loss = loss + cfg.target_coef * target_loss * acc.gradient_accumulation_steps
+        target_ce = None
+        if self.target_loss is not None:  # without, step has checked that no sample carries a target
+            target_loss, target_ce = self._target_loss(mb, logits)
+            loss = loss + self.target_loss.target_coef * target_loss * acc.gradient_accumulation_steps
         with torch.no_grad():
             wsum = w.sum().clamp_min(1e-8)
             parts = {"loss": float((tok * w).sum() / wsum), "pg_loss": float((pg * w).sum() / wsum),
