@@ -441,7 +441,7 @@ def build(cfg: SelfPlayConfigs, run, games, feedback, positions) -> SelfPlay:
     check_thinking(cfg.average, feedback, tok)
     trainer = PolicyTrainer(model, tok, cfg.trainer, accelerator=run.acc, total_steps=args.max_steps,
                             ref_model=reference_policy(cfg.policy, cfg.trainer.beta, model, device),
-                            target_loss=cfg.target_loss)
+                            surrogate=cfg.surrogate, target_loss=cfg.target_loss)
     engine = run.closing(make_engine(cfg.engine, trainer.unwrapped, tok, answer_budget=args.answer_budget(),  # hf | vllm | ...
                                      temperature=cfg.trainer.temperature, top_p=args.top_p, seed=cfg.trainer.seed))
     league = League(cfg.league, snapshot_engines(trainer, tok), play_in=cfg.play_in)

@@ -91,7 +91,6 @@ class TrainerConfig(Config):
     warmup_steps: int = field(default=0, metadata={"help": "trainer.step() calls of LR warm-up"})
     gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per pass"})
     num_iterations: int = field(default=2, metadata={"help": "PPO passes over each batch"})
-    epsilon: float = field(default=0.2, metadata={"help": "PPO clip range"})
     beta: str = field(default=0.1, metadata={  # type: ignore[assignment]  # str on the command line
         "help": "KL coefficient to the reference policy: a number, or one per game / role as "
                 "'nim=0.1,kuhn_poker=0.2' (a YAML mapping works too); keys match a sample's role "
@@ -110,10 +109,6 @@ class TrainerConfig(Config):
     temperature: float = field(default=1.0, metadata={"help": "must equal the sampling temperature"})
     merge_identical: bool = field(default=True, metadata={"help": "merge equal (prompt, answer) turns"})
     seed: int = field(default=0, metadata={"help": "seed of micro-batch shuffling and sampling"})
-    tis_cap: float = field(default=0.0, metadata={
-        "help": "C > 0: truncated importance sampling of the engine's mismatch (lmselfplay/rl/importance.py): the "
-                "PPO ratio against the trainer's own log-probs at the step's start, each token weighted by "
-                "min(exp(trainer - engine log-prob), C); 0: off, the ratio against the engine's log-probs"})
     max_tokens_per_micro_batch: int = field(default=8192, metadata={
         "help": "cap on the padded tokens (rows x longest sequence) of one forward/backward: a step's samples are "
                 "cut into as many micro-batches as the cap needs (at least gradient_accumulation_steps), the loss "
@@ -123,7 +118,7 @@ class TrainerConfig(Config):
         check_micro_batch_fields(self)
         self.beta = parse_beta(self.beta)
         positive(self, "gradient_accumulation_steps", "num_iterations", "temperature")
-        non_negative(self, "learning_rate", "warmup_steps", "weight_decay", "max_grad_norm", "epsilon")
+        non_negative(self, "learning_rate", "warmup_steps", "weight_decay", "max_grad_norm")
         if self.beta_schedule not in BETA_SCHEDULES:
             raise ConfigError(f"beta_schedule must be one of {BETA_SCHEDULES}, got {self.beta_schedule!r}")
         if not self.beta_final_ratio >= 0:
@@ -132,8 +127,30 @@ class TrainerConfig(Config):
             raise ConfigError(f"kl_estimator must be one of {KL_ESTIMATORS}, got {self.kl_estimator!r}")
         if self.ref_update_every < 0:
             raise ConfigError(f"ref_update_every must be >= 0, got {self.ref_update_every}")
+
+
+@dataclass
+class SurrogateConfig(Config):
+    """The policy-gradient term's clipped surrogate: PPO's clip range and the truncated
+    importance sampling of the engine's log-probs; only the recipes whose samples carry
+    advantages and engine log-probs have it (search self-play's distillation samples have
+    neither)."""
+
+    _argument_group_name = "policy-gradient surrogate (lmselfplay.rl.trainer.SurrogateConfig)"
+    epsilon: float = field(default=0.2, metadata={"help": "PPO clip range"})
+    tis_cap: float = field(default=0.0, metadata={
+        "help": "C > 0: truncated importance sampling of the engine's mismatch (lmselfplay/rl/importance.py): the "
+                "PPO ratio against the trainer's own log-probs at the step's start, each token weighted by "
+                "min(exp(trainer - engine log-prob), C); 0: off, the ratio against the engine's log-probs"})
+
+    def validate(self) -> None:
+        non_negative(self, "epsilon")
         if not self.tis_cap >= 0:
             raise ConfigError(f"tis_cap must be >= 0 (0: off), got {self.tis_cap}")
+
+
+# the trainer's surrogate where its caller names none: PPO's clip range 0.2, no importance sampling
+PPO_SURROGATE = SurrogateConfig()
 
 
 @dataclass
@@ -419,23 +436,25 @@ def autocast_forward(model: Any, dtype: torch.dtype | None) -> None:
 
 class PolicyTrainer:
     def __init__(self, model: Any, tokenizer: Any, config: TrainerConfig, accelerator: Any = None,
-                 ref_model: Any = None, total_steps: int = 200, target_loss: TargetLossConfig | None = None):
+                 ref_model: Any = None, total_steps: int = 200, target_loss: TargetLossConfig | None = None,
+                 surrogate: SurrogateConfig | None = PPO_SURROGATE):
         """``total_steps``: the ``step()`` calls the learning-rate schedule and the beta schedule
         span, given by the recipe (its loop's length, a count it derives). ``target_loss``: the
         supervised-target term's config; None: the trainer takes no target samples (``step``
-        raises on one)."""
+        raises on one). ``surrogate``: the policy-gradient term's config; None: no such term,
+        every sample's advantage must be 0 (search self-play's distillation)."""
         from transformers import get_scheduler
 
         if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 1:
             raise ValueError(f"total_steps must be an integer >= 1, got {total_steps!r}")
         self.cfg = config
-        self.target_loss = target_loss
+        self.target_loss, self.surrogate = target_loss, surrogate
         self.total_steps = total_steps
         self.tokenizer = tokenizer
         self.accelerator = accelerator or make_accelerator(config.gradient_accumulation_steps)
         self.is_peft = hasattr(model, "disable_adapter")
         self.kl_on = kl_enabled(config.beta)
-        self._tis = TruncatedImportance(config.tis_cap)
+        self._tis = TruncatedImportance(surrogate.tis_cap if surrogate is not None else 0.0)
         # a boolean 4D mask with position ids is what transformers' SDPA attention takes as it is
         # (eager adds the mask, flash attention takes none): target rows branch only there
         self.tree_attention = getattr(getattr(model, "config", None), "_attn_implementation", None) == "sdpa"
@@ -670,7 +689,7 @@ class PolicyTrainer:
         Metrics include ``logprob_diff``: mean |current - behaviour| log-prob of the sampled
         tokens in the first pass, before any update (the weight-sync check's measure)."""
         cfg, acc = self.cfg, self.accelerator
-        self._check_targets(samples)
+        self._check_terms(samples)
         getattr(getattr(self, "_served", None), "sleep", lambda: None)()  # vLLM sleep mode: memory to training
         self._tis.begin_step()
         if cfg.merge_identical:
@@ -702,12 +721,16 @@ class PolicyTrainer:
         out.update(self._engine_metrics(out))
         return out
 
-    def _check_targets(self, samples: list[Sample]) -> None:
-        """ValueError when a sample carries a supervised target and the trainer has no
-        :class:`TargetLossConfig` (its recipe makes no target samples)."""
+    def _check_terms(self, samples: list[Sample]) -> None:
+        """ValueError when a sample needs a term the trainer lacks: a supervised target without
+        a :class:`TargetLossConfig` (its recipe makes no target samples), a non-zero advantage
+        without a :class:`SurrogateConfig` (its recipe's samples are distillation targets)."""
         if self.target_loss is None and any(s.target is not None for s in samples):
             raise ValueError("a sample carries a supervised target but this trainer has no target loss: "
                              "give PolicyTrainer target_loss=TargetLossConfig(...)")
+        if self.surrogate is None and any(s.advantage != 0 for s in samples):
+            raise ValueError("a sample has a non-zero advantage but this trainer has no policy-gradient "
+                             "surrogate: give PolicyTrainer surrogate=SurrogateConfig(...)")
 
     def _engine_metrics(self, metrics: dict[str, float]) -> dict[str, Any]:
         """What the engine last served (:meth:`serving`) reports every step: the weight-sync check
@@ -784,16 +807,7 @@ class PolicyTrainer:
             ent = ent.detach()  # logged (collapse shows as entropy -> 0), not optimized
         mask = b["mask"]
         w = b["weight"].unsqueeze(1) * mask
-        old, tis, tis_parts = b["old"], None, {}
-        if cfg.tis_cap > 0:  # the ratio against the trainer's own start-of-step policy, the mismatch weighted
-            old = self._tis.old_logprobs(mb, lp, mask, first_pass)
-            tis, tis_parts = self._tis.weights(old, b["old"], w)
-        ratio = torch.exp(torch.clamp(lp - old, -20, 20))
-        adv = b["adv"].unsqueeze(1)
-        unclipped, clipped = ratio * adv, torch.clamp(ratio, 1 - cfg.epsilon, 1 + cfg.epsilon) * adv
-        pg = -torch.minimum(unclipped, clipped)
-        if tis is not None:
-            pg = pg * tis
+        pg, pg_parts = self._policy_gradient(mb, lp, b, w, first_pass)
         tok = pg
         kl = torch.zeros_like(tok)
         if self.kl_on:
@@ -814,17 +828,39 @@ class PolicyTrainer:
         with torch.no_grad():
             wsum = w.sum().clamp_min(1e-8)
             parts = {"loss": float((tok * w).sum() / wsum), "pg_loss": float((pg * w).sum() / wsum),
-                     "kl": float((kl * w).sum() / wsum),
-                     "clip_frac": float((((ratio - 1).abs() > cfg.epsilon).float() * w).sum() / wsum),
-                     "ratio": float((ratio * w).sum() / wsum)}
+                     "kl": float((kl * w).sum() / wsum), **pg_parts}
             if ent is not None:
                 parts["entropy"] = float((ent * w).sum() / wsum)
             if first_pass:  # the weights the engine should have sampled with (weight-sync check)
                 parts["logprob_diff"] = mean_abs_logprob_diff(lp, b["old"], w)
-                parts.update(tis_parts)
             if target_ce is not None:
                 parts["target_ce"] = target_ce
         return loss, parts
+
+    def _policy_gradient(self, mb: list[Sample], lp: torch.Tensor, b: dict[str, torch.Tensor], w: torch.Tensor,
+                         first_pass: bool) -> tuple[torch.Tensor, dict[str, float]]:
+        """The clipped surrogate per token and its metrics (``clip_frac``, ``ratio``; with
+        ``tis_cap`` the TIS weights' on the first pass). The ratio is against the engine's
+        log-probs, or with ``tis_cap`` against the trainer's own at the step's start, the
+        mismatch weighted. Without a :class:`SurrogateConfig` zero (every advantage is 0:
+        checked in ``step``) and no metrics."""
+        if self.surrogate is None:
+            return torch.zeros_like(lp), {}
+        eps, old, tis, parts = self.surrogate.epsilon, b["old"], None, {}
+        if self.surrogate.tis_cap > 0:
+            old = self._tis.old_logprobs(mb, lp, b["mask"], first_pass)
+            tis, tis_parts = self._tis.weights(old, b["old"], w)
+            parts.update(tis_parts if first_pass else {})
+        ratio = torch.exp(torch.clamp(lp - old, -20, 20))
+        adv = b["adv"].unsqueeze(1)
+        pg = -torch.minimum(ratio * adv, torch.clamp(ratio, 1 - eps, 1 + eps) * adv)
+        if tis is not None:
+            pg = pg * tis
+        with torch.no_grad():
+            wsum = w.sum().clamp_min(1e-8)
+            parts.update(clip_frac=float((((ratio - 1).abs() > eps).float() * w).sum() / wsum),
+                         ratio=float((ratio * w).sum() / wsum))
+        return pg, parts
 
     def _kl(self, mb: list[Sample], logits: torch.Tensor, lp: torch.Tensor, b: dict[str, torch.Tensor]) -> torch.Tensor:
         """:func:`kl_per_token` on the micro-batch's grid (zero off the completion tokens).
