@@ -11,7 +11,7 @@ import torch
 from lm_fixtures import tiny_model, tiny_tokenizer
 
 from lmselfplay.lm.trajectory import Sample
-from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
+from lmselfplay.rl.trainer import PolicyTrainer, SurrogateConfig, TrainerConfig
 from lmselfplay.utils.config import ConfigError
 
 PROMPT = [5, 17, 42, 8]
@@ -39,9 +39,8 @@ def _samples(logq: torch.Tensor, adv: torch.Tensor) -> list[Sample]:
 
 
 def _trainer(tis_cap: float) -> PolicyTrainer:
-    cfg = TrainerConfig(beta=0.0, num_iterations=1, max_grad_norm=0.0, merge_identical=False, epsilon=0.2,
-                        tis_cap=tis_cap)
-    return PolicyTrainer(tiny_model(seed=0), tiny_tokenizer(), cfg)
+    cfg = TrainerConfig(beta=0.0, num_iterations=1, max_grad_norm=0.0, merge_identical=False)
+    return PolicyTrainer(tiny_model(seed=0), tiny_tokenizer(), cfg, surrogate=SurrogateConfig(epsilon=0.2, tis_cap=tis_cap))
 
 
 def test_tis_brings_a_perturbed_engine_back_to_the_on_policy_gradient():
@@ -81,11 +80,11 @@ def test_tis_off_is_todays_loss_bit_for_bit_and_on_is_a_no_op_without_mismatch()
 
 def test_tis_keeps_the_start_of_step_logprobs_across_passes():
     tok = tiny_tokenizer()
-    cfg = TrainerConfig(beta=0.0, num_iterations=3, max_grad_norm=0.0, merge_identical=False, tis_cap=2.0,
+    cfg = TrainerConfig(beta=0.0, num_iterations=3, max_grad_norm=0.0, merge_identical=False,
                         gradient_accumulation_steps=2, learning_rate=1e-2)
-    trainer = PolicyTrainer(tiny_model(seed=0), tok, cfg)
+    trainer = PolicyTrainer(tiny_model(seed=0), tok, cfg, surrogate=SurrogateConfig(tis_cap=2.0))
     samples = [Sample(PROMPT + [k], [k + 1, k + 2], [-3.0, -4.0], advantage=(-1.0) ** k) for k in range(6)]
     m = trainer.step(samples)
     assert 0 < m["tis/weight"] <= 2.0 and m["ratio"] != 1.0  # later passes: ratio to the kept start
     with pytest.raises(ConfigError, match="tis_cap"):
-        TrainerConfig(tis_cap=-1.0)
+        SurrogateConfig(tis_cap=-1.0)

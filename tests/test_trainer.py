@@ -9,17 +9,24 @@ from lm_fixtures import tiny_model, tiny_tokenizer
 from lmselfplay.lm.batching import token_logprobs
 from lmselfplay.lm.trajectory import Sample
 from lmselfplay.rl.advantages import RoleBaselines, group_advantages, task_type_advantages
-from lmselfplay.rl.trainer import PolicyTrainer, TargetLossConfig, TrainerConfig
+from lmselfplay.rl.trainer import (
+    PPO_SURROGATE,
+    PolicyTrainer,
+    SurrogateConfig,
+    TargetLossConfig,
+    TrainerConfig,
+)
 
 
 def _sample(prompt, completion, adv, tok_lp=None):
     return Sample(list(prompt), list(completion), tok_lp or [0.0] * len(completion), advantage=adv)
 
 
-def _trainer(total_steps=200, target_loss=None, **kw):
+def _trainer(total_steps=200, target_loss=None, surrogate=PPO_SURROGATE, **kw):
     cfg = TrainerConfig(**{"learning_rate": 1e-2, "beta": 0.0, "num_iterations": 1, "max_grad_norm": 0.0,
                            "merge_identical": False, **kw})
-    return PolicyTrainer(tiny_model(seed=0), tiny_tokenizer(), cfg, total_steps=total_steps, target_loss=target_loss)
+    return PolicyTrainer(tiny_model(seed=0), tiny_tokenizer(), cfg, total_steps=total_steps, target_loss=target_loss,
+                         surrogate=surrogate)
 
 
 def test_loss_is_on_policy_tokens_only():
@@ -49,7 +56,7 @@ def test_loss_is_on_policy_tokens_only():
 
 
 def test_ppo_clipping_stops_the_gradient_outside_the_range():
-    tr = _trainer(epsilon=0.2)
+    tr = _trainer(surrogate=SurrogateConfig(epsilon=0.2))
     model = tr.unwrapped
     prompt, completion = [1, 50, 60], [90, 2]
     with torch.no_grad():
@@ -265,3 +272,24 @@ def test_a_target_sample_to_a_trainer_without_a_target_loss_is_an_error():
         tr.step([_sample([1, 50, 60], [90, 2], 1.0), target])
     assert all(torch.equal(a, b) for a, b in zip(before, tr.unwrapped.parameters()))
     assert "target_ce" in _trainer(target_loss=TargetLossConfig()).step([target])
+
+
+def test_without_a_surrogate_zero_advantage_samples_train_as_with_one_and_others_are_an_error():
+    """Search self-play's distillation samples (a completion, advantage 0, a target) give the
+    same weights bit for bit with or without the policy-gradient surrogate, whose term is 0 on
+    them; a trainer without one rejects a non-zero advantage before touching the weights."""
+    def distill(surrogate):
+        tr = _trainer(surrogate=surrogate, target_loss=TargetLossConfig(), beta=0.1, entropy_coef=0.01,
+                      num_iterations=2, learning_rate=1e-2)
+        for _ in range(2):
+            m = tr.step([Sample([1, 5, 9], [4, 7], [0.0, 0.0], advantage=0.0, target=(0, [4, 7], [0.25, 0.75])),
+                         Sample([1, 6], [3, 2], [0.0, 0.0], advantage=0.0, target=(1, [2], [1.0]), weight=2.0)])
+        return tr, m
+
+    (plain, m_plain), (ppo, m_ppo) = distill(None), distill(SurrogateConfig(epsilon=0.3, tis_cap=2.0))
+    assert all(torch.equal(a, b) for a, b in zip(plain.unwrapped.parameters(), ppo.unwrapped.parameters()))
+    assert "clip_frac" in m_ppo and "clip_frac" not in m_plain and m_plain["target_ce"] == m_ppo["target_ce"]
+    before = [p.detach().clone() for p in plain.unwrapped.parameters()]
+    with pytest.raises(ValueError, match="no policy-gradient surrogate"):
+        plain.step([_sample([1, 50, 60], [90, 2], 1.0)])
+    assert all(torch.equal(a, b) for a, b in zip(before, plain.unwrapped.parameters()))
