@@ -20,7 +20,9 @@ sample i:
     loss  = sum_t w_i * (pg + beta_i(t) * kl - entropy_coef * H_t) / sum_t w_i
           + target_coef * sum_{i with a target} w_i * CE(target_i, softmax(logits_i / T)) / sum w_i
 
-``beta_i(t) = beta[game/role of sample i] * schedule(t)``: one KL coefficient per game and
+``pg`` is the clipped surrogate of :class:`SurrogateConfig` (``epsilon``, ``tis_cap``); a
+trainer built without one (search self-play, whose samples all have advantage 0) has no such
+term. ``beta_i(t) = beta[game/role of sample i] * schedule(t)``: one KL coefficient per game and
 role (:func:`parse_beta`, :meth:`PolicyTrainer.kl_coef`), scaled by a schedule over the
 trainer's steps (:func:`beta_factor`). The reference is the initial policy, or with
 ``ref_update_every = M`` the "magnet" of magnetic mirror descent (Sokota et al. 2022): every
