@@ -67,7 +67,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def make_run(cfg):
     model, tok = load_policy(cfg.policy, device="cpu")
-    trainer = PolicyTrainer(model, tok, cfg.trainer, total_steps=cfg.selfplay.max_steps)
+    trainer = PolicyTrainer(model, tok, cfg.trainer, total_steps=cfg.selfplay.max_steps, target_loss=cfg.target_loss)
     return trainer, make_engine(cfg.engine, trainer.unwrapped, tok, answer_budget=cfg.selfplay.answer_budget(),
                                 temperature=cfg.trainer.temperature, top_p=cfg.selfplay.top_p,
                                 seed=cfg.trainer.seed), tok

@@ -66,7 +66,7 @@ from lmselfplay.lm.prompt import encode_prompt, format_prompt
 from lmselfplay.lm.trajectory import Sample
 from lmselfplay.models.policy import load_policy
 from lmselfplay.rl.advantages import group_advantages
-from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
+from lmselfplay.rl.trainer import PolicyTrainer, SurrogateConfig, TrainerConfig
 from lmselfplay.tasks.arithmetic import arithmetic_problem, arithmetic_prompt
 from lmselfplay.utils.results import save_results
 
@@ -148,9 +148,9 @@ class OurRunner:
     """One batch = HFEngine.generate -> rewards -> group advantages -> PolicyTrainer.step."""
 
     def __init__(self, name: str, model: Any, tok: Any, cfg: TrainerConfig, accelerator: Any,
-                 sampling: SamplingParams, G: int):
+                 sampling: SamplingParams, G: int, surrogate: SurrogateConfig):
         self.name, self.G, self.sampling = name, G, sampling
-        self.trainer = PolicyTrainer(model, tok, cfg, accelerator=accelerator, total_steps=10**6)
+        self.trainer = PolicyTrainer(model, tok, cfg, accelerator=accelerator, total_steps=10**6, surrogate=surrogate)
         self.engine = HFEngine(self.trainer.unwrapped, tok)
         self.timing = Timing()
 
@@ -335,9 +335,10 @@ def main() -> None:
         for name, merge in variants:
             cfg = TrainerConfig(learning_rate=args.lr, weight_decay=0.0, max_grad_norm=1.0,
                                 lr_scheduler_type="constant", gradient_accumulation_steps=1,
-                                num_iterations=args.num_iterations, epsilon=args.epsilon, beta=args.beta,
+                                num_iterations=args.num_iterations, beta=args.beta,
                                 temperature=1.0, merge_identical=merge, seed=args.seed)
-            ours.append(OurRunner(name, copy.deepcopy(base), tok, cfg, acc, sampling, args.num_generations))
+            ours.append(OurRunner(name, copy.deepcopy(base), tok, cfg, acc, sampling, args.num_generations,
+                                  SurrogateConfig(epsilon=args.epsilon)))
         trl_timing = Timing()
         clock = TRLClock(trl_trainer)
         trl_trainer.add_callback(make_callback(trl_trainer, clock, ours, batches, args, trl_timing))

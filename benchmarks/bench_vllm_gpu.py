@@ -254,7 +254,7 @@ def main(argv=None) -> int:
               "machine after `pip install -e \".[vllm]\"` (--allow_cpu only checks the logic on vLLM's CPU build)",
               file=sys.stderr)
         return 2
-    from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
+    from lmselfplay.rl.trainer import PolicyTrainer, SurrogateConfig, TrainerConfig
 
     device = "cuda" if torch.cuda.is_available() and not args.dry_run else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
@@ -264,8 +264,8 @@ def main(argv=None) -> int:
     print(f"model: Qwen2-0.5B-shaped, {args.layers} layers, vocab {model.config.vocab_size}, "
           f"{n_params / 1e6:.0f}M parameters, {dtype}, {device}", flush=True)
     trainer = PolicyTrainer(model, tok, TrainerConfig(learning_rate=args.learning_rate, beta=0.0, num_iterations=1,
-                                                      max_grad_norm=1.0, temperature=1.0, merge_identical=False,
-                                                      tis_cap=args.tis_cap))
+                                                      max_grad_norm=1.0, temperature=1.0, merge_identical=False),
+                            surrogate=SurrogateConfig(tis_cap=args.tis_cap))
     t = time.perf_counter()
     if args.dry_run:
         engine, version = DryRunEngine(trainer.unwrapped, tok), "none (dry run: HF engine with its own weights)"

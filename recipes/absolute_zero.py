@@ -76,7 +76,8 @@ def main(argv=None):
         acc, out_dir = run.acc, run.out
         model, tok = load_policy(cfg.policy, device=str(acc.device))
         trainer = PolicyTrainer(model, tok, cfg.trainer, accelerator=acc, total_steps=args.max_steps,
-                                ref_model=reference_policy(cfg.policy, cfg.trainer.beta, model, str(acc.device)))
+                                ref_model=reference_policy(cfg.policy, cfg.trainer.beta, model, str(acc.device)),
+                                surrogate=cfg.surrogate)
         engine = run.closing(make_engine(cfg.engine, trainer.unwrapped, tok, answer_budget=args.answer_budget(),
                                          temperature=cfg.trainer.temperature, top_p=args.top_p,
                                          seed=cfg.trainer.seed))

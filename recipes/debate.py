@@ -67,7 +67,8 @@ def build(cfg: DebateConfigs, run) -> Debate:
     judge = load_llm_judge(args.judge_model_name_or_path or cfg.policy.model_name_or_path, judge_device,
                            args.judge_dtype, hidden_context=cfg.protocol.hidden_context,
                            max_prompt_tokens=cfg.protocol.max_prompt_tokens)
-    trainer = PolicyTrainer(model, tok, cfg.trainer, accelerator=run.acc, ref_model=ref, total_steps=args.max_steps)
+    trainer = PolicyTrainer(model, tok, cfg.trainer, accelerator=run.acc, ref_model=ref, total_steps=args.max_steps,
+                            surrogate=cfg.surrogate)
     engine = make_engine(cfg.engine, trainer.unwrapped, tok, answer_budget=cfg.answer_budget(),
                          temperature=cfg.trainer.temperature, top_p=args.top_p, seed=cfg.trainer.seed)
     return Debate(pool, eval_set, tok, judge, trainer, run.closing(engine),

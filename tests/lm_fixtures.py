@@ -52,14 +52,16 @@ UNIT_TRAINER = {"learning_rate": 1e-2, "beta": 0.0, "num_iterations": 1, "max_gr
                 "merge_identical": False}
 
 
-def tiny_trainer(model=None, total_steps=200, **cfg):
+def tiny_trainer(model=None, total_steps=200, target_loss=None, surrogate="ppo", **cfg):
     """A ``PolicyTrainer`` on ``model`` (default: a fresh tiny model of seed 0) with
     :data:`UNIT_TRAINER`'s settings, ``cfg`` adding or overriding ``TrainerConfig`` fields;
-    ``total_steps`` is the length of its learning-rate schedule (a recipe's loop length)."""
-    from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
+    ``total_steps`` is the length of its learning-rate schedule (a recipe's loop length),
+    ``target_loss`` / ``surrogate`` its optional terms (``"ppo"``: the default surrogate)."""
+    from lmselfplay.rl.trainer import PPO_SURROGATE, PolicyTrainer, TrainerConfig
 
     return PolicyTrainer(model if model is not None else tiny_model(seed=0), tiny_tokenizer(),
-                         TrainerConfig(**{**UNIT_TRAINER, **cfg}), total_steps=total_steps)
+                         TrainerConfig(**{**UNIT_TRAINER, **cfg}), total_steps=total_steps,
+                         target_loss=target_loss, surrogate=PPO_SURROGATE if surrogate == "ppo" else surrogate)
 
 
 def save_tiny(path, seed: int = 0):

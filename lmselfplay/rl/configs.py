@@ -4,7 +4,7 @@
 
 A recipe's container derives from :class:`PolicyGradientConfigs` and adds its own arguments and
 its other parts; each component is built from its own part (``PolicyTrainer(model, tok,
-cfg.trainer, ...)``, ``load_policy(cfg.policy, ...)``, ``make_engine(cfg.engine, ...)``,
+cfg.trainer, surrogate=cfg.surrogate, ...)``, ``load_policy(cfg.policy, ...)``, ``make_engine(cfg.engine, ...)``,
 ``rollouts_for(cfg.overlap.max_staleness, ...)``, ``Run(cfg.run, ...)``). These parts come first in the parsed tuple, so ``--help`` lists them
 before the recipe's own group.
 """
@@ -16,16 +16,18 @@ from dataclasses import dataclass
 from lmselfplay.lm.engines import EngineConfig
 from lmselfplay.models.policy import PolicyConfig
 from lmselfplay.rl.overlap import OverlapConfig, check_overlap_settings
-from lmselfplay.rl.trainer import TrainerConfig
+from lmselfplay.rl.trainer import SurrogateConfig, TrainerConfig
 from lmselfplay.utils.config import Configs
 from lmselfplay.utils.run import RunConfig
 
 
 @dataclass(frozen=True)
 class PolicyGradientConfigs(Configs):
-    """The trainer's, the policy's, the engine's, the overlap's and the run's configs."""
+    """The trainer's, its policy-gradient surrogate's, the policy's, the engine's, the overlap's
+    and the run's configs."""
 
     trainer: TrainerConfig
+    surrogate: SurrogateConfig
     policy: PolicyConfig
     engine: EngineConfig
     overlap: OverlapConfig

@@ -197,7 +197,8 @@ class RZero:
         """A model, its trainer (its schedules span ``total_steps`` updates) and its engine
         (``server_urls``: this role's own servers)."""
         model, tok = load_policy(cfg.policy, device=str(self.acc.device))
-        trainer = PolicyTrainer(model, tok, cfg.trainer, accelerator=self.acc, total_steps=total_steps)
+        trainer = PolicyTrainer(model, tok, cfg.trainer, accelerator=self.acc, total_steps=total_steps,
+                                surrogate=cfg.surrogate)
         engine_cfg = cfg.engine
         if server_urls:  # the same settings, this role's servers (a copy: validated already)
             engine_cfg = copy.copy(cfg.engine)

@@ -34,7 +34,7 @@ from lmselfplay.lm.prompt import thinks
 from lmselfplay.lm.search_eval import LLMEvaluator, QHead, ValueHead, hidden_size
 from lmselfplay.models.policy import PolicyConfig, frozen_policy, load_policy, policy_weights
 from lmselfplay.rl.league import League, LeagueConfig
-from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
+from lmselfplay.rl.trainer import PolicyTrainer, TargetLossConfig, TrainerConfig
 from lmselfplay.utils.config import Config, ConfigError, Configs, non_negative, positive
 from lmselfplay.utils.run import PeriodicCheckpoints, Run, RunConfig
 
@@ -112,6 +112,7 @@ class SearchSelfPlayConfigs(Configs):
 
     search: SearchSelfPlayArgs
     trainer: TrainerConfig
+    target_loss: TargetLossConfig
     league: LeagueConfig
     policy: PolicyConfig
     run: RunConfig
@@ -234,7 +235,8 @@ def build(cfg: SearchSelfPlayConfigs, run: Run) -> SearchSelfPlay:
     if thinks(tok):  # a template that thinks by default (Qwen3), which the config alone cannot tell
         raise ConfigError("search self-play reads the LLM's prior right after <move> (no think block), but this "
                           "policy's chat template opens one: set enable_thinking: false")
-    trainer = PolicyTrainer(model, tok, cfg.trainer, accelerator=run.acc, total_steps=args.max_steps)
+    trainer = PolicyTrainer(model, tok, cfg.trainer, accelerator=run.acc, total_steps=args.max_steps,
+                            target_loss=cfg.target_loss, surrogate=None)
     head = make_head(args, trainer.unwrapped, game)
     head_opt = torch.optim.Adam(head.parameters(), lr=args.value_lr)
     evaluator = LLMEvaluator(trainer.unwrapped, tok, game, head, args.eval_batch)

@@ -48,7 +48,7 @@ from lmselfplay.rl.average_policy import AverageConfig, AveragePolicy, averageab
 from lmselfplay.rl.configs import PolicyGradientConfigs
 from lmselfplay.rl.exact_feedback import ExactFeedback, FeedbackConfig, exact_feedback_games
 from lmselfplay.rl.league import League, LeagueConfig, PlayInConfig
-from lmselfplay.rl.trainer import PolicyTrainer, beta_for, reference_policy
+from lmselfplay.rl.trainer import PolicyTrainer, TargetLossConfig, beta_for, reference_policy
 from lmselfplay.utils.config import (
     Config,
     ConfigError,
@@ -128,10 +128,12 @@ class SelfPlayArgs(Config):
 @dataclass(frozen=True)
 class SelfPlayConfigs(PolicyGradientConfigs):
     """What ``recipes/selfplay_games.py`` parses: the trainer's, policy's, engine's and run's
-    configs, its own arguments, and the average policy's, feedback's, league's, play-in's and
+    configs, its own arguments, and the target loss's (exact feedback and the average's
+    distillation make target samples), average policy's, feedback's, league's, play-in's and
     checkpoints'."""
 
     selfplay: SelfPlayArgs
+    target_loss: TargetLossConfig
     average: AverageConfig
     feedback: FeedbackConfig
     league: LeagueConfig
@@ -438,7 +440,8 @@ def build(cfg: SelfPlayConfigs, run, games, feedback, positions) -> SelfPlay:
     model, tok = load_policy(cfg.policy, device=device)
     check_thinking(cfg.average, feedback, tok)
     trainer = PolicyTrainer(model, tok, cfg.trainer, accelerator=run.acc, total_steps=args.max_steps,
-                            ref_model=reference_policy(cfg.policy, cfg.trainer.beta, model, device))
+                            ref_model=reference_policy(cfg.policy, cfg.trainer.beta, model, device),
+                            surrogate=cfg.surrogate, target_loss=cfg.target_loss)
     engine = run.closing(make_engine(cfg.engine, trainer.unwrapped, tok, answer_budget=args.answer_budget(),  # hf | vllm | ...
                                      temperature=cfg.trainer.temperature, top_p=args.top_p, seed=cfg.trainer.seed))
     league = League(cfg.league, snapshot_engines(trainer, tok), play_in=cfg.play_in)

@@ -20,7 +20,9 @@ sample i:
     loss  = sum_t w_i * (pg + beta_i(t) * kl - entropy_coef * H_t) / sum_t w_i
           + target_coef * sum_{i with a target} w_i * CE(target_i, softmax(logits_i / T)) / sum w_i
 
-``beta_i(t) = beta[game/role of sample i] * schedule(t)``: one KL coefficient per game and
+``pg`` is the clipped surrogate of :class:`SurrogateConfig` (``epsilon``, ``tis_cap``); a
+trainer built without one (search self-play, whose samples all have advantage 0) has no such
+term. ``beta_i(t) = beta[game/role of sample i] * schedule(t)``: one KL coefficient per game and
 role (:func:`parse_beta`, :meth:`PolicyTrainer.kl_coef`), scaled by a schedule over the
 trainer's steps (:func:`beta_factor`). The reference is the initial policy, or with
 ``ref_update_every = M`` the "magnet" of magnetic mirror descent (Sokota et al. 2022): every
@@ -33,7 +35,9 @@ for the reference forward.
 The last line is the supervised-target term (search distillation): a sample may carry
 a target distribution over the vocabulary at one completion token (``Sample.target``);
 its cross-entropy is averaged over the target samples of the batch (see ``_target_loss``).
-``target_passes`` adds passes over the pure-target samples alone (distillation targets that
+Its fields are their own :class:`TargetLossConfig`, given only by the recipes that make target
+samples (a trainer without it rejects a target sample). ``target_passes`` adds passes over the
+pure-target samples alone (distillation targets that
 need more optimizer steps than the policy-gradient turns of the same batch should get).
 Pure-target samples that share a prefix share its tokens in one forward row
 (:func:`pack_targets`), and a micro-batch of them projects onto the vocabulary only where a
@@ -89,10 +93,6 @@ class TrainerConfig(Config):
     warmup_steps: int = field(default=0, metadata={"help": "trainer.step() calls of LR warm-up"})
     gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per pass"})
     num_iterations: int = field(default=2, metadata={"help": "PPO passes over each batch"})
-    target_passes: int = field(default=0, metadata={
-        "help": "extra passes over the batch's pure supervised-target samples only (distillation targets), after "
-                "the num_iterations passes over the whole batch; the learning-rate schedule does not advance on them"})
-    epsilon: float = field(default=0.2, metadata={"help": "PPO clip range"})
     beta: str = field(default=0.1, metadata={  # type: ignore[assignment]  # str on the command line
         "help": "KL coefficient to the reference policy: a number, or one per game / role as "
                 "'nim=0.1,kuhn_poker=0.2' (a YAML mapping works too); keys match a sample's role "
@@ -110,12 +110,7 @@ class TrainerConfig(Config):
     entropy_coef: float = field(default=0.0, metadata={"help": "entropy bonus coefficient"})
     temperature: float = field(default=1.0, metadata={"help": "must equal the sampling temperature"})
     merge_identical: bool = field(default=True, metadata={"help": "merge equal (prompt, answer) turns"})
-    target_coef: float = field(default=1.0, metadata={"help": "weight of the supervised-target cross-entropy"})
     seed: int = field(default=0, metadata={"help": "seed of micro-batch shuffling and sampling"})
-    tis_cap: float = field(default=0.0, metadata={
-        "help": "C > 0: truncated importance sampling of the engine's mismatch (lmselfplay/rl/importance.py): the "
-                "PPO ratio against the trainer's own log-probs at the step's start, each token weighted by "
-                "min(exp(trainer - engine log-prob), C); 0: off, the ratio against the engine's log-probs"})
     max_tokens_per_micro_batch: int = field(default=8192, metadata={
         "help": "cap on the padded tokens (rows x longest sequence) of one forward/backward: a step's samples are "
                 "cut into as many micro-batches as the cap needs (at least gradient_accumulation_steps), the loss "
@@ -125,8 +120,7 @@ class TrainerConfig(Config):
         check_micro_batch_fields(self)
         self.beta = parse_beta(self.beta)
         positive(self, "gradient_accumulation_steps", "num_iterations", "temperature")
-        non_negative(self, "learning_rate", "warmup_steps", "weight_decay", "max_grad_norm", "epsilon",
-                     "target_coef")
+        non_negative(self, "learning_rate", "warmup_steps", "weight_decay", "max_grad_norm")
         if self.beta_schedule not in BETA_SCHEDULES:
             raise ConfigError(f"beta_schedule must be one of {BETA_SCHEDULES}, got {self.beta_schedule!r}")
         if not self.beta_final_ratio >= 0:
@@ -135,10 +129,47 @@ class TrainerConfig(Config):
             raise ConfigError(f"kl_estimator must be one of {KL_ESTIMATORS}, got {self.kl_estimator!r}")
         if self.ref_update_every < 0:
             raise ConfigError(f"ref_update_every must be >= 0, got {self.ref_update_every}")
-        if self.target_passes < 0:
-            raise ConfigError(f"target_passes must be >= 0, got {self.target_passes}")
+
+
+@dataclass
+class SurrogateConfig(Config):
+    """The policy-gradient term's clipped surrogate: PPO's clip range and the truncated
+    importance sampling of the engine's log-probs; only the recipes whose samples carry
+    advantages and engine log-probs have it (search self-play's distillation samples have
+    neither)."""
+
+    _argument_group_name = "policy-gradient surrogate (lmselfplay.rl.trainer.SurrogateConfig)"
+    epsilon: float = field(default=0.2, metadata={"help": "PPO clip range"})
+    tis_cap: float = field(default=0.0, metadata={
+        "help": "C > 0: truncated importance sampling of the engine's mismatch (lmselfplay/rl/importance.py): the "
+                "PPO ratio against the trainer's own log-probs at the step's start, each token weighted by "
+                "min(exp(trainer - engine log-prob), C); 0: off, the ratio against the engine's log-probs"})
+
+    def validate(self) -> None:
+        non_negative(self, "epsilon")
         if not self.tis_cap >= 0:
             raise ConfigError(f"tis_cap must be >= 0 (0: off), got {self.tis_cap}")
+
+
+# the trainer's surrogate where its caller names none: PPO's clip range 0.2, no importance sampling
+PPO_SURROGATE = SurrogateConfig()
+
+
+@dataclass
+class TargetLossConfig(Config):
+    """The supervised-target term (``Sample.target``: search distillation, exact feedback,
+    average-policy distillation); only the recipes that make target samples have it."""
+
+    _argument_group_name = "target loss (lmselfplay.rl.trainer.TargetLossConfig)"
+    target_coef: float = field(default=1.0, metadata={"help": "weight of the supervised-target cross-entropy"})
+    target_passes: int = field(default=0, metadata={
+        "help": "extra passes over the batch's pure supervised-target samples only (distillation targets), after "
+                "the num_iterations passes over the whole batch; the learning-rate schedule does not advance on them"})
+
+    def validate(self) -> None:
+        non_negative(self, "target_coef")
+        if self.target_passes < 0:
+            raise ConfigError(f"target_passes must be >= 0, got {self.target_passes}")
 
 
 def check_micro_batch_fields(cfg: TrainerConfig) -> None:
@@ -407,20 +438,25 @@ def autocast_forward(model: Any, dtype: torch.dtype | None) -> None:
 
 class PolicyTrainer:
     def __init__(self, model: Any, tokenizer: Any, config: TrainerConfig, accelerator: Any = None,
-                 ref_model: Any = None, total_steps: int = 200):
+                 ref_model: Any = None, total_steps: int = 200, target_loss: TargetLossConfig | None = None,
+                 surrogate: SurrogateConfig | None = PPO_SURROGATE):
         """``total_steps``: the ``step()`` calls the learning-rate schedule and the beta schedule
-        span, given by the recipe (its loop's length, a count it derives)."""
+        span, given by the recipe (its loop's length, a count it derives). ``target_loss``: the
+        supervised-target term's config; None: the trainer takes no target samples (``step``
+        raises on one). ``surrogate``: the policy-gradient term's config; None: no such term,
+        every sample's advantage must be 0 (search self-play's distillation)."""
         from transformers import get_scheduler
 
         if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 1:
             raise ValueError(f"total_steps must be an integer >= 1, got {total_steps!r}")
         self.cfg = config
+        self.target_loss, self.surrogate = target_loss, surrogate
         self.total_steps = total_steps
         self.tokenizer = tokenizer
         self.accelerator = accelerator or make_accelerator(config.gradient_accumulation_steps)
         self.is_peft = hasattr(model, "disable_adapter")
         self.kl_on = kl_enabled(config.beta)
-        self._tis = TruncatedImportance(config.tis_cap)
+        self._tis = TruncatedImportance(surrogate.tis_cap if surrogate is not None else 0.0)
         # a boolean 4D mask with position ids is what transformers' SDPA attention takes as it is
         # (eager adds the mask, flash attention takes none): target rows branch only there
         self.tree_attention = getattr(getattr(model, "config", None), "_attn_implementation", None) == "sdpa"
@@ -655,6 +691,7 @@ class PolicyTrainer:
         Metrics include ``logprob_diff``: mean |current - behaviour| log-prob of the sampled
         tokens in the first pass, before any update (the weight-sync check's measure)."""
         cfg, acc = self.cfg, self.accelerator
+        self._check_terms(samples)
         getattr(getattr(self, "_served", None), "sleep", lambda: None)()  # vLLM sleep mode: memory to training
         self._tis.begin_step()
         if cfg.merge_identical:
@@ -675,7 +712,7 @@ class PolicyTrainer:
         # the recipes give every rank the same targets (all ranks make these passes or none, in step);
         # a batch without any makes none (an empty pass would still move the weights: Adam's momentum)
         targets = [s for s in samples if s.target is not None and not s.completion_ids]
-        for _ in range(cfg.target_passes if targets else 0):
+        for _ in range(self.target_loss.target_passes if targets else 0):
             self._pass(self._micro_batches(targets, rng), total_tokens, None, stats, schedule=False)
         self.step_count += 1
         if cfg.ref_update_every and self.kl_on and self.step_count % cfg.ref_update_every == 0:
@@ -685,6 +722,17 @@ class PolicyTrainer:
                    lr=float(self.scheduler.get_last_lr()[0]))
         out.update(self._engine_metrics(out))
         return out
+
+    def _check_terms(self, samples: list[Sample]) -> None:
+        """ValueError when a sample needs a term the trainer lacks: a supervised target without
+        a :class:`TargetLossConfig` (its recipe makes no target samples), a non-zero advantage
+        without a :class:`SurrogateConfig` (its recipe's samples are distillation targets)."""
+        if self.target_loss is None and any(s.target is not None for s in samples):
+            raise ValueError("a sample carries a supervised target but this trainer has no target loss: "
+                             "give PolicyTrainer target_loss=TargetLossConfig(...)")
+        if self.surrogate is None and any(s.advantage != 0 for s in samples):
+            raise ValueError("a sample has a non-zero advantage but this trainer has no policy-gradient "
+                             "surrogate: give PolicyTrainer surrogate=SurrogateConfig(...)")
 
     def _engine_metrics(self, metrics: dict[str, float]) -> dict[str, Any]:
         """What the engine last served (:meth:`serving`) reports every step: the weight-sync check
@@ -750,7 +798,7 @@ class PolicyTrainer:
                                 position_ids=b.get("position_ids"), use_cache=False,
                                 logits_to_keep=torch.tensor(keep, device=acc.device)).logits
             target_loss, target_ce = self._target_loss(mb, logits, keep)
-            loss = cfg.target_coef * target_loss * acc.gradient_accumulation_steps
+            loss = self.target_loss.target_coef * target_loss * acc.gradient_accumulation_steps
             return loss, ({"target_ce": target_ce} if target_ce is not None else {})
         b = collate(mb, self.pad_id, acc.device, ref)
         need_entropy = cfg.entropy_coef > 0
@@ -761,16 +809,7 @@ class PolicyTrainer:
             ent = ent.detach()  # logged (collapse shows as entropy -> 0), not optimized
         mask = b["mask"]
         w = b["weight"].unsqueeze(1) * mask
-        old, tis, tis_parts = b["old"], None, {}
-        if cfg.tis_cap > 0:  # the ratio against the trainer's own start-of-step policy, the mismatch weighted
-            old = self._tis.old_logprobs(mb, lp, mask, first_pass)
-            tis, tis_parts = self._tis.weights(old, b["old"], w)
-        ratio = torch.exp(torch.clamp(lp - old, -20, 20))
-        adv = b["adv"].unsqueeze(1)
-        unclipped, clipped = ratio * adv, torch.clamp(ratio, 1 - cfg.epsilon, 1 + cfg.epsilon) * adv
-        pg = -torch.minimum(unclipped, clipped)
-        if tis is not None:
-            pg = pg * tis
+        pg, pg_parts = self._policy_gradient(mb, lp, b, w, first_pass)
         tok = pg
         kl = torch.zeros_like(tok)
         if self.kl_on:
@@ -784,22 +823,46 @@ class PolicyTrainer:
         # accumulation steps (whatever the number of micro-batches), so multiply it back
         denom = max(total_tokens, 1.0)
         loss = (tok * w).sum() / denom * acc.gradient_accumulation_steps
-        target_loss, target_ce = self._target_loss(mb, logits)
-        loss = loss + cfg.target_coef * target_loss * acc.gradient_accumulation_steps
+        target_ce = None
+        if self.target_loss is not None:  # without, step has checked that no sample carries a target
+            target_loss, target_ce = self._target_loss(mb, logits)
+            loss = loss + self.target_loss.target_coef * target_loss * acc.gradient_accumulation_steps
         with torch.no_grad():
             wsum = w.sum().clamp_min(1e-8)
             parts = {"loss": float((tok * w).sum() / wsum), "pg_loss": float((pg * w).sum() / wsum),
-                     "kl": float((kl * w).sum() / wsum),
-                     "clip_frac": float((((ratio - 1).abs() > cfg.epsilon).float() * w).sum() / wsum),
-                     "ratio": float((ratio * w).sum() / wsum)}
+                     "kl": float((kl * w).sum() / wsum), **pg_parts}
             if ent is not None:
                 parts["entropy"] = float((ent * w).sum() / wsum)
             if first_pass:  # the weights the engine should have sampled with (weight-sync check)
                 parts["logprob_diff"] = mean_abs_logprob_diff(lp, b["old"], w)
-                parts.update(tis_parts)
             if target_ce is not None:
                 parts["target_ce"] = target_ce
         return loss, parts
+
+    def _policy_gradient(self, mb: list[Sample], lp: torch.Tensor, b: dict[str, torch.Tensor], w: torch.Tensor,
+                         first_pass: bool) -> tuple[torch.Tensor, dict[str, float]]:
+        """The clipped surrogate per token and its metrics (``clip_frac``, ``ratio``; with
+        ``tis_cap`` the TIS weights' on the first pass). The ratio is against the engine's
+        log-probs, or with ``tis_cap`` against the trainer's own at the step's start, the
+        mismatch weighted. Without a :class:`SurrogateConfig` zero (every advantage is 0:
+        checked in ``step``) and no metrics."""
+        if self.surrogate is None:
+            return torch.zeros_like(lp), {}
+        eps, old, tis, parts = self.surrogate.epsilon, b["old"], None, {}
+        if self.surrogate.tis_cap > 0:
+            old = self._tis.old_logprobs(mb, lp, b["mask"], first_pass)
+            tis, tis_parts = self._tis.weights(old, b["old"], w)
+            parts.update(tis_parts if first_pass else {})
+        ratio = torch.exp(torch.clamp(lp - old, -20, 20))
+        adv = b["adv"].unsqueeze(1)
+        pg = -torch.minimum(ratio * adv, torch.clamp(ratio, 1 - eps, 1 + eps) * adv)
+        if tis is not None:
+            pg = pg * tis
+        with torch.no_grad():
+            wsum = w.sum().clamp_min(1e-8)
+            parts.update(clip_frac=float((((ratio - 1).abs() > eps).float() * w).sum() / wsum),
+                         ratio=float((ratio * w).sum() / wsum))
+        return pg, parts
 
     def _kl(self, mb: list[Sample], logits: torch.Tensor, lp: torch.Tensor, b: dict[str, torch.Tensor]) -> torch.Tensor:
         """:func:`kl_per_token` on the micro-batch's grid (zero off the completion tokens).

@@ -41,7 +41,7 @@ from lm_fixtures import tiny_model, tiny_tokenizer  # noqa: E402
 from lmselfplay.lm.batching import token_logprobs  # noqa: E402
 from lmselfplay.lm.trajectory import Sample  # noqa: E402
 from lmselfplay.rl.advantages import RoleBaselines  # noqa: E402
-from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig  # noqa: E402
+from lmselfplay.rl.trainer import PolicyTrainer, TargetLossConfig, TrainerConfig  # noqa: E402
 from lmselfplay.utils.checkpoint import latest_checkpoint  # noqa: E402
 
 COMPLETION_LEN = 3
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> None:
                         gradient_accumulation_steps=args.gradient_accumulation_steps,
                         merge_identical=False, warmup_steps=args.warmup_steps, seed=args.seed,
                         lr_scheduler_type="linear", ref_update_every=args.ref_update_every)
-    trainer = PolicyTrainer(model, tok, cfg, total_steps=100)
+    trainer = PolicyTrainer(model, tok, cfg, total_steps=100, target_loss=TargetLossConfig() if args.targets else None)
     acc = trainer.accelerator
     rank, world = acc.process_index, acc.num_processes
     baselines = RoleBaselines(decay=0.5)

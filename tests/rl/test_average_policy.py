@@ -123,7 +123,7 @@ def test_distillation_teaches_the_tabular_policy(kuhn):
     (normalized teacher-forced answer probabilities) to the target at every set."""
     from lmselfplay.lm.engines import HFEngine
     from lmselfplay.lm.readout import tabular_policy
-    from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
+    from lmselfplay.rl.trainer import PolicyTrainer, TargetLossConfig, TrainerConfig
 
     tok = tiny_tokenizer()
     target = random_policy(kuhn, 7)
@@ -157,7 +157,8 @@ def test_distillation_teaches_the_tabular_policy(kuhn):
     # targets the tokens after the move keep their random-model odds and it misses.
     torch.manual_seed(0)
     trainer = PolicyTrainer(tiny_model(seed=1), tok, TrainerConfig(learning_rate=1e-2, beta=0.0, num_iterations=1,
-                                                                    seed=0), total_steps=200)
+                                                                    seed=0), total_steps=200,
+                            target_loss=TargetLossConfig())
     flat = {k: [0.7, 0.3] for k in target}
 
     def error():  # worst |P(bet) learned - 0.3| over the 12 sets
@@ -213,13 +214,14 @@ def test_pure_target_step_is_the_cross_entropy_step():
     and reference forwards: the update equals one AdamW step on the mean target
     cross-entropy, computed here by hand; a batch mixing them with played turns also runs."""
     from lmselfplay.lm.trajectory import Sample
-    from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
+    from lmselfplay.rl.trainer import PolicyTrainer, TargetLossConfig, TrainerConfig
 
     tok = tiny_tokenizer()
     samples = [Sample([1, 5, 9], [], [], role="g", target=(0, [4, 7], [0.25, 0.75]), weight=2.0),
                Sample([1, 6], [], [], role="g", target=(0, [3], [1.0]))]
     cfg = dict(learning_rate=1e-2, beta=0.5, num_iterations=1, max_grad_norm=0.0)
-    trainer = PolicyTrainer(tiny_model(seed=2), tok, TrainerConfig(**cfg), total_steps=10)
+    trainer = PolicyTrainer(tiny_model(seed=2), tok, TrainerConfig(**cfg), total_steps=10,
+                            target_loss=TargetLossConfig())
     manual = tiny_model(seed=2)
     opt = torch.optim.AdamW(manual.parameters(), lr=1e-2)
     ce = []

@@ -236,16 +236,17 @@ def test_target_passes_are_extra_target_only_passes():
     from lm_fixtures import tiny_model, tiny_tokenizer
 
     from lmselfplay.lm.trajectory import Sample
-    from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
+    from lmselfplay.rl.trainer import PolicyTrainer, TargetLossConfig, TrainerConfig
 
     tok = tiny_tokenizer()
     targets = [Sample([1, 5, 9], [], [], role="g", target=(0, [4, 7], [0.25, 0.75])),
                Sample([1, 6], [], [], role="g", target=(0, [3], [1.0]))]
     played = [Sample([1, 5], [4, 7], [-1.0, -1.0], advantage=1.0, role="g")]
 
-    def weights(samples, **kw):
+    def weights(samples, target_passes=0, **kw):
         cfg = dict(learning_rate=1e-2, beta=0.1, lr_scheduler_type="constant", seed=0, **kw)
-        trainer = PolicyTrainer(tiny_model(seed=2), tok, TrainerConfig(**cfg), total_steps=10)
+        trainer = PolicyTrainer(tiny_model(seed=2), tok, TrainerConfig(**cfg), total_steps=10,
+                                target_loss=TargetLossConfig(target_passes=target_passes))
         for _ in range(2):
             trainer.step(samples)
         return [p.detach().clone() for p in trainer.unwrapped.parameters()]
@@ -257,4 +258,4 @@ def test_target_passes_are_extra_target_only_passes():
     plain, none = weights(played, num_iterations=1), weights(played, num_iterations=1, target_passes=3)
     assert all(torch.equal(a, b) for a, b in zip(plain, none))
     with pytest.raises(ConfigError):
-        TrainerConfig(target_passes=-1)
+        TargetLossConfig(target_passes=-1)

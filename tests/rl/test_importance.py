@@ -11,7 +11,7 @@ import torch
 from lm_fixtures import tiny_trainer
 
 from lmselfplay.lm.trajectory import Sample
-from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
+from lmselfplay.rl.trainer import PolicyTrainer, SurrogateConfig
 from lmselfplay.utils.config import ConfigError
 
 PROMPT = [5, 17, 42, 8]
@@ -39,7 +39,7 @@ def _samples(logq: torch.Tensor, adv: torch.Tensor) -> list[Sample]:
 
 
 def _trainer(tis_cap: float) -> PolicyTrainer:
-    return tiny_trainer(epsilon=0.2, tis_cap=tis_cap)  # gradients only: the learning rate is not used
+    return tiny_trainer(surrogate=SurrogateConfig(epsilon=0.2, tis_cap=tis_cap))  # gradients only: the learning rate is not used
 
 
 def test_tis_brings_a_perturbed_engine_back_to_the_on_policy_gradient():
@@ -78,12 +78,12 @@ def test_tis_off_is_todays_loss_bit_for_bit_and_on_is_a_no_op_without_mismatch()
 
 
 def test_tis_keeps_the_start_of_step_logprobs_across_passes():
-    trainer = tiny_trainer(num_iterations=3, tis_cap=2.0, gradient_accumulation_steps=2)
+    trainer = tiny_trainer(num_iterations=3, gradient_accumulation_steps=2, surrogate=SurrogateConfig(tis_cap=2.0))
     samples = [Sample(PROMPT + [k], [k + 1, k + 2], [-3.0, -4.0], advantage=(-1.0) ** k) for k in range(6)]
     m = trainer.step(samples)
     assert 0 < m["tis/weight"] <= 2.0 and m["ratio"] != 1.0  # later passes: ratio to the kept start
     with pytest.raises(ConfigError, match="tis_cap"):
-        TrainerConfig(tis_cap=-1.0)
+        SurrogateConfig(tis_cap=-1.0)
 
 
 def test_weights_are_the_capped_ratio_and_old_logprobs_are_kept_per_sample():

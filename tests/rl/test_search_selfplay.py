@@ -28,7 +28,7 @@ from lmselfplay.lm.engines.hf import HFEngine
 from lmselfplay.lm.prompt import encode_completion, encode_prompt
 from lmselfplay.lm.readout import answer_distribution, decision_states
 from lmselfplay.lm.search_eval import LLMEvaluator, QHead, ValueHead, load_head, move_tokens
-from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
+from lmselfplay.rl.trainer import PolicyTrainer, TargetLossConfig, TrainerConfig
 
 
 @functools.cache
@@ -144,7 +144,7 @@ def test_distillation_gradient_equals_hand_computed():
     game, tok = make("tictactoe"), move_tokenizer()
     model = move_model(seed=3)
     trainer = PolicyTrainer(model, tok, TrainerConfig(beta=0.0, num_iterations=1, learning_rate=0.0,
-                                                      merge_identical=False))
+                                                      merge_identical=False), target_loss=TargetLossConfig())
     state = game.apply(game.new_initial_state(), 4)
     from lmselfplay.alphazero.llm_selfplay import Record
 

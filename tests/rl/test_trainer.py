@@ -9,7 +9,12 @@ from lm_fixtures import tiny_model, tiny_tokenizer, tiny_trainer
 from lmselfplay.lm.batching import token_logprobs
 from lmselfplay.lm.trajectory import Sample
 from lmselfplay.rl.advantages import RoleBaselines, group_advantages, task_type_advantages
-from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
+from lmselfplay.rl.trainer import (
+    PolicyTrainer,
+    SurrogateConfig,
+    TargetLossConfig,
+    TrainerConfig,
+)
 
 
 def _sample(prompt, completion, adv, tok_lp=None):
@@ -43,7 +48,7 @@ def test_loss_is_on_policy_tokens_only():
 
 
 def test_ppo_clipping_stops_the_gradient_outside_the_range():
-    tr = tiny_trainer(epsilon=0.2)
+    tr = tiny_trainer(surrogate=SurrogateConfig(epsilon=0.2))
     model = tr.unwrapped
     prompt, completion = [1, 50, 60], [90, 2]
     with torch.no_grad():
@@ -199,7 +204,8 @@ def test_target_rows_sharing_a_prefix_are_packed_with_the_same_update(monkeypatc
         model = tiny_model(seed=0)
         model.config._attn_implementation = attention
         tr = PolicyTrainer(model, tiny_tokenizer(), TrainerConfig(learning_rate=1e-2, beta=0.0, num_iterations=1,
-                                                                  max_grad_norm=0.0, target_passes=1))
+                                                                  max_grad_norm=0.0),
+                           target_loss=TargetLossConfig(target_passes=1))
         seen = []
         hook = tr.unwrapped.register_forward_pre_hook(lambda m, a, kw: seen.append(kw["input_ids"].shape[0]),
                                                       with_kwargs=True)
@@ -240,9 +246,42 @@ def test_a_zero3_rank_with_nothing_to_score_joins_the_other_ranks_reference_forw
 def test_the_exact_kl_on_a_targets_only_micro_batch_under_zero3_is_zero_not_an_error(monkeypatch):
     """Under ZeRO-3 a micro-batch of supervised targets takes the general path (every rank makes
     the same forwards), where the exact KL has no reference rows: it must add nothing, not fail."""
-    tr = tiny_trainer(beta=0.5, kl_estimator="exact", target_passes=1, merge_identical=False)
+    tr = tiny_trainer(beta=0.5, kl_estimator="exact", target_loss=TargetLossConfig(target_passes=1), merge_identical=False)
     monkeypatch.setattr(PolicyTrainer, "deepspeed_stage", property(lambda self: 3))
     prompt, completion = [1, 50, 60], [90, 100, 2]
     target = Sample([1, 5, 9], [], [], target=(0, [4, 7], [0.25, 0.75]))
     m = tr.step([_sample(prompt, completion, 1.0), target])
     assert np.isfinite(m["loss"]) and "target_ce" in m
+
+
+def test_a_target_sample_to_a_trainer_without_a_target_loss_is_an_error():
+    """A trainer built without a TargetLossConfig (its recipe makes no target samples) rejects a
+    sample that carries a target, before touching the weights; with one it trains on it."""
+    tr = tiny_trainer()
+    before = [p.detach().clone() for p in tr.unwrapped.parameters()]
+    target = Sample([1, 5, 9], [], [], target=(0, [4, 7], [0.25, 0.75]))
+    with pytest.raises(ValueError, match="no target loss"):
+        tr.step([_sample([1, 50, 60], [90, 2], 1.0), target])
+    assert all(torch.equal(a, b) for a, b in zip(before, tr.unwrapped.parameters()))
+    assert "target_ce" in tiny_trainer(target_loss=TargetLossConfig()).step([target])
+
+
+def test_without_a_surrogate_zero_advantage_samples_train_as_with_one_and_others_are_an_error():
+    """Search self-play's distillation samples (a completion, advantage 0, a target) give the
+    same weights bit for bit with or without the policy-gradient surrogate, whose term is 0 on
+    them; a trainer without one rejects a non-zero advantage before touching the weights."""
+    def distill(surrogate):
+        tr = tiny_trainer(surrogate=surrogate, target_loss=TargetLossConfig(), beta=0.1, entropy_coef=0.01,
+                      num_iterations=2, learning_rate=1e-2)
+        for _ in range(2):
+            m = tr.step([Sample([1, 5, 9], [4, 7], [0.0, 0.0], advantage=0.0, target=(0, [4, 7], [0.25, 0.75])),
+                         Sample([1, 6], [3, 2], [0.0, 0.0], advantage=0.0, target=(1, [2], [1.0]), weight=2.0)])
+        return tr, m
+
+    (plain, m_plain), (ppo, m_ppo) = distill(None), distill(SurrogateConfig(epsilon=0.3, tis_cap=2.0))
+    assert all(torch.equal(a, b) for a, b in zip(plain.unwrapped.parameters(), ppo.unwrapped.parameters()))
+    assert "clip_frac" in m_ppo and "clip_frac" not in m_plain and m_plain["target_ce"] == m_ppo["target_ce"]
+    before = [p.detach().clone() for p in plain.unwrapped.parameters()]
+    with pytest.raises(ValueError, match="no policy-gradient surrogate"):
+        plain.step([_sample([1, 50, 60], [90, 2], 1.0)])
+    assert all(torch.equal(a, b) for a, b in zip(before, plain.unwrapped.parameters()))

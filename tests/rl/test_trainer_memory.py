@@ -20,7 +20,7 @@ import lmselfplay.lm.batching as batching
 from lmselfplay.lm.batching import logprobs_from_logits, sequence_logprobs
 from lmselfplay.lm.trajectory import Sample
 from lmselfplay.models.policy import PolicyConfig, load_policy
-from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, split_by_tokens
+from lmselfplay.rl.trainer import PolicyTrainer, TargetLossConfig, TrainerConfig, split_by_tokens
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.recipe_loader import run_recipe
 
@@ -139,7 +139,7 @@ def _batch(seed=0, n=7):
 
 def _step_gradients(**kw):
     """The gradient each optimizer step applies (captured at the optimizer) over one step()."""
-    tr = tiny_trainer(tiny_model(seed=2), **{"learning_rate": 1e-3, "beta": 0.05, "kl_estimator": "exact",
+    tr = tiny_trainer(tiny_model(seed=2), target_loss=TargetLossConfig(), **{"learning_rate": 1e-3, "beta": 0.05, "kl_estimator": "exact",
                                              "entropy_coef": 0.01, "num_iterations": 2, **kw})
     grads, forwards = [], []
     inner = tr.optimizer.optimizer

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from recipe_configs import RECIPE_CONFIGS, fits, parse_recipe
 
-from lmselfplay.rl.trainer import TrainerConfig
+from lmselfplay.rl.trainer import SurrogateConfig, TrainerConfig
 from lmselfplay.utils.config import Config, ConfigError, Configs, load_yaml, parse_configs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -276,8 +276,8 @@ def test_help_has_a_group_per_component_and_a_line_per_field(name):
 
 
 def test_the_policy_gradient_recipes_share_the_component_parts():
-    """The recipes that train a policy with an engine parse the trainer's, policy's, engine's,
-    overlap's and run's configs first (PolicyGradientConfigs), then their own."""
+    """The recipes that train a policy with an engine parse the trainer's, its surrogate's,
+    policy's, engine's, overlap's and run's configs first (PolicyGradientConfigs), then their own."""
     from lmselfplay.lm.engines import EngineConfig
     from lmselfplay.models.policy import PolicyConfig
     from lmselfplay.rl.configs import PolicyGradientConfigs
@@ -287,8 +287,33 @@ def test_the_policy_gradient_recipes_share_the_component_parts():
     for name in ("selfplay_games", "r_zero", "absolute_zero", "debate"):
         cls = RECIPE_CONFIGS[name]
         assert issubclass(cls, PolicyGradientConfigs), name
-        assert cls.classes()[:5] == (TrainerConfig, PolicyConfig, EngineConfig, OverlapConfig, RunConfig), name
-        assert cls.classes()[5].__name__.endswith("Args"), name
+        assert cls.classes()[:6] == (TrainerConfig, SurrogateConfig, PolicyConfig, EngineConfig, OverlapConfig,
+                                     RunConfig), name
+        assert cls.classes()[6].__name__.endswith("Args"), name
+
+
+# a recipe's flags are the fields its samples reach: only the recipes that make supervised-target
+# samples (exact feedback, average-policy and search distillation) have the target loss, and
+# search self-play's distillation samples (advantage 0, no engine log-probs) have no surrogate
+UNUSED_FLAGS = {"selfplay_games": set(), "search_selfplay": {"epsilon", "tis_cap"},
+                "r_zero": {"target_passes", "target_coef"}, "absolute_zero": {"target_passes", "target_coef"},
+                "debate": {"target_passes", "target_coef"}, "referee_study": {"target_passes", "target_coef"}}
+USED_FLAGS = {"epsilon", "tis_cap", "target_passes", "target_coef", "beta", "num_iterations", "kl_estimator"}
+
+
+@pytest.mark.parametrize("name", sorted(UNUSED_FLAGS))
+def test_a_recipes_help_lacks_the_trainer_fields_its_samples_never_reach(name):
+    """Each policy-trainer recipe's --help has exactly the trainer-term flags it uses: the
+    unused ones are absent (and a YAML or flag naming one is an unknown key), the rest present."""
+    from lmselfplay.referee_study import RefereeStudyConfigs
+
+    cls = RefereeStudyConfigs if name == "referee_study" else RECIPE_CONFIGS[name]
+    flags = {a.dest for actions in _help_groups(cls.classes()).values() for a in actions}
+    assert not flags & UNUSED_FLAGS[name], name
+    assert USED_FLAGS - UNUSED_FLAGS[name] <= flags, name
+    for flag in UNUSED_FLAGS[name]:
+        with pytest.raises(ConfigError, match="unknown"):
+            cls.parse([f"--{flag}", "1"])
 
 
 def test_the_help_runs_and_shows_the_groups():

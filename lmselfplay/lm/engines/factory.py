@@ -28,7 +28,7 @@ from typing import Any
 
 from lmselfplay.lm.engines.base import Engine, SamplingParams
 from lmselfplay.lm.engines.hf import HFEngine
-from lmselfplay.lm.engines.weight_sync_check import WeightSyncCheckConfig, WeightSyncCheck
+from lmselfplay.lm.engines.weight_sync_check import WeightSyncCheck, WeightSyncCheckConfig
 from lmselfplay.utils.config import ConfigError, non_negative, positive
 
 ENGINES = ("hf", "vllm", "vllm-server")

@@ -27,11 +27,6 @@ from lmselfplay.lm.engines import (
     make_engine,
 )
 from lmselfplay.lm.engines.base import to_completion
-from lmselfplay.lm.engines.weight_sync_check import (
-    WeightSyncCheck,
-    StaleWeightsError,
-    StaleWeightsWarning,
-)
 from lmselfplay.lm.engines.vllm import (
     check_logprobs_mode,
     logprobs_mode_for,
@@ -45,6 +40,11 @@ from lmselfplay.lm.engines.weight_sync import (
     vllm_name,
     weight_metadata,
     weight_units,
+)
+from lmselfplay.lm.engines.weight_sync_check import (
+    StaleWeightsError,
+    StaleWeightsWarning,
+    WeightSyncCheck,
 )
 from lmselfplay.lm.trajectory import Sample
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
