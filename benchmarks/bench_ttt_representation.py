@@ -174,7 +174,7 @@ import torch
 from lmselfplay.games import make
 from lmselfplay.games.solve import optimal_actions
 from lmselfplay.games.text import ANSWER_INSTRUCTION, OPEN
-from lmselfplay.games.tictactoe import LINES, MARKS
+from lmselfplay.games.tictactoe import CELL_STRINGS, LINES, MARKS, TicTacToe
 from lmselfplay.lm.batching import pad_batch
 from lmselfplay.lm.prompt import encode_prompt
 from lmselfplay.lm.readout import decision_states
@@ -212,7 +212,13 @@ def _named(game, s):
     return [" ".join(f"{i + 1}{MARKS[s.board[i]]}" for i in range(r * 3, r * 3 + 3)) for r in range(3)]
 
 
-BOARDS = {"default": lambda g, s: g.board_text(s), "grid": _grid, "named": _named}
+def _cells_line(game, s):
+    """The cells text's nine named cells on one line: ``1X2_3O4_5X6_7_8_9O``."""
+    return ["".join(TicTacToe(board="cells").board_text(s))]
+
+
+BOARDS = {"default": lambda g, s: g.board_text(s), "grid": _grid, "named": _named,
+          "cells": lambda g, s: TicTacToe(board="cells").board_text(s), "cellsline": _cells_line}
 
 
 def render(game, s, player, fmt="default"):
@@ -232,13 +238,15 @@ def render(game, s, player, fmt="default"):
     return "\n".join(lines)
 
 
-def add_cell_tokens(tok):
-    """Add one token per cell and content (``1X`` .. ``9.``, the ``named`` format's cells)
-    to ``tok``: every cell token then carries its cell index in its own embedding, as the
-    MLP's board planes do, whatever the architecture does with position."""
+def add_cell_tokens(tok, fmt="named"):
+    """Add one token per cell and content to ``tok`` (``1X`` .. ``9.`` for the ``named``
+    format's cells, the game's cells text's ``1_`` .. ``9O`` for ``cells*``): every cell token
+    then carries its cell index in its own embedding, as the MLP's board planes do, whatever
+    the architecture does with position."""
     from tokenizers import AddedToken
 
-    tok.add_tokens([AddedToken(f"{i}{m}", normalized=False) for i in range(1, 10) for m in MARKS])
+    strings = CELL_STRINGS if fmt.startswith("cells") else [f"{i}{m}" for i in range(1, 10) for m in MARKS]
+    tok.add_tokens([AddedToken(t, normalized=False) for t in strings])
 
 
 def threat_moves(s):
@@ -480,6 +488,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=0, help="linear lr warmup steps")
     ap.add_argument("--layers", type=int, default=0, help="fresh model's layers (0: the embedded shape)")
     ap.add_argument("--heads", type=int, default=0, help="fresh model's heads (0: the embedded shape)")
+    ap.add_argument("--intermediate", type=int, default=0, help="fresh model's MLP size (0: the embedded shape)")
     ap.add_argument("--arch", default="llama", choices=ARCHS,
                     help="fresh model's architecture (llama: the embedded one's; llama_abspos: + learned "
                          "absolute positions; gpt2)")
@@ -497,7 +506,7 @@ def main() -> None:
     if args.cell_tokens:
         if "embedded" in args.which.split(","):
             ap.error("--cell_tokens changes the vocabulary: fresh models only (--which fresh)")
-        add_cell_tokens(tok)
+        add_cell_tokens(tok, args.format)
     rows = move_token_data(tok, make("tictactoe"), args.split_marks, args.format)
     if args.subset:
         rows = random.Random(args.seed + 2).sample(rows, args.subset)
@@ -514,7 +523,8 @@ def main() -> None:
             if args.pretrain_steps:
                 continue_pretraining(model, tok, args.pretrain_steps, args.task_weights, args.pretrain_lr, args.seed)
         else:
-            shape = {k: v for k, v in (("num_layers", args.layers), ("num_heads", args.heads)) if v}
+            shape = {k: v for k, v in (("num_layers", args.layers), ("num_heads", args.heads),
+                                       ("intermediate_size", args.intermediate)) if v}
             model = fresh_model(args.arch, TinyConfig(**shape), tok)  # same shape unless --layers/--heads
         print(f"  [{which}] {sum(p.numel() for p in model.parameters()):,} parameters", flush=True)
         if args.legal_steps:  # uniform over the legal moves (the corpus's own target) or over threat_moves

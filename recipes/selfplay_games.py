@@ -66,7 +66,7 @@ from lmselfplay.utils.run import Run
 
 def main(argv=None):
     cfg = parse_config(SelfPlayConfig, argv)
-    games = make_games(cfg.games)
+    games = make_games(cfg.games, cfg.model_name_or_path)
     check_beta(cfg.beta, games)
     check_shaping(cfg, games)
     feedback = make_feedback(cfg, games)

@@ -29,10 +29,10 @@ import torch
 
 from lmselfplay.alphazero.adapter import CachedGame, SearchGame
 from lmselfplay.alphazero.llm_selfplay import LEARNER, Record, distill_samples, q_loss
-from lmselfplay.games import make
 from lmselfplay.lm.prompt import thinks
 from lmselfplay.lm.search_eval import LLMEvaluator, QHead, ValueHead, hidden_size
 from lmselfplay.models.policy import PolicyConfig, frozen_policy, load_policy, policy_weights
+from lmselfplay.models.tiny import make_game_for
 from lmselfplay.rl.league import League, LeagueConfig
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
 from lmselfplay.utils.config import ConfigError, non_negative, positive
@@ -212,7 +212,7 @@ class SearchSelfPlay:
 
 def build(cfg: SearchSelfPlayConfig, run: Run) -> SearchSelfPlay:
     """The game, the policy, its trainer, value head, evaluator and league, fresh."""
-    game = make(cfg.game, **json.loads(cfg.game_args))
+    game = make_game_for(cfg.game, cfg.model_name_or_path, **json.loads(cfg.game_args))
     face = CachedGame(SearchGame(game))
     model, tok = load_policy(cfg)
     if thinks(tok):  # a template that thinks by default (Qwen3), which the config alone cannot tell
