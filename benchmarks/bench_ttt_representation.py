@@ -225,16 +225,18 @@ def render(game, s, player, fmt="default"):
     """Observation text in format ``fmt`` = BOARD or BOARD_last (BOARD in :data:`BOARDS`).
     ``default`` is the game's own text; ``*_last`` puts the side and board after the legal
     list and instruction, just before ``Answer:``, so the answer-to-cell distances do not
-    depend on the list's length; ``*_only`` is the side and board alone (a diagnostic: no
+    depend on the list's length; ``*_nolist`` is ``*_last`` without the legal-move list; ``*_only`` is the side and board alone (a diagnostic: no
     other text to read past). A control only: the game's text is unchanged."""
+    if fmt == "default":  # the game's own observation, whichever board text it was made with
+        return game.observation_text(s, player)
     board, _, where = fmt.partition("_")
-    if board not in BOARDS or where not in ("", "last", "only"):
-        raise ValueError(f"unknown format {fmt!r}; known: {sorted(BOARDS)} (+ '_last', '_only')")
+    if board not in BOARDS or where not in ("", "last", "only", "nolist"):
+        raise ValueError(f"unknown format {fmt!r}; known: {sorted(BOARDS)} (+ '_last', '_only', '_nolist')")
     side = [f"You play {MARKS[player + 1]}.", *BOARDS[board](game, s)]
     legal = "Legal moves: " + " ".join(game.action_text(a) for a in game.legal_actions(s))
     head = f"Game: {game.name}. Get three in a row."
     lines = {"": [head, *side, legal, ANSWER_INSTRUCTION], "last": [head, legal, ANSWER_INSTRUCTION, *side],
-             "only": side}[where]
+             "nolist": [head, ANSWER_INSTRUCTION, *side], "only": side}[where]
     return "\n".join(lines)
 
 
@@ -499,7 +501,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from lmselfplay.models.tiny import TinyConfig, ensure_tiny_model
+    from lmselfplay.models.tiny import TinyConfig, ensure_tiny_model, make_game_for
 
     path = args.model or str(ensure_tiny_model())
     tok = AutoTokenizer.from_pretrained(path)
@@ -507,7 +509,7 @@ def main() -> None:
         if "embedded" in args.which.split(","):
             ap.error("--cell_tokens changes the vocabulary: fresh models only (--which fresh)")
         add_cell_tokens(tok, args.format)
-    rows = move_token_data(tok, make("tictactoe"), args.split_marks, args.format)
+    rows = move_token_data(tok, make_game_for("tictactoe", path), args.split_marks, args.format)
     if args.subset:
         rows = random.Random(args.seed + 2).sample(rows, args.subset)
     print(f"{len(rows)} positions; model {path}", flush=True)

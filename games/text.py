@@ -86,7 +86,8 @@ def prompt(title: str, rules: str, state_lines: list[str], legal_names: list[str
     """The layout every game's observation uses (short: tiny models read it): the title and
     rules, the state, the legal moves, the answer instruction.
 
-    ``legal_names=None``: moves are free text (no list to show). ``state_last``: the state
+    ``legal_names=None``: no list (moves are free text, or the state names them: tic-tac-toe's
+    cells text). ``state_last``: the state
     lines come after the instruction, next to the answer slot (a small model reads the cells
     nearest its answer best: tic-tac-toe's cells text)."""
     lines = [f"Game: {title}. {rules}"]

@@ -9,7 +9,10 @@ Two board texts (``TicTacToe(board=...)``; the move names and answers are the sa
   (:func:`cell_text`), one token each in a tokenizer that has the 27 of them
   (:data:`CELL_STRINGS`, the v7 build's). A transformer learns the optimal-move function at an
   MLP's speed only when each board token names its cell (docs/embedded_model.md, the shape
-  probe); the layout puts the side to move and the board last, next to the answer slot.
+  probe). The text is short so that the board dominates it: the side to move and the board come
+  last, next to the answer slot, and there is no legal-move list (the board names every empty
+  cell, ``5_``; its move is ``5``). Measured on the full text, the list and an early board each
+  slowed the supervised control (docs/embedded_model.md, v7).
 """
 
 from __future__ import annotations
@@ -110,8 +113,9 @@ class TicTacToe:
     def observation_text(self, s: TicTacToeState, player: int) -> str:
         rules = "Get three in a row."
         state = [f"You play {MARKS[player + 1]}.", *self.board_text(s)]
-        legal = [self.action_text(a) for a in self.legal_actions(s)]
-        return prompt(self.name, rules, state, legal, state_last=self.board == "cells")
+        if self.board == "cells":  # the board names every empty cell: no list beside it
+            return prompt(self.name, rules, state, None, state_last=True)
+        return prompt(self.name, rules, state, [self.action_text(a) for a in self.legal_actions(s)])
 
     def parse_action(self, s: TicTacToeState, text: str) -> int | Invalid:
         return parse_named_move(text, {self.action_text(a): a for a in self.legal_actions(s)})
