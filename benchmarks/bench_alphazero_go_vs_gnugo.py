@@ -25,13 +25,12 @@ from pathlib import Path
 
 import torch
 
-from lmselfplay.alphazero.config import AlphaZeroConfig, fpu
+from lmselfplay.alphazero.config import AlphaZeroConfigs, fpu
 from lmselfplay.alphazero.iteration import build
 from lmselfplay.alphazero.net_strength import net_agent
 from lmselfplay.games.base import random_legal_reset
 from lmselfplay.games.gtp import gnugo_player
 from lmselfplay.utils.checkpoint import atomic_write_text, latest_checkpoint
-from lmselfplay.utils.config import parse_config
 from lmselfplay.utils.stats import wilson
 
 
@@ -83,7 +82,7 @@ def main() -> None:
     ckpt = latest_checkpoint(args.run)
     if ckpt is None:
         raise SystemExit(f"no checkpoint in {args.run}")
-    cfg = parse_config(AlphaZeroConfig, ["--config", str(ckpt / "config.json")])
+    cfg = AlphaZeroConfigs.parse(["--config", str(ckpt / "config.json")]).alphazero
     game, face, net = build(cfg)
     saved = torch.load(ckpt / "state.pt", weights_only=False)
     net.load_state_dict(saved["net"])

@@ -21,10 +21,9 @@ from pathlib import Path
 
 import torch
 
-from lmselfplay.alphazero.config import AlphaZeroConfig
+from lmselfplay.alphazero.config import AlphaZeroConfigs
 from lmselfplay.alphazero.iteration import build
 from lmselfplay.utils.checkpoint import latest_checkpoint
-from lmselfplay.utils.config import parse_config
 from lmselfplay.utils.recipe_loader import run_recipe
 from lmselfplay.utils.results import save_results
 
@@ -37,7 +36,7 @@ def run(config: str, out: Path, extra: list[str]):
     t = time.perf_counter()
     run_recipe("alphazero", argv)
     wall = time.perf_counter() - t
-    cfg = parse_config(AlphaZeroConfig, argv)
+    cfg = AlphaZeroConfigs.parse(argv).alphazero
     game, face, net = build(cfg)
     state = torch.load(latest_checkpoint(out) / "state.pt", weights_only=False)
     net.load_state_dict(state["net"])

@@ -126,7 +126,7 @@ def measure_ours(s: dict, tok, prompts: list[list[int]], device: torch.device, d
     from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
 
     trainer = PolicyTrainer(stand_in(s, tok, device, dtype), tok,
-                            TrainerConfig(learning_rate=1e-6, max_steps=max(s["train_steps"] + 1, 2)))
+                            TrainerConfig(learning_rate=1e-6), total_steps=max(s["train_steps"] + 1, 2))
     engine = HFEngine(trainer.unwrapped, tok, max_batch_size=len(prompts))
     sp = SamplingParams(max_new_tokens=s["new_tokens"], temperature=1.0, seed=0)
     engine.generate(prompts[:2], SamplingParams(max_new_tokens=2, temperature=1.0, seed=1))  # kernels warm

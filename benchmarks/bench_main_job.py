@@ -50,7 +50,7 @@ from lmselfplay.models.policy import load_policy
 from lmselfplay.rl.advantages import RoleBaselines
 from lmselfplay.rl.league import League
 from lmselfplay.rl.selfplay import (  # the recipe's own steps build the batch
-    SelfPlayConfig,
+    SelfPlayConfigs,
     episode_games,
     episode_plan,
     exact_targets,
@@ -60,37 +60,38 @@ from lmselfplay.rl.selfplay import (  # the recipe's own steps build the batch
     training_samples,
 )
 from lmselfplay.rl.trainer import PolicyTrainer
-from lmselfplay.utils.config import parse_config
 from lmselfplay.utils.results import results_dir, save_results
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def make_run(cfg):
-    model, tok = load_policy(cfg, device="cpu")
-    trainer = PolicyTrainer(model, tok, cfg)
-    return trainer, make_engine(cfg, trainer.unwrapped, tok, answer_budget=cfg.answer_budget(),
-                                temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed), tok
+    model, tok = load_policy(cfg.policy, device="cpu")
+    trainer = PolicyTrainer(model, tok, cfg.trainer, total_steps=cfg.selfplay.max_steps)
+    return trainer, make_engine(cfg.engine, trainer.unwrapped, tok, answer_budget=cfg.selfplay.answer_budget(),
+                                temperature=cfg.trainer.temperature, top_p=cfg.selfplay.top_p,
+                                seed=cfg.trainer.seed), tok
 
 
 def step_batch(cfg, games, with_eval=True):
     """Step 0's batch of the main job: the exact targets and one step of sampled play."""
     trainer, engine, tok = make_run(cfg)
-    feedback = make_feedback(cfg, games)
+    feedback = make_feedback(cfg.feedback, games)
     t0 = time.perf_counter()
     with trainer.serving(engine):
         exact, _ = exact_targets(feedback, engine, tok, 0)
     read_s = time.perf_counter() - t0
-    plan = [g for g in episode_games(games, cfg.game_weights, cfg.episodes_per_step) if g.name not in feedback]
-    league = League(cfg, snapshot_engines(trainer, tok))
-    sampling = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
+    args = cfg.selfplay
+    plan = [g for g in episode_games(games, args.game_weights, args.episodes_per_step) if g.name not in feedback]
+    league = League(cfg.league, snapshot_engines(trainer, tok))
+    sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=cfg.trainer.temperature, top_p=args.top_p,
                               stop=MOVE_STOP)
     play = episode_plan(cfg, plan, league, LLMPlayer(engine, tok, learner=True), tok, sampling, 0)(0)
     t0 = time.perf_counter()
     with trainer.serving(engine):
         finished, _ = play()  # the recipe's own step-0 play: its seed, retries and turn limit
     play_s = time.perf_counter() - t0
-    samples = training_samples(cfg, finished, RoleBaselines(cfg.baseline_decay)) + exact
+    samples = training_samples(args, finished, RoleBaselines(args.baseline_decay)) + exact
     parts = {"exact_read_s": read_s, "play_s": play_s, "exact_rows": len(exact),
              "played_rows": len(samples) - len(exact)}
     if with_eval:
@@ -178,9 +179,9 @@ def main(argv=None):
             print(f"{args.label} seed {seed}: {run['wall_s']:.0f} s  {run['final']}", flush=True)
             update_results("main_job_runs", {f"{args.label}/seed{seed}": run}, args.results)
         return 0
-    cfg = parse_config(SelfPlayConfig, ["--config", str(ROOT / "recipes/configs/selfplay_games_exact.yaml"),
-                                        "--output_dir", "/tmp/bench_main_job"])
-    games = make_games(cfg.games)
+    cfg = SelfPlayConfigs.parse(["--config", str(ROOT / "recipes/configs/selfplay_games_exact.yaml"),
+                                  "--output_dir", "/tmp/bench_main_job"])
+    games = make_games(cfg.selfplay.games)
     threads = [int(x) for x in args.threads.split(",")]
     torch.set_num_threads(threads[0])
     samples, parts = step_batch(cfg, games, with_eval=not args.no_eval)

@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from lmselfplay.spin.config import SpinConfig
+from lmselfplay.spin.config import SpinConfigs
 from lmselfplay.spin.held_out import held_out_scores, mean_ci_half_width, summarize
 from lmselfplay.spin.pairs import tokenize_pairs
 from lmselfplay.spin.trainers import load_model, sft_phase
@@ -75,21 +75,20 @@ def sft_scored(argv, start, data_dir, rejected_dir, out, epochs, lr=None):
 
     from lmselfplay.lm.engines.hf import HFEngine
     from lmselfplay.models.policy import load_tokenizer
-    from lmselfplay.utils.config import parse_config
-
-    cfg = parse_config(SpinConfig, argv)
-    cfg = dataclasses.replace(cfg, sft_epochs=epochs, sft_learning_rate=lr or cfg.sft_learning_rate)
+    cfg = SpinConfigs.parse(argv)
+    cfg = dataclasses.replace(cfg, spin=dataclasses.replace(cfg.spin, sft_epochs=epochs,
+                                                            sft_learning_rate=lr or cfg.spin.sft_learning_rate))
     state = PartialState(cpu=not torch.cuda.is_available())
     sup = datasets.load_from_disk(str(data_dir / "ds"))
     train_rows, held = sup["train"].to_list(), sup["eval"].to_list()
     tok = load_tokenizer(str(start))
-    p_train, y_train, _ = tokenize_pairs(tok, train_rows, cfg.max_completion_length)
-    gen_len = cfg.max_completion_length or max(len(c) for c in y_train)
+    p_train, y_train, _ = tokenize_pairs(tok, train_rows, cfg.spin.max_completion_length)
+    gen_len = cfg.spin.max_completion_length or max(len(c) for c in y_train)
     p_held, y_held, _ = tokenize_pairs(tok, held, gen_len)
     path = sft_phase(cfg, str(start), out, p_train, y_train, tok, state)
     rejected = datasets.load_from_disk(str(rejected_dir / "data" / "ds"))["eval"]["rejected_ids"]
     model, _ = load_model(cfg, str(path), state, lora=False)
-    engine = HFEngine(model, tok, max_batch_size=cfg.generation_batch_size)
+    engine = HFEngine(model, tok, max_batch_size=cfg.spin.generation_batch_size)
     return path, held_out_scores(engine, state, held, p_held, y_held, rejected, gen_len, cfg)
 
 
@@ -97,11 +96,10 @@ def theta_0_of(argv, spin_out):
     """The theta_0 of the SPIN run in ``spin_out``: its SFT phase's ``checkpoint-0``, or the
     config's model when the run had no SFT phase."""
     from lmselfplay.models.policy import resolve_model_path
-    from lmselfplay.utils.config import parse_config
 
     if (spin_out / "checkpoint-0").exists():
         return spin_out / "checkpoint-0"
-    return resolve_model_path(parse_config(SpinConfig, argv).model_name_or_path)
+    return resolve_model_path(SpinConfigs.parse(argv).policy.model_name_or_path)
 
 
 def control_run(argv, spin_out, out, epochs, lr=None):
@@ -174,7 +172,6 @@ def main():
     args = ap.parse_args()
     import torch
 
-    from lmselfplay.utils.config import parse_config
 
     torch.set_num_threads(args.threads)
     argv = ["--config", args.config, "--seed", str(args.seed), "--progress", "false", "--tensorboard", "false"]
@@ -185,8 +182,8 @@ def main():
     plateau, control_epochs, spin_epochs = [], args.control_epochs or [1.0], None
     with tempfile.TemporaryDirectory() as d:
         if args.plateau:
-            cfg = parse_config(SpinConfig, argv)
-            spin_epochs = args.plateau_epochs or cfg.spin_iterations * cfg.num_train_epochs
+            spin = SpinConfigs.parse(argv).spin
+            spin_epochs = args.plateau_epochs or spin.spin_iterations * spin.num_train_epochs
             theta_0, plateau = sft_plateau(argv, Path(d), spin_epochs, args.plateau_max_rounds)
             argv += ["--model_name_or_path", str(theta_0), "--sft_epochs", "0"]
             control_epochs = args.control_epochs or [spin_epochs]

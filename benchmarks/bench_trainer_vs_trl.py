@@ -150,7 +150,7 @@ class OurRunner:
     def __init__(self, name: str, model: Any, tok: Any, cfg: TrainerConfig, accelerator: Any,
                  sampling: SamplingParams, G: int):
         self.name, self.G, self.sampling = name, G, sampling
-        self.trainer = PolicyTrainer(model, tok, cfg, accelerator=accelerator)
+        self.trainer = PolicyTrainer(model, tok, cfg, accelerator=accelerator, total_steps=10**6)
         self.engine = HFEngine(self.trainer.unwrapped, tok)
         self.timing = Timing()
 
@@ -334,7 +334,7 @@ def main() -> None:
         ours = []
         for name, merge in variants:
             cfg = TrainerConfig(learning_rate=args.lr, weight_decay=0.0, max_grad_norm=1.0,
-                                lr_scheduler_type="constant", max_steps=10**6, gradient_accumulation_steps=1,
+                                lr_scheduler_type="constant", gradient_accumulation_steps=1,
                                 num_iterations=args.num_iterations, epsilon=args.epsilon, beta=args.beta,
                                 temperature=1.0, merge_identical=merge, seed=args.seed)
             ours.append(OurRunner(name, copy.deepcopy(base), tok, cfg, acc, sampling, args.num_generations))

@@ -19,11 +19,11 @@ from lmselfplay.utils.checkpoint import atomic_write_text, save_json
 
 def judge_accuracy(cfg, eval_set, engine, tok, judge, step, out_dir, write: bool):
     """Step 6: every protocol on the eval set, the same sampling seed at every checkpoint."""
-    sampling = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
-                              seed=cfg.seed + 777)
+    sampling = SamplingParams(max_new_tokens=cfg.protocol.max_new_tokens, temperature=cfg.trainer.temperature, top_p=cfg.debate.top_p,
+                              seed=cfg.trainer.seed + 777)
     per, dumps = {}, []
-    for proto in [p.strip() for p in cfg.eval_protocols.split(",") if p.strip()]:
-        trs = run_protocol(eval_set, proto, engine, tok, cfg, sampling, seed=cfg.seed)
+    for proto in [p.strip() for p in cfg.debate.eval_protocols.split(",") if p.strip()]:
+        trs = run_protocol(eval_set, proto, engine, tok, cfg.protocol, sampling, seed=cfg.trainer.seed)
         js = judge_transcripts(judge, trs)
         per[proto] = protocol_metrics(trs, js)
         dumps += [json.dumps({"protocol": proto, "task": tr.task.id, "options": tr.options,
@@ -65,5 +65,5 @@ def report_accuracy(cfg, run, d: Debate, model_dir) -> None:
         text = format_table(d.table)
         atomic_write_text(run.out / "accuracy_table.txt", text + "\n")
         save_json(run.out / "accuracy_table.json", d.table)
-        print(f"\njudge accuracy on {len(d.eval_set)} eval questions (hidden_context={cfg.hidden_context}):\n{text}")
+        print(f"\njudge accuracy on {len(d.eval_set)} eval questions (hidden_context={cfg.protocol.hidden_context}):\n{text}")
         print(f"\ncurves: {run.out / 'curves.png'}\nmetrics: {run.logger.path}\nmodel: {model_dir}")

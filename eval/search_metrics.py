@@ -23,38 +23,39 @@ from lmselfplay.games.text import MOVE_STOP
 from lmselfplay.lm import readout as policy_readout
 from lmselfplay.lm.engines import HFEngine, SamplingParams
 from lmselfplay.lm.search_eval import LLMEvaluator
-from lmselfplay.rl.search_selfplay import SearchSelfPlayConfig
+from lmselfplay.rl.search_selfplay import SearchSelfPlayArgs, SearchSelfPlayConfigs
 
 
-def openings(face: Any, cfg: SearchSelfPlayConfig) -> list[Any]:
+def openings(face: Any, cfg: SearchSelfPlayConfigs) -> list[Any]:
     """Fixed evaluation starts: the initial position and random legal openings (seeded)."""
-    rng = random.Random(f"{cfg.seed}/openings")
+    args = cfg.search
+    rng = random.Random(f"{cfg.trainer.seed}/openings")
     starts = [face.game.new_initial_state()]
-    starts += [random_legal_reset(face.game, rng, cfg.opening_plies) for _ in range(cfg.eval_openings - 1)]
+    starts += [random_legal_reset(face.game, rng, args.opening_plies) for _ in range(args.eval_openings - 1)]
     return [face.position(s) for s in starts]
 
 
-def strength_per_budget(face: Any, evaluator: LLMEvaluator, model: Any, tok: Any, cfg: SearchSelfPlayConfig,
+def strength_per_budget(face: Any, evaluator: LLMEvaluator, model: Any, tok: Any, cfg: SearchSelfPlayConfigs,
                         it: int) -> dict[str, float]:
     """Step 7: budget 0 = the raw LLM (exact metrics + greedy games vs the game's reference
     bots), then every budget from the fixed openings vs random and (if solvable) exact."""
-    game = face.game
+    game, args, seed = face.game, cfg.search, cfg.trainer.seed
     out: dict[str, float] = {}
-    greedy = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=0.0, stop=MOVE_STOP, seed=cfg.seed)
+    greedy = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=0.0, stop=MOVE_STOP, seed=seed)
     positions = None
-    if game.exact_metric == OPTIMAL_MOVES and cfg.eval_positions > 0:
-        positions = policy_readout.sampled_decision_states(game, cfg.eval_positions, f"{cfg.seed}/positions")
-    raw = game_metrics.policy_metrics(HFEngine(model, tok), tok, game, positions, n_games=cfg.eval_games,
-                                sampling=greedy, seed=cfg.seed, max_new_tokens=cfg.max_new_tokens)
+    if game.exact_metric == OPTIMAL_MOVES and args.eval_positions > 0:
+        positions = policy_readout.sampled_decision_states(game, args.eval_positions, f"{seed}/positions")
+    raw = game_metrics.policy_metrics(HFEngine(model, tok), tok, game, positions, n_games=args.eval_games,
+                                sampling=greedy, seed=cfg.trainer.seed, max_new_tokens=args.max_new_tokens)
     out.update({f"eval/raw_{k}": v for k, v in raw.items()})
     if game.exact_metric == OPTIMAL_MOVES:
         out["eval/raw_illegal_mass"] = illegal_mass(evaluator, face)
     starts = openings(face, cfg)
-    opponents = {"random": random_agent(face, cfg.seed)}
+    opponents = {"random": random_agent(face, seed)}
     if game.exact_metric == OPTIMAL_MOVES:
-        opponents["exact"] = exact_agent(face, cfg.seed)
-    for k in cfg.eval_budgets:
-        me = search_agent(face, evaluator, k, cfg.c_puct)
+        opponents["exact"] = exact_agent(face, seed)
+    for k in args.eval_budgets:
+        me = search_agent(face, evaluator, k, args.c_puct)
         for name, opp in opponents.items():
             r = play_match(face, me, opp, starts)
             out[f"eval/sims{k}_vs_{name}_win"], out[f"eval/sims{k}_vs_{name}_loss"] = r["win"], r["loss"]
@@ -77,13 +78,13 @@ def illegal_mass(evaluator: LLMEvaluator, face: Any) -> float:
     return total / max(1, len(states))
 
 
-def plot_run(cfg: SearchSelfPlayConfig, logger: Any) -> None:
+def plot_run(args: SearchSelfPlayArgs, logger: Any) -> None:
     """``budgets.png`` (win / loss per search budget and opponent) and ``raw_policy.png`` (the
     raw LLM's optimal-move rates, with the game's reference lines, and its illegal mass)."""
     rows = logger.rows()
     keys = sorted({k for r in rows for k in r if k.startswith("eval/sims") and k.endswith(("_win", "_loss"))})
-    logger.plot(keys, "budgets.png", title=f"search self-play on {cfg.game}: strength per budget")
-    refs = game_metrics.reference_lines(make(cfg.game, **json.loads(cfg.game_args)))  # what the game declares
+    logger.plot(keys, "budgets.png", title=f"search self-play on {args.game}: strength per budget")
+    refs = game_metrics.reference_lines(make(args.game, **json.loads(args.game_args)))  # what the game declares
     references = {f"eval/raw_{m}": refs.get(m, []) for m in ("optimal_move_prob", "greedy_optimal_rate")}
     logger.plot(["eval/raw_optimal_move_prob", "eval/raw_greedy_optimal_rate", "eval/raw_illegal_mass"],
                 "raw_policy.png", title="raw LLM (budget 0)", references=references)

@@ -37,37 +37,37 @@ def eval_positions(cfg, games):
     out = {}
     for game in games:
         if game.exact_metric == OPTIMAL_MOVES:
-            out[game.name] = policy_readout.sampled_decision_states(game, cfg.eval_positions, cfg.seed)
+            out[game.name] = policy_readout.sampled_decision_states(game, cfg.selfplay.eval_positions, cfg.trainer.seed)
     return out
 
 
 def evaluate_games(cfg, games, positions, engine, tok, step):
     """Step 8: the exact metrics of the current policy, per game (``game/metric``)."""
-    sampling = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=cfg.seed + step,
+    sampling = SamplingParams(max_new_tokens=cfg.selfplay.max_new_tokens, temperature=cfg.trainer.temperature, seed=cfg.trainer.seed + step,
                               stop=MOVE_STOP)
     out = {}
     for game in games:
         game_sampling = sampling if has_enumerable_actions(game) else \
-            SamplingParams(**{**vars(sampling), "max_new_tokens": cfg.text_max_new_tokens})
-        result = game_metrics.policy_metrics(engine, tok, game, positions.get(game.name), cfg.eval_games, game_sampling,
-                                       seed=step, max_new_tokens=cfg.max_new_tokens, readout=readout(cfg, tok),
-                                       readout_samples=cfg.readout_samples)
+            SamplingParams(**{**vars(sampling), "max_new_tokens": cfg.selfplay.text_max_new_tokens})
+        result = game_metrics.policy_metrics(engine, tok, game, positions.get(game.name), cfg.selfplay.eval_games, game_sampling,
+                                       seed=step, max_new_tokens=cfg.selfplay.max_new_tokens, readout=readout(cfg.selfplay, tok),
+                                       readout_samples=cfg.selfplay.readout_samples)
         out.update({f"{game.name}/{k}": v for k, v in result.items()})
-        out.update(gnugo_metrics(cfg, game, engine, tok, game_sampling, step))
+        out.update(gnugo_metrics(cfg.selfplay, game, engine, tok, game_sampling, step))
     return out
 
 
-def gnugo_metrics(cfg, game, engine, tok, sampling, step):
+def gnugo_metrics(args, game, engine, tok, sampling, step):
     """Win rate against GnuGo (``gnugo_level`` > 0, Go only, gnugo installed); the engine
     process lives only for this evaluation. The engine is an outside program and only
     measures: when it fails (a :class:`GTPError`) the failure is logged as a warning and as
     ``<key>_failed``, and the run goes on with its step and checkpoint."""
-    if cfg.gnugo_level <= 0 or not plays_gtp(game) or find_gnugo() is None:
+    if args.gnugo_level <= 0 or not plays_gtp(game) or find_gnugo() is None:
         return {}
-    key = f"{game.name}/win_vs_gnugo_l{cfg.gnugo_level}"
+    key = f"{game.name}/win_vs_gnugo_l{args.gnugo_level}"
     try:
-        with game_gnugo_player(game, cfg.gnugo_level) as gnugo:
-            wr = game_metrics.win_rates(engine, tok, game, BotPlayer(gnugo, gnugo.name), cfg.gnugo_games,
+        with game_gnugo_player(game, args.gnugo_level) as gnugo:
+            wr = game_metrics.win_rates(engine, tok, game, BotPlayer(gnugo, gnugo.name), args.gnugo_games,
                                         sampling, seed=step)
     except GTPError as e:
         print(f"warning: step {step}: the evaluation against GnuGo failed ({e}); the run goes on", file=sys.stderr)
@@ -81,8 +81,8 @@ def log_evaluation(cfg, run, sp: SelfPlay, step, t0) -> None:
         result = {**evaluate_games(cfg, sp.games, sp.positions, sp.engine, sp.tok, step),
                   **average_metrics(sp.averages)}
         if run.is_main:  # whole weights are served: no collective inside
-            eval_callback(step, sp.engine, sp.tok, cfg.eval_suite, cfg.eval_every, run.logger,
-                          max_new_tokens=cfg.eval_max_new_tokens or None)
+            eval_callback(step, sp.engine, sp.tok, cfg.selfplay.eval_suite, cfg.selfplay.eval_every, run.logger,
+                          max_new_tokens=cfg.selfplay.eval_max_new_tokens or None)
     if run.is_main:
         run.log(step, {**result, "wall_s": time.time() - t0})
         plot_curves(run.logger, sp.games)
@@ -91,17 +91,17 @@ def log_evaluation(cfg, run, sp: SelfPlay, step, t0) -> None:
 def finish(cfg, run, sp: SelfPlay, t0) -> None:
     """The final evaluation (and the average's distillation), the final model, the summary."""
     with sp.trainer.serving(sp.engine):  # every rank evaluates in step (ZeRO-3), rank 0 reports
-        if sp.averages and cfg.averaged_at(cfg.max_steps):
-            fold_averages(cfg, sp.averages, sp.engine, sp.tok, cfg.max_steps)
-        final = {**evaluate_games(cfg, sp.games, sp.positions, sp.engine, sp.tok, cfg.max_steps),
+        if sp.averages and cfg.average.averaged_at(cfg.selfplay.max_steps):
+            fold_averages(cfg, sp.averages, sp.engine, sp.tok, cfg.selfplay.max_steps)
+        final = {**evaluate_games(cfg, sp.games, sp.positions, sp.engine, sp.tok, cfg.selfplay.max_steps),
                  **average_metrics(sp.averages)}
-    if sp.averages and cfg.distill_steps:  # the final model becomes the average policy
-        distilled = distill_averages(sp.trainer, sp.averages, sp.tok, cfg.distill_steps, run.logger)
+    if sp.averages and cfg.average.distill_steps:  # the final model becomes the average policy
+        distilled = distill_averages(sp.trainer, sp.averages, sp.tok, cfg.average.distill_steps, run.logger)
         with sp.trainer.serving(sp.engine):
             final.update({f"distilled/{k}": v for k, v in
-                          evaluate_games(cfg, sp.games, sp.positions, sp.engine, sp.tok, cfg.max_steps).items()})
+                          evaluate_games(cfg, sp.games, sp.positions, sp.engine, sp.tok, cfg.selfplay.max_steps).items()})
         final["distilled/target_ce"] = distilled.get("target_ce", float("nan"))
-    run.log(cfg.max_steps, {**final, "wall_s": time.time() - t0})
+    run.log(cfg.selfplay.max_steps, {**final, "wall_s": time.time() - t0})
     png = plot_curves(run.logger, sp.games) if run.is_main else None
     model_dir = run.save_final_model(sp.trainer.model, sp.trainer.unwrapped, sp.tok)
     if run.is_main:

@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lmselfplay.rl.r_zero import RZeroConfig, train
+from lmselfplay.rl.r_zero import RZeroConfigs, train
 from lmselfplay.utils.checkpoint import atomic_write_text
-from lmselfplay.utils.config import parse_config
+from lmselfplay.utils.config import Config
 from lmselfplay.utils.curves import Line, plot_lines
 from lmselfplay.utils.metrics_logger import read_jsonl
 from lmselfplay.utils.stats import wilson
@@ -52,13 +52,21 @@ MEASURES: dict[str, tuple[str, str] | None] = {
 
 
 @dataclass
-class RefereeStudyConfig(RZeroConfig):
-    """R-Zero's config (every r_zero key) and the study's own two."""
+class RefereeStudyArgs(Config):
+    """The study's own two fields (beside every r_zero key, :class:`RefereeStudyConfigs`)."""
 
+    _argument_group_name = "referee study (lmselfplay.referee_study.RefereeStudyArgs)"
     referees: str = field(default="auto", metadata={
         "help": "comma-separated referees; auto = grounded,vote (+ judge when registered)"})
     study_dir: str = field(default="runs/referee_study", metadata={
         "help": "the study's table, rows and plot; each referee's run in study_dir/<referee>"})
+
+
+@dataclass(frozen=True)
+class RefereeStudyConfigs(RZeroConfigs):
+    """R-Zero's configs (every r_zero key) and the study's own arguments."""
+
+    study: RefereeStudyArgs
 
 
 def referee_names(spec: str) -> list[str]:
@@ -164,15 +172,15 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    cfg = parse_config(RefereeStudyConfig, argv)
-    study_dir = Path(cfg.study_dir)
-    base = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(RZeroConfig)}
+    cfg = RefereeStudyConfigs.parse(argv)
+    study_dir = Path(cfg.study.study_dir)
     rows = []
-    for name in referee_names(cfg.referees):
-        resolved = RZeroConfig(**{**base, "referee": name}).referee  # grounded -> rules / executor
-        run_cfg = RZeroConfig(**{**base, "referee": resolved, "output_dir": str(study_dir / resolved)})
-        print(f"\n=== referee {resolved} ===")
-        rows += iteration_rows(train(run_cfg), run_cfg.referee)
+    for name in referee_names(cfg.study.referees):
+        args = dataclasses.replace(cfg.rzero, referee=name)  # validated again: grounded -> rules / executor
+        run_cfg = RZeroConfigs(rzero=args, trainer=cfg.trainer, policy=cfg.policy, engine=cfg.engine,
+                               run=dataclasses.replace(cfg.run, output_dir=str(study_dir / args.referee)))
+        print(f"\n=== referee {args.referee} ===")
+        rows += iteration_rows(train(run_cfg), args.referee)
     rows = table(rows)
     paths = write_outputs(study_dir, rows)
     print()

@@ -50,7 +50,7 @@ from tqdm.auto import tqdm
 from lmselfplay.lm.engines import make_engine
 from lmselfplay.models.policy import load_policy
 from lmselfplay.rl.absolute_zero import (
-    AbsoluteZeroConfig,
+    AbsoluteZeroConfigs,
     SharedReferee,
     executor_config,
     heldout_tasks,
@@ -63,20 +63,23 @@ from lmselfplay.rl.absolute_zero import (
 )
 from lmselfplay.rl.overlap import rollouts_for
 from lmselfplay.rl.trainer import PolicyTrainer, reference_policy
-from lmselfplay.utils.config import parse_config
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.run import Run
 from lmselfplay.verifiers.code_tasks import CodeReferee, task_key
 
 
 def main(argv=None):
-    cfg = parse_config(AbsoluteZeroConfig, argv)
-    with Run(cfg) as run:
+    cfg = AbsoluteZeroConfigs.parse(argv)  # its own args (cfg.absolute_zero) and each component's config
+    args = cfg.absolute_zero
+    with Run(cfg.run, cfg.as_dict(), gradient_accumulation_steps=cfg.trainer.gradient_accumulation_steps,
+             checkpoint_every=cfg.checkpoints.checkpoint_every) as run:
         acc, out_dir = run.acc, run.out
-        model, tok = load_policy(cfg, device=str(acc.device))
-        trainer = PolicyTrainer(model, tok, cfg, accelerator=acc, ref_model=reference_policy(cfg, model, str(acc.device)))
-        engine = run.closing(make_engine(cfg, trainer.unwrapped, tok, answer_budget=cfg.answer_budget(),
-                                         temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed))
+        model, tok = load_policy(cfg.policy, device=str(acc.device))
+        trainer = PolicyTrainer(model, tok, cfg.trainer, accelerator=acc, total_steps=args.max_steps,
+                                ref_model=reference_policy(cfg.policy, cfg.trainer.beta, model, str(acc.device)))
+        engine = run.closing(make_engine(cfg.engine, trainer.unwrapped, tok, answer_budget=args.answer_budget(),
+                                         temperature=cfg.trainer.temperature, top_p=args.top_p,
+                                         seed=cfg.trainer.seed))
         referee = SharedReferee(run.closing(CodeReferee(executor_config(cfg))))  # sandboxes end with the run
         heldout = heldout_tasks(cfg, referee)
         buffers = seed_buffers(cfg, referee, {task_key(t) for ts in heldout.values() for t in ts})
@@ -85,22 +88,22 @@ def main(argv=None):
         logger = run.open_log(start_step if run.checkpoint else None)
         # max_staleness >= 1: a step's rollouts are played while the previous step trains
         plan = rollout_plan(cfg, acc, engine, tok, referee, buffers, lambda step: run.checkpoint_due(step + 1))
-        rollouts = run.closing(rollouts_for(cfg, trainer, engine, plan))  # closed (waited for) before the referee
+        rollouts = run.closing(rollouts_for(cfg.engine.max_staleness, trainer, engine, plan))  # closed (waited for) before the referee
         t0 = time.time()
-        bar = tqdm(range(start_step, cfg.max_steps), initial=start_step, total=cfg.max_steps,
+        bar = tqdm(range(start_step, args.max_steps), initial=start_step, total=args.max_steps,
                    desc="absolute zero", disable=not run.is_main)
         for step in bar:
             resumed_here = run.checkpoint is not None and step == start_step  # evaluated before the kill
-            if cfg.eval_every and step % cfg.eval_every == 0 and not resumed_here:
+            if args.eval_every and step % args.eval_every == 0 and not resumed_here:
                 log_eval(cfg, acc, trainer, engine, tok, referee, heldout, logger, step, t0)  # 7
-            ro = rollouts.next(step, cfg.max_steps - 1)  # 1-3
+            ro = rollouts.next(step, args.max_steps - 1)  # 1-3
             row = train_step(cfg, acc, trainer, ro, rollouts, step, out_dir)  # 4-6
             run.log(step + 1, {**row, "wall_s": time.time() - t0})
             bar.set_postfix(valid=f"{row['propose/valid_rate']:.2f}", solve=f"{row['solve/solve_rate']:.2f}")
             if run.checkpoint_due(step + 1):
                 # every rank proposes its own tasks: one buffer set per rank, as this step left them
                 trainer.save_checkpoint(out_dir, {"buffers": gather_object([ro.buffers])})
-        final = log_eval(cfg, acc, trainer, engine, tok, referee, heldout, logger, cfg.max_steps, t0)
+        final = log_eval(cfg, acc, trainer, engine, tok, referee, heldout, logger, args.max_steps, t0)
         model_dir = run.save_final_model(trainer.model, trainer.unwrapped, tok)
         if run.is_main:
             print_final(final, logger, model_dir)

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from lmselfplay.alphazero.config import AlphaZeroConfig, selfplay_settings
+from lmselfplay.alphazero.config import AlphaZeroConfigs, selfplay_settings
 from lmselfplay.alphazero.iteration import build, evaluate_strength, gate, train
 from lmselfplay.alphazero.plots import plot_run
 from lmselfplay.alphazero.progress import (
@@ -48,57 +48,57 @@ from lmselfplay.alphazero.progress import (
 from lmselfplay.alphazero.selfplay import Samples, alpha_for, play_games
 from lmselfplay.eval.game_metrics import reference_lines
 from lmselfplay.games.base import OPTIMAL_MOVES
-from lmselfplay.utils.config import parse_config
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.run import Run
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    cfg = parse_config(AlphaZeroConfig, argv)
-    torch.set_num_threads(cfg.torch_threads)
-    with Run(cfg, trains_with="state") as run:
-        torch.manual_seed(cfg.seed)
-        game, face, net = build(cfg)
+    cfg = AlphaZeroConfigs.parse(argv)  # its own args (cfg.alphazero) and the run's configs
+    args = cfg.alphazero
+    torch.set_num_threads(args.torch_threads)
+    with Run(cfg.run, cfg.as_dict(), checkpoint_every=cfg.checkpoints.checkpoint_every, trains_with="state") as run:
+        torch.manual_seed(args.seed)
+        game, face, net = build(args)
         exact = game.exact_metric == OPTIMAL_MOVES  # the solver labels every move: exact opponent and rates
-        opt = torch.optim.Adam(net.parameters(), lr=cfg.learning_rate)
-        alpha = cfg.dirichlet_alpha or alpha_for(face, game, seed=cfg.seed)
-        settings = selfplay_settings(cfg, alpha)
-        p = Progress(random.Random(cfg.seed), np.random.default_rng(cfg.seed), snapshot(net))
-        start = restore(run, cfg, net, opt, p)
+        opt = torch.optim.Adam(net.parameters(), lr=args.learning_rate)
+        alpha = args.dirichlet_alpha or alpha_for(face, game, seed=args.seed)
+        settings = selfplay_settings(args, alpha)
+        p = Progress(random.Random(args.seed), np.random.default_rng(args.seed), snapshot(net))
+        start = restore(run, args, net, opt, p)
         run.report_start(start, "iteration")
         run.open_log(start - 1 if run.checkpoint is not None else None)
         metrics: dict[str, Any] = {}
         started = time.time()
-        for it in tqdm(range(start, cfg.iterations + 1), desc="alphazero", disable=not cfg.progress,
-                       initial=start - 1, total=cfg.iterations):
+        for it in tqdm(range(start, args.iterations + 1), desc="alphazero", disable=not args.progress,
+                       initial=start - 1, total=args.iterations):
             t0 = time.time()
             # 1. self-play: the self-play network (gating: the best one) against itself and the bank
-            player = frozen(net, p.best) if cfg.gate else net
+            player = frozen(net, p.best) if args.gate else net
             opponents = [frozen(net, s) for s in p.bank]
-            samples, metrics = play_games(face, player, cfg.games_per_iteration, settings, p.rng,
-                                          opponents, cfg.bank_fraction)
+            samples, metrics = play_games(face, player, args.games_per_iteration, settings, p.rng,
+                                          opponents, args.bank_fraction)
             # 2. the replay window: the last replay_window iterations' positions
-            p.replay = (p.replay + [samples])[-cfg.replay_window:]
+            p.replay = (p.replay + [samples])[-args.replay_window:]
             # 3. train on minibatches of the window
-            metrics.update(train(net, opt, Samples.concat(p.replay), cfg, p.np_rng, game))
+            metrics.update(train(net, opt, Samples.concat(p.replay), args, p.np_rng, game))
             # 4. the candidate becomes the self-play network (gate: only if it beats it)
-            metrics.update(gate(cfg, face, net, p, it))
+            metrics.update(gate(args, face, net, p, it))
             # 5. every bank_every iterations a frozen copy joins the bank (the oldest leaves)
-            if it % cfg.bank_every == 0:
-                p.bank = (p.bank + [snapshot(net)])[-cfg.bank_size:]
+            if it % args.bank_every == 0:
+                p.bank = (p.bank + [snapshot(net)])[-args.bank_size:]
             metrics["bank/size"] = len(p.bank)
-            out_of_time = cfg.max_minutes > 0 and time.time() - started >= 60 * cfg.max_minutes
-            last = it == cfg.iterations or out_of_time
-            if it % cfg.eval_every == 0 or last:  # 6. strength, optimal-move rates, win-rate matrix
-                metrics.update(evaluate_strength(cfg, face, net, p, it, exact))
+            out_of_time = args.max_minutes > 0 and time.time() - started >= 60 * args.max_minutes
+            last = it == args.iterations or out_of_time
+            if it % args.eval_every == 0 or last:  # 6. strength, optimal-move rates, win-rate matrix
+                metrics.update(evaluate_strength(args, face, net, p, it, exact))
             metrics["time/iteration_s"] = time.time() - t0
             run.log(it, metrics)
             if run.checkpoint_due(it, last):  # everything to resume exactly
                 save(cfg, it, checkpoint_state(cfg, it, net, opt, p))
             if out_of_time:
-                print(f"max_minutes={cfg.max_minutes:g} reached after iteration {it}", file=sys.stderr)
+                print(f"max_minutes={args.max_minutes:g} reached after iteration {it}", file=sys.stderr)
                 break
-        plot_run(cfg, run, p, reference_lines(game).get("greedy_optimal_rate", []))
+        plot_run(args, run, p, reference_lines(game).get("greedy_optimal_rate", []))
     return metrics
 
 

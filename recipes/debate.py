@@ -35,7 +35,7 @@ import time
 
 from tqdm.auto import tqdm
 
-from lmselfplay.debate.config import DebateConfig
+from lmselfplay.debate.config import DebateConfigs
 from lmselfplay.debate.judge import judge_transcripts, load_llm_judge
 from lmselfplay.debate.training import (
     Debate,
@@ -51,45 +51,50 @@ from lmselfplay.models.policy import load_policy
 from lmselfplay.rl.advantages import RoleBaselines
 from lmselfplay.rl.overlap import rollouts_for
 from lmselfplay.rl.trainer import PolicyTrainer, reference_policy
-from lmselfplay.utils.config import parse_config
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.run import Run
 
 
-def build(cfg, run) -> Debate:
-    """Step 0 (tasks, the frozen judge), the policy, its trainer and engine, fresh."""
+def build(cfg: DebateConfigs, run) -> Debate:
+    """Step 0 (tasks, the frozen judge), the policy, its trainer and engine, fresh, each
+    component from its own config."""
+    args, device = cfg.debate, str(run.acc.device)
     pool, eval_set = task_sets(cfg)
-    model, tok = load_policy(cfg, device=str(run.acc.device))
-    ref = reference_policy(cfg, model, str(run.acc.device))
+    model, tok = load_policy(cfg.policy, device=device)
+    ref = reference_policy(cfg.policy, cfg.trainer.beta, model, device)
     # the frozen judge: its own model by path, or a fresh copy of the initial policy
-    judge_device = cfg.judge_device if cfg.judge_device != "auto" else str(run.acc.device)
-    judge = load_llm_judge(cfg.judge_model_name_or_path or cfg.model_name_or_path, judge_device, cfg.judge_dtype,
-                           hidden_context=cfg.hidden_context, max_prompt_tokens=cfg.max_prompt_tokens)
-    trainer = PolicyTrainer(model, tok, cfg, accelerator=run.acc, ref_model=ref)
-    engine = make_engine(cfg, trainer.unwrapped, tok, answer_budget=cfg.answer_budget(), temperature=cfg.temperature,
-                         top_p=cfg.top_p, seed=cfg.seed)
+    judge_device = args.judge_device if args.judge_device != "auto" else device
+    judge = load_llm_judge(args.judge_model_name_or_path or cfg.policy.model_name_or_path, judge_device,
+                           args.judge_dtype, hidden_context=cfg.protocol.hidden_context,
+                           max_prompt_tokens=cfg.protocol.max_prompt_tokens)
+    trainer = PolicyTrainer(model, tok, cfg.trainer, accelerator=run.acc, ref_model=ref, total_steps=args.max_steps)
+    engine = make_engine(cfg.engine, trainer.unwrapped, tok, answer_budget=cfg.answer_budget(),
+                         temperature=cfg.trainer.temperature, top_p=args.top_p, seed=cfg.trainer.seed)
     return Debate(pool, eval_set, tok, judge, trainer, run.closing(engine),
-                  RoleBaselines(cfg.baseline_decay), {})
+                  RoleBaselines(args.baseline_decay), {})
 
 
 def main(argv=None):
-    cfg = parse_config(DebateConfig, argv)
-    with Run(cfg) as run:
+    cfg = DebateConfigs.parse(argv)  # its own args (cfg.debate) and each component's config
+    args = cfg.debate
+    with Run(cfg.run, cfg.as_dict(), gradient_accumulation_steps=cfg.trainer.gradient_accumulation_steps,
+             checkpoint_every=cfg.checkpoints.checkpoint_every) as run:
         d = build(cfg, run)
         start_step = run.resume_trainer(d.trainer, lambda extra: load_state(d, extra))
         run.report_start(start_step)
         run.open_log(start_step if run.checkpoint else None)
-        sampling = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p)
-        rollouts = rollouts_for(cfg, d.trainer, d.engine,
+        sampling = SamplingParams(max_new_tokens=cfg.protocol.max_new_tokens, temperature=cfg.trainer.temperature,
+                                  top_p=args.top_p)
+        rollouts = rollouts_for(cfg.engine.max_staleness, d.trainer, d.engine,
                                 debate_plan(cfg, d.pool, d.engine, d.tok, sampling, run.acc.process_index))
         t0 = time.time()
-        bar = tqdm(range(start_step, cfg.max_steps), initial=start_step, total=cfg.max_steps, desc="debate",
+        bar = tqdm(range(start_step, args.max_steps), initial=start_step, total=args.max_steps, desc="debate",
                    disable=not run.is_main)
         for step in bar:
-            if step == 0 or (cfg.eval_every and step % cfg.eval_every == 0 and f"step {step}" not in d.table):
+            if step == 0 or (args.eval_every and step % args.eval_every == 0 and f"step {step}" not in d.table):
                 log_judge_accuracy(cfg, run, d, step, t0)  # 6 (before training, and every eval_every)
             # 1: debates on this step's tasks (max_staleness >= 1: held while the previous step trained)
-            trs = rollouts.next(step, cfg.max_steps - 1)
+            trs = rollouts.next(step, args.max_steps - 1)
             # 2: the frozen judge, both orders
             js = judge_transcripts(d.judge, trs)
             # 3-4: zero-sum rewards, baselines per (side, round)
@@ -102,8 +107,8 @@ def main(argv=None):
             bar.set_postfix(loss=f"{metrics.get('loss', 0):.3f}", true_r=f"{row['train/true_side_reward']:+.2f}")
             if run.checkpoint_due(step + 1):  # 7: checkpoint
                 d.trainer.save_checkpoint(run.out, {"baselines": d.baselines.state_dict(), "table": d.table})
-        if f"step {cfg.max_steps}" not in d.table:
-            log_judge_accuracy(cfg, run, d, cfg.max_steps, t0)  # 6 (after training, unless done)
+        if f"step {args.max_steps}" not in d.table:
+            log_judge_accuracy(cfg, run, d, args.max_steps, t0)  # 6 (after training, unless done)
         model_dir = run.save_final_model(d.trainer.model, d.trainer.unwrapped, d.tok)
         report_accuracy(cfg, run, d, model_dir)
 

@@ -48,15 +48,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from lmselfplay.rl.r_zero import RZeroConfig, train
-from lmselfplay.utils.config import parse_config
+from lmselfplay.rl.r_zero import RZeroConfigs, train
 from lmselfplay.utils.errors import run_main
 
 
 def main(argv=None):
-    cfg = parse_config(RZeroConfig, argv)
+    cfg = RZeroConfigs.parse(argv)  # its own args (cfg.rzero) and each component's config
     path = train(cfg)
-    print(f"metrics: {path}\ncurves: {Path(cfg.output_dir) / 'curves.png'}\ndata: {Path(cfg.output_dir) / 'data'}")
+    out = Path(cfg.run.output_dir)
+    print(f"metrics: {path}\ncurves: {out / 'curves.png'}\ndata: {out / 'data'}")
     return 0
 
 

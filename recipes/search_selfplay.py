@@ -58,7 +58,7 @@ from lmselfplay.alphazero.llm_selfplay import collect, plan_games
 from lmselfplay.alphazero.selfplay import alpha_for
 from lmselfplay.eval.search_metrics import plot_run, strength_per_budget
 from lmselfplay.rl.search_selfplay import (
-    SearchSelfPlayConfig,
+    SearchSelfPlayConfigs,
     build,
     distill,
     opponent_evaluators,
@@ -68,66 +68,66 @@ from lmselfplay.rl.search_selfplay import (
     snapshot,
     train_head,
 )
-from lmselfplay.utils.config import parse_config
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.run import Run
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    cfg = parse_config(SearchSelfPlayConfig, argv)
-    torch.set_num_threads(cfg.torch_threads)
-    torch.manual_seed(cfg.seed)
-    with Run(cfg) as run:
+    cfg = SearchSelfPlayConfigs.parse(argv)  # its own args (cfg.search) and each component's config
+    args = cfg.search
+    torch.set_num_threads(args.torch_threads)
+    torch.manual_seed(cfg.trainer.seed)
+    with Run(cfg.run, cfg.as_dict(), gradient_accumulation_steps=cfg.trainer.gradient_accumulation_steps,
+             checkpoint_every=cfg.checkpoints.checkpoint_every) as run:
         s = build(cfg, run)
         evaluator, face, rng = s.evaluator, s.face, s.rng
-        alpha = cfg.dirichlet_alpha or alpha_for(face, s.game, seed=cfg.seed)
+        alpha = args.dirichlet_alpha or alpha_for(face, s.game, seed=cfg.trainer.seed)
         start = restore(run, s)
         run.report_start(start, "iteration")
         run.open_log(start - 1 if run.checkpoint is not None else None)
         t_start, metrics = time.time(), {}
-        if start == 1 and cfg.eval_every > 0:  # the starting point of every curve
+        if start == 1 and args.eval_every > 0:  # the starting point of every curve
             run.log(0, {**strength_per_budget(face, evaluator, s.trainer.unwrapped, s.tok, cfg, 0),
                         "time/wall_s": 0.0})
-        for it in tqdm(range(start, cfg.iterations + 1), desc="search self-play", disable=not cfg.progress,
-                       initial=start - 1, total=cfg.iterations):
+        for it in tqdm(range(start, args.iterations + 1), desc="search self-play", disable=not args.progress,
+                       initial=start - 1, total=args.iterations):
             t0, forwards = time.time(), evaluator.forwards
             evaluator.clear()  # new weights since the last search
             # 1. opponents
-            games = plan_games(face, cfg.games_per_iteration, rng, lambda r: opponent_name(s.league, r),
-                               cfg.reset_fraction, cfg.reset_max_plies)
+            games = plan_games(face, args.games_per_iteration, rng, lambda r: opponent_name(s.league, r),
+                               args.reset_fraction, args.reset_max_plies)
             # 2. self-play with search
-            with tqdm(desc="self-play turns", disable=not cfg.progress, leave=False) as bar:
-                records, metrics = collect(face, games, opponent_evaluators(s, games), cfg.n_sims, rng, cfg.c_puct,
-                                           cfg.dirichlet_eps, alpha, cfg.temperature_moves, progress=bar,
-                                           target_tau=cfg.target_tau, q_lambda=cfg.q_lambda)
+            with tqdm(desc="self-play turns", disable=not args.progress, leave=False) as bar:
+                records, metrics = collect(face, games, opponent_evaluators(s, games), args.n_sims, rng, args.c_puct,
+                                           args.dirichlet_eps, alpha, args.temperature_moves, progress=bar,
+                                           target_tau=args.target_tau, q_lambda=args.q_lambda)
             metrics["time/selfplay_s"] = time.time() - t0
             metrics["selfplay/llm_positions"] = float(evaluator.forwards - forwards)  # cache misses
             # 3. replay window (learner turns only)
-            s.replay = (s.replay + [records])[-cfg.replay_window:]
+            s.replay = (s.replay + [records])[-args.replay_window:]
             window = [r for part in s.replay for r in part]
             # 4. distill the search into the policy; 5. the value head
             t1 = time.time()
             if window:
-                metrics.update(distill(s.trainer, window, s.tok, s.game, evaluator.tokens, cfg, rng))
+                metrics.update(distill(s.trainer, window, s.tok, s.game, evaluator.tokens, args, rng))
                 evaluator.clear()
-                metrics.update(train_head(s.head, s.head_opt, evaluator, window, cfg, rng))
+                metrics.update(train_head(s.head, s.head_opt, evaluator, window, args, rng))
             metrics["time/train_s"] = time.time() - t1
             evaluator.clear()
             # 6. league
             if s.league.due(it):
                 s.league.add(it, snapshot(s.trainer, s.head))
             # 7. evaluate
-            if cfg.eval_every > 0 and (it % cfg.eval_every == 0 or it == cfg.iterations):
+            if args.eval_every > 0 and (it % args.eval_every == 0 or it == args.iterations):
                 metrics.update(strength_per_budget(face, evaluator, s.trainer.unwrapped, s.tok, cfg, it))
             metrics["time/iteration_s"] = time.time() - t0
             metrics["time/wall_s"] = time.time() - t_start
             run.log(it, metrics)
             # 8. checkpoint
-            if run.checkpoint_due(it, last=it == cfg.iterations):
+            if run.checkpoint_due(it, last=it == args.iterations):
                 save(s, cfg, it)
-        plot_run(cfg, run.logger)
+        plot_run(args, run.logger)
     return metrics
-
 
 
 if __name__ == "__main__":

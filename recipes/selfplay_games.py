@@ -44,7 +44,7 @@ from lmselfplay.lm.engines import SamplingParams
 from lmselfplay.models.policy import policy_weights
 from lmselfplay.rl.overlap import rollouts_for
 from lmselfplay.rl.selfplay import (
-    SelfPlayConfig,
+    SelfPlayConfigs,
     build,
     check_beta,
     check_shaping,
@@ -59,41 +59,43 @@ from lmselfplay.rl.selfplay import (
     step_row,
     training_samples,
 )
-from lmselfplay.utils.config import parse_config
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.run import Run
 
 
 def main(argv=None):
-    cfg = parse_config(SelfPlayConfig, argv)
-    games = make_games(cfg.games, cfg.model_name_or_path)
-    check_beta(cfg.beta, games)
-    check_shaping(cfg, games)
-    feedback = make_feedback(cfg, games)
-    with Run(cfg) as run:  # after the config checks: a bad config never waits on a busy folder
+    cfg = SelfPlayConfigs.parse(argv)  # its own args (cfg.selfplay) and each component's config
+    args = cfg.selfplay
+    games = make_games(args.games, cfg.policy.model_name_or_path)
+    check_beta(cfg.trainer.beta, games)
+    check_shaping(args, games)
+    feedback = make_feedback(cfg.feedback, games)
+    # after the config checks: a bad config never waits on a busy folder
+    with Run(cfg.run, cfg.as_dict(), gradient_accumulation_steps=cfg.trainer.gradient_accumulation_steps,
+             checkpoint_every=cfg.checkpoints.checkpoint_every) as run:
         sp = build(cfg, run, games, feedback, eval_positions(cfg, games))
         start_step = run.resume_trainer(sp.trainer, lambda extra: load_state(sp, extra))
         run.report_start(start_step)
         run.open_log(start_step if run.checkpoint else None)
         trainer, engine, acc = sp.trainer, sp.engine, run.acc
-        sampling = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
-                                  stop=MOVE_STOP)
-        rollouts = rollouts_for(cfg, trainer, engine,
+        sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=cfg.trainer.temperature,
+                                  top_p=args.top_p, stop=MOVE_STOP)
+        rollouts = rollouts_for(cfg.engine.max_staleness, trainer, engine,
                                 episode_plan(cfg, sp.plan, sp.league, sp.me, sp.tok, sampling, acc.process_index))
         t0 = time.time()
-        bar = tqdm(range(start_step, cfg.max_steps), initial=start_step, total=cfg.max_steps, desc="self-play",
+        bar = tqdm(range(start_step, args.max_steps), initial=start_step, total=args.max_steps, desc="self-play",
                    disable=not run.is_main)
         for step in bar:
             resumed_here = run.checkpoint is not None and step == start_step  # evaluated before the kill
-            if sp.averages and cfg.averaged_at(step):
+            if sp.averages and cfg.average.averaged_at(step):
                 log_iterate_policies(cfg, run, sp, step)
-            if cfg.eval_every and step % cfg.eval_every == 0 and not resumed_here:  # 8: evaluate
+            if args.eval_every and step % args.eval_every == 0 and not resumed_here:  # 8: evaluate
                 log_evaluation(cfg, run, sp, step, t0)
             exact = exact_feedback_step(run, sp, step)
             # 1-4: play (max_staleness >= 1: played while the previous step trained)
-            finished, stats = rollouts.next(step, cfg.max_steps - 1)
+            finished, stats = rollouts.next(step, args.max_steps - 1)
             # 5: advantages; a game played with weights older than max_staleness versions is dropped
-            samples, stale = rollouts.keep(training_samples(cfg, finished, sp.baselines) + exact, trainer.step_count)
+            samples, stale = rollouts.keep(training_samples(args, finished, sp.baselines) + exact, trainer.step_count)
             # 6: update (its staleness check warns, or stops with strict_sync, when the engine's weights
             # are not the trainer's); the engine serves the same (updated) weights next step
             metrics = trainer.step(samples)

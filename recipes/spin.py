@@ -56,39 +56,39 @@ from tqdm.auto import tqdm
 
 from lmselfplay.lm.engines.hf import HFEngine
 from lmselfplay.models.policy import resolve_model_path
-from lmselfplay.spin.config import SpinConfig, beta_at
+from lmselfplay.spin.config import SpinConfigs, beta_at
 from lmselfplay.spin.held_out import held_out_metrics, log_iteration
 from lmselfplay.spin.pairs import supervised_data, tokenized
 from lmselfplay.spin.round import dpo_update, opponent_dataset
 from lmselfplay.spin.trainers import load_model, sft_phase
-from lmselfplay.utils.config import parse_config
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.run import Run
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    cfg = parse_config(SpinConfig, argv)
-    with Run(cfg, trains_with="state") as run:
+    cfg = SpinConfigs.parse(argv)  # its own args (cfg.spin), the policy's and the run's configs
+    args = cfg.spin
+    with Run(cfg.run, cfg.as_dict(), trains_with="state") as run:
         out, state = run.out, run.acc
-        torch.manual_seed(cfg.seed)
+        torch.manual_seed(args.seed)
         train_rows, held = supervised_data(cfg, run)
         # theta_0: the given model, or the output of the optional SFT phase (checkpoint-0).
-        base = resolve_model_path(cfg.model_name_or_path)  # None -> the embedded model's folder
+        base = resolve_model_path(cfg.policy.model_name_or_path)  # None -> the embedded model's folder
         last = run.checkpoint
         start = int(last.name.split("-")[1]) if last is not None else 0
         pairs = tokenized(cfg, run, str(last) if last is not None else base, train_rows, held)
-        if last is None and cfg.sft_epochs > 0:
+        if last is None and args.sft_epochs > 0:
             sft_phase(cfg, base, out, pairs.p_train, pairs.y_train, pairs.tokenizer, state)
         run.report_start(start, "iteration")
-        if start >= cfg.spin_iterations and run.is_main:
-            print(f"{out}: all {cfg.spin_iterations} iterations are done", file=sys.stderr)
+        if start >= args.spin_iterations and run.is_main:
+            print(f"{out}: all {args.spin_iterations} iterations are done", file=sys.stderr)
         run.open_log(start if start > 0 else None)
         summary: dict[str, Any] = {"iterations": []}
-        for t in tqdm(range(start, cfg.spin_iterations), desc="SPIN", disable=not cfg.progress):
+        for t in tqdm(range(start, args.spin_iterations), desc="SPIN", disable=not args.progress):
             t0 = time.time()
             theta_t = str(out / f"checkpoint-{t}") if (out / f"checkpoint-{t}").exists() else base
             model, _ = load_model(cfg, theta_t, state, lora=False)
-            engine = HFEngine(model, pairs.tokenizer, max_batch_size=cfg.generation_batch_size, version=t)
+            engine = HFEngine(model, pairs.tokenizer, max_batch_size=args.generation_batch_size, version=t)
             # 1. the opponent theta_t answers every prompt: the iteration's (data, y') pairs
             data = opponent_dataset(cfg, run, engine, pairs, train_rows, held, t, theta_t)
             r_held = data["eval"]["rejected_ids"]
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             del model, engine
             # Held-out metrics under theta_{t+1} (y' still the opponent theta_t's answers).
             model, _ = load_model(cfg, str(nxt), state, lora=False)
-            metrics = held_out_metrics(HFEngine(model, pairs.tokenizer, cfg.generation_batch_size, t + 1), state,
+            metrics = held_out_metrics(HFEngine(model, pairs.tokenizer, args.generation_batch_size, t + 1), state,
                                        held, pairs.p_held, pairs.y_held, r_held, pairs.gen_len, cfg,
                                        out / "eval" / f"step-{t + 1}.jsonl")
             row = {**metrics, **train_stats, "beta": lam, "gen/identical_to_data": same / len(pairs.p_train),

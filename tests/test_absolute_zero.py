@@ -21,7 +21,6 @@ from lmselfplay.rl import absolute_zero as azr
 from lmselfplay.rl.advantages import task_type_advantages
 from lmselfplay.rl.overlap import rollouts_for
 from lmselfplay.rl.rewards import proposer_rewards
-from lmselfplay.utils.config import parse_config
 from lmselfplay.utils.recipe_loader import run_recipe
 from lmselfplay.verifiers.code_tasks import (
     TASK_TYPES,
@@ -182,12 +181,12 @@ def test_learnability_reward_on_a_hand_made_table():
 
 
 def test_recipe_proposer_reward_rules():
-    cfg = azr.AbsoluteZeroConfig()
+    cfg = azr.AbsoluteZeroConfigs.build()
     task = CodeTask("deduction", "def f(x):\n    return x\n", ["1"], [1])
     valid = type("V", (), {"valid": True, "task": task})()
     invalid = type("V", (), {"valid": False, "task": None})()
-    assert azr.proposer_reward(cfg, Proposal(error="no program"), invalid, {}) == cfg.format_penalty == -1.0
-    assert azr.proposer_reward(cfg, Proposal("x", ["1"]), invalid, {}) == cfg.invalid_penalty == -0.5
+    assert azr.proposer_reward(cfg, Proposal(error="no program"), invalid, {}) == cfg.absolute_zero.format_penalty == -1.0
+    assert azr.proposer_reward(cfg, Proposal("x", ["1"]), invalid, {}) == cfg.absolute_zero.invalid_penalty == -0.5
     assert azr.proposer_reward(cfg, Proposal("x", ["1"]), valid, {id(task): 0.25}) == 0.25
 
 
@@ -266,9 +265,9 @@ def _step_setup(model_dir, tmp_path, **kw):
             "--seed_programs", "3", "--references", "1", "--num_generations", "2"]
     for k, v in kw.items():
         args += [f"--{k}", str(v)]
-    cfg = parse_config(azr.AbsoluteZeroConfig, args)
-    model, tok = load_policy(cfg, device="cpu")
-    return cfg, PolicyTrainer(model, tok, cfg), tok
+    cfg = azr.AbsoluteZeroConfigs.parse(args)
+    model, tok = load_policy(cfg.policy, device="cpu")
+    return cfg, PolicyTrainer(model, tok, cfg.trainer, total_steps=cfg.absolute_zero.max_steps), tok
 
 
 def test_hostile_proposals_are_invalid_counted_and_harmless(model_dir, tmp_path):
@@ -311,7 +310,7 @@ def test_hostile_proposals_are_invalid_counted_and_harmless(model_dir, tmp_path)
 
         engine = ScriptedEngine(tok, answer)
         before = {tt: len(b) for tt, b in buffers.items()}
-        rollouts = rollouts_for(cfg, trainer, engine,
+        rollouts = rollouts_for(cfg.engine.max_staleness, trainer, engine,
                                        azr.rollout_plan(cfg, trainer.accelerator, engine, tok, referee, buffers))
         row = azr.train_step(cfg, trainer.accelerator, trainer, rollouts.next(0), rollouts, 0, tmp_path / "run")
     finally:
@@ -434,14 +433,16 @@ def test_bad_config_is_rejected(model_dir, tmp_path):
 
 def test_shipped_configs_parse():
     root = Path(__file__).resolve().parents[1] / "recipes" / "configs"
-    tiny = parse_config(azr.AbsoluteZeroConfig, ["--config", str(root / "absolute_zero.yaml")])
-    assert tiny.model_name_or_path is None and tiny.proposal_style == "io" and tiny.eval_tasks_per_type == 200
-    real = parse_config(azr.AbsoluteZeroConfig, ["--config", str(root / "absolute_zero_qwen_coder.yaml")])
-    assert real.model_name_or_path.startswith("Qwen/") and real.proposal_style == "paper" and real.answer_tags
+    tiny = azr.AbsoluteZeroConfigs.parse(["--config", str(root / "absolute_zero.yaml")])
+    assert tiny.policy.model_name_or_path is None and tiny.absolute_zero.proposal_style == "io"
+    assert tiny.absolute_zero.eval_tasks_per_type == 200
+    real = azr.AbsoluteZeroConfigs.parse(["--config", str(root / "absolute_zero_qwen_coder.yaml")])
+    assert real.policy.model_name_or_path.startswith("Qwen/") and real.absolute_zero.proposal_style == "paper"
+    assert real.absolute_zero.answer_tags
 
 
 def test_heldout_set_is_fixed_and_never_in_the_buffers(referee):
-    cfg = azr.AbsoluteZeroConfig(eval_tasks_per_type=20, seed_programs=20)
+    cfg = azr.AbsoluteZeroConfigs.build(eval_tasks_per_type=20, seed_programs=20)
     held = azr.heldout_tasks(cfg, referee)
     again = azr.heldout_tasks(cfg, referee)
     assert all(len(held[tt]) == 20 for tt in TASK_TYPES)

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from lmselfplay.alphazero.config import AlphaZeroConfig
+from lmselfplay.alphazero.config import AlphaZeroConfigs
 from lmselfplay.alphazero.iteration import build, symmetry
 from lmselfplay.alphazero.network import ConvPolicyValueNet, alphazero_loss
 from lmselfplay.games import make
 from lmselfplay.games.go import Go
-from lmselfplay.utils.config import ConfigError, parse_config
+from lmselfplay.utils.config import ConfigError
 from lmselfplay.utils.metrics_logger import read_jsonl
 from lmselfplay.utils.recipe_loader import run_recipe
 
@@ -88,12 +88,12 @@ def test_short_go_run_and_network_checked_on_resume(tmp_path):
 
 
 def test_go9_yaml_parses_and_builds_a_conv_net():
-    cfg = parse_config(AlphaZeroConfig, ["--config", str(ROOT / "recipes/configs/alphazero_go9.yaml")])
+    cfg = AlphaZeroConfigs.parse(["--config", str(ROOT / "recipes/configs/alphazero_go9.yaml")]).alphazero
     assert cfg.game == "go9" and cfg.network == "conv" and make(cfg.game).exact_metric == "win_rates"
     game, face, net = build(cfg)
     assert isinstance(net, ConvPolicyValueNet) and net.n_actions == 82
     with pytest.raises(ConfigError, match="conv"):
-        parse_config(AlphaZeroConfig, ["--network", "transformer"])
+        AlphaZeroConfigs.parse(["--network", "transformer"])
 
 
 def test_value_targets_blend_the_score_margin():
@@ -119,9 +119,9 @@ def test_score_weight_needs_a_game_with_margins(tmp_path):
     with pytest.raises(ConfigError, match="score_margins"):
         run_recipe("alphazero", ["--game", "tictactoe", "--score_weight", "0.5", "--output_dir", str(tmp_path)])
     with pytest.raises(ConfigError, match="score_weight"):
-        parse_config(AlphaZeroConfig, ["--score_weight", "1.5"])
+        AlphaZeroConfigs.parse(["--score_weight", "1.5"])
     with pytest.raises(ConfigError, match="score_scale"):
-        parse_config(AlphaZeroConfig, ["--score_scale", "0"])
+        AlphaZeroConfigs.parse(["--score_scale", "0"])
 
 
 def test_selfplay_actions_drop_only_a_pass_that_hands_over_the_win():
@@ -220,7 +220,7 @@ def test_max_minutes_stops_after_the_round_that_passes_it(tmp_path):
     assert [r["step"] for r in rows] == [1] and "eval/sims0_vs_random" in metrics
     assert (tmp_path / "checkpoint-1" / "state.pt").exists()
     with pytest.raises(ConfigError, match="max_minutes"):
-        parse_config(AlphaZeroConfig, ["--max_minutes", "-1"])
+        AlphaZeroConfigs.parse(["--max_minutes", "-1"])
 
 
 def _position_from_planes(g: Go, x: np.ndarray, to_play: int):

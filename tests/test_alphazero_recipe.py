@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from lmselfplay.alphazero.config import AlphaZeroConfig
+from lmselfplay.alphazero.config import AlphaZeroConfigs
 from lmselfplay.utils.checkpoint import latest_checkpoint
-from lmselfplay.utils.config import ConfigError, parse_config
+from lmselfplay.utils.config import ConfigError
 from lmselfplay.utils.metrics_logger import read_jsonl
 from lmselfplay.utils.recipe_loader import run_recipe
 
@@ -69,5 +69,5 @@ def test_bad_config_is_a_clear_error(tmp_path, bad):
 
 def test_yaml_configs_parse():
     for name in ("alphazero_nim.yaml", "alphazero_tictactoe.yaml"):
-        cfg = parse_config(AlphaZeroConfig, ["--config", str(ROOT / "recipes/configs" / name)])
+        cfg = AlphaZeroConfigs.parse(["--config", str(ROOT / "recipes/configs" / name)]).alphazero
         assert cfg.n_sims > 0 and cfg.eval_budgets == [0, 16, 32, 64]

@@ -1,6 +1,5 @@
 """The reach-weighted average policy (fictitious self-play's output) and its distillation."""
 
-import dataclasses
 import json
 
 import numpy as np
@@ -108,15 +107,12 @@ def test_config_checks():
         AverageConfig(average_every=0)
     with pytest.raises(ConfigError):
         AverageConfig(average_weighting="quadratic")
-    from lmselfplay.rl.trainer import TrainerConfig
+    from lmselfplay.rl.selfplay import SelfPlayConfigs
 
-    @dataclasses.dataclass
-    class Both(TrainerConfig, AverageConfig):
-        pass
-
+    # the check spanning the average's and the trainer's configs is the recipe's
     with pytest.raises(ConfigError, match="schedule"):
-        Both(average_policy=True, lr_scheduler_type="linear")
-    Both(average_policy=True, lr_scheduler_type="linear", distill_steps=0)
+        SelfPlayConfigs.build(average_policy=True, lr_scheduler_type="linear")
+    SelfPlayConfigs.build(average_policy=True, lr_scheduler_type="linear", distill_steps=0)
     c = AverageConfig(average_every=5, average_start=10, average_weighting="linear")
     assert [s for s in range(30) if c.averaged_at(s)] == [10, 15, 20, 25]
     assert c.weight_at(20) == 11.0
@@ -160,8 +156,8 @@ def test_distillation_teaches_the_tabular_policy(kuhn):
     # The metric is the answers' whole-sequence probability: without the one-hot suffix
     # targets the tokens after the move keep their random-model odds and it misses.
     torch.manual_seed(0)
-    trainer = PolicyTrainer(tiny_model(seed=1), tok, TrainerConfig(learning_rate=1e-2, beta=0.0, max_steps=200,
-                                                                    num_iterations=1, seed=0))
+    trainer = PolicyTrainer(tiny_model(seed=1), tok, TrainerConfig(learning_rate=1e-2, beta=0.0, num_iterations=1,
+                                                                    seed=0), total_steps=200)
     flat = {k: [0.7, 0.3] for k in target}
 
     def error():  # worst |P(bet) learned - 0.3| over the 12 sets
@@ -222,8 +218,8 @@ def test_pure_target_step_is_the_cross_entropy_step():
     tok = tiny_tokenizer()
     samples = [Sample([1, 5, 9], [], [], role="g", target=(0, [4, 7], [0.25, 0.75]), weight=2.0),
                Sample([1, 6], [], [], role="g", target=(0, [3], [1.0]))]
-    cfg = dict(learning_rate=1e-2, beta=0.5, num_iterations=1, max_grad_norm=0.0, max_steps=10)
-    trainer = PolicyTrainer(tiny_model(seed=2), tok, TrainerConfig(**cfg))
+    cfg = dict(learning_rate=1e-2, beta=0.5, num_iterations=1, max_grad_norm=0.0)
+    trainer = PolicyTrainer(tiny_model(seed=2), tok, TrainerConfig(**cfg), total_steps=10)
     manual = tiny_model(seed=2)
     opt = torch.optim.AdamW(manual.parameters(), lr=1e-2)
     ce = []

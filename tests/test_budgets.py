@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from lmselfplay.lm.engines.hf import HFEngine
-from lmselfplay.rl.selfplay import SelfPlayConfig
-from lmselfplay.utils.config import ConfigError, parse_config
+from lmselfplay.rl.selfplay import SelfPlayConfigs
+from lmselfplay.utils.config import ConfigError
 
 
 @pytest.fixture
@@ -61,10 +61,10 @@ def test_search_selfplay_budget_reaches_the_raw_evaluation(monkeypatch):
     from lmselfplay.alphazero.adapter import CachedGame, SearchGame
     from lmselfplay.eval import search_metrics
     from lmselfplay.games import make
-    from lmselfplay.rl.search_selfplay import SearchSelfPlayConfig
+    from lmselfplay.rl.search_selfplay import SearchSelfPlayConfigs
 
-    cfg = parse_config(SearchSelfPlayConfig, ["--max_new_tokens", "11"])
-    cfg.eval_budgets = []  # only the raw LLM (budget 0's exact metrics and games)
+    cfg = SearchSelfPlayConfigs.parse(["--max_new_tokens", "11"])
+    cfg.search.eval_budgets = []  # only the raw LLM (budget 0's exact metrics and games)
     seen = {}
 
     def fake_evaluate(engine, tok, game, positions, n_games, sampling, seed, max_new_tokens):
@@ -76,7 +76,7 @@ def test_search_selfplay_budget_reaches_the_raw_evaluation(monkeypatch):
     monkeypatch.setattr(search_metrics, "HFEngine", lambda model, tok: None)
     search_metrics.strength_per_budget(CachedGame(SearchGame(make("nim"))), None, None, None, cfg, 0)
     assert seen == {"sampling": 11, "greedy": 11}
-    assert parse_config(SearchSelfPlayConfig, []).max_new_tokens == 8  # the value it had
+    assert SearchSelfPlayConfigs.parse([]).search.max_new_tokens == 8  # the value it had
 
 
 @pytest.mark.parametrize("argv,field", [
@@ -87,7 +87,7 @@ def test_search_selfplay_budget_reaches_the_raw_evaluation(monkeypatch):
 ])
 def test_selfplay_budgets_below_one_are_named(argv, field):
     with pytest.raises(ConfigError, match=field):
-        parse_config(SelfPlayConfig, argv)
+        SelfPlayConfigs.parse(argv)
 
 
 def test_cli_budget_below_one_is_one_line(capsys):

@@ -15,10 +15,10 @@ import lmselfplay.lm.engines.vllm as vllm_mod
 import lmselfplay.lm.engines.weight_sync as weight_sync
 from lmselfplay.lm.engines import EngineConfig, SamplingParams
 from lmselfplay.lm.trajectory import Sample
-from lmselfplay.rl.r_zero import RZeroConfig
-from lmselfplay.rl.selfplay import SelfPlayConfig
+from lmselfplay.rl.r_zero import RZeroConfigs
+from lmselfplay.rl.selfplay import SelfPlayConfigs
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
-from lmselfplay.utils.config import ConfigError, parse_config
+from lmselfplay.utils.config import ConfigError, parse_configs
 
 
 class FakeLLM:
@@ -102,10 +102,9 @@ def test_engine_dtype_on_cuda_is_half_for_a_float32_model(monkeypatch):
 def test_vllm_dtype_is_a_setting_the_factory_passes(fake_vllm, tmp_path):
     from lmselfplay.lm.engines import make_engine
 
-    recipe_config = SelfPlayConfig  # EngineConfig's checks run in a recipe's
-    with pytest.raises(ConfigError, match="vllm_dtype"):
-        parse_config(recipe_config, ["--vllm_dtype", "int8", "--output_dir", str(tmp_path)])
-    cfg = parse_config(EngineConfig, ["--engine", "vllm", "--vllm_dtype", "float16"])
+    with pytest.raises(ConfigError, match="vllm_dtype"):  # EngineConfig's checks run in a recipe's parse
+        SelfPlayConfigs.parse(["--vllm_dtype", "int8", "--output_dir", str(tmp_path)])
+    cfg = parse_configs((EngineConfig,), ["--engine", "vllm", "--vllm_dtype", "float16"])[0]
     make_engine(cfg, tiny_model(), tiny_tokenizer(), answer_budget=64, temperature=1.0, top_p=1.0, seed=0)
     assert fake_vllm[-1].kwargs["dtype"] == "float16"
 
@@ -132,11 +131,11 @@ def test_each_bucket_leaves_only_after_the_device_synchronized(monkeypatch):
 
 def test_r_zero_two_copies_with_sleep_mode_is_refused_in_one_line(tmp_path):
     with pytest.raises(ConfigError, match="one sleep-mode engine per process") as e:
-        parse_config(RZeroConfig, ["--two_copies", "true", "--engine", "vllm",
-                                          "--vllm_enable_sleep_mode", "true", "--output_dir", str(tmp_path)])
+        RZeroConfigs.parse(["--two_copies", "true", "--engine", "vllm", "--vllm_enable_sleep_mode", "true",
+                            "--output_dir", str(tmp_path)])
     assert "\n" not in str(e.value)
     for ok in (["--two_copies", "true", "--engine", "vllm"], ["--engine", "vllm", "--vllm_enable_sleep_mode", "true"]):
-        parse_config(RZeroConfig, ok + ["--output_dir", str(tmp_path)])
+        RZeroConfigs.parse(ok + ["--output_dir", str(tmp_path)])
 
 
 # --- the real engine (vLLM's CPU build) -----------------------------------------------------------

@@ -46,9 +46,9 @@ def test_each_component_config_validates_alone(cls, bad):
 
 
 def test_an_engine_config_parses_alone_and_names_the_flag():
-    assert config.parse_config(EngineConfig, ["--engine", "vllm"]).engine == "vllm"
+    assert config.parse_configs((EngineConfig,), ["--engine", "vllm"])[0].engine == "vllm"
     with pytest.raises(ConfigError, match="vllm_gpu_memory_utilization"):
-        config.parse_config(EngineConfig, ["--vllm_gpu_memory_utilization", "2.0"])
+        config.parse_configs((EngineConfig,), ["--vllm_gpu_memory_utilization", "2.0"])
 
 
 class EngineBuilt(Exception):
@@ -56,11 +56,12 @@ class EngineBuilt(Exception):
 
 
 def with_field(parse, name: str, value: int):
-    """parse_config over the recipe's config extended by one more int field."""
-    def parse_extended(cls, argv=None):
-        extended = dataclasses.make_dataclass(f"{cls.__name__}Extended", [(name, int, dataclasses.field(default=value))],
-                                              bases=(cls,))
-        return parse(extended, argv)
+    """parse_configs over the recipe's configs, its first part extended by one more int field."""
+    def parse_extended(classes, argv=None, defaults=None):
+        first, *rest = config.as_classes(classes)
+        extended = dataclasses.make_dataclass(f"{first.__name__}Extended", [(name, int, dataclasses.field(default=value))],
+                                              bases=(first,))
+        return parse((extended, *rest), argv, defaults)
     return parse_extended
 
 
@@ -83,7 +84,7 @@ def test_each_recipe_passes_the_budget_it_names(recipe, argv, budget, model_dir,
     monkeypatch.setattr(engines, "make_engine", stand_in)
     for module in (r_zero, selfplay):  # the recipes whose engines are built in the package
         monkeypatch.setattr(module, "make_engine", stand_in)
-    monkeypatch.setattr(config, "parse_config", with_field(config.parse_config, "foo_max_new_tokens", 9999))
+    monkeypatch.setattr(config, "parse_configs", with_field(config.parse_configs, "foo_max_new_tokens", 9999))
     with pytest.raises(EngineBuilt):
         run_recipe(recipe, ["--model_name_or_path", str(model_dir), "--output_dir", str(tmp_path / "run"), *argv])
     assert seen == {"answer_budget": budget, "temperature": 1.0, "top_p": 1.0, "seed": 0}

@@ -12,7 +12,7 @@ import torch
 from fake_engine import ScriptedEngine
 from lm_fixtures import save_tiny, tiny_model, tiny_tokenizer
 
-from lmselfplay.debate.config import DebateConfig
+from lmselfplay.debate.config import DebateConfigs
 from lmselfplay.debate.judge import (
     JudgeReferee,
     LLMJudge,
@@ -216,7 +216,7 @@ def test_debate_samples_one_per_speech_zero_sum_rewards_and_side_round_baselines
 
 
 def test_train_pool_never_holds_an_eval_question():
-    cfg = DebateConfig(task_families="arithmetic", train_tasks=64, eval_tasks=16, output_dir="unused")
+    cfg = DebateConfigs.build(task_families="arithmetic", train_tasks=64, eval_tasks=16, output_dir="unused")
     pool, eval_set = task_sets(cfg)
     assert len(eval_set) == 16 and pool
     assert not {(t.question, t.context) for t in pool} & {(t.question, t.context) for t in eval_set}
@@ -386,12 +386,11 @@ def test_recipe_resumes_exactly(tmp_path):
 
 
 def test_shipped_configs_parse():
-    from lmselfplay.utils.config import parse_config
-
     for name in ("debate", "debate_real"):
-        cfg = parse_config(DebateConfig, ["--config", str(ROOT / f"recipes/configs/{name}.yaml")])
-        assert cfg.num_rounds >= 1 and cfg.eval_protocols
-    real = parse_config(DebateConfig, ["--config", str(ROOT / "recipes/configs/debate_real.yaml")])
-    assert real.judge_model_name_or_path and real.judge_model_name_or_path != real.model_name_or_path
+        cfg = DebateConfigs.parse(["--config", str(ROOT / f"recipes/configs/{name}.yaml")])
+        assert cfg.protocol.num_rounds >= 1 and cfg.debate.eval_protocols
+    real = DebateConfigs.parse(["--config", str(ROOT / "recipes/configs/debate_real.yaml")])
+    judge = real.debate.judge_model_name_or_path
+    assert judge and judge != real.policy.model_name_or_path
     with pytest.raises(ValueError, match="turn_order"):
-        parse_config(DebateConfig, ["--turn_order", "interleaved"])
+        DebateConfigs.parse(["--turn_order", "interleaved"])

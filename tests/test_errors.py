@@ -15,7 +15,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lmselfplay.utils.config import ConfigError, parse_config
+from lmselfplay.utils.config import ConfigError, parse_configs
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.recipe_loader import run_recipe
 
@@ -128,7 +128,7 @@ def test_config_loader_fuzz_raises_only_config_errors(tmp_path_factory, doc, arg
     path = tmp_path_factory.mktemp("cfg") / "c.yaml"
     path.write_text(yaml.safe_dump(doc))
     try:
-        cfg = parse_config(_Cfg, ["--config", str(path), *argv])
+        cfg = parse_configs((_Cfg,), ["--config", str(path), *argv])[0]
     except ConfigError:
         return
     assert isinstance(cfg.n, int) and isinstance(cfg.lr, float) and isinstance(cfg.flag, bool)
@@ -163,8 +163,8 @@ class _Weighted:
 def test_yaml_numbers_become_text_and_only_mapping_fields_take_mappings(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("name: 5\nweights: {a: 1, b: 2}\n")
-    cfg = parse_config(_Weighted, ["--config", str(path)])
+    cfg = parse_configs((_Weighted,), ["--config", str(path)])[0]
     assert cfg.name == "5" and cfg.weights == {"a": 1, "b": 2}
     path.write_text("name: {a: 1}\n")
     with pytest.raises(ConfigError, match="name"):
-        parse_config(_Weighted, ["--config", str(path)])
+        parse_configs((_Weighted,), ["--config", str(path)])

@@ -214,15 +214,14 @@ def test_the_main_job_plays_every_game_and_the_exact_config_values_nim_and_kuhn(
     reference and an option, never the default); selfplay_games_exact.yaml is that reference."""
     from pathlib import Path
 
-    from lmselfplay.rl.selfplay import SelfPlayConfig, make_feedback, make_games
-    from lmselfplay.utils.config import parse_config
+    from lmselfplay.rl.selfplay import SelfPlayConfigs, make_feedback, make_games
 
     configs = Path(__file__).resolve().parents[1] / "recipes" / "configs"
-    main = parse_config(SelfPlayConfig, ["--config", str(configs / "selfplay_games.yaml")])
-    assert main.feedback == "sampled" and make_feedback(main, make_games(main.games)) == {}
-    assert main.games == "nim,tictactoe,kuhn_poker"
-    exact = parse_config(SelfPlayConfig, ["--config", str(configs / "selfplay_games_exact.yaml")])
-    assert sorted(make_feedback(exact, make_games(exact.games))) == ["kuhn_poker", "nim"]
+    main = SelfPlayConfigs.parse(["--config", str(configs / "selfplay_games.yaml")])
+    assert main.feedback.feedback == "sampled" and make_feedback(main.feedback, make_games(main.selfplay.games)) == {}
+    assert main.selfplay.games == "nim,tictactoe,kuhn_poker"
+    exact = SelfPlayConfigs.parse(["--config", str(configs / "selfplay_games_exact.yaml")])
+    assert sorted(make_feedback(exact.feedback, make_games(exact.selfplay.games))) == ["kuhn_poker", "nim"]
 
 
 def test_exact_feedback_needs_an_exploitability_game_or_exact_games(model_dir, tmp_path):
@@ -245,8 +244,8 @@ def test_target_passes_are_extra_target_only_passes():
     played = [Sample([1, 5], [4, 7], [-1.0, -1.0], advantage=1.0, role="g")]
 
     def weights(samples, **kw):
-        cfg = dict(learning_rate=1e-2, beta=0.1, max_steps=10, lr_scheduler_type="constant", seed=0, **kw)
-        trainer = PolicyTrainer(tiny_model(seed=2), tok, TrainerConfig(**cfg))
+        cfg = dict(learning_rate=1e-2, beta=0.1, lr_scheduler_type="constant", seed=0, **kw)
+        trainer = PolicyTrainer(tiny_model(seed=2), tok, TrainerConfig(**cfg), total_steps=10)
         for _ in range(2):
             trainer.step(samples)
         return [p.detach().clone() for p in trainer.unwrapped.parameters()]

@@ -10,7 +10,7 @@ from lm_fixtures import tiny_model, tiny_tokenizer
 from lmselfplay.lm.batching import token_logprobs
 from lmselfplay.lm.trajectory import Sample
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, beta_factor, beta_for, parse_beta
-from lmselfplay.utils.config import ConfigError, parse_config
+from lmselfplay.utils.config import ConfigError, parse_configs
 
 
 def test_parse_beta_accepts_numbers_strings_and_mappings():
@@ -25,11 +25,11 @@ def test_parse_beta_accepts_numbers_strings_and_mappings():
 def test_beta_is_a_mapping_in_yaml_and_a_string_on_the_command_line(tmp_path):
     cfg_file = tmp_path / "c.yaml"
     cfg_file.write_text("beta: {nim: 0.1, kuhn_poker: 0.2}\n")
-    assert parse_config(TrainerConfig, ["--config", str(cfg_file)]).beta == {"nim": 0.1, "kuhn_poker": 0.2}
-    assert parse_config(TrainerConfig, ["--beta", "nim=0.05,default=1"]).beta == {"nim": 0.05, "default": 1.0}
-    assert parse_config(TrainerConfig, ["--beta", "0.3"]).beta == 0.3
+    assert parse_configs((TrainerConfig,), ["--config", str(cfg_file)])[0].beta == {"nim": 0.1, "kuhn_poker": 0.2}
+    assert parse_configs((TrainerConfig,), ["--beta", "nim=0.05,default=1"])[0].beta == {"nim": 0.05, "default": 1.0}
+    assert parse_configs((TrainerConfig,), ["--beta", "0.3"])[0].beta == 0.3
     with pytest.raises(ValueError, match="nim=oops"):
-        parse_config(TrainerConfig, ["--beta", "nim=oops"])
+        parse_configs((TrainerConfig,), ["--beta", "nim=oops"])
 
 
 def test_beta_for_takes_the_longest_role_prefix_then_task_then_default():
@@ -58,8 +58,8 @@ def test_selfplay_recipe_checks_beta_against_its_games():
 
 @pytest.mark.parametrize("schedule", ["constant", "linear", "cosine"])
 def test_beta_schedule_values(schedule):
-    cfg = TrainerConfig(beta=0.2, beta_schedule=schedule, beta_final_ratio=0.1, max_steps=100)
-    got = [beta_factor(cfg, t) for t in (0, 25, 50, 100, 150)]
+    cfg = TrainerConfig(beta=0.2, beta_schedule=schedule, beta_final_ratio=0.1)
+    got = [beta_factor(cfg, t, total_steps=100) for t in (0, 25, 50, 100, 150)]
     want = {"constant": [1, 1, 1, 1, 1],
             "linear": [1, 1 - 0.9 * 0.25, 1 - 0.9 * 0.5, 0.1, 0.1],
             "cosine": [1, 1 - 0.9 * (1 - math.cos(math.pi / 4)) / 2, 1 - 0.9 * 0.5, 0.1, 0.1]}[schedule]
@@ -68,10 +68,11 @@ def test_beta_schedule_values(schedule):
         TrainerConfig(beta_schedule="exp")
 
 
-def _trainer(model=None, **kw):
+def _trainer(model=None, total_steps=200, **kw):
     cfg = TrainerConfig(**{"learning_rate": 1e-2, "num_iterations": 1, "max_grad_norm": 0.0,
                            "merge_identical": False, "seed": 0, **kw})
-    return PolicyTrainer(model if model is not None else tiny_model(seed=0), tiny_tokenizer(), cfg)
+    return PolicyTrainer(model if model is not None else tiny_model(seed=0), tiny_tokenizer(), cfg,
+                         total_steps=total_steps)
 
 
 def _lp(model, s):
@@ -92,7 +93,7 @@ def _batch(trainer):
 def test_each_sample_gets_its_games_coefficient_in_the_loss():
     """loss = sum_i beta_i * sum_t k3(ref_it - logp_it) / tokens, with a hand-made reference."""
     tr = _trainer(beta={"nim": 0.5, "kuhn_poker/p1": 3.0, "kuhn_poker": 100.0}, beta_schedule="linear",
-                  beta_final_ratio=0.0, max_steps=4)
+                  beta_final_ratio=0.0, total_steps=4)
     tr.step_count = 1  # schedule factor 0.75
     batch = _batch(tr)
     ref = {id(s): [lp - 0.3 * (k + 1) for k, lp in enumerate(s.behaviour_logprobs)] for s in batch}

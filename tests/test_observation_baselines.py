@@ -5,7 +5,7 @@ import pytest
 
 from lmselfplay.lm.trajectory import Trajectory, Turn
 from lmselfplay.rl.advantages import RoleBaselines, observation_key
-from lmselfplay.rl.selfplay import SelfPlayConfig, turn_advantages
+from lmselfplay.rl.selfplay import SelfPlayArgs, turn_advantages
 from lmselfplay.utils.config import ConfigError
 
 
@@ -32,16 +32,14 @@ def _traj(reward, prompts):
 
 def test_turn_advantages_per_role_and_per_observation():
     trajs = [_traj(1.0, [[1], [2]]), _traj(-1.0, [[1], [3]])]
-    role_cfg = SelfPlayConfig(baseline_key="role")
-    role = turn_advantages(role_cfg, RoleBaselines(0.5), trajs)
+    role = turn_advantages("role", RoleBaselines(0.5), trajs)
     assert [role[id(t)] for t in trajs] == [[1.0, 1.0], [-1.0, -1.0]]  # one per trajectory, as SPIRAL's RAE
 
-    obs_cfg = SelfPlayConfig(baseline_key="observation")
     b = RoleBaselines(0.5)
-    turn_advantages(obs_cfg, b, trajs)
+    turn_advantages("observation", b, trajs)
     # prompt [1] saw returns 1 and -1 (EMA from 0: 0.5 then -0.25), prompt [2] saw 1, prompt [3] saw -1
     t = _traj(1.0, [[1], [2]])
-    assert turn_advantages(obs_cfg, b, [t])[id(t)] == pytest.approx([1.0 - (-0.25), 1.0 - 0.5])
+    assert turn_advantages("observation", b, [t])[id(t)] == pytest.approx([1.0 - (-0.25), 1.0 - 0.5])
     assert b.values["g/p0/initial"] == pytest.approx(np.float64(0.375))  # the role baseline learns too
     with pytest.raises(ConfigError, match="baseline_key"):
-        SelfPlayConfig(baseline_key="critic")
+        SelfPlayArgs(baseline_key="critic")

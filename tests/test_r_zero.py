@@ -14,7 +14,7 @@ from lm_fixtures import saved_weights
 
 from lmselfplay.lm.engines.base import Completion
 from lmselfplay.lm.prompt import encode_completion, encode_prompt
-from lmselfplay.rl.r_zero import RZero, RZeroConfig, challenger_rewards, in_band
+from lmselfplay.rl.r_zero import RZero, RZeroArgs, challenger_rewards, in_band
 from lmselfplay.rl.repetition import diversity, repetition_penalty, similarity
 from lmselfplay.tasks.arithmetic import QUESTION_WRITE_PROMPT
 from lmselfplay.utils.recipe_loader import run_recipe
@@ -167,12 +167,12 @@ def test_config_errors_are_named():
     from lmselfplay.utils.config import ConfigError
 
     with pytest.raises(ConfigError, match="executor"):
-        RZeroConfig(task_form="program", referee="rules")
+        RZeroArgs(task_form="program", referee="rules")
     with pytest.raises(ConfigError, match="filter_low"):
-        RZeroConfig(filter_low=8, filter_high=7)
+        RZeroArgs(filter_low=8, filter_high=7)
     with pytest.raises(ConfigError, match="multiples"):
-        RZeroConfig(num_questions=10, challenger_group_size=4)
-    assert RZeroConfig(referee="grounded").referee == "rules"
+        RZeroArgs(num_questions=10, challenger_group_size=4)
+    assert RZeroArgs(referee="grounded").referee == "rules"
 
 
 @pytest.mark.slow

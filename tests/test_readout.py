@@ -19,9 +19,9 @@ from lmselfplay.games.solve import optimal_actions
 from lmselfplay.lm.prompt import encode_prompt
 from lmselfplay.lm.readout import decision_states, resolve_readout
 from lmselfplay.models.policy import load_tokenizer
-from lmselfplay.rl.search_selfplay import SearchSelfPlayConfig
-from lmselfplay.rl.selfplay import SelfPlayConfig
-from lmselfplay.utils.config import ConfigError, parse_config
+from lmselfplay.rl.search_selfplay import SearchSelfPlayConfigs
+from lmselfplay.rl.selfplay import SelfPlayConfigs
+from lmselfplay.utils.config import ConfigError
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.recipe_loader import RECIPES_DIR, run_recipe
 
@@ -111,7 +111,7 @@ def test_evaluate_names_the_readout_in_its_flat_results(tok):
 
 
 def selfplay_config(*argv):
-    return parse_config(SelfPlayConfig, list(argv))
+    return SelfPlayConfigs.parse(list(argv))
 
 
 def test_exact_feedback_refuses_a_thinking_policy():
@@ -142,4 +142,4 @@ def test_a_template_that_thinks_by_default_is_refused_at_load_in_one_line(standi
 
 def test_search_selfplay_refuses_a_thinking_policy():
     with pytest.raises(ConfigError, match="enable_thinking"):
-        parse_config(SearchSelfPlayConfig, ["--enable_thinking", "true"])
+        SearchSelfPlayConfigs.parse(["--enable_thinking", "true"])

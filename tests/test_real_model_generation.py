@@ -31,7 +31,7 @@ def one_thread():
 
 
 def policy(standin, name, **kw):
-    return load_policy(PolicyConfig(model_name_or_path=str(standin(name)), device="cpu", dtype="float32", **kw))
+    return load_policy(PolicyConfig(model_name_or_path=str(standin(name)), dtype="float32", **kw), device="cpu")
 
 
 def force_token(model, token_id: int, bias: float = 100.0) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import ClassVar
 
 import pytest
@@ -88,5 +88,6 @@ def test_a_recipe_extends_the_fixed_fields(tmp_path):
         Run(Extended(output_dir=str(out), resume=True, buffer_rows=16), trains_with="state")
     release_output_dir(out)
     saved = json.loads((out / "config.json").read_text())
-    assert config_changes(saved, Extended(output_dir=str(out), resume=True, resume_with_changes=True)) == {}
-    assert config_changes({**saved, "gone": 1}, Extended(output_dir=str(out))) == {"gone": (1, "(absent)")}
+    new = asdict(Extended(output_dir=str(out), resume=True, resume_with_changes=True))
+    assert config_changes(saved, new) == {}
+    assert config_changes({**saved, "gone": 1}, asdict(Extended(output_dir=str(out)))) == {"gone": (1, "(absent)")}

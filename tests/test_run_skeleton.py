@@ -10,12 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from recipe_configs import parse_recipe
 
-from lmselfplay.alphazero.config import AlphaZeroConfig
-from lmselfplay.rl.r_zero import RZeroConfig
-from lmselfplay.spin.config import SpinConfig
+from lmselfplay.alphazero.config import AlphaZeroConfigs
 from lmselfplay.utils.checkpoint import atomic_dir
-from lmselfplay.utils.config import ConfigError, parse_config
+from lmselfplay.utils.config import ConfigError
 from lmselfplay.utils.run import PeriodicCheckpoints, Run, RunConfig, release_output_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,7 +40,8 @@ class Closable:
 def test_output_dir_defaults_to_the_recipes_run_folder():
     assert TinyConfig().output_dir == "runs/tiny"
     assert TinyConfig(output_dir="x").output_dir == "x"
-    assert AlphaZeroConfig().output_dir == "runs/alphazero"
+    assert AlphaZeroConfigs.parse([]).run.output_dir == "runs/alphazero"
+    assert AlphaZeroConfigs.parse(["--output_dir", "x"]).run.output_dir == "x"
 
 
 def test_fresh_then_resumed_says_which_once(tmp_path, capsys):
@@ -81,12 +81,12 @@ def test_teardown_closes_everything_also_on_an_exception(tmp_path, monkeypatch):
 
 def test_checkpoint_timing_is_read_one_way(tmp_path):
     out = tmp_path / "run"
-    with Run(TinyConfig(output_dir=str(out), checkpoint_every=2), trains_with="state") as run:
+    with Run(TinyConfig(output_dir=str(out), checkpoint_every=2), checkpoint_every=2, trains_with="state") as run:
         assert [s for s in range(1, 6) if run.checkpoint_due(s)] == [2, 4]
         assert run.checkpoint_due(5, last=True)
     release_output_dir(out)
     with Run(TinyConfig(output_dir=str(out), checkpoint_every=0, overwrite_output_dir=True),
-             trains_with="state") as run:
+             checkpoint_every=0, trains_with="state") as run:
         assert not any(run.checkpoint_due(s, last=True) for s in range(1, 6))
     release_output_dir(out)
 
@@ -98,15 +98,14 @@ def test_the_old_checkpoint_interval_name_names_the_new_one(where, tmp_path):
         (tmp_path / "c.yaml").write_text("save_every: 2\n")
         argv = ["--config", str(tmp_path / "c.yaml")]
     with pytest.raises(ConfigError, match="save_every is now called checkpoint_every"):
-        parse_config(AlphaZeroConfig, argv)
+        AlphaZeroConfigs.parse(argv)
 
 
-@pytest.mark.parametrize("config", [lambda: SpinConfig, lambda: RZeroConfig],
-                         ids=["spin", "r_zero"])
-def test_recipes_that_checkpoint_per_iteration_refuse_a_checkpoint_interval(config):
+@pytest.mark.parametrize("recipe", ["spin", "r_zero"])
+def test_recipes_that_checkpoint_per_iteration_refuse_a_checkpoint_interval(recipe):
     """SPIN saves every iteration, R-Zero every phase: an interval they would ignore is an error."""
     with pytest.raises(ConfigError, match="checkpoint_every"):
-        parse_config(config(), ["--checkpoint_every", "5"])
+        parse_recipe(recipe, ["--checkpoint_every", "5"])
 
 
 # the package module holding a recipe's config and the steps its loop calls (R-Zero's loop too:
@@ -131,7 +130,7 @@ def test_every_recipe_runs_in_the_skeleton(recipe):
     run_fields = {"output_dir", "resume", "overwrite_output_dir", "resume_fallback", "collective_timeout_s",
                   "checkpoint_every", "tensorboard", "save_every"}
     for node in ast.walk(ast.parse(src)):
-        if isinstance(node, ast.ClassDef) and node.name.endswith("Config"):
+        if isinstance(node, ast.ClassDef) and node.name.endswith(("Config", "Args")):
             declared = {t.target.id for t in node.body if isinstance(t, ast.AnnAssign)}
             assert not declared & run_fields, f"{recipe}.{node.name} redeclares {declared & run_fields}"
 

@@ -9,7 +9,7 @@ from lm_fixtures import saved_weights
 
 from lmselfplay.eval.selfplay_metrics import gnugo_metrics
 from lmselfplay.games.gtp import find_gnugo
-from lmselfplay.rl.selfplay import episode_games, training_samples
+from lmselfplay.rl.selfplay import SelfPlayArgs, episode_games, training_samples
 from lmselfplay.utils.recipe_loader import run_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -169,7 +169,6 @@ def _taboo_finished(game, target, utterances, seats=(0, 1), invalid_last=False):
 def test_spag_shaping_weights_only_the_winners_turns():
     """reward_shaping: spag gives each turn SPAG's weight (games.taboo.spag_state_weights) in
     place of the baseline advantage; an illegal turn keeps its plain (negative) advantage."""
-    from types import SimpleNamespace
 
     from lmselfplay.games.taboo import Taboo, spag_state_weights
     from lmselfplay.rl.advantages import RoleBaselines
@@ -179,15 +178,14 @@ def test_spag_shaping_weights_only_the_winners_turns():
                                                       "I know the word! It is lemon."])
     won_by_attacker = _taboo_finished(game, "whale", ["A big animal.", "I think of a whale."])
     finished = [won_by_defender, won_by_attacker]
-    cfg = SimpleNamespace(reward_shaping="spag", shaping_decay=0.8, illegal_penalty=0.0)
+    cfg = SelfPlayArgs(reward_shaping="spag", shaping_decay=0.8, illegal_penalty=0.0)
     samples = training_samples(cfg, finished, RoleBaselines(0.9))
     want = spag_state_weights([f.final_state for f in finished], 0.8)
     got = [s.advantage for s in samples]
     # per episode: the attacker's turns (seat 0), then the defender's (seat 1)
     assert got == pytest.approx(want[0][0::2] + want[0][1::2] + want[1][0::2] + want[1][1::2])
     assert got[:2] == [0.0, 0.0] and got[3] > 0  # the losing attacker: nothing; the guess: most
-    plain = training_samples(SimpleNamespace(reward_shaping="none", illegal_penalty=0.0), finished,
-                             RoleBaselines(0.9))
+    plain = training_samples(SelfPlayArgs(reward_shaping="none", illegal_penalty=0.0), finished, RoleBaselines(0.9))
     assert [s.advantage for s in plain] != got
     # an over-long answer: the forfeit turn keeps its plain advantage, the others are shaped
     forfeit = _taboo_finished(game, "lemon", ["It is sour."], invalid_last=True)
@@ -198,7 +196,6 @@ def test_spag_shaping_weights_only_the_winners_turns():
 def test_illegal_penalty_blames_the_illegal_answer_only():
     """illegal_penalty > 0: the illegal turn gets -penalty, the seat's legal turns keep the
     game's advantage (here a won game after a retry: positive)."""
-    from types import SimpleNamespace
 
     from lmselfplay.lm.rollout import Episode, Finished
     from lmselfplay.lm.trajectory import Trajectory, Turn
@@ -206,11 +203,9 @@ def test_illegal_penalty_blames_the_illegal_answer_only():
 
     turns = [Turn([1], [2], [0.0]), Turn([1], [3], [0.0], invalid=True), Turn([1], [4], [0.0])]
     won = Finished(Episode(None, (None, None)), [1.0, -1.0], [Trajectory("nim", 0, turns, 1.0)], None)
-    cfg = SimpleNamespace(reward_shaping="none", illegal_penalty=0.5)
-    adv = [s.advantage for s in training_samples(cfg, [won], RoleBaselines(0.9))]
+    adv = [s.advantage for s in training_samples(SelfPlayArgs(illegal_penalty=0.5), [won], RoleBaselines(0.9))]
     assert adv[1] == -0.5 and adv[0] == adv[2] > 0
-    cfg.illegal_penalty = 0.0
-    assert [s.advantage for s in training_samples(cfg, [won], RoleBaselines(0.9))] == [adv[0]] * 3
+    assert [s.advantage for s in training_samples(SelfPlayArgs(), [won], RoleBaselines(0.9))] == [adv[0]] * 3
 
 
 def test_spag_shaping_needs_a_game_that_defines_it(model_dir, tmp_path):

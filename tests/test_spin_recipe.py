@@ -18,12 +18,12 @@ from lm_fixtures import save_tiny, tiny_model, tiny_tokenizer
 
 from lmselfplay.lm.engines.hf import HFEngine
 from lmselfplay.lm.prompt import encode_completion, encode_prompt
-from lmselfplay.spin.config import SpinConfig, beta_at, dpo_losses
+from lmselfplay.spin.config import SpinConfigs, beta_at, dpo_losses
 from lmselfplay.spin.data import SpinDataError, answers_match, extract_final, load_supervised
 from lmselfplay.spin.held_out import mean_ci_half_width, summarize
 from lmselfplay.spin.pairs import tokenize_pairs
 from lmselfplay.spin.trainers import IDS, pretokenized_dpo_trainer
-from lmselfplay.utils.config import ConfigError, parse_config
+from lmselfplay.utils.config import ConfigError
 from lmselfplay.utils.metrics_logger import read_jsonl
 from lmselfplay.utils.recipe_loader import run_recipe
 
@@ -169,27 +169,27 @@ def test_tokenize_pairs_is_the_one_formatter_and_counts_the_answers_it_cuts():
 # --- config ----------------------------------------------------------------------------------
 
 def test_default_config_file_parses_and_bad_keys_are_named(tmp_path):
-    cfg = parse_config(SpinConfig, ["--config", str(ROOT / "recipes/configs/spin.yaml")])
-    assert cfg.model_name_or_path is None and cfg.dataset is None  # embedded model, own data
-    assert cfg.spin_iterations >= 2 and all(b > 0 for b in cfg.beta_per_iteration)
+    cfg = SpinConfigs.parse(["--config", str(ROOT / "recipes/configs/spin.yaml")])
+    assert cfg.policy.model_name_or_path is None and cfg.spin.dataset is None  # embedded model, own data
+    assert cfg.spin.spin_iterations >= 2 and all(b > 0 for b in cfg.spin.beta_per_iteration)
     (tmp_path / "bad.yaml").write_text("spin_iterations: 2\nlamda: 0.1\n")
     with pytest.raises(ConfigError, match="lamda"):
-        parse_config(SpinConfig, ["--config", str(tmp_path / "bad.yaml")])
-    cfg = parse_config(SpinConfig, ["--beta_per_iteration", "0.1", "0.1", "5.0"])
+        SpinConfigs.parse(["--config", str(tmp_path / "bad.yaml")])
+    cfg = SpinConfigs.parse(["--beta_per_iteration", "0.1", "0.1", "5.0"])
     assert [beta_at(cfg, t) for t in range(5)] == [0.1, 0.1, 5.0, 5.0, 5.0]
     with pytest.raises(ConfigError, match="positive"):
         run_recipe("spin", ["--beta_per_iteration", "-1", "--output_dir", str(tmp_path / "o")])
 
 
 def test_rpo_alpha_adds_the_nll_on_the_data_answer_to_the_dpo_loss():
-    assert dpo_losses(parse_config(SpinConfig, [])) == {"loss_type": ["sigmoid"]}
-    cfg = parse_config(SpinConfig, ["--rpo_alpha", "0.5"])
+    assert dpo_losses(SpinConfigs.parse([])) == {"loss_type": ["sigmoid"]}
+    cfg = SpinConfigs.parse(["--rpo_alpha", "0.5"])
     assert dpo_losses(cfg) == {"loss_type": ["sigmoid", "sft"], "loss_weights": [1.0, 0.5]}
     from trl import DPOConfig
 
     DPOConfig(output_dir="unused", use_cpu=True, bf16=False, **dpo_losses(cfg))  # TRL accepts it
     with pytest.raises(ConfigError, match="rpo_alpha"):
-        dpo_losses(parse_config(SpinConfig, ["--rpo_alpha", "-1"]))
+        dpo_losses(SpinConfigs.parse(["--rpo_alpha", "-1"]))
 
 
 def test_mean_ci_half_width_is_the_normal_interval():

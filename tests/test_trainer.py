@@ -16,10 +16,10 @@ def _sample(prompt, completion, adv, tok_lp=None):
     return Sample(list(prompt), list(completion), tok_lp or [0.0] * len(completion), advantage=adv)
 
 
-def _trainer(**kw):
+def _trainer(total_steps=200, **kw):
     cfg = TrainerConfig(**{"learning_rate": 1e-2, "beta": 0.0, "num_iterations": 1, "max_grad_norm": 0.0,
                            "merge_identical": False, **kw})
-    return PolicyTrainer(tiny_model(seed=0), tiny_tokenizer(), cfg)
+    return PolicyTrainer(tiny_model(seed=0), tiny_tokenizer(), cfg, total_steps=total_steps)
 
 
 def test_loss_is_on_policy_tokens_only():
@@ -152,9 +152,10 @@ def test_group_and_task_type_advantages():
     assert t == pytest.approx([1, -1, 0, 0], abs=1e-5)
 
 
-def test_lr_schedule_spans_max_steps_calls():
-    """A linear schedule over max_steps trainer.step() calls, whatever num_iterations."""
-    tr = _trainer(lr_scheduler_type="linear", max_steps=4, num_iterations=2, learning_rate=1e-3)
+def test_lr_schedule_spans_total_steps_calls():
+    """A linear schedule over total_steps trainer.step() calls (the recipe's loop length),
+    whatever num_iterations."""
+    tr = _trainer(lr_scheduler_type="linear", total_steps=4, num_iterations=2, learning_rate=1e-3)
     prompt, c = [1, 50, 60], [90, 2]
     lrs = []
     for _ in range(4):

@@ -13,12 +13,16 @@ import json
 from dataclasses import dataclass, field
 
 from lmselfplay.alphazero.selfplay import SelfPlaySettings
-from lmselfplay.utils.config import ConfigError, non_negative, positive
+from lmselfplay.utils.config import Config, ConfigError, Configs, non_negative, positive
 from lmselfplay.utils.run import PeriodicCheckpoints, RunConfig
 
 
 @dataclass
-class AlphaZeroConfig(RunConfig, PeriodicCheckpoints):
+class AlphaZeroArgs(Config):
+    """AlphaZero's own fields (the game, the search, the network, the evaluation); the run's
+    fields are in its own configs (:class:`AlphaZeroConfigs`)."""
+
+    _argument_group_name = "alphazero (lmselfplay.alphazero.config.AlphaZeroArgs)"
     game: str = field(default="nim", metadata={"help": "registered game name"})
     game_args: str = field(default="{}", metadata={"help": "JSON dict of game parameters"})
     seed: int = field(default=0, metadata={"help": "seed of self-play, search noise and training"})
@@ -76,8 +80,6 @@ class AlphaZeroConfig(RunConfig, PeriodicCheckpoints):
     torch_threads: int = field(default=1, metadata={"help": "torch CPU threads"})
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
 
-    run_name = "alphazero"  # output_dir defaults to runs/alphazero
-
     def validate(self) -> None:
         try:
             args = json.loads(self.game_args)
@@ -86,7 +88,7 @@ class AlphaZeroConfig(RunConfig, PeriodicCheckpoints):
         if not isinstance(args, dict):
             raise ConfigError("game_args must be a JSON object, e.g. '{\"start\": 15}'")
         positive(self, "iterations", "games_per_iteration", "n_sims", "train_steps", "batch_size", "bank_size",
-                 "bank_every", "eval_every", "checkpoint_every", "replay_window", "hidden", "torch_threads")
+                 "bank_every", "eval_every", "replay_window", "hidden", "torch_threads")
         non_negative(self, "learning_rate", "c_reg", "blocks", "eval_games", "gate_games", "winrate_games")
         for name in ("dirichlet_eps", "reset_fraction", "bank_fraction", "gate_threshold",
                      "score_weight"):
@@ -102,12 +104,27 @@ class AlphaZeroConfig(RunConfig, PeriodicCheckpoints):
             raise ConfigError(f"eval_budgets must be >= 0, got {self.eval_budgets}")
 
 
-def fpu(cfg: AlphaZeroConfig) -> float | None:
+@dataclass(frozen=True)
+class AlphaZeroConfigs(Configs):
+    """What ``recipes/alphazero.py`` parses: its own arguments and the run's configs."""
+
+    alphazero: AlphaZeroArgs
+    run: RunConfig
+    checkpoints: PeriodicCheckpoints
+
+    defaults = {"output_dir": "runs/alphazero"}
+
+    def validate(self) -> None:
+        """``checkpoint_every`` > 0 (the recipe checkpoints rounds and always its last one)."""
+        positive(self.checkpoints, "checkpoint_every")
+
+
+def fpu(cfg: AlphaZeroArgs) -> float | None:
     """The search's first-play urgency reduction (None: unvisited moves have Q = 0)."""
     return cfg.fpu_reduction if cfg.fpu_reduction >= 0 else None
 
 
-def selfplay_settings(cfg: AlphaZeroConfig, alpha: float) -> SelfPlaySettings:
+def selfplay_settings(cfg: AlphaZeroArgs, alpha: float) -> SelfPlaySettings:
     """Step 1's search and game settings; ``alpha`` = the Dirichlet alpha (given or measured)."""
     return SelfPlaySettings(
         n_sims=cfg.n_sims, c_puct=cfg.c_puct, dirichlet_eps=cfg.dirichlet_eps, dirichlet_alpha=alpha,

@@ -19,7 +19,7 @@ import torch
 from tqdm.auto import tqdm
 
 from lmselfplay.alphazero.adapter import CachedGame, SearchGame
-from lmselfplay.alphazero.config import AlphaZeroConfig, fpu
+from lmselfplay.alphazero.config import AlphaZeroArgs, fpu
 from lmselfplay.alphazero.net_strength import (
     match,
     net_agent,
@@ -34,7 +34,7 @@ from lmselfplay.games import make
 from lmselfplay.utils.config import ConfigError
 
 
-def build(cfg: AlphaZeroConfig) -> tuple[Any, Any, PolicyValueNet]:
+def build(cfg: AlphaZeroArgs) -> tuple[Any, Any, PolicyValueNet]:
     """The game, its search face (rule table of ``table_entries`` states) and a fresh network;
     ConfigError when the game lacks what the config asks of it (encode, selfplay_actions,
     score_margins, board planes for ``network conv``)."""
@@ -66,7 +66,7 @@ def symmetry(game: Any, batch: tuple[np.ndarray, ...], k: int) -> tuple[np.ndarr
     return game.transform_planes(x, k), moved_legal, moved_pi, z
 
 
-def train(net: PolicyValueNet, opt: torch.optim.Optimizer, data: Samples, cfg: AlphaZeroConfig,
+def train(net: PolicyValueNet, opt: torch.optim.Optimizer, data: Samples, cfg: AlphaZeroArgs,
           np_rng: np.random.Generator, game: Any = None) -> dict[str, float]:
     """Step 3: ``train_steps`` Adam steps on minibatches drawn with replacement from ``data``;
     the mean of each loss part as ``train/<part>``. The network is left in eval mode."""
@@ -89,7 +89,7 @@ def train(net: PolicyValueNet, opt: torch.optim.Optimizer, data: Samples, cfg: A
     return {f"train/{k}": v for k, v in totals.items()}
 
 
-def gate(cfg: AlphaZeroConfig, face: Any, net: Any, p: Progress, it: int) -> dict[str, float]:
+def gate(cfg: AlphaZeroArgs, face: Any, net: Any, p: Progress, it: int) -> dict[str, float]:
     """Keep the new network as the self-play one (with ``gate``: only if it beats the best)."""
     if not cfg.gate:
         p.best = snapshot(net)
@@ -102,7 +102,7 @@ def gate(cfg: AlphaZeroConfig, face: Any, net: Any, p: Progress, it: int) -> dic
     return {"gate/score": r["all"]}
 
 
-def evaluate_strength(cfg: AlphaZeroConfig, face: Any, net: Any, p: Progress, it: int, exact: bool) -> dict:
+def evaluate_strength(cfg: AlphaZeroArgs, face: Any, net: Any, p: Progress, it: int, exact: bool) -> dict:
     """Strength per search budget (and optimal-move rates where the solver labels moves),
     and the win rates against every earlier evaluated network (a row of the matrix)."""
     metrics = strength(face, net, cfg.eval_budgets, cfg.eval_games, seed=it, c_puct=cfg.c_puct, exact=exact,

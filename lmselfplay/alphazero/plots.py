@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from lmselfplay.alphazero.config import AlphaZeroConfig
+from lmselfplay.alphazero.config import AlphaZeroArgs
 from lmselfplay.alphazero.progress import Progress
 from lmselfplay.utils.curves import heatmap
 from lmselfplay.utils.run import Run
@@ -25,7 +25,7 @@ def plot_matrix(rows: list[list[float]], path: Path) -> None:
             ylabel="checkpoint", colour_label="score share", annotate=n <= 12)  # digits fit up to 12 cells
 
 
-def plot_run(cfg: AlphaZeroConfig, run: Run, p: Progress, optimal: list[Any]) -> None:
+def plot_run(cfg: AlphaZeroArgs, run: Run, p: Progress, optimal: list[Any]) -> None:
     """``curves.png`` (search strength, training losses), ``progress.png`` (the raw network,
     with ``optimal``: the reference lines of the greedy optimal rate, [] for none) and the matrix."""
     logger = run.logger

@@ -22,11 +22,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from lmselfplay.alphazero.config import AlphaZeroConfig
+from lmselfplay.alphazero.config import AlphaZeroArgs, AlphaZeroConfigs
 from lmselfplay.alphazero.network import PolicyValueNet
 from lmselfplay.alphazero.selfplay import Samples
 from lmselfplay.utils.checkpoint import atomic_dir, prune_checkpoints
-from lmselfplay.utils.config import ConfigError, to_dict
+from lmselfplay.utils.config import ConfigError
 from lmselfplay.utils.run import Run
 
 
@@ -55,7 +55,7 @@ class Progress:
     matrix: list[list[float]] = field(default_factory=list)
 
 
-def restore(run: Run, cfg: AlphaZeroConfig, net: Any, opt: Any, p: Progress) -> int:
+def restore(run: Run, cfg: AlphaZeroArgs, net: Any, opt: Any, p: Progress) -> int:
     """--resume: network, optimizer, replay, bank, matrix and RNGs from ``run.checkpoint``
     (the game and network shape must match); the iteration to go on from."""
     if run.checkpoint is None:
@@ -79,19 +79,19 @@ def restore(run: Run, cfg: AlphaZeroConfig, net: Any, opt: Any, p: Progress) -> 
     return st["iteration"] + 1
 
 
-def checkpoint_state(cfg: AlphaZeroConfig, it: int, net: Any, opt: Any, p: Progress) -> dict[str, Any]:
+def checkpoint_state(cfg: AlphaZeroConfigs, it: int, net: Any, opt: Any, p: Progress) -> dict[str, Any]:
     """Everything :func:`restore` needs to continue after iteration ``it`` exactly."""
     return {"iteration": it, "net": net.state_dict(), "opt": opt.state_dict(),
             "replay": [dataclasses.asdict(r) for r in p.replay], "bank": p.bank,
             "history": p.history, "matrix": p.matrix, "best": p.best,
             "rng": p.rng.getstate(), "np_rng": p.np_rng.bit_generator.state,
-            "torch_rng": torch.get_rng_state(), "config": to_dict(cfg)}
+            "torch_rng": torch.get_rng_state(), "config": cfg.as_dict()}
 
 
-def save(cfg: AlphaZeroConfig, it: int, state: dict[str, Any]) -> None:
+def save(cfg: AlphaZeroConfigs, it: int, state: dict[str, Any]) -> None:
     """``state`` and the config as ``checkpoint-<it>`` (atomic); only the newest
     ``keep_checkpoints`` stay."""
-    with atomic_dir(Path(cfg.output_dir) / f"checkpoint-{it}") as tmp:
+    with atomic_dir(Path(cfg.run.output_dir) / f"checkpoint-{it}") as tmp:
         torch.save(state, tmp / "state.pt")
-        (tmp / "config.json").write_text(json.dumps(to_dict(cfg), indent=1))
-    prune_checkpoints(cfg.output_dir, cfg.keep_checkpoints)
+        (tmp / "config.json").write_text(json.dumps(cfg.as_dict(), indent=1))
+    prune_checkpoints(cfg.run.output_dir, cfg.alphazero.keep_checkpoints)

@@ -1,9 +1,9 @@
-"""The debate recipe's config (``recipes/debate.py``): the judge, the tasks, the protocols
-evaluated, the steps and their debates, the baselines, with the trainer's, the protocol's, the
-policy's, the engine's and the run's fields.
+"""The debate recipe's configs (``recipes/debate.py``): its own arguments (the judge, the tasks,
+the protocols evaluated, the steps and their debates, the baselines) beside the trainer's, the
+protocol's, the policy's, the engine's and the run's configs.
 
 Rules: ``eval_protocols`` names only known protocols (:data:`~lmselfplay.debate.protocols.PROTOCOLS`);
-``max_steps`` here is the loop's length (and the LR schedule's); ``eval_every`` 0 evaluates only
+``max_steps`` is the loop's length (the trainer's schedules span it); ``eval_every`` 0 evaluates only
 before and after training.
 """
 
@@ -12,15 +12,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from lmselfplay.debate.protocols import PROTOCOLS, ProtocolConfig
-from lmselfplay.lm.engines import EngineConfig
-from lmselfplay.models.policy import PolicyConfig, check_dtype
-from lmselfplay.rl.trainer import TrainerConfig
-from lmselfplay.utils.config import ConfigError, non_negative, positive
-from lmselfplay.utils.run import PeriodicCheckpoints, RunConfig
+from lmselfplay.models.policy import check_dtype
+from lmselfplay.rl.configs import PolicyGradientConfigs
+from lmselfplay.utils.config import Config, ConfigError, non_negative, positive
+from lmselfplay.utils.run import PeriodicCheckpoints
 
 
 @dataclass
-class DebateConfig(TrainerConfig, ProtocolConfig, PolicyConfig, EngineConfig, RunConfig, PeriodicCheckpoints):
+class DebateArgs(Config):
+    """The debate recipe's own fields; the components' are in their own configs (:class:`DebateConfigs`)."""
+
+    _argument_group_name = "debate (lmselfplay.debate.config.DebateArgs)"
     judge_model_name_or_path: str = field(default="", metadata={
         "help": "the judge (hub name or path); empty: a frozen copy of the initial policy"})
     judge_device: str = field(default="auto", metadata={"help": "auto | cpu | cuda | cuda:N"})
@@ -40,16 +42,26 @@ class DebateConfig(TrainerConfig, ProtocolConfig, PolicyConfig, EngineConfig, Ru
     baseline_decay: float = field(default=0.9, metadata={"help": "EMA decay of the per-side, per-round baselines"})
     eval_every: int = field(default=0, metadata={"help": "0: evaluate only before and after training"})
 
-    run_name = "debate"  # output_dir defaults to runs/debate
-
     def validate(self) -> None:
-        positive(self, "debates_per_step", "train_tasks", "eval_tasks", "top_p")
+        positive(self, "max_steps", "debates_per_step", "train_tasks", "eval_tasks", "top_p")
         non_negative(self, "eval_every")
         bad = [p for p in self.eval_protocols.split(",") if p.strip() and p.strip() not in PROTOCOLS]
         if bad:
             raise ConfigError(f"unknown eval_protocols {bad}; known: {PROTOCOLS}")
         check_dtype(self.judge_dtype, "judge_dtype")
 
+
+@dataclass(frozen=True)
+class DebateConfigs(PolicyGradientConfigs):
+    """What ``recipes/debate.py`` parses: the trainer's, policy's, engine's and run's configs, its
+    own arguments, and the protocol's and checkpoints'."""
+
+    debate: DebateArgs
+    protocol: ProtocolConfig
+    checkpoints: PeriodicCheckpoints
+
+    defaults = {"output_dir": "runs/debate"}
+
     def answer_budget(self) -> int:
-        """The engine's answer budget (its KV cache is sized for it): a speech's."""
-        return self.max_new_tokens
+        """The engine's answer budget (its KV cache is sized for it): a speech's (the protocol's)."""
+        return self.protocol.max_new_tokens

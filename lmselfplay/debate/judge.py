@@ -175,7 +175,7 @@ def load_llm_judge(model_name_or_path: str | None, device: str = "auto", dtype: 
     from lmselfplay.models.policy import PolicyConfig, check_dtype, load_policy
 
     check_dtype(dtype, "judge_dtype")  # before PolicyConfig's own check, which would name its dtype
-    model, tok = load_policy(PolicyConfig(model_name_or_path=model_name_or_path, device=device, dtype=dtype),
+    model, tok = load_policy(PolicyConfig(model_name_or_path=model_name_or_path, dtype=dtype), device=device,
                              dtype_field="judge_dtype")
     model.requires_grad_(False).eval()
     return LLMJudge(HFEngine(model, tok), tok, **kwargs)

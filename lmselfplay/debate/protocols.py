@@ -62,6 +62,7 @@ LABELS = ("A", "B")
 
 @dataclass
 class ProtocolConfig(Config):
+    _argument_group_name = "protocol (lmselfplay.debate.protocols.ProtocolConfig)"
     num_rounds: int = field(default=2, metadata={"help": "speeches per speaker"})
     turn_order: str = field(default="simultaneous", metadata={"help": "simultaneous | sequential (debate)"})
     hidden_context: bool = field(default=True, metadata={"help": "the judge does not see the context"})

@@ -32,6 +32,7 @@ PROMPT_FORMATS = ("auto", "chat", "plain")
 
 @dataclass
 class PolicyConfig(Config):
+    _argument_group_name = "policy (lmselfplay.models.policy.PolicyConfig)"
     model_name_or_path: str | None = field(
         default=None, metadata={"help": "HF hub name or local path; default: the embedded tiny model"})
     dtype: str = field(default="auto", metadata={
@@ -41,7 +42,6 @@ class PolicyConfig(Config):
     gradient_checkpointing: bool = field(default=False, metadata={
         "help": "recompute each layer's activations in the backward instead of keeping them (less memory, ~30%% "
                 "more compute), in every recipe's training"})
-    device: str = field(default="auto", metadata={"help": "auto | cpu | cuda | cuda:N"})
     use_lora: bool = field(default=False, metadata={"help": "train LoRA adapters (PEFT) instead of all weights"})
     lora_r: int = field(default=16, metadata={"help": "LoRA rank"})
     lora_alpha: int = field(default=32, metadata={"help": "LoRA scaling alpha"})
@@ -133,9 +133,12 @@ def load_tokenizer(model_name_or_path: str | None = None, prompt: PromptStyle | 
     return tok
 
 
-def load_policy(cfg: PolicyConfig | None = None, dtype_field: str = "dtype", **overrides: Any) -> tuple[Any, Any]:
-    """(model, tokenizer). LoRA adapters are added when ``use_lora`` (PEFT). ``dtype_field``: the
-    flag ``cfg.dtype`` came from, named by a dtype error (a judge's ``judge_dtype``)."""
+def load_policy(cfg: PolicyConfig | None = None, device: str = "auto", dtype_field: str = "dtype",
+                **overrides: Any) -> tuple[Any, Any]:
+    """(model, tokenizer) on ``device`` (auto | cpu | cuda | cuda:N: the caller's, e.g. its
+    process's accelerator device). LoRA adapters are added when ``use_lora`` (PEFT).
+    ``dtype_field``: the flag ``cfg.dtype`` came from, named by a dtype error (a judge's
+    ``judge_dtype``)."""
     from transformers import AutoModelForCausalLM
 
     cfg = copy.copy(cfg) if cfg is not None else PolicyConfig()  # overrides never leak into the caller's
@@ -144,9 +147,9 @@ def load_policy(cfg: PolicyConfig | None = None, dtype_field: str = "dtype", **o
     path = resolve_model_path(cfg.model_name_or_path)
     if not Path(path).exists() and os.environ.get("HF_HUB_OFFLINE") == "1":
         raise UserError(f"model_name_or_path {path!r} is not a local folder and HF_HUB_OFFLINE=1")
-    device = resolve_device(cfg.device)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(cfg.dtype, device, dtype_field))
-    model.to(device)
+    where = resolve_device(device)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(cfg.dtype, where, dtype_field))
+    model.to(where)
     if cfg.gradient_checkpointing:  # non-reentrant: also right when the inputs need no grad (LoRA)
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     if cfg.use_lora:

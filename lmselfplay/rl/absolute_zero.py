@@ -2,7 +2,7 @@
 executor is the referee.
 
 The algorithm box and the loop are ``recipes/absolute_zero.py``'s; this module is what the loop
-calls: :class:`AbsoluteZeroConfig`; the fixed held-out set and the seeded task buffers; steps 1-3
+calls: :class:`AbsoluteZeroConfigs`; the fixed held-out set and the seeded task buffers; steps 1-3
 of a step (:func:`play_step`: propose, validate, solve, as a :class:`Rollout`) and steps 4-6
 (:func:`train_step`: rewards, TRR++ advantages, one update); the held-out evaluation (step 7);
 :class:`SharedReferee`, the one referee that the overlapped rollouts and the evaluation share.
@@ -19,15 +19,14 @@ from pathlib import Path
 
 import numpy as np
 
-from lmselfplay.lm.engines import EngineConfig, SamplingParams, generate_fitting
+from lmselfplay.lm.engines import SamplingParams, generate_fitting
 from lmselfplay.lm.prompt import encode_prompt
 from lmselfplay.lm.trajectory import Sample
-from lmselfplay.models.policy import PolicyConfig
 from lmselfplay.rl.advantages import task_type_advantages
+from lmselfplay.rl.configs import PolicyGradientConfigs
 from lmselfplay.rl.rewards import proposer_rewards
-from lmselfplay.rl.trainer import TrainerConfig
-from lmselfplay.utils.config import ConfigError, non_negative, positive
-from lmselfplay.utils.run import PeriodicCheckpoints, RunConfig
+from lmselfplay.utils.config import Config, ConfigError, non_negative, positive
+from lmselfplay.utils.run import PeriodicCheckpoints
 from lmselfplay.utils.stats import wilson
 from lmselfplay.verifiers.code_tasks import (
     TASK_TYPES,
@@ -47,8 +46,13 @@ from lmselfplay.verifiers.executor import ExecutorConfig
 
 
 @dataclass
-class AbsoluteZeroConfig(TrainerConfig, PolicyConfig, EngineConfig, RunConfig, PeriodicCheckpoints):
-    max_steps: int = field(default=40, metadata={"help": "proposer-solver steps (each one trainer.step())"})
+class AbsoluteZeroArgs(Config):
+    """Absolute Zero's own fields (the loop, proposals, solving, the sandbox, the evaluation);
+    the components' fields are in their own configs (:class:`AbsoluteZeroConfigs`)."""
+
+    _argument_group_name = "absolute zero (lmselfplay.rl.absolute_zero.AbsoluteZeroArgs)"
+    max_steps: int = field(default=40, metadata={
+        "help": "proposer-solver steps (each one trainer.step(); the learning-rate and beta schedules span them)"})
     proposals_per_type: int = field(default=8, metadata={"help": "proposals per task type per step"})
     references: int = field(default=3, metadata={"help": "K buffer tasks shown in each proposal prompt"})
     proposal_style: str = field(default="paper", metadata={
@@ -73,9 +77,8 @@ class AbsoluteZeroConfig(TrainerConfig, PolicyConfig, EngineConfig, RunConfig, P
     eval_tasks_per_type: int = field(default=200, metadata={"help": "fixed held-out generated tasks per type"})
     save_datasets: bool = field(default=True, metadata={"help": "save each step's proposals and answers (datasets)"})
 
-    run_name = "absolute_zero"  # output_dir defaults to runs/absolute_zero
-
     def validate(self) -> None:
+        positive(self, "max_steps")
         if self.proposal_style not in ("paper", "io") or self.references < 1:
             raise ConfigError(f"proposal_style must be paper or io (got {self.proposal_style!r}) "
                               f"and references >= 1 (got {self.references})")
@@ -89,13 +92,24 @@ class AbsoluteZeroConfig(TrainerConfig, PolicyConfig, EngineConfig, RunConfig, P
         return max(self.propose_max_new_tokens, self.solve_max_new_tokens)
 
 
+@dataclass(frozen=True)
+class AbsoluteZeroConfigs(PolicyGradientConfigs):
+    """What ``recipes/absolute_zero.py`` parses: the trainer's, policy's, engine's and run's
+    configs, its own arguments and the checkpoints'."""
+
+    absolute_zero: AbsoluteZeroArgs
+    checkpoints: PeriodicCheckpoints
+
+    defaults = {"output_dir": "runs/absolute_zero"}
+
+
 def n_inputs(cfg, task_type: str) -> int:
-    return cfg.induction_inputs if task_type == "induction" else 1
+    return cfg.absolute_zero.induction_inputs if task_type == "induction" else 1
 
 
 def executor_config(cfg) -> ExecutorConfig:
-    return ExecutorConfig(timeout_s=cfg.timeout_s, cpu_s=max(1.0, cfg.timeout_s), memory_mb=cfg.memory_mb,
-                          max_output_bytes=cfg.max_output_bytes, max_workers=cfg.executor_workers)
+    return ExecutorConfig(timeout_s=cfg.absolute_zero.timeout_s, cpu_s=max(1.0, cfg.absolute_zero.timeout_s), memory_mb=cfg.absolute_zero.memory_mb,
+                          max_output_bytes=cfg.absolute_zero.max_output_bytes, max_workers=cfg.absolute_zero.executor_workers)
 
 
 def validated(referee, cfg, tasks: list[CodeTask]) -> list[CodeTask]:
@@ -116,10 +130,10 @@ def heldout_tasks(cfg, referee) -> dict[str, list[CodeTask]]:
     rng = random.Random("heldout/0")
     out = {}
     for tt in TASK_TYPES:
-        cands = seed_tasks(tt, rng, cfg.eval_tasks_per_type * 2, n_inputs(cfg, tt))[1:]  # no identity
+        cands = seed_tasks(tt, rng, cfg.absolute_zero.eval_tasks_per_type * 2, n_inputs(cfg, tt))[1:]  # no identity
         tasks, keys = [], set()
         for t in validated(referee, cfg, cands):
-            if task_key(t) not in keys and len(tasks) < cfg.eval_tasks_per_type:
+            if task_key(t) not in keys and len(tasks) < cfg.absolute_zero.eval_tasks_per_type:
                 keys.add(task_key(t))
                 tasks.append(t)
         out[tt] = tasks
@@ -128,26 +142,26 @@ def heldout_tasks(cfg, referee) -> dict[str, list[CodeTask]]:
 
 def seed_buffers(cfg, referee, forbidden: set[str]) -> dict[str, TaskBuffer]:
     """Identity + seed_programs generated programs per type, validated like proposals."""
-    rng = random.Random(f"seed/{cfg.seed}")
+    rng = random.Random(f"seed/{cfg.trainer.seed}")
     buffers = {tt: TaskBuffer(tt, forbidden) for tt in TASK_TYPES}
     for tt in TASK_TYPES:
-        for t in validated(referee, cfg, seed_tasks(tt, rng, cfg.seed_programs, n_inputs(cfg, tt))):
+        for t in validated(referee, cfg, seed_tasks(tt, rng, cfg.absolute_zero.seed_programs, n_inputs(cfg, tt))):
             buffers[tt].add(t)
     return buffers
 
 
 def generate(engine, tok, prompts: list[str], cfg, max_new_tokens: int, seed: int, greedy: bool = False):
     """One engine call for all prompts (through THE formatter)."""
-    sp = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0 if greedy else cfg.temperature,
-                        top_p=cfg.top_p, seed=seed)
+    sp = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0 if greedy else cfg.trainer.temperature,
+                        top_p=cfg.absolute_zero.top_p, seed=seed)
     return generate_fitting(engine, [encode_prompt(tok, p) for p in prompts], sp)
 
 
 def heldout_accuracy(cfg, engine, tok, referee, heldout) -> dict[str, float]:
     """Step 7: greedy accuracy per type on the held-out tasks, with 95% Wilson CIs."""
     items = [t for tt in TASK_TYPES for t in heldout[tt]]
-    prompts = [solve_prompt(t, cfg.answer_tags) for t in items]
-    comps = generate(engine, tok, prompts, cfg, cfg.solve_max_new_tokens, cfg.seed, greedy=True)
+    prompts = [solve_prompt(t, cfg.absolute_zero.answer_tags) for t in items]
+    comps = generate(engine, tok, prompts, cfg, cfg.absolute_zero.solve_max_new_tokens, cfg.trainer.seed, greedy=True)
     verdicts = referee.check([(t, c.text) for t, c in zip(items, comps)])
     out = {}
     for tt in TASK_TYPES:
@@ -162,8 +176,8 @@ def solve_set(cfg, buffers, new_tasks, rng) -> list[CodeTask]:
     """Step 3's tasks: the step's new valid tasks per type, topped up from the buffer."""
     out = []
     for tt in TASK_TYPES:
-        mine = [t for t in new_tasks if t.task_type == tt][: cfg.solve_tasks_per_type]
-        extra = cfg.solve_tasks_per_type - len(mine)
+        mine = [t for t in new_tasks if t.task_type == tt][: cfg.absolute_zero.solve_tasks_per_type]
+        extra = cfg.absolute_zero.solve_tasks_per_type - len(mine)
         out += mine + (buffers[tt].sample(rng, extra, exclude=mine) if extra > 0 else [])
     return out
 
@@ -303,21 +317,21 @@ def rollout_plan(cfg, acc, engine, tok, referee, buffers, checkpoint_after=lambd
 
 def play_step(cfg, acc, engine, tok, referee, buffers, step: int, keep_state: bool = False) -> Rollout:
     """Steps 1-3 of the algorithm box."""
-    rng = random.Random(f"{cfg.seed}/{step}/{acc.process_index}")
+    rng = random.Random(f"{cfg.trainer.seed}/{step}/{acc.process_index}")
     seed = rng.randrange(2**31)
     version = engine.version
     clock = PhaseClock()
     exec_before = (referee.seconds, referee.programs_run)
 
     # 1: propose, per type, conditioned on K reference tasks of that type's buffer
-    types = [tt for tt in TASK_TYPES for _ in range(cfg.proposals_per_type)]
-    refs = [buffers[tt].sample(rng, cfg.references) for tt in types]
-    prompts = [propose_prompt(tt, r, n_inputs(cfg, tt), cfg.proposal_style) for tt, r in zip(types, refs)]
+    types = [tt for tt in TASK_TYPES for _ in range(cfg.absolute_zero.proposals_per_type)]
+    refs = [buffers[tt].sample(rng, cfg.absolute_zero.references) for tt in types]
+    prompts = [propose_prompt(tt, r, n_inputs(cfg, tt), cfg.absolute_zero.proposal_style) for tt, r in zip(types, refs)]
     with clock("generation"):
-        props = generate(engine, tok, prompts, cfg, cfg.propose_max_new_tokens, seed)
+        props = generate(engine, tok, prompts, cfg, cfg.absolute_zero.propose_max_new_tokens, seed)
 
     # 2: validate in the executor (one batch); valid tasks enter the buffer (dedup)
-    io = cfg.proposal_style == "io"
+    io = cfg.absolute_zero.proposal_style == "io"
     parsed = [parse_proposal(c.text, n_inputs(cfg, tt), tt == "induction" and not io, r[0].inputs if io else None)
               for tt, c, r in zip(types, props, refs)]
     with clock("executor"):
@@ -326,10 +340,10 @@ def play_step(cfg, acc, engine, tok, referee, buffers, step: int, keep_state: bo
     added = [buffers[t.task_type].add(t) for t in new_tasks]
 
     # 3: solve, G attempts per task, checked by the executor (one batch)
-    attempts = [t for t in solve_set(cfg, buffers, new_tasks, rng) for _ in range(cfg.num_generations)]
+    attempts = [t for t in solve_set(cfg, buffers, new_tasks, rng) for _ in range(cfg.absolute_zero.num_generations)]
     with clock("generation"):
-        answers = generate(engine, tok, [solve_prompt(x, cfg.answer_tags) for x in attempts], cfg,
-                           cfg.solve_max_new_tokens, seed + 1)
+        answers = generate(engine, tok, [solve_prompt(x, cfg.absolute_zero.answer_tags) for x in attempts], cfg,
+                           cfg.absolute_zero.solve_max_new_tokens, seed + 1)
     with clock("executor"):
         verdicts = referee.check([(x, c.text) for x, c in zip(attempts, answers)])
     return Rollout(version, types, props, parsed, checks, added, attempts, answers, verdicts, clock,
@@ -341,7 +355,7 @@ def play_step(cfg, acc, engine, tok, referee, buffers, step: int, keep_state: bo
 def train_step(cfg, acc, trainer, ro: Rollout, rollouts, step: int, out_dir: Path) -> dict[str, float]:
     """Steps 4-6 on the step's :class:`Rollout`; returns the step's metrics."""
     # 4: rewards: solver 1/0 (format error: penalty); proposer learnability over G attempts
-    solve_r = [cfg.format_penalty if status == "format" else r for r, status in ro.verdicts]
+    solve_r = [cfg.absolute_zero.format_penalty if status == "format" else r for r, status in ro.verdicts]
     learn = learnability(ro.attempts, ro.verdicts)
     prop_r = [proposer_reward(cfg, p, v, learn) for p, v in zip(ro.parsed, ro.checks)]
 
@@ -358,7 +372,7 @@ def train_step(cfg, acc, trainer, ro: Rollout, rollouts, step: int, out_dir: Pat
     with ro.clock("train"):
         metrics = trainer.step(samples)
 
-    if cfg.save_datasets and acc.is_main_process:
+    if cfg.absolute_zero.save_datasets and acc.is_main_process:
         save_step_data(out_dir, step, ro.version, ro.types, ro.props, ro.parsed, ro.checks, prop_r, ro.attempts,
                        ro.answers, ro.verdicts, solve_r)
     row = {f"train/{k}": v for k, v in metrics.items()}
@@ -384,9 +398,9 @@ def proposer_reward(cfg, parsed, check, learn: dict[int, float]) -> float:
     """Format error: format_penalty; fails validation: invalid_penalty; else learnability
     (0 for a valid task that was not solved this step: a held-out collision)."""
     if parsed.error:
-        return cfg.format_penalty
+        return cfg.absolute_zero.format_penalty
     if not check.valid:
-        return cfg.invalid_penalty
+        return cfg.absolute_zero.invalid_penalty
     return float(learn.get(id(check.task), 0.0))
 
 

@@ -40,6 +40,7 @@ WEIGHTINGS = ("uniform", "linear")
 
 @dataclass
 class AverageConfig(Config):
+    _argument_group_name = "average policy (lmselfplay.rl.average_policy.AverageConfig)"
     average_policy: bool = field(default=False, metadata={
         "help": "games with exact_metric 'exploitability': keep the reach-weighted average of the policy "
                 "(read off every information set every average_every steps), report its exploitability, and "
@@ -60,14 +61,6 @@ class AverageConfig(Config):
             raise ConfigError("average_start and distill_steps must be >= 0")
         if self.average_weighting not in WEIGHTINGS:
             raise ConfigError(f"average_weighting must be one of {WEIGHTINGS}, got {self.average_weighting!r}")
-        if self.average_policy and self.distill_steps and getattr(self, "enable_thinking", False):
-            raise ConfigError("distill_steps teach bare answers (<move> right after the assistant header), which "
-                              "would train a thinking policy to stop thinking: use distill_steps 0 (the average is "
-                              "still read by sampling and reported) or enable_thinking: false")
-        schedule = getattr(self, "lr_scheduler_type", "constant")  # a trainer config mixed in
-        if self.average_policy and self.distill_steps and schedule not in ("constant", "constant_with_warmup"):
-            raise ConfigError(f"distill_steps run past max_steps, where lr_scheduler_type {schedule!r} has "
-                              "decayed: use a constant schedule or distill_steps 0")
 
     def averaged_at(self, step: int) -> bool:
         return step >= self.average_start and (step - self.average_start) % self.average_every == 0

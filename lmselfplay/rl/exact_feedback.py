@@ -50,6 +50,7 @@ FEEDBACKS = ("sampled", "exact")
 
 @dataclass
 class FeedbackConfig(Config):
+    _argument_group_name = "feedback (lmselfplay.rl.exact_feedback.FeedbackConfig)"
     feedback: str = field(default="sampled", metadata={
         "help": "sampled: every game learns from the sampled returns of played games (policy gradient); "
                 "exact: the exact_games are not played - each step the referee (the rules) computes the exact "
@@ -70,10 +71,6 @@ class FeedbackConfig(Config):
     def validate(self) -> None:
         if self.feedback not in FEEDBACKS:
             raise ConfigError(f"feedback must be one of {FEEDBACKS}, got {self.feedback!r}")
-        if self.feedback == "exact" and getattr(self, "enable_thinking", False):  # a policy config mixed in
-            raise ConfigError("feedback: exact reads and distils a bare answer (<move> right after the assistant "
-                              "header), which is not what a thinking policy plays and would train it to stop "
-                              "thinking: use feedback: sampled, or enable_thinking: false")
         if not self.mmd_eta > 0 or not self.mmd_alpha >= 0 or self.mmd_magnet_every < 0:
             raise ConfigError("mmd_eta must be > 0, mmd_alpha >= 0 and mmd_magnet_every >= 0 "
                               f"(got {self.mmd_eta}, {self.mmd_alpha}, {self.mmd_magnet_every})")

@@ -35,6 +35,7 @@ from lmselfplay.utils.config import Config, ConfigError
 
 @dataclass
 class LeagueConfig(Config):
+    _argument_group_name = "league (lmselfplay.rl.league.LeagueConfig)"
     league_capacity: int = field(default=12, metadata={"help": "frozen snapshots kept (a ring)"})
     league_add_every: int = field(default=10, metadata={"help": "learner steps between snapshots"})
     league_promote_every: int = field(default=4, metadata={"help": "every k-th snapshot joins the hall of fame"})

@@ -154,17 +154,17 @@ class OverlappedRollouts:
             self._ahead = None
 
 
-def rollouts_for(cfg: Any, trainer: Any, engine: Any, plan: Callable[[int], Callable[[], Any]],
+def rollouts_for(max_staleness: int, trainer: Any, engine: Any, plan: Callable[[int], Callable[[], Any]],
                  also: list[tuple[Any, Any]] = ()) -> OverlappedRollouts:
-    """The recipes' hook: ``plan``'s rollouts with the run's ``max_staleness`` (engine config),
+    """The recipes' hook: ``plan``'s rollouts with the run's ``max_staleness`` (the engine config's),
     served through ``trainer.serving(engine)`` and that of every other ``(trainer, engine)`` in
     ``also`` (the rollouts' other roles; ``play`` itself must not enter ``serving``). The counts
     of what is dropped are summed over the ranks of ``trainer``'s accelerator."""
     pairs = [(trainer, engine), *[(t, e) for t, e in also if e is not engine]]
     for _, e in pairs[1:]:
-        check_overlap(cfg.max_staleness, e)
+        check_overlap(max_staleness, e)
 
-    return OverlappedRollouts(plan, cfg.max_staleness, engine, lambda: serving_all(pairs),
+    return OverlappedRollouts(plan, max_staleness, engine, lambda: serving_all(pairs),
                               rank_sum_of(trainer.accelerator))
 
 

@@ -2,7 +2,7 @@
 
 The algorithm box and the command are ``recipes/r_zero.py``'s; this module is what that box
 calls, so that the recipe and the referee study (:mod:`lmselfplay.referee_study`, the same loop
-once per referee) run one loop: :class:`RZeroConfig`; the challenger's reward (uncertainty minus
+once per referee) run one loop: :class:`RZeroConfigs`; the challenger's reward (uncertainty minus
 the BLEU repetition penalty of :mod:`lmselfplay.rl.repetition`) and the filter band; the run
 object :class:`RZero` (roles, referee and truth, held-out set); the three phases (challenger
 steps, the labelled and filtered pool, solver steps on the referee's labels), the measures
@@ -12,7 +12,6 @@ against the truth; the pools and the phase checkpoints; :func:`train`, the loop 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import random
 import shutil
@@ -27,16 +26,17 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from lmselfplay.lm.engines import EngineConfig, SamplingParams, generate_fitting, make_engine
+from lmselfplay.lm.engines import SamplingParams, generate_fitting, make_engine
 from lmselfplay.lm.engines.factory import check_sleep_mode_engines
 from lmselfplay.lm.prompt import encode_prompt
 from lmselfplay.lm.trajectory import Sample
-from lmselfplay.models.policy import PolicyConfig, load_policy
+from lmselfplay.models.policy import load_policy
 from lmselfplay.rl.advantages import group_advantages
+from lmselfplay.rl.configs import PolicyGradientConfigs
 from lmselfplay.rl.overlap import OverlappedRollouts, rollouts_for, serving_all
 from lmselfplay.rl.repetition import diversity, repetition_penalty
 from lmselfplay.rl.rewards import proposer_rewards
-from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
+from lmselfplay.rl.trainer import PolicyTrainer
 from lmselfplay.tasks.arithmetic import QUESTION_WRITE_PROMPT, arithmetic_problem, arithmetic_prompt
 from lmselfplay.tasks.programs import program_output_prompt, program_write_prompt, python_program
 from lmselfplay.utils.checkpoint import (
@@ -47,8 +47,8 @@ from lmselfplay.utils.checkpoint import (
     save_json,
     writing,
 )
-from lmselfplay.utils.config import ConfigError, non_negative, positive
-from lmselfplay.utils.run import Run, RunConfig
+from lmselfplay.utils.config import Config, ConfigError, non_negative, positive
+from lmselfplay.utils.run import Run
 from lmselfplay.verifiers.checkable import Question, arithmetic_task, program_task
 from lmselfplay.verifiers.referees import AnswerMatcher, ExecutorReferee, RulesReferee, make_referee
 
@@ -58,7 +58,11 @@ STUDY_KEYS = ["study/label_accuracy", "study/reward_accuracy", "study/difficulty
 
 
 @dataclass
-class RZeroConfig(TrainerConfig, PolicyConfig, EngineConfig, RunConfig):
+class RZeroArgs(Config):
+    """R-Zero's own fields (the tasks, the roles, the phases, the filter, the budgets); the
+    components' fields are in their own configs (:class:`RZeroConfigs`)."""
+
+    _argument_group_name = "r_zero (lmselfplay.rl.r_zero.RZeroArgs)"
     task_form: str = field(default="arithmetic", metadata={"help": "arithmetic | program"})
     referee: str = field(default="vote", metadata={
         "help": "vote | grounded (= rules for arithmetic, executor for programs) | rules | executor | judge"})
@@ -88,8 +92,6 @@ class RZeroConfig(TrainerConfig, PolicyConfig, EngineConfig, RunConfig):
     check_timeout_s: float = field(default=2.0, metadata={"help": "time limit of every answer check"})
     heldout_size: int = field(default=100, metadata={"help": "fixed ground-truth questions for eval"})
 
-    run_name = "r_zero"  # output_dir defaults to runs/r_zero; checkpoints: one per phase
-
     def validate(self) -> None:
         positive(self, "iterations", "challenger_steps", "num_questions", "challenger_group_size", "num_answers",
                  "pool_size", "solver_steps", "solver_batch", "solver_group_size", "challenger_max_new_tokens",
@@ -106,26 +108,37 @@ class RZeroConfig(TrainerConfig, PolicyConfig, EngineConfig, RunConfig):
             raise ConfigError("need 0 <= filter_low <= filter_high <= num_answers")
         if self.num_questions % self.challenger_group_size or self.pool_size % self.challenger_group_size:
             raise ConfigError("num_questions and pool_size must be multiples of challenger_group_size")
-        self._check_server_urls()
-        check_sleep_mode_engines(self, 2 if self.two_copies else 1)
 
     def answer_budget(self) -> int:
         """The engine's answer budget (its KV cache is sized for it): the larger of a question's and a solution's."""
         return max(self.challenger_max_new_tokens, self.solver_max_new_tokens)
 
-    def _check_server_urls(self) -> None:
-        """Two copies on servers: one set of servers per model, none shared; one policy: one set."""
-        mine = self.engine == "vllm-server" and self.two_copies
-        if self.challenger_vllm_server_urls and not mine:
+
+@dataclass(frozen=True)
+class RZeroConfigs(PolicyGradientConfigs):
+    """What ``recipes/r_zero.py`` parses: the trainer's, policy's, engine's and run's configs and
+    its own arguments (checkpoints: one per phase)."""
+
+    rzero: RZeroArgs
+
+    defaults = {"output_dir": "runs/r_zero"}
+
+    def validate(self) -> None:
+        """Two copies on servers: one set of servers per model, none shared; one policy: one set.
+        At most one sleep-mode vLLM engine per process."""
+        args, engine = self.rzero, self.engine
+        mine = engine.engine == "vllm-server" and args.two_copies
+        if args.challenger_vllm_server_urls and not mine:
             raise ConfigError("challenger_vllm_server_urls serve the challenger of two_copies with engine vllm-server; "
                               "one policy uses vllm_server_urls for both roles")
-        if mine and not self.challenger_vllm_server_urls:
+        if mine and not args.challenger_vllm_server_urls:
             raise ConfigError("two_copies with engine vllm-server needs challenger_vllm_server_urls: the challenger "
                               "and the solver are two models, and a server holds one model's weights")
-        shared = sorted(set(self.challenger_vllm_server_urls) & set(self.vllm_server_urls or []))
+        shared = sorted(set(args.challenger_vllm_server_urls) & set(engine.vllm_server_urls or []))
         if mine and shared:
             raise ConfigError(f"challenger_vllm_server_urls and vllm_server_urls share {shared}: "
                               "a server holds one model's weights")
+        check_sleep_mode_engines(engine, 2 if args.two_copies else 1)
 
 
 # --- the challenger's reward and the filter -----------------------------------------------------
@@ -157,47 +170,49 @@ class RZero:
     """Everything one R-Zero run holds: roles, referees, held-out set, counters; on the
     processes and folder of ``run`` (the recipes' :class:`~lmselfplay.utils.run.Run`)."""
 
-    def __init__(self, cfg: RZeroConfig, run: Run):
+    def __init__(self, cfg: RZeroConfigs, run: Run):
         self.cfg = cfg
         self.skeleton = run
         self.acc, self.out = run.acc, run.out
-        per_iter = cfg.challenger_steps + cfg.solver_steps
-        if cfg.two_copies:
-            self.challenger = self._role(dataclasses.replace(cfg, max_steps=cfg.iterations * cfg.challenger_steps),
-                                         cfg.challenger_vllm_server_urls)
-            self.solver = self._role(dataclasses.replace(cfg, max_steps=cfg.iterations * cfg.solver_steps))
+        per_iter = cfg.rzero.challenger_steps + cfg.rzero.solver_steps
+        if cfg.rzero.two_copies:
+            self.challenger = self._role(cfg, cfg.rzero.iterations * cfg.rzero.challenger_steps,
+                                         cfg.rzero.challenger_vllm_server_urls)
+            self.solver = self._role(cfg, cfg.rzero.iterations * cfg.rzero.solver_steps)
         else:
-            self.challenger = self.solver = self._role(dataclasses.replace(cfg, max_steps=cfg.iterations * per_iter))
+            self.challenger = self.solver = self._role(cfg, cfg.rzero.iterations * per_iter)
         self.tok = self.solver.trainer.tokenizer
-        self.matcher = AnswerMatcher(timeout_s=cfg.check_timeout_s)
-        truth_cls = RulesReferee if cfg.task_form == "arithmetic" else ExecutorReferee
+        self.matcher = AnswerMatcher(timeout_s=cfg.rzero.check_timeout_s)
+        truth_cls = RulesReferee if cfg.rzero.task_form == "arithmetic" else ExecutorReferee
         self.truth = truth_cls(matcher=self.matcher)  # the study's ground truth
-        self.referee = self.truth if cfg.referee == self.truth.provenance else \
-            make_referee(cfg.referee, matcher=self.matcher)
+        self.referee = self.truth if cfg.rzero.referee == self.truth.provenance else \
+            make_referee(cfg.rzero.referee, matcher=self.matcher)
         self.heldout = heldout_tasks(cfg)
         self.heldout_questions = {t.question for t in self.heldout}
         self.bad: Counter = Counter()  # bad input, by kind, over the whole run
         self.global_step = 0
 
-    def _role(self, cfg: RZeroConfig, server_urls: list[str] | None = None) -> Role:
-        """A model, its trainer and its engine (``server_urls``: this role's own servers)."""
-        model, tok = load_policy(cfg, device=str(self.acc.device))
-        trainer = PolicyTrainer(model, tok, cfg, accelerator=self.acc)
-        engine_cfg = cfg
+    def _role(self, cfg: RZeroConfigs, total_steps: int, server_urls: list[str] | None = None) -> Role:
+        """A model, its trainer (its schedules span ``total_steps`` updates) and its engine
+        (``server_urls``: this role's own servers)."""
+        model, tok = load_policy(cfg.policy, device=str(self.acc.device))
+        trainer = PolicyTrainer(model, tok, cfg.trainer, accelerator=self.acc, total_steps=total_steps)
+        engine_cfg = cfg.engine
         if server_urls:  # the same settings, this role's servers (a copy: validated already)
-            engine_cfg = copy.copy(cfg)
+            engine_cfg = copy.copy(cfg.engine)
             engine_cfg.vllm_server_urls = list(server_urls)
-        return Role(trainer, make_engine(engine_cfg, trainer.unwrapped, tok, answer_budget=cfg.answer_budget(),
-                                         temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed))
+        return Role(trainer, make_engine(engine_cfg, trainer.unwrapped, tok, answer_budget=cfg.rzero.answer_budget(),
+                                         temperature=cfg.trainer.temperature, top_p=cfg.rzero.top_p,
+                                         seed=cfg.trainer.seed))
 
     def roles(self) -> list[tuple[str, Role]]:
         return [("policy", self.solver)] if self.challenger is self.solver else \
             [("challenger", self.challenger), ("solver", self.solver)]
 
     def sampling(self, max_new_tokens: int, *key: Any, greedy: bool = False) -> SamplingParams:
-        seed = hash((self.cfg.seed, self.acc.process_index) + key) % (2**31)
-        return SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0 if greedy else self.cfg.temperature,
-                              top_p=self.cfg.top_p, seed=seed)
+        seed = hash((self.cfg.trainer.seed, self.acc.process_index) + key) % (2**31)
+        return SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0 if greedy else self.cfg.trainer.temperature,
+                              top_p=self.cfg.rzero.top_p, seed=seed)
 
     def generate(self, role: Role, prompts: list[str], sampling: SamplingParams):
         """``role``'s answers, from the weights its engine serves (inside :meth:`serving`)."""
@@ -213,7 +228,7 @@ class RZero:
     def rollouts(self, role: Role, plan, others: tuple[Role, ...] = ()) -> OverlappedRollouts:
         """A phase's rollouts for ``role``'s updates (``max_staleness``), generated with the weights
         of ``role`` and ``others`` (served before each step's generation)."""
-        return rollouts_for(self.cfg, role.trainer, role.engine, plan, also=[(r.trainer, r.engine) for r in others])
+        return rollouts_for(self.cfg.engine.max_staleness, role.trainer, role.engine, plan, also=[(r.trainer, r.engine) for r in others])
 
     def update(self, role: Role, samples: list[Sample]) -> dict[str, float]:
         metrics = role.trainer.step(samples)
@@ -230,12 +245,12 @@ class RZero:
                 r.close()
 
 
-def heldout_tasks(cfg: RZeroConfig) -> list[Question]:
+def heldout_tasks(cfg: RZeroConfigs) -> list[Question]:
     """The fixed held-out set: generated ground-truth questions (seeded apart from training)."""
-    rng = random.Random(f"heldout/{cfg.seed}")
+    rng = random.Random(f"heldout/{cfg.trainer.seed}")
     out = []
-    for i in range(cfg.heldout_size):
-        if cfg.task_form == "arithmetic":
+    for i in range(cfg.rzero.heldout_size):
+        if cfg.rzero.task_form == "arithmetic":
             p = arithmetic_problem(rng)
             out.append(Question(f"heldout-{i}", "arithmetic", arithmetic_prompt(p), p["prompt"], answer=p["final"]))
         else:
@@ -244,23 +259,23 @@ def heldout_tasks(cfg: RZeroConfig) -> list[Question]:
     return out
 
 
-def challenger_prompts(cfg: RZeroConfig, rng: random.Random, n: int) -> list[tuple[str, str]]:
+def challenger_prompts(cfg: RZeroConfigs, rng: random.Random, n: int) -> list[tuple[str, str]]:
     """(prompt, context) per question, challenger_group_size questions per prompt. Programs:
     the prompt asks for an f matching a seed input/output pair; the seed input is the
     input of the question (context)."""
     out = []
-    for _ in range(n // cfg.challenger_group_size):
-        if cfg.task_form == "arithmetic":
-            item = (cfg.challenger_prompt or QUESTION_WRITE_PROMPT, "")
+    for _ in range(n // cfg.rzero.challenger_group_size):
+        if cfg.rzero.task_form == "arithmetic":
+            item = (cfg.rzero.challenger_prompt or QUESTION_WRITE_PROMPT, "")
         else:
             seed = python_program(rng)
             item = (program_write_prompt(seed), seed["input"])
-        out += [item] * cfg.challenger_group_size
+        out += [item] * cfg.rzero.challenger_group_size
     return out
 
 
-def to_task(cfg: RZeroConfig, task_id: str, text: str, context: str) -> tuple[Question | None, str | None]:
-    if cfg.task_form == "arithmetic":
+def to_task(cfg: RZeroConfigs, task_id: str, text: str, context: str) -> tuple[Question | None, str | None]:
+    if cfg.rzero.task_form == "arithmetic":
         return arithmetic_task(task_id, text, lambda q: arithmetic_prompt({"prompt": q}))
     return program_task(task_id, text, context,
                         lambda code, arg: program_output_prompt({"code": code, "input": arg}))
@@ -271,9 +286,9 @@ def write_and_answer(run: RZero, n: int, key: tuple) -> dict[str, Any]:
     programs, that the executor can run) are answered m times by the solver; the referee
     and the truth score every answer. Returns per-question columns (malformed: empty)."""
     cfg = run.cfg
-    rng = random.Random(hash((cfg.seed, run.acc.process_index) + key))
+    rng = random.Random(hash((cfg.trainer.seed, run.acc.process_index) + key))
     prompts = challenger_prompts(cfg, rng, n)
-    written = run.generate(run.challenger, [p for p, _ in prompts], run.sampling(cfg.challenger_max_new_tokens, *key, 0))
+    written = run.generate(run.challenger, [p for p, _ in prompts], run.sampling(cfg.rzero.challenger_max_new_tokens, *key, 0))
     tasks, reasons = [], []
     for i, (c, (_, ctx)) in enumerate(zip(written, prompts)):
         task, reason = to_task(cfg, "-".join(map(str, (*key, i))), c.text, ctx)
@@ -287,8 +302,8 @@ def write_and_answer(run: RZero, n: int, key: tuple) -> dict[str, Any]:
             tasks[i], reasons[i] = None, "uncheckable"
     run.bad.update(r for r in reasons if r)
     ok = [t for t in tasks if t is not None]
-    flat = [t for t in ok for _ in range(cfg.num_answers)]
-    answers = run.generate(run.solver, [t.prompt for t in flat], run.sampling(cfg.solver_max_new_tokens, *key, 1))
+    flat = [t for t in ok for _ in range(cfg.rzero.num_answers)]
+    answers = run.generate(run.solver, [t.prompt for t in flat], run.sampling(cfg.rzero.solver_max_new_tokens, *key, 1))
     texts = [a.text for a in answers]
     verdicts = run.referee.score(flat, texts)
     truths = run.truth.score(flat, texts) if run.referee is not run.truth else verdicts
@@ -296,7 +311,7 @@ def write_and_answer(run: RZero, n: int, key: tuple) -> dict[str, Any]:
         run.bad["no_answer"] += v.detail.get("no_answer", False)
         run.bad["multiple_answers"] += v.detail.get("multiple_answers", False)
     return {"written": written, "tasks": tasks, "reasons": reasons,
-            **per_question(cfg.num_answers, tasks, texts, verdicts, truths)}
+            **per_question(cfg.rzero.num_answers, tasks, texts, verdicts, truths)}
 
 
 def per_question(m: int, tasks: list[Question | None], texts: list[str], verdicts, truths) -> dict[str, list]:
@@ -337,7 +352,7 @@ def challenger_plan(run: RZero, it: int):
     def at(step: int):
         def play():
             version = run.challenger.engine.version
-            return write_and_answer(run, run.cfg.num_questions, (it, 0, step)), version
+            return write_and_answer(run, run.cfg.rzero.num_questions, (it, 0, step)), version
         return play
     return at
 
@@ -345,14 +360,14 @@ def challenger_plan(run: RZero, it: int):
 def challenger_step(run: RZero, rollouts: OverlappedRollouts, step: int) -> dict[str, float]:
     """Step 1: one challenger update on the step's questions (played by ``rollouts``)."""
     cfg = run.cfg
-    batch, version = rollouts.next(step, cfg.challenger_steps - 1)
+    batch, version = rollouts.next(step, cfg.rzero.challenger_steps - 1)
     well = np.array([t is not None for t in batch["tasks"]])
     pen = np.zeros(len(well))
     pen[well] = repetition_penalty([t.question for t in batch["tasks"] if t is not None],
-                                   cfg.repetition_threshold, cfg.repetition_weight)
-    outcomes = np.array([r if r else [0] * cfg.num_answers for r in batch["rewards"]], dtype=int)
-    rewards = challenger_rewards(outcomes, well, pen, cfg.malformed_reward)
-    adv = group_advantages(rewards.reshape(-1, cfg.challenger_group_size)).reshape(-1)
+                                   cfg.rzero.repetition_threshold, cfg.rzero.repetition_weight)
+    outcomes = np.array([r if r else [0] * cfg.rzero.num_answers for r in batch["rewards"]], dtype=int)
+    rewards = challenger_rewards(outcomes, well, pen, cfg.rzero.malformed_reward)
+    adv = group_advantages(rewards.reshape(-1, cfg.rzero.challenger_group_size)).reshape(-1)
     samples, stale = rollouts.keep(samples_of(batch["written"], adv, rewards, "challenger", version),
                                    run.challenger.trainer.step_count)
     metrics = run.update(run.challenger, samples)
@@ -366,21 +381,21 @@ def build_pool(run: RZero, it: int) -> tuple[list[dict[str, Any]], dict[str, flo
     """Step 2: write the pool, label it, filter it; the records and the study measures."""
     cfg = run.cfg
     with run.serving():
-        b = write_and_answer(run, cfg.pool_size, (it, 1, 0))
+        b = write_and_answer(run, cfg.rzero.pool_size, (it, 1, 0))
     records = []
     for i, t in enumerate(b["tasks"]):
         label, truth = b["label"][i], b["truth"][i]
         records.append({
-            "id": t.id if t else f"{it}-1-0-{i}", "iteration": it, "kind": cfg.task_form,
+            "id": t.id if t else f"{it}-1-0-{i}", "iteration": it, "kind": cfg.rzero.task_form,
             "question": t.question if t else b["written"][i].text, "prompt": t.prompt if t else "",
             "expression": (t.expression or "") if t else "", "code": (t.code or "") if t else "",
             "well_formed": t is not None, "reason": b["reasons"][i] or "", "answers": b["texts"][i],
             "finals": [f or "" for f in b["finals"][i]], "label": label or "", "truth": truth or "",
-            "votes": b["votes"][i], "agreement": b["votes"][i] / cfg.num_answers if t else 0.0,
+            "votes": b["votes"][i], "agreement": b["votes"][i] / cfg.rzero.num_answers if t else 0.0,
             "true_solve_rate": b["solve_rate"][i],
             "kept": bool(t is not None and label is not None
-                         and in_band(b["votes"][i], cfg.filter_low, cfg.filter_high)),
-            "label_correct": bool(t is not None and run.matcher.matches(cfg.task_form, label, truth))})
+                         and in_band(b["votes"][i], cfg.rzero.filter_low, cfg.rzero.filter_high)),
+            "label_correct": bool(t is not None and run.matcher.matches(cfg.rzero.task_form, label, truth))})
     return records, pool_measures(records)
 
 
@@ -410,10 +425,10 @@ def solver_plan(run: RZero, kept: list[dict[str, Any]], it: int):
     def at(step: int):
         if not kept:
             return lambda: None
-        rng = random.Random(hash((cfg.seed, run.acc.process_index, it, 2, step)))
-        batch = [kept[i % len(kept)] for i in rng.sample(range(max(len(kept), cfg.solver_batch)), cfg.solver_batch)]
-        flat = [r for r in batch for _ in range(cfg.solver_group_size)]
-        sampling = run.sampling(cfg.solver_max_new_tokens, it, 2, step)
+        rng = random.Random(hash((cfg.trainer.seed, run.acc.process_index, it, 2, step)))
+        batch = [kept[i % len(kept)] for i in rng.sample(range(max(len(kept), cfg.rzero.solver_batch)), cfg.rzero.solver_batch)]
+        flat = [r for r in batch for _ in range(cfg.rzero.solver_group_size)]
+        sampling = run.sampling(cfg.rzero.solver_max_new_tokens, it, 2, step)
 
         def play():
             version = run.solver.engine.version
@@ -425,15 +440,15 @@ def solver_plan(run: RZero, kept: list[dict[str, Any]], it: int):
 def solver_step(run: RZero, rollouts: OverlappedRollouts, step: int) -> dict[str, float]:
     """Step 3: one solver update on a batch of kept questions against their labels."""
     cfg = run.cfg
-    played = rollouts.next(step, cfg.solver_steps - 1)
+    played = rollouts.next(step, cfg.rzero.solver_steps - 1)
     if played is None:  # this rank kept nothing but the others did: a zero-loss step keeps them in line
         _, stale = rollouts.keep([], run.solver.trainer.step_count)  # every rank counts (a collective)
         return {**{f"solver/{k}": v for k, v in run.update(run.solver, []).items()}, **stale}
     flat, comps, version = played
-    g = cfg.solver_group_size
-    finals = [run.matcher.final(cfg.task_form, c.text)[0] for c in comps]
-    rewards = np.array([float(run.matcher.matches(cfg.task_form, f, r["label"])) for f, r in zip(finals, flat)])
-    right = np.array([float(run.matcher.matches(cfg.task_form, f, r["truth"])) for f, r in zip(finals, flat)])
+    g = cfg.rzero.solver_group_size
+    finals = [run.matcher.final(cfg.rzero.task_form, c.text)[0] for c in comps]
+    rewards = np.array([float(run.matcher.matches(cfg.rzero.task_form, f, r["label"])) for f, r in zip(finals, flat)])
+    right = np.array([float(run.matcher.matches(cfg.rzero.task_form, f, r["truth"])) for f, r in zip(finals, flat)])
     adv = group_advantages(rewards.reshape(-1, g)).reshape(-1)
     samples, stale = rollouts.keep(samples_of(comps, adv, rewards, "solver", version), run.solver.trainer.step_count)
     metrics = run.update(run.solver, samples)
@@ -446,7 +461,7 @@ def heldout_accuracy(run: RZero, it: int) -> dict[str, float]:
     """Step 4: the solver's greedy accuracy on the fixed held-out set."""
     with run.serving(run.solver):
         comps = run.generate(run.solver, [t.prompt for t in run.heldout],
-                             run.sampling(run.cfg.solver_max_new_tokens, it, 3, greedy=True))
+                             run.sampling(run.cfg.rzero.solver_max_new_tokens, it, 3, greedy=True))
     v = run.truth.score(run.heldout, [c.text for c in comps])
     right = sum(x.reward for x in v)
     return {"eval/heldout_accuracy": right / max(len(v), 1), "eval/heldout_right": right, "eval/heldout_n": len(v)}
@@ -518,10 +533,11 @@ def resume(run: RZero) -> tuple[int, int]:
 
 # --- the loop ------------------------------------------------------------------------------------
 
-def train(cfg: RZeroConfig) -> Path:
+def train(cfg: RZeroConfigs) -> Path:
     """Run R-Zero with ``cfg``; returns the metrics JSONL path. The checker and sandbox
     processes end with it, also on error."""
-    with Run(cfg, checkpoints=phase_dirs) as run:
+    with Run(cfg.run, cfg.as_dict(), gradient_accumulation_steps=cfg.trainer.gradient_accumulation_steps,
+             checkpoints=phase_dirs) as run:
         return loop(run.closing(RZero(cfg, run)))
 
 
@@ -533,17 +549,17 @@ def loop(run: RZero) -> Path:
     logger = run.skeleton.open_log(run.global_step if resumed else None)
     log = run.skeleton.log
     t0 = time.time()
-    bar = tqdm(total=cfg.iterations * len(PHASES), initial=(start_it - 1) * len(PHASES) + start_phase,
-               desc=f"r-zero ({cfg.referee})", disable=not acc.is_main_process)
+    bar = tqdm(total=cfg.rzero.iterations * len(PHASES), initial=(start_it - 1) * len(PHASES) + start_phase,
+               desc=f"r-zero ({cfg.rzero.referee})", disable=not acc.is_main_process)
     try:
         if not resumed:
             log(0, {"iteration": 0, **heldout_accuracy(run, 0), "wall_s": 0.0})
-        for it in range(start_it, cfg.iterations + 1):
+        for it in range(start_it, cfg.rzero.iterations + 1):
             first = start_phase if it == start_it else 0
             # 1: challenger phase
             if first <= 0:  # max_staleness >= 1: a step's questions are written while the previous one trains
                 with closing(run.rollouts(run.challenger, challenger_plan(run, it), others=(run.solver,))) as rollouts:
-                    for step in range(cfg.challenger_steps):
+                    for step in range(cfg.rzero.challenger_steps):
                         log(run.global_step + 1, {"iteration": it, **challenger_step(run, rollouts, step)})
                 save_phase(run, it, 0)
                 bar.update(1)
@@ -560,7 +576,7 @@ def loop(run: RZero) -> Path:
             study = Counter()
             # every rank makes the same number of updates (collectives); alone, none without data
             with closing(run.rollouts(run.solver, solver_plan(run, kept, it))) as rollouts:
-                for step in range(cfg.solver_steps if kept or acc.num_processes > 1 else 0):
+                for step in range(cfg.rzero.solver_steps if kept or acc.num_processes > 1 else 0):
                     row = solver_step(run, rollouts, step)
                     study.update({k: row.get(k, 0) for k in ("study/n_rewards", "study/rewards_right")})
                     log(run.global_step, {"iteration": it, **row})
@@ -572,7 +588,7 @@ def loop(run: RZero) -> Path:
             bar.update(1)
             if logger:
                 logger.plot(STUDY_KEYS + ["challenger/reward", "solver/reward", "solver/true_accuracy"],
-                            "curves.png", title=f"R-Zero ({cfg.task_form}, referee {cfg.referee})")
+                            "curves.png", title=f"R-Zero ({cfg.rzero.task_form}, referee {cfg.rzero.referee})")
         save_final(run)
     finally:
         bar.close()

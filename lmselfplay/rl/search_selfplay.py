@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -35,14 +35,22 @@ from lmselfplay.models.policy import PolicyConfig, frozen_policy, load_policy, p
 from lmselfplay.models.tiny import make_game_for
 from lmselfplay.rl.league import League, LeagueConfig
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
-from lmselfplay.utils.config import ConfigError, non_negative, positive
+from lmselfplay.utils.config import Config, ConfigError, Configs, non_negative, positive
 from lmselfplay.utils.run import PeriodicCheckpoints, Run, RunConfig
 
 HEAD_PREFIX = "head."  # the value / Q head's entries in a league snapshot
 
 
 @dataclass
-class SearchSelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig, RunConfig, PeriodicCheckpoints):
+class SearchSelfPlayArgs(Config):
+    """Search self-play's own fields (the rounds, the search, the head, the evaluation); the
+    components' fields are in their own configs (:class:`SearchSelfPlayConfigs`)."""
+
+    _argument_group_name = "search self-play (lmselfplay.rl.search_selfplay.SearchSelfPlayArgs)"
+    unused_keys: ClassVar[dict[str, str]] = {"max_staleness": (
+        "its games are played by PUCT on the trainer's own forward passes and value head (no engine holds their "
+        "weights), and it trains on search targets from a window of the last replay_window iterations, off-policy "
+        "by design, which replay_window already bounds")}
     game: str = field(default="nim", metadata={"help": "registered game name (perfect information)"})
     game_args: str = field(default="{}", metadata={"help": "JSON dict of game parameters"})
     iterations: int = field(default=10, metadata={"help": "rounds of searched self-play + distillation"})
@@ -78,41 +86,17 @@ class SearchSelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig, RunConfig,
     keep_checkpoints: int = field(default=2, metadata={"help": "checkpoints kept on disk"})
     torch_threads: int = field(default=1, metadata={"help": "torch CPU threads"})
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
-    max_staleness: int = field(default=0, metadata={
-        "help": "must be 0: search self-play has no rollouts to overlap or drop (see validate)"})
-    # recipe defaults (the trainer's and league's own defaults suit policy-gradient runs)
-    learning_rate: float = 1e-3
-    beta: float = 0.01
-    num_iterations: int = 1
-    merge_identical: bool = False
-    max_steps: int = 1000
-    mirror_fraction: float = 0.4
-    recent_fraction: float = 0.4
-    hall_of_fame_fraction: float = 0.2
-    bot_fraction: float = 0.0
-    league_add_every: int = 2
-    league_promote_every: int = 4
-    league_capacity: int = 6
-
-    run_name = "search_selfplay"  # output_dir defaults to runs/search_selfplay
+    max_steps: int = field(default=1000, metadata={
+        "help": "trainer steps the learning-rate and beta schedules span (each round makes distill_steps)"})
+    device: str = field(default="auto", metadata={"help": "auto | cpu | cuda | cuda:N: where the policy is loaded"})
 
     def validate(self) -> None:
-        positive(self, "iterations", "games_per_iteration", "n_sims", "replay_window", "batch_size", "checkpoint_every",
+        positive(self, "max_steps", "iterations", "games_per_iteration", "n_sims", "replay_window", "batch_size",
                  "max_new_tokens", "value_width", "eval_batch", "q_lambda", "target_tau")
         non_negative(self, "distill_steps", "value_steps", "value_lr", "eval_every", "eval_games", "eval_positions",
                      "eval_openings", "opening_plies")
         if any(b < 0 for b in self.eval_budgets):
             raise ConfigError(f"eval_budgets must be >= 0, got {self.eval_budgets}")
-        if self.enable_thinking:
-            raise ConfigError("search self-play reads the LLM's prior right after <move> (no think block): "
-                              "enable_thinking must be false")
-        if self.max_staleness != 0:
-            raise ConfigError(f"max_staleness must be 0 for search self-play (got {self.max_staleness}): its games are "
-                              "played by PUCT on the trainer's own forward passes and value head (no engine holds "
-                              "their weights), and it trains on search targets from a window of the last "
-                              "replay_window iterations, off-policy by design, which replay_window already bounds")
-        if self.bot_fraction > 0:
-            raise ConfigError("bot_fraction must be 0: a bot gives no search to distil")
         try:
             if not isinstance(json.loads(self.game_args), dict):
                 raise ValueError("not an object")
@@ -120,11 +104,39 @@ class SearchSelfPlayConfig(TrainerConfig, LeagueConfig, PolicyConfig, RunConfig,
             raise ConfigError(f"game_args must be a JSON object: {e}") from None
 
 
-def make_head(cfg: SearchSelfPlayConfig, model: Any, game: Any) -> ValueHead | QHead:
+@dataclass(frozen=True)
+class SearchSelfPlayConfigs(Configs):
+    """What ``recipes/search_selfplay.py`` parses: its own arguments and each component's config."""
+
+    search: SearchSelfPlayArgs
+    trainer: TrainerConfig
+    league: LeagueConfig
+    policy: PolicyConfig
+    run: RunConfig
+    checkpoints: PeriodicCheckpoints
+
+    # the trainer's and the league's own defaults suit policy-gradient runs
+    defaults = {"output_dir": "runs/search_selfplay", "learning_rate": 1e-3, "beta": 0.01, "num_iterations": 1,
+                "merge_identical": False, "mirror_fraction": 0.4, "recent_fraction": 0.4,
+                "hall_of_fame_fraction": 0.2, "bot_fraction": 0.0, "league_add_every": 2, "league_promote_every": 4,
+                "league_capacity": 6}
+
+    def validate(self) -> None:
+        """The prior is read right after ``<move>`` (no think block); a bot has no search to distil;
+        ``checkpoint_every`` > 0 (the recipe checkpoints rounds and always its last one)."""
+        positive(self.checkpoints, "checkpoint_every")
+        if self.policy.enable_thinking:
+            raise ConfigError("search self-play reads the LLM's prior right after <move> (no think block): "
+                              "enable_thinking must be false")
+        if self.league.bot_fraction > 0:
+            raise ConfigError("bot_fraction must be 0: a bot gives no search to distil")
+
+
+def make_head(args: SearchSelfPlayArgs, model: Any, game: Any) -> ValueHead | QHead:
     """The value head, or with ``q_head`` the Q head, sized for ``model`` and ``game``."""
-    if cfg.q_head:
-        return QHead(hidden_size(model), game.n_actions, cfg.value_width)
-    return ValueHead(hidden_size(model), cfg.value_width)
+    if args.q_head:
+        return QHead(hidden_size(model), game.n_actions, args.value_width)
+    return ValueHead(hidden_size(model), args.value_width)
 
 
 def snapshot(trainer: PolicyTrainer, head: ValueHead | QHead) -> dict[str, torch.Tensor]:
@@ -134,20 +146,20 @@ def snapshot(trainer: PolicyTrainer, head: ValueHead | QHead) -> dict[str, torch
     return out
 
 
-def snapshot_engines(template: Any, tok: Any, game: Any, cfg: SearchSelfPlayConfig):
+def snapshot_engines(template: Any, tok: Any, game: Any, args: SearchSelfPlayArgs):
     """The league's engine factory: ``frozen_evaluator(weights, version)``, a frozen LLM evaluator."""
 
     def frozen_evaluator(weights: dict[str, torch.Tensor], version: int) -> LLMEvaluator:
-        head = make_head(cfg, template, game)
+        head = make_head(args, template, game)
         head.load_state_dict({k[len(HEAD_PREFIX):]: v for k, v in weights.items() if k.startswith(HEAD_PREFIX)})
         model = frozen_policy(template, {k: v for k, v in weights.items() if not k.startswith(HEAD_PREFIX)})
-        return LLMEvaluator(model, tok, game, head.eval(), cfg.eval_batch)
+        return LLMEvaluator(model, tok, game, head.eval(), args.eval_batch)
 
     return frozen_evaluator
 
 
 def train_head(head: ValueHead | QHead, opt: torch.optim.Optimizer, evaluator: LLMEvaluator,
-               replay: list[Record], cfg: SearchSelfPlayConfig, rng: random.Random) -> dict[str, float]:
+               replay: list[Record], args: SearchSelfPlayArgs, rng: random.Random) -> dict[str, float]:
     """``value_steps`` steps on minibatches of the window: (z - v)^2 for the value head, or
     :func:`~lmselfplay.alphazero.llm_selfplay.q_loss` for the Q head. The LLM is frozen here, so
     each distinct prompt's hidden state (and its prior over the move tokens) is computed
@@ -157,16 +169,16 @@ def train_head(head: ValueHead | QHead, opt: torch.optim.Optimizer, evaluator: L
         index.setdefault(tuple(r.prompt_ids), len(index))
     prompts = list(index)
     with torch.no_grad():
-        parts = [evaluator.forward([list(p) for p in prompts[i : i + cfg.eval_batch]])
-                 for i in range(0, len(prompts), cfg.eval_batch)]
+        parts = [evaluator.forward([list(p) for p in prompts[i : i + args.eval_batch]])
+                 for i in range(0, len(prompts), args.eval_batch)]
     hidden = torch.cat([h.float() for _, h in parts])
-    prior = torch.cat([torch.softmax(lg, -1)[:, evaluator.tokens] for lg, _ in parts]) if cfg.q_head else None
+    prior = torch.cat([torch.softmax(lg, -1)[:, evaluator.tokens] for lg, _ in parts]) if args.q_head else None
     losses = []
-    for _ in range(cfg.value_steps):
-        batch = rng.sample(replay, min(cfg.batch_size, len(replay)))
+    for _ in range(args.value_steps):
+        batch = rng.sample(replay, min(args.batch_size, len(replay)))
         rows = torch.tensor([index[tuple(r.prompt_ids)] for r in batch])
         z = torch.tensor([r.z for r in batch])
-        if cfg.q_head:
+        if args.q_head:
             legal = torch.zeros(len(batch), head.n_actions)
             for i, r in enumerate(batch):
                 legal[i, r.legal] = 1.0
@@ -178,16 +190,16 @@ def train_head(head: ValueHead | QHead, opt: torch.optim.Optimizer, evaluator: L
         loss.backward()
         opt.step()
         losses.append(loss.item())
-    return {f"train/{'q' if cfg.q_head else 'value'}_loss": float(np.mean(losses))} if losses else {}
+    return {f"train/{'q' if args.q_head else 'value'}_loss": float(np.mean(losses))} if losses else {}
 
 
 def distill(trainer: PolicyTrainer, replay: list[Record], tok: Any, game: Any, tokens: list[int],
-            cfg: SearchSelfPlayConfig, rng: random.Random) -> dict[str, float]:
+            args: SearchSelfPlayArgs, rng: random.Random) -> dict[str, float]:
     """Step 4: ``distill_steps`` trainer steps on minibatches of the window (the visit
     distribution pi as the move token's target); each metric's mean over the steps."""
     stats: dict[str, list[float]] = {}
-    for _ in range(cfg.distill_steps):
-        batch = rng.sample(replay, min(cfg.batch_size, len(replay)))
+    for _ in range(args.distill_steps):
+        batch = rng.sample(replay, min(args.batch_size, len(replay)))
         for k, v in trainer.step(distill_samples(batch, tok, game, tokens, trainer.step_count)).items():
             stats.setdefault(k, []).append(v)
     return {f"train/{k}": float(np.mean(v)) for k, v in stats.items()}
@@ -210,23 +222,26 @@ class SearchSelfPlay:
     replay: list[list[Record]]
 
 
-def build(cfg: SearchSelfPlayConfig, run: Run) -> SearchSelfPlay:
-    """The game, the policy, its trainer, value head, evaluator and league, fresh."""
-    game = make_game_for(cfg.game, cfg.model_name_or_path, **json.loads(cfg.game_args))
+def build(cfg: SearchSelfPlayConfigs, run: Run) -> SearchSelfPlay:
+    """The game, the policy, its trainer, value head, evaluator and league, fresh, each
+    component from its own config."""
+    args = cfg.search
+    game = make_game_for(args.game, cfg.policy.model_name_or_path, **json.loads(args.game_args))
     face = CachedGame(SearchGame(game))
-    model, tok = load_policy(cfg)
+    model, tok = load_policy(cfg.policy, device=args.device)
     if thinks(tok):  # a template that thinks by default (Qwen3), which the config alone cannot tell
         raise ConfigError("search self-play reads the LLM's prior right after <move> (no think block), but this "
                           "policy's chat template opens one: set enable_thinking: false")
-    trainer = PolicyTrainer(model, tok, cfg, accelerator=run.acc)
-    head = make_head(cfg, trainer.unwrapped, game)
-    head_opt = torch.optim.Adam(head.parameters(), lr=cfg.value_lr)
-    evaluator = LLMEvaluator(trainer.unwrapped, tok, game, head, cfg.eval_batch)
+    trainer = PolicyTrainer(model, tok, cfg.trainer, accelerator=run.acc, total_steps=args.max_steps)
+    head = make_head(args, trainer.unwrapped, game)
+    head_opt = torch.optim.Adam(head.parameters(), lr=args.value_lr)
+    evaluator = LLMEvaluator(trainer.unwrapped, tok, game, head, args.eval_batch)
     if evaluator.tokens is None:
-        raise ConfigError(f"game {cfg.game!r}: distillation needs every move answer to be one token after <move>")
-    league = League(cfg, snapshot_engines(trainer.unwrapped, tok, game, cfg))
+        raise ConfigError(f"game {args.game!r}: distillation needs every move answer to be one token after <move>")
+    league = League(cfg.league, snapshot_engines(trainer.unwrapped, tok, game, args))
+    seed = cfg.trainer.seed
     return SearchSelfPlay(game, face, tok, trainer, head, head_opt, evaluator, league,
-                          random.Random(cfg.seed), np.random.default_rng(cfg.seed), [])
+                          random.Random(seed), np.random.default_rng(seed), [])
 
 
 def restore(run: Run, s: SearchSelfPlay) -> int:
@@ -246,14 +261,14 @@ def restore(run: Run, s: SearchSelfPlay) -> int:
     return extra["iteration"] + 1
 
 
-def save(s: SearchSelfPlay, cfg: SearchSelfPlayConfig, it: int) -> None:
+def save(s: SearchSelfPlay, cfg: SearchSelfPlayConfigs, it: int) -> None:
     """Step 8: the trainer's atomic checkpoint carries the rest of ``s`` as ``extra`` (what
     :func:`restore` reads back)."""
     extra = {"iteration": it, "head": s.head.state_dict(), "head_opt": s.head_opt.state_dict(),
              "replay": [[asdict(r) for r in part] for part in s.replay], "league": s.league.state_dict(),
              "rng": s.rng.getstate(), "np_rng": s.np_rng.bit_generator.state, "torch_rng": torch.get_rng_state(),
-             "config": asdict(cfg)}
-    path = s.trainer.save_checkpoint(cfg.output_dir, extra, keep=cfg.keep_checkpoints)
+             "config": cfg.as_dict()}
+    path = s.trainer.save_checkpoint(cfg.run.output_dir, extra, keep=cfg.search.keep_checkpoints)
     s.head.save(path / "model")
 
 

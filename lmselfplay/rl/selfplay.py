@@ -35,30 +35,41 @@ from lmselfplay.games.gtp import find_gnugo, plays_gtp
 from lmselfplay.games.text import MOVE_STOP
 from lmselfplay.lm import readout as policy_readout
 from lmselfplay.lm.engines import (
-    EngineConfig,
     HFEngine,
     SamplingParams,
     make_engine,
 )
 from lmselfplay.lm.prompt import thinks
 from lmselfplay.lm.rollout import Episode, LLMPlayer, RolloutStats, play_episodes
-from lmselfplay.models.policy import PolicyConfig, frozen_policy, load_policy
+from lmselfplay.models.policy import frozen_policy, load_policy
 from lmselfplay.models.tiny import make_game_for
 from lmselfplay.rl.advantages import RoleBaselines, observation_key
 from lmselfplay.rl.average_policy import AverageConfig, AveragePolicy, averageable, distill_samples
+from lmselfplay.rl.configs import PolicyGradientConfigs
 from lmselfplay.rl.exact_feedback import ExactFeedback, FeedbackConfig, exact_feedback_games
 from lmselfplay.rl.league import League, LeagueConfig
-from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, beta_for, reference_policy
-from lmselfplay.utils.config import ConfigError, non_negative, parse_weights, positive
-from lmselfplay.utils.run import PeriodicCheckpoints, RunConfig
+from lmselfplay.rl.trainer import PolicyTrainer, beta_for, reference_policy
+from lmselfplay.utils.config import (
+    Config,
+    ConfigError,
+    non_negative,
+    parse_weights,
+    positive,
+)
+from lmselfplay.utils.run import PeriodicCheckpoints
 
 
 @dataclass
-class SelfPlayConfig(TrainerConfig, AverageConfig, FeedbackConfig, LeagueConfig, PolicyConfig, EngineConfig, RunConfig, PeriodicCheckpoints):
+class SelfPlayArgs(Config):
+    """The self-play recipe's own fields (the loop, its games, its evaluation); the components'
+    fields are in their own configs (:class:`SelfPlayConfigs`)."""
+
+    _argument_group_name = "self-play (lmselfplay.rl.selfplay.SelfPlayArgs)"
     games: str = field(default="nim,tictactoe,kuhn_poker", metadata={"help": "comma-separated registry names"})
     game_weights: str = field(default="", metadata={
         "help": "share of each step's episodes per game, e.g. 'kuhn_poker=4' (unlisted games weigh 1)"})
-    max_steps: int = field(default=60, metadata={"help": "self-play steps (each one trainer.step())"})
+    max_steps: int = field(default=60, metadata={
+        "help": "self-play steps (each one trainer.step(); the learning-rate and beta schedules span them)"})
     episodes_per_step: int = field(default=48, metadata={"help": "games played per step (split across games by game_weights)"})
     concurrency: int = field(default=128, metadata={"help": "games live at once (their pending turns share one engine call)"})
     top_p: float = field(default=1.0, metadata={"help": "nucleus sampling for rollouts (behaviour log-probs are before top-p)"})
@@ -98,10 +109,8 @@ class SelfPlayConfig(TrainerConfig, AverageConfig, FeedbackConfig, LeagueConfig,
     gnugo_games: int = field(default=20, metadata={"help": "games against GnuGo per evaluation"})
     eval_positions: int = field(default=400, metadata={"help": "positions sampled for optimal-move rates (0: all)"})
 
-    run_name = "selfplay_games"  # output_dir defaults to runs/selfplay_games
-
     def validate(self) -> None:
-        positive(self, "episodes_per_step", "concurrency", "max_new_tokens", "text_max_new_tokens", "max_turns",
+        positive(self, "max_steps", "episodes_per_step", "concurrency", "max_new_tokens", "text_max_new_tokens", "max_turns",
                  "top_p")
         non_negative(self, "retries", "illegal_penalty", "reset_max_plies", "eval_every", "eval_games",
                      "gnugo_level", "gnugo_games", "eval_positions")
@@ -116,13 +125,45 @@ class SelfPlayConfig(TrainerConfig, AverageConfig, FeedbackConfig, LeagueConfig,
         return max(self.max_new_tokens, self.text_max_new_tokens, self.eval_max_new_tokens)
 
 
-def readout(cfg, tok) -> str:
+@dataclass(frozen=True)
+class SelfPlayConfigs(PolicyGradientConfigs):
+    """What ``recipes/selfplay_games.py`` parses: the trainer's, policy's, engine's and run's
+    configs, its own arguments, and the average policy's, feedback's, league's and checkpoints'."""
+
+    selfplay: SelfPlayArgs
+    average: AverageConfig
+    feedback: FeedbackConfig
+    league: LeagueConfig
+    checkpoints: PeriodicCheckpoints
+
+    defaults = {"output_dir": "runs/selfplay_games"}
+
+    def validate(self) -> None:
+        """Exact feedback and the average's distillation teach bare answers (a thinking policy
+        would learn to stop thinking); the distillation runs past the loop's steps, where a
+        decaying schedule has ended."""
+        if self.feedback.feedback == "exact" and self.policy.enable_thinking:
+            raise ConfigError("feedback: exact reads and distils a bare answer (<move> right after the assistant "
+                              "header), which is not what a thinking policy plays and would train it to stop "
+                              "thinking: use feedback: sampled, or enable_thinking: false")
+        distils = self.average.average_policy and self.average.distill_steps
+        if distils and self.policy.enable_thinking:
+            raise ConfigError("distill_steps teach bare answers (<move> right after the assistant header), which "
+                              "would train a thinking policy to stop thinking: use distill_steps 0 (the average is "
+                              "still read by sampling and reported) or enable_thinking: false")
+        schedule = self.trainer.lr_scheduler_type
+        if distils and schedule not in ("constant", "constant_with_warmup"):
+            raise ConfigError(f"distill_steps run past max_steps, where lr_scheduler_type {schedule!r} has "
+                              "decayed: use a constant schedule or distill_steps 0")
+
+
+def readout(args: SelfPlayArgs, tok) -> str:
     """The readout of the exact metrics and the average policy: ``bare``, or ``sampled`` when
     ``readout: auto`` and the policy thinks (its prompt style, on the tokenizer)."""
-    return policy_readout.resolve_readout(cfg.readout, thinks(tok))
+    return policy_readout.resolve_readout(args.readout, thinks(tok))
 
 
-def check_thinking(cfg, feedback, tok) -> None:
+def check_thinking(average: AverageConfig, feedback, tok) -> None:
     """Exact feedback and the average's distillation teach bare answers: ConfigError when the
     policy thinks (also when the template thinks by default, which the config alone cannot tell)."""
     if not thinks(tok):
@@ -130,7 +171,7 @@ def check_thinking(cfg, feedback, tok) -> None:
     if feedback:
         raise ConfigError("feedback: exact reads and distils bare answers, but this policy thinks (its chat "
                           "template opens a think block): use feedback: sampled, or enable_thinking: false")
-    if cfg.average_policy and cfg.distill_steps:
+    if average.average_policy and average.distill_steps:
         raise ConfigError("distill_steps teach bare answers, but this policy thinks (its chat template opens a "
                           "think block): use distill_steps 0, or enable_thinking: false")
 
@@ -182,19 +223,19 @@ def check_beta(beta, games):
                 raise ConfigError(str(e)) from None
 
 
-def check_shaping(cfg, games):
+def check_shaping(args: SelfPlayArgs, games):
     """``reward_shaping: spag`` needs a game that defines ``turn_weights``; ConfigError otherwise."""
-    if cfg.reward_shaping not in ("none", "spag"):
-        raise ConfigError(f"reward_shaping must be 'none' or 'spag', got {cfg.reward_shaping!r}")
-    if cfg.reward_shaping == "spag" and not any(hasattr(g, "turn_weights") for g in games):
-        raise ConfigError(f"reward_shaping: spag shapes games with turn_weights (taboo); none in {cfg.games!r}")
+    if args.reward_shaping not in ("none", "spag"):
+        raise ConfigError(f"reward_shaping must be 'none' or 'spag', got {args.reward_shaping!r}")
+    if args.reward_shaping == "spag" and not any(hasattr(g, "turn_weights") for g in games):
+        raise ConfigError(f"reward_shaping: spag shapes games with turn_weights (taboo); none in {args.games!r}")
 
 
-def turn_advantages(cfg, baselines, trajs):
+def turn_advantages(baseline_key, baselines, trajs):
     """Each learner turn's return minus its baseline (``id(trajectory)`` -> one per turn): the
-    role's (game, seat, start) for every turn, or with ``baseline_key: observation`` the
-    baseline of the exact observation the turn answered (the role's until it has one)."""
-    if getattr(cfg, "baseline_key", "role") == "role":  # a partial config (tests) means the default
+    role's (game, seat, start) for every turn (``baseline_key`` "role"), or with "observation"
+    the baseline of the exact observation the turn answered (the role's until it has one)."""
+    if baseline_key == "role":
         roles = baselines.advantages([t.role for t in trajs], [t.reward for t in trajs])
         return {id(t): [float(a)] * len(t.turns) for t, a in zip(trajs, roles)}
     keys = [observation_key(t.role, turn.prompt_ids) for t in trajs for turn in t.turns]
@@ -204,7 +245,7 @@ def turn_advantages(cfg, baselines, trajs):
     return {id(t): [float(next(flat)) for _ in t.turns] for t in trajs}
 
 
-def training_samples(cfg, finished, baselines):
+def training_samples(args: SelfPlayArgs, finished, baselines):
     """Step 5: advantages. Every learner turn gets its seat's return minus the role baseline;
     with ``reward_shaping: spag``, turns of games that define ``turn_weights`` get SPAG's
     weights instead (per game kind, over this step's games, as SPAG balances per batch).
@@ -212,30 +253,30 @@ def training_samples(cfg, finished, baselines):
     advantage, so breaking the rules is still punished; with ``illegal_penalty`` > 0 every
     illegal answer's turn gets ``-illegal_penalty`` instead."""
     trajs = [t for f in finished for t in f.trajectories]
-    adv = turn_advantages(cfg, baselines, trajs)
+    adv = turn_advantages(args.baseline_key, baselines, trajs)
     shaped: dict[int, list[float]] = {}
-    if cfg.reward_shaping == "spag":
+    if args.reward_shaping == "spag":
         kinds: dict[str, list] = {}
         for f in finished:
             if hasattr(f.episode.game, "turn_weights"):
                 kinds.setdefault(f.episode.game.name, []).append(f)
         for group in kinds.values():
-            weights = group[0].episode.game.turn_weights([f.final_state for f in group], cfg.shaping_decay)
+            weights = group[0].episode.game.turn_weights([f.final_state for f in group], args.shaping_decay)
             for f, w in zip(group, weights):
                 for t in f.trajectories:
                     mine = iter(w[t.seat::2])
                     shaped[id(t)] = [a if turn.invalid else next(mine, a) for turn, a in zip(t.turns, adv[id(t)])]
-    if cfg.illegal_penalty > 0:
+    if args.illegal_penalty > 0:
         for t in trajs:
             per_turn = shaped.get(id(t), adv[id(t)])
-            shaped[id(t)] = [-cfg.illegal_penalty if turn.invalid else a for turn, a in zip(t.turns, per_turn)]
+            shaped[id(t)] = [-args.illegal_penalty if turn.invalid else a for turn, a in zip(t.turns, per_turn)]
     return [s for t in trajs for s in t.samples(shaped.get(id(t), adv[id(t)]))]
 
 
 def make_episodes(cfg, plan, league, me, tok, step, rank):
     """Step 1-2: who plays whom (``plan``: each episode's game, from :func:`episode_games`),
     from where. Seeded by (seed, step, rank): resumable."""
-    rng = random.Random(f"{cfg.seed}/{step}/{rank}")
+    rng = random.Random(f"{cfg.trainer.seed}/{step}/{rank}")
     episodes = []
     for game in plan:
         kind, snap = league.sample_opponent(rng)
@@ -246,8 +287,8 @@ def make_episodes(cfg, plan, league, me, tok, step, rank):
                 LLMPlayer(league.engine_for(snap), tok, learner=False, name=snap.name)
             players = (me, opp) if rng.random() < 0.5 else (opp, me)
         start, state = "initial", None
-        if rng.random() < cfg.reset_fraction and has_enumerable_actions(game):
-            start, state = "reset", random_legal_reset(game, rng, cfg.reset_max_plies)
+        if rng.random() < cfg.selfplay.reset_fraction and has_enumerable_actions(game):
+            start, state = "reset", random_legal_reset(game, rng, cfg.selfplay.reset_max_plies)
         episodes.append(Episode(game, players, state, start, seed=rng.randrange(2**31),
                                 sampling=text_sampling(cfg, game)))
     return episodes
@@ -258,7 +299,7 @@ def text_sampling(cfg, game):
     ``None`` (the step's sampling) for every other game."""
     if has_enumerable_actions(game):
         return None
-    return SamplingParams(max_new_tokens=cfg.text_max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
+    return SamplingParams(max_new_tokens=cfg.selfplay.text_max_new_tokens, temperature=cfg.trainer.temperature, top_p=cfg.selfplay.top_p,
                           stop=MOVE_STOP)
 
 
@@ -266,25 +307,25 @@ def snapshot_score(cfg, games, league, tok, step):
     """score(a, b) for :meth:`League.play_in`: a's mean result (win 1, draw 0, loss -1) over
     ``league_eval_games`` games against b, seats alternating, games cycling. Seeded by the
     pair, so every rank plays the same games and keeps the same table."""
-    sampling = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
-                              stop=MOVE_STOP, seed=hash((cfg.seed, step)) % (2**31))
+    sampling = SamplingParams(max_new_tokens=cfg.selfplay.max_new_tokens, temperature=cfg.trainer.temperature, top_p=cfg.selfplay.top_p,
+                              stop=MOVE_STOP, seed=hash((cfg.trainer.seed, step)) % (2**31))
 
     def score(a, b):
         pa = LLMPlayer(league.engine_for(a), tok, learner=False, name=a.name)
         pb = LLMPlayer(league.engine_for(b), tok, learner=False, name=b.name)
-        eps = [Episode(games[i % len(games)], (pa, pb) if i % 2 == 0 else (pb, pa), seed=cfg.seed * 7919 + i,
+        eps = [Episode(games[i % len(games)], (pa, pb) if i % 2 == 0 else (pb, pa), seed=cfg.trainer.seed * 7919 + i,
                        sampling=text_sampling(cfg, games[i % len(games)]))
-               for i in range(cfg.league_eval_games)]
+               for i in range(cfg.league.league_eval_games)]
         results = [float(np.sign(f.returns[0 if f.episode.players[0] is pa else 1]))
-                   for f in play_episodes(eps, sampling, concurrency=cfg.concurrency, max_turns=cfg.max_turns)]
+                   for f in play_episodes(eps, sampling, concurrency=cfg.selfplay.concurrency, max_turns=cfg.selfplay.max_turns)]
         return float(np.mean(results))
 
     return score
 
 
-def make_averages(cfg, games):
+def make_averages(average: AverageConfig, games):
     """One running average policy per game that supports it (``average_policy``), else none."""
-    if not cfg.average_policy:
+    if not average.average_policy:
         return {}
     avg = {g.name: AveragePolicy(g) for g in games if averageable(g)}
     if not avg:
@@ -293,18 +334,18 @@ def make_averages(cfg, games):
     return avg
 
 
-def make_feedback(cfg, games):
+def make_feedback(feedback: FeedbackConfig, games):
     """Step 1-6 for the games learning from exact feedback (``feedback: exact``): one
     :class:`ExactFeedback` per game of ``exact_games`` (default: the exploitability games);
     none with sampled feedback."""
-    if cfg.feedback != "exact":
+    if feedback.feedback != "exact":
         return {}
-    chosen = exact_feedback_games(games, cfg.exact_games)
+    chosen = exact_feedback_games(games, feedback.exact_games)
     if not chosen:
         raise ConfigError("feedback: exact needs a played game whose exact_metric is 'exploitability' "
-                          f"(kuhn_poker) or one named in exact_games ({cfg.exact_games!r}); games: "
+                          f"(kuhn_poker) or one named in exact_games ({feedback.exact_games!r}); games: "
                           f"{[g.name for g in games]}; --feedback sampled plays them all")
-    return {g.name: ExactFeedback(g, cfg.mmd_eta, cfg.mmd_alpha, cfg.mmd_magnet_every) for g in chosen}
+    return {g.name: ExactFeedback(g, feedback.mmd_eta, feedback.mmd_alpha, feedback.mmd_magnet_every) for g in chosen}
 
 
 def exact_targets(feedback, engine, tok, step):
@@ -322,11 +363,11 @@ def fold_averages(cfg, averages, engine, tok, step):
     """Read the current policy off every information set and fold it into each game's
     average (weight per ``average_weighting``); returns the policies read (for the log)."""
     out = {}
-    sampling = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
-                              stop=MOVE_STOP, seed=cfg.seed + step)
+    sampling = SamplingParams(max_new_tokens=cfg.selfplay.max_new_tokens, temperature=cfg.trainer.temperature, top_p=cfg.selfplay.top_p,
+                              stop=MOVE_STOP, seed=cfg.trainer.seed + step)
     for name, avg in averages.items():
-        out[name] = policy_readout.tabular_policy(engine, tok, avg.game, readout(cfg, tok), cfg.readout_samples, sampling)
-        avg.add(out[name], cfg.weight_at(step))
+        out[name] = policy_readout.tabular_policy(engine, tok, avg.game, readout(cfg.selfplay, tok), cfg.selfplay.readout_samples, sampling)
+        avg.add(out[name], cfg.average.weight_at(step))
     return out
 
 
@@ -356,9 +397,9 @@ def episode_plan(cfg, plan, league, me, tok, sampling, process_index):
     league); ``play()`` plays them, returning (finished episodes, stats)."""
     def at(step):
         episodes = make_episodes(cfg, plan, league, me, tok, step, process_index)
-        sp, stats = dataclasses.replace(sampling, seed=hash((cfg.seed, step, process_index)) % (2**31)), RolloutStats()
-        return lambda: (list(play_episodes(episodes, sp, concurrency=cfg.concurrency, retries=cfg.retries,
-                                           max_turns=cfg.max_turns, stats=stats)), stats)
+        sp, stats = dataclasses.replace(sampling, seed=hash((cfg.trainer.seed, step, process_index)) % (2**31)), RolloutStats()
+        return lambda: (list(play_episodes(episodes, sp, concurrency=cfg.selfplay.concurrency, retries=cfg.selfplay.retries,
+                                           max_turns=cfg.selfplay.max_turns, stats=stats)), stats)
     return at
 
 
@@ -384,22 +425,25 @@ class SelfPlay:
     me: LLMPlayer
 
 
-def build(cfg, run, games, feedback, positions) -> SelfPlay:
-    """The policy, its trainer and engine, and the loop's state, fresh. ``positions`` are the
-    evaluation's fixed positions per game (``eval.selfplay_metrics.eval_positions``), computed
-    once and reused by every evaluation."""
-    if cfg.gnugo_level > 0 and any(plays_gtp(g) for g in games) and find_gnugo() is None:
+def build(cfg: SelfPlayConfigs, run, games, feedback, positions) -> SelfPlay:
+    """The policy, its trainer and engine, and the loop's state, fresh, each component from its
+    own config. ``positions`` are the evaluation's fixed positions per game
+    (``eval.selfplay_metrics.eval_positions``), computed once and reused by every evaluation."""
+    if cfg.selfplay.gnugo_level > 0 and any(plays_gtp(g) for g in games) and find_gnugo() is None:
         run.acc.print("gnugo_level is set but gnugo is not installed (apt-get install gnugo): no GnuGo games")
     # the same every step; games with exact feedback learn without playing
-    plan = [g for g in episode_games(games, cfg.game_weights, cfg.episodes_per_step) if g.name not in feedback]
-    model, tok = load_policy(cfg, device=str(run.acc.device))
-    check_thinking(cfg, feedback, tok)
-    trainer = PolicyTrainer(model, tok, cfg, accelerator=run.acc,
-                            ref_model=reference_policy(cfg, model, str(run.acc.device)))
-    engine = run.closing(make_engine(cfg, trainer.unwrapped, tok, answer_budget=cfg.answer_budget(),  # hf | vllm | ...
-                                     temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed))
-    return SelfPlay(games, feedback, plan, positions, tok, trainer, engine, RoleBaselines(cfg.baseline_decay), League(cfg, snapshot_engines(trainer, tok)),
-                    make_averages(cfg, games), LLMPlayer(engine, tok, learner=True))
+    args = cfg.selfplay
+    plan = [g for g in episode_games(games, args.game_weights, args.episodes_per_step) if g.name not in feedback]
+    device = str(run.acc.device)
+    model, tok = load_policy(cfg.policy, device=device)
+    check_thinking(cfg.average, feedback, tok)
+    trainer = PolicyTrainer(model, tok, cfg.trainer, accelerator=run.acc, total_steps=args.max_steps,
+                            ref_model=reference_policy(cfg.policy, cfg.trainer.beta, model, device))
+    engine = run.closing(make_engine(cfg.engine, trainer.unwrapped, tok, answer_budget=args.answer_budget(),  # hf | vllm | ...
+                                     temperature=cfg.trainer.temperature, top_p=args.top_p, seed=cfg.trainer.seed))
+    league = League(cfg.league, snapshot_engines(trainer, tok))
+    return SelfPlay(games, feedback, plan, positions, tok, trainer, engine, RoleBaselines(args.baseline_decay), league,
+                    make_averages(cfg.average, games), LLMPlayer(engine, tok, learner=True))
 
 
 def load_state(sp: SelfPlay, extra: dict) -> None:

@@ -77,16 +77,16 @@ KL_ESTIMATORS = ("k3", "exact")
 
 @dataclass
 class TrainerConfig(Config):
+    _argument_group_name = "trainer (lmselfplay.rl.trainer.TrainerConfig)"
     yaml_mappings = ("beta",)  # beta: {nim: 0.1, kuhn_poker: 0.2} in YAML (a mapping per game)
     learning_rate: float = field(default=1e-4, metadata={"help": "AdamW learning rate"})
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999
+    adam_beta1: float = field(default=0.9, metadata={"help": "AdamW beta1 (first-moment decay)"})
+    adam_beta2: float = field(default=0.999, metadata={"help": "AdamW beta2 (second-moment decay)"})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
     max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping (0: off)"})
     lr_scheduler_type: str = field(default="constant_with_warmup",
                                    metadata={"help": "any transformers scheduler name"})
     warmup_steps: int = field(default=0, metadata={"help": "trainer.step() calls of LR warm-up"})
-    max_steps: int = field(default=200, metadata={"help": "trainer.step() calls the LR schedule spans"})
     gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per pass"})
     num_iterations: int = field(default=2, metadata={"help": "PPO passes over each batch"})
     target_passes: int = field(default=0, metadata={
@@ -99,8 +99,8 @@ class TrainerConfig(Config):
                 "'game/pN/start' by its longest prefix, then its task; 'default' covers the rest"})
     beta_schedule: str = field(default="constant", metadata={
         "help": "constant | linear | cosine: every beta is multiplied by a factor going from 1 to "
-                "beta_final_ratio over max_steps"})
-    beta_final_ratio: float = field(default=1.0, metadata={"help": "beta at max_steps / beta at step 0"})
+                "beta_final_ratio over the run's trainer steps (the recipe's step count, as the LR schedule)"})
+    beta_final_ratio: float = field(default=1.0, metadata={"help": "beta at the last trainer step / beta at step 0"})
     ref_update_every: int = field(default=0, metadata={
         "help": "M > 0: replace the KL reference with the current policy every M steps (magnetic mirror "
                 "descent's moving magnet); 0: the initial policy throughout"})
@@ -124,7 +124,7 @@ class TrainerConfig(Config):
     def validate(self) -> None:
         check_micro_batch_fields(self)
         self.beta = parse_beta(self.beta)
-        positive(self, "max_steps", "gradient_accumulation_steps", "num_iterations", "temperature")
+        positive(self, "gradient_accumulation_steps", "num_iterations", "temperature")
         non_negative(self, "learning_rate", "warmup_steps", "weight_decay", "max_grad_norm", "epsilon",
                      "target_coef")
         if self.beta_schedule not in BETA_SCHEDULES:
@@ -218,12 +218,12 @@ def kl_per_token(estimator: str, lp: torch.Tensor | None, ref_lp: torch.Tensor |
     return (ref_all.exp() * (ref_all - logp_all)).sum(-1)
 
 
-def beta_factor(cfg: TrainerConfig, step: int) -> float:
+def beta_factor(cfg: TrainerConfig, step: int, total_steps: int) -> float:
     """The schedule's multiplier at trainer step ``step``: 1 at step 0, ``beta_final_ratio``
-    from ``max_steps`` on; linear or half-cosine in between (constant: always 1)."""
-    if cfg.beta_schedule == "constant" or cfg.max_steps <= 0:
+    from ``total_steps`` on; linear or half-cosine in between (constant: always 1)."""
+    if cfg.beta_schedule == "constant" or total_steps <= 0:
         return 1.0
-    frac = min(max(step / cfg.max_steps, 0.0), 1.0)
+    frac = min(max(step / total_steps, 0.0), 1.0)
     shape = frac if cfg.beta_schedule == "linear" else (1 - math.cos(math.pi * frac)) / 2
     return 1.0 + (cfg.beta_final_ratio - 1.0) * shape
 
@@ -233,13 +233,14 @@ def is_partitioned(model: Any) -> bool:
     return any(hasattr(p, "ds_id") for p in model.parameters())
 
 
-def reference_policy(cfg: Any, model: Any, device: str) -> Any:
-    """The reference model a KL run must load itself: under ZeRO-3 init (weights sharded at
-    load) without LoRA the trainer cannot copy the initial policy, so it is loaded a second
-    time; None otherwise (the trainer copies it, or LoRA's disabled adapter is it)."""
-    if not kl_enabled(cfg.beta) or cfg.use_lora or not is_partitioned(model):
+def reference_policy(policy: Any, beta: float | dict[str, float], model: Any, device: str) -> Any:
+    """The reference model a KL run (``beta``, the trainer config's) must load itself: under
+    ZeRO-3 init (weights sharded at load) without LoRA the trainer cannot copy the initial
+    policy, so it is loaded a second time from ``policy`` (the PolicyConfig); None otherwise
+    (the trainer copies it, or LoRA's disabled adapter is it)."""
+    if not kl_enabled(beta) or policy.use_lora or not is_partitioned(model):
         return None
-    return load_policy(cfg, device=device, use_lora=False)[0]
+    return load_policy(policy, device=device, use_lora=False)[0]
 
 
 def collate(samples: list[Sample], pad_id: int, device: torch.device,
@@ -406,10 +407,15 @@ def autocast_forward(model: Any, dtype: torch.dtype | None) -> None:
 
 class PolicyTrainer:
     def __init__(self, model: Any, tokenizer: Any, config: TrainerConfig, accelerator: Any = None,
-                 ref_model: Any = None):
+                 ref_model: Any = None, total_steps: int = 200):
+        """``total_steps``: the ``step()`` calls the learning-rate schedule and the beta schedule
+        span, given by the recipe (its loop's length, a count it derives)."""
         from transformers import get_scheduler
 
+        if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 1:
+            raise ValueError(f"total_steps must be an integer >= 1, got {total_steps!r}")
         self.cfg = config
+        self.total_steps = total_steps
         self.tokenizer = tokenizer
         self.accelerator = accelerator or make_accelerator(config.gradient_accumulation_steps)
         self.is_peft = hasattr(model, "disable_adapter")
@@ -433,11 +439,11 @@ class PolicyTrainer:
         # CPU default); the same arithmetic, bit for bit (benchmarks/bench_main_job.py)
         opt = torch.optim.AdamW(params, lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2),
                                 weight_decay=config.weight_decay, foreach=True)
-        # max_steps / warmup_steps count trainer.step() calls; each makes num_iterations
+        # total_steps / warmup_steps count trainer.step() calls; each makes num_iterations
         # optimizer steps, and the schedule advances once per optimizer step
         per_call = max(1, config.num_iterations)
         sched = get_scheduler(config.lr_scheduler_type, opt, num_warmup_steps=config.warmup_steps * per_call,
-                              num_training_steps=config.max_steps * per_call)
+                              num_training_steps=total_steps * per_call)
         self.model, self.optimizer, self.scheduler = self.accelerator.prepare(model, opt, sched)
         self.ref_model = None
         if ref_model is not None:
@@ -628,7 +634,7 @@ class PolicyTrainer:
     def kl_coef(self, sample: Sample, step: int | None = None) -> float:
         """beta_i(t): the sample's game/role coefficient times the schedule at ``step``."""
         step = self.step_count if step is None else step
-        return beta_for(self.cfg.beta, sample.role, sample.task) * beta_factor(self.cfg, step)
+        return beta_for(self.cfg.beta, sample.role, sample.task) * beta_factor(self.cfg, step, self.total_steps)
 
     def _micro_batches(self, samples: list[Sample], rng: random.Random) -> list[list[Sample]]:
         """The samples of one optimizer step, shuffled, in ``gradient_accumulation_steps`` groups

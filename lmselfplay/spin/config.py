@@ -13,12 +13,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lmselfplay.models.policy import PolicyConfig
-from lmselfplay.utils.config import ConfigError, non_negative, positive
+from lmselfplay.utils.config import Config, ConfigError, Configs, non_negative, positive
 from lmselfplay.utils.run import RunConfig
 
 
 @dataclass
-class SpinConfig(PolicyConfig, RunConfig):
+class SpinArgs(Config):
+    """SPIN's own fields (the data, the iterations, its DPO and SFT trainers' settings, named as
+    TRL's); the policy's and the run's fields are in their own configs (:class:`SpinConfigs`)."""
+
+    _argument_group_name = "spin (lmselfplay.spin.config.SpinArgs)"
     # data
     dataset: str | None = field(default=None, metadata={
         "help": "datasets name, .jsonl/.json/.parquet/.csv file or save_to_disk folder with "
@@ -56,8 +60,6 @@ class SpinConfig(PolicyConfig, RunConfig):
     seed: int = field(default=0, metadata={"help": "seed of data, sampling and training"})
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
 
-    run_name = "spin"  # output_dir defaults to runs/spin; a checkpoint per iteration (checkpoint-<t>)
-
     def validate(self) -> None:
         positive(self, "num_train_examples", "spin_iterations", "temperature", "top_p", "generation_batch_size",
                  "num_train_epochs", "per_device_train_batch_size", "gradient_accumulation_steps",
@@ -74,14 +76,26 @@ class SpinConfig(PolicyConfig, RunConfig):
             raise ConfigError(f"beta_per_iteration values must be positive, got {bad}")
 
 
-def dpo_losses(cfg: SpinConfig) -> dict[str, Any]:
+@dataclass(frozen=True)
+class SpinConfigs(Configs):
+    """What ``recipes/spin.py`` parses: its own arguments, the policy's and the run's configs
+    (a checkpoint per iteration, ``checkpoint-<t>``)."""
+
+    spin: SpinArgs
+    policy: PolicyConfig
+    run: RunConfig
+
+    defaults = {"output_dir": "runs/spin"}
+
+
+def dpo_losses(cfg: SpinConfigs) -> dict[str, Any]:
     """DPOConfig's loss fields: the pairwise loss, plus the NLL on the data answer when
     ``rpo_alpha`` > 0 (loss = pairwise + rpo_alpha * NLL(y | x), as RPO / TRL's MPO weights)."""
-    if cfg.rpo_alpha == 0:
-        return {"loss_type": [cfg.loss_type]}
-    return {"loss_type": [cfg.loss_type, "sft"], "loss_weights": [1.0, float(cfg.rpo_alpha)]}
+    if cfg.spin.rpo_alpha == 0:
+        return {"loss_type": [cfg.spin.loss_type]}
+    return {"loss_type": [cfg.spin.loss_type, "sft"], "loss_weights": [1.0, float(cfg.spin.rpo_alpha)]}
 
 
-def beta_at(cfg: SpinConfig, t: int) -> float:
-    """lambda_t: the schedule's t-th value, its last one past its end (SpinConfig checked them)."""
-    return float(cfg.beta_per_iteration[min(t, len(cfg.beta_per_iteration) - 1)])
+def beta_at(cfg: SpinConfigs, t: int) -> float:
+    """lambda_t: the schedule's t-th value, its last one past its end (SpinArgs checked them)."""
+    return float(cfg.spin.beta_per_iteration[min(t, len(cfg.spin.beta_per_iteration) - 1)])

@@ -16,7 +16,7 @@ from accelerate import PartialState
 
 from lmselfplay.lm.engines.base import SamplingParams, score_fitting
 from lmselfplay.lm.engines.hf import HFEngine
-from lmselfplay.spin.config import SpinConfig
+from lmselfplay.spin.config import SpinConfigs
 from lmselfplay.spin.data import answers_match
 from lmselfplay.spin.sampling import generate, sharded
 from lmselfplay.utils.checkpoint import atomic_write_text
@@ -32,7 +32,7 @@ def sequence_logliks(engine: HFEngine, prompts: list[list[int]], completions: li
 
 def held_out_scores(engine: HFEngine, state: PartialState, held: list[dict[str, Any]],
                     prompts: list[list[int]], chosen: list[list[int]], rejected: list[list[int]],
-                    gen_len: int, cfg: SpinConfig) -> list[dict[str, Any]]:
+                    gen_len: int, cfg: SpinConfigs) -> list[dict[str, Any]]:
     """Per held-out prompt, under the model in ``engine``: log p(y|x) of the data answer,
     log p(y'|x) of the iteration opponent's answer, the answer length, the greedy answer and
     whether its final answer is right. Every process takes its share; all get every row."""
@@ -41,7 +41,7 @@ def held_out_scores(engine: HFEngine, state: PartialState, held: list[dict[str, 
         ll_y = sequence_logliks(engine, [prompts[i] for i in ii], [chosen[i] for i in ii])
         ll_r = sequence_logliks(engine, [prompts[i] for i in ii], [rejected[i] for i in ii])
         greedy = generate(engine, [prompts[i] for i in ii], SamplingParams(gen_len, temperature=0.0),
-                          cfg.generation_batch_size, False, "eval")
+                          cfg.spin.generation_batch_size, False, "eval")
         return [{"loglik": a, "loglik_rejected": b, "answer_tokens": len(chosen[i]), "greedy": g.text,
                  "correct": answers_match(g.text, held[i]["answer"], held[i]["final"])}
                 for i, a, b, g in zip(ii, ll_y, ll_r, greedy)]
@@ -65,7 +65,7 @@ def summarize(scores: list[dict[str, Any]]) -> dict[str, float]:
 
 def held_out_metrics(engine: HFEngine, state: PartialState, held: list[dict[str, Any]],
              prompts: list[list[int]], chosen: list[list[int]], rejected: list[list[int]],
-             gen_len: int, cfg: SpinConfig, save_to: Path | None = None) -> dict[str, float]:
+             gen_len: int, cfg: SpinConfigs, save_to: Path | None = None) -> dict[str, float]:
     """:func:`summarize` of :func:`held_out_scores`; the per-prompt rows also go to ``save_to``
     (JSON lines, main process, atomic) so runs can be compared prompt by prompt (paired)."""
     scores = held_out_scores(engine, state, held, prompts, chosen, rejected, gen_len, cfg)

@@ -19,7 +19,7 @@ from accelerate import PartialState
 
 from lmselfplay.lm.prompt import encode_completion, encode_prompt
 from lmselfplay.models.policy import load_tokenizer, prompt_style_of
-from lmselfplay.spin.config import SpinConfig
+from lmselfplay.spin.config import SpinConfigs
 from lmselfplay.spin.data import load_supervised
 from lmselfplay.utils.checkpoint import atomic_dir
 from lmselfplay.utils.run import Run
@@ -54,7 +54,7 @@ def load_dataset_dir(final_dir: Path) -> Any:
     return datasets.load_from_disk(str(final_dir / "ds"))
 
 
-def supervised_data(cfg: SpinConfig, run: Run) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def supervised_data(cfg: SpinConfigs, run: Run) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The supervised train and held-out sets: generated or loaded once, saved with the run
     (``data/``) so a resume sees the same sets."""
     import datasets
@@ -63,8 +63,8 @@ def supervised_data(cfg: SpinConfig, run: Run) -> tuple[list[dict[str, Any]], li
     if (out / "data" / "COMPLETE").exists():
         sup = load_dataset_dir(out / "data")
         return sup["train"].to_list(), sup["eval"].to_list()
-    train_rows, held = load_supervised(cfg.dataset, cfg.num_train_examples, cfg.num_eval_examples,
-                                       cfg.seed, cfg.dataset_split)
+    train_rows, held = load_supervised(cfg.spin.dataset, cfg.spin.num_train_examples, cfg.spin.num_eval_examples,
+                                       cfg.spin.seed, cfg.spin.dataset_split)
     save_dataset(datasets.DatasetDict({"train": datasets.Dataset.from_list(train_rows),
                                        "eval": datasets.Dataset.from_list(held)}), out / "data", run.acc)
     return train_rows, held
@@ -82,12 +82,12 @@ class Pairs:
     gen_len: int  # the answer budget of y' (and of the greedy held-out answers)
 
 
-def tokenized(cfg: SpinConfig, run: Run, source: str | None, train_rows, held) -> Pairs:
+def tokenized(cfg: SpinConfigs, run: Run, source: str | None, train_rows, held) -> Pairs:
     """Both sets through THE formatter with ``source``'s tokenizer; the answer budget is
     ``max_completion_length`` or the longest training answer (held-out answers cut to it)."""
-    tokenizer = load_tokenizer(source, prompt_style_of(cfg))
-    p_train, y_train, cut_train = tokenize_pairs(tokenizer, train_rows, cfg.max_completion_length)
-    gen_len = cfg.max_completion_length or max(len(c) for c in y_train)
+    tokenizer = load_tokenizer(source, prompt_style_of(cfg.policy))
+    p_train, y_train, cut_train = tokenize_pairs(tokenizer, train_rows, cfg.spin.max_completion_length)
+    gen_len = cfg.spin.max_completion_length or max(len(c) for c in y_train)
     p_held, y_held, _ = tokenize_pairs(tokenizer, held, gen_len)
     if cut_train and run.is_main:
         print(f"note: {cut_train} data answers are longer than max_completion_length={gen_len} "

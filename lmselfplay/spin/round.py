@@ -19,7 +19,7 @@ from typing import Any
 from lmselfplay.lm.engines.base import SamplingParams
 from lmselfplay.lm.engines.hf import HFEngine
 from lmselfplay.lm.prompt import format_prompt
-from lmselfplay.spin.config import SpinConfig, dpo_losses
+from lmselfplay.spin.config import SpinConfigs, dpo_losses
 from lmselfplay.spin.pairs import Pairs, load_dataset_dir, save_dataset
 from lmselfplay.spin.sampling import opponent_answers, sharded
 from lmselfplay.spin.trainers import (
@@ -50,7 +50,7 @@ def iteration_dataset(tokenizer: Any, rows: list[dict[str, Any]], prompts: list[
         "iteration": [t] * len(rows), "generator": [generator] * len(rows)})
 
 
-def opponent_dataset(cfg: SpinConfig, run: Run, engine: HFEngine, pairs: Pairs, train_rows, held, t: int,
+def opponent_dataset(cfg: SpinConfigs, run: Run, engine: HFEngine, pairs: Pairs, train_rows, held, t: int,
                      theta_t: str | None) -> Any:
     """Step 1 of iteration ``t`` (once: saved in ``iter-t/data``): y' ~ p_theta_t(.|x) for
     every training and held-out prompt, from the same prompt ids the trainer will see, up to
@@ -60,8 +60,8 @@ def opponent_dataset(cfg: SpinConfig, run: Run, engine: HFEngine, pairs: Pairs, 
     it_dir = run.out / f"iter-{t}"
     if not (it_dir / "data" / "COMPLETE").exists():
         state = run.acc
-        sp = SamplingParams(max_new_tokens=pairs.gen_len, temperature=cfg.temperature, top_p=cfg.top_p,
-                            seed=cfg.seed * 1_000_003 + 7919 * t + 104_729 * state.process_index)
+        sp = SamplingParams(max_new_tokens=pairs.gen_len, temperature=cfg.spin.temperature, top_p=cfg.spin.top_p,
+                            seed=cfg.spin.seed * 1_000_003 + 7919 * t + 104_729 * state.process_index)
         gen = sharded(state, pairs.p_train + pairs.p_held, lambda ps: opponent_answers(
             engine, ps, sp, cfg, f"generate y' (iteration {t})"))
         n, who, tok = len(pairs.p_train), str(theta_t), pairs.tokenizer
@@ -72,14 +72,14 @@ def opponent_dataset(cfg: SpinConfig, run: Run, engine: HFEngine, pairs: Pairs, 
     return load_dataset_dir(it_dir / "data")
 
 
-def dpo_update(cfg: SpinConfig, run: Run, model: Any, pairs: Pairs, data: Any, t: int, theta_t: str | None,
+def dpo_update(cfg: SpinConfigs, run: Run, model: Any, pairs: Pairs, data: Any, t: int, theta_t: str | None,
                lam: float) -> tuple[Path, dict[str, Any]]:
     """Step 2: theta_{t+1} by DPO with beta = lambda_t against the frozen reference theta_t,
     saved as ``checkpoint-<t+1>`` (the next iteration starts from it); its training stats."""
     from trl import DPOConfig
 
     it_dir = run.out / f"iter-{t}"
-    if cfg.use_lora:
+    if cfg.policy.use_lora:
         del model
         model, _ = load_model(cfg, theta_t, run.acc, lora=True)
         ref_model = None  # reference = adapter disabled = theta_t (TRL does this for PEFT)
@@ -87,7 +87,7 @@ def dpo_update(cfg: SpinConfig, run: Run, model: Any, pairs: Pairs, data: Any, t
         ref_model = copy.deepcopy(model).eval().requires_grad_(False)
         model.float()  # float32 master weights (AdamW loses bf16 updates); bf16=True autocasts
     args = DPOConfig(**trainer_args(cfg, it_dir / "trainer", run.acc.device.type == "cpu",
-                                    num_train_epochs=cfg.num_train_epochs, learning_rate=cfg.learning_rate),
+                                    num_train_epochs=cfg.spin.num_train_epochs, learning_rate=cfg.spin.learning_rate),
                      beta=lam, **dpo_losses(cfg), max_length=None, precompute_ref_log_probs=False)
     trainer = pretokenized_dpo_trainer()(model=model, ref_model=ref_model, args=args,
                                          train_dataset=data["train"].select_columns(list(IDS)),

@@ -13,7 +13,7 @@ from tqdm.auto import tqdm
 
 from lmselfplay.lm.engines.base import SamplingParams, generate_fitting
 from lmselfplay.lm.engines.hf import HFEngine
-from lmselfplay.spin.config import SpinConfig
+from lmselfplay.spin.config import SpinConfigs
 
 
 def sharded(state: PartialState, items: list[Any], fn: Any) -> list[Any]:
@@ -35,7 +35,7 @@ def generate(engine: HFEngine, prompts: list[list[int]], sp: SamplingParams, bat
 
 
 def opponent_answers(engine: HFEngine, prompts: list[list[int]], sp: SamplingParams,
-                     cfg: SpinConfig, desc: str) -> list[tuple[list[int], str, str]]:
+                     cfg: SpinConfigs, desc: str) -> list[tuple[list[int], str, str]]:
     """y' for each prompt: (sampled token ids exactly as sampled, their text, finish reason)."""
     return [(c.token_ids, c.text, c.finish_reason)
-            for c in generate(engine, prompts, sp, cfg.generation_batch_size, cfg.progress, desc)]
+            for c in generate(engine, prompts, sp, cfg.spin.generation_batch_size, cfg.spin.progress, desc)]

@@ -12,16 +12,16 @@ from typing import Any
 from accelerate import PartialState
 
 from lmselfplay.models.policy import load_policy
-from lmselfplay.spin.config import SpinConfig
+from lmselfplay.spin.config import SpinConfigs
 from lmselfplay.utils.checkpoint import atomic_dir, save_json
 
 IDS = ("prompt_ids", "chosen_ids", "rejected_ids")
 
 
-def load_model(cfg: SpinConfig, path: str | None, state: PartialState, lora: bool) -> tuple[Any, Any]:
+def load_model(cfg: SpinConfigs, path: str | None, state: PartialState, lora: bool) -> tuple[Any, Any]:
     """The model at ``path`` (None: the embedded one) and its tokenizer, on this process's device."""
     device = "cpu" if state.device.type == "cpu" else str(state.device)
-    return load_policy(cfg, model_name_or_path=path, device=device, use_lora=lora)
+    return load_policy(cfg.policy, model_name_or_path=path, device=device, use_lora=lora)
 
 
 def save_iterate(trainer: Any, tokenizer: Any, final_dir: Path, info: dict[str, Any]) -> None:
@@ -59,17 +59,17 @@ def pretokenized_dpo_trainer() -> type:
     return PretokenizedDPOTrainer
 
 
-def trainer_args(cfg: SpinConfig, out: Path, on_cpu: bool, **kw: Any) -> dict[str, Any]:
+def trainer_args(cfg: SpinConfigs, out: Path, on_cpu: bool, **kw: Any) -> dict[str, Any]:
     """The TRL arguments the SFT and DPO phases share (bf16 only off the CPU, with a bf16 or auto
     dtype); ``kw``: the phase's own (epochs, learning rate)."""
-    return dict(output_dir=str(out), per_device_train_batch_size=cfg.per_device_train_batch_size,
-                gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-                lr_scheduler_type=cfg.lr_scheduler_type, warmup_steps=cfg.warmup_steps,
-                gradient_checkpointing=cfg.gradient_checkpointing, logging_steps=cfg.logging_steps,
-                save_strategy="steps", save_steps=cfg.save_steps, save_total_limit=1,
-                use_cpu=on_cpu, bf16=not on_cpu and cfg.dtype in ("auto", "bfloat16"),
-                report_to="none", seed=cfg.seed, data_seed=cfg.seed,
-                disable_tqdm=not cfg.progress, **kw)
+    return dict(output_dir=str(out), per_device_train_batch_size=cfg.spin.per_device_train_batch_size,
+                gradient_accumulation_steps=cfg.spin.gradient_accumulation_steps,
+                lr_scheduler_type=cfg.spin.lr_scheduler_type, warmup_steps=cfg.spin.warmup_steps,
+                gradient_checkpointing=cfg.policy.gradient_checkpointing, logging_steps=cfg.spin.logging_steps,
+                save_strategy="steps", save_steps=cfg.spin.save_steps, save_total_limit=1,
+                use_cpu=on_cpu, bf16=not on_cpu and cfg.policy.dtype in ("auto", "bfloat16"),
+                report_to="none", seed=cfg.spin.seed, data_seed=cfg.spin.seed,
+                disable_tqdm=not cfg.spin.progress, **kw)
 
 
 def last_trainer_checkpoint(path: Path) -> str | None:
@@ -79,21 +79,21 @@ def last_trainer_checkpoint(path: Path) -> str | None:
     return get_last_checkpoint(str(path)) if path.is_dir() else None
 
 
-def sft_phase(cfg: SpinConfig, start: str | None, out: Path, prompts: list[list[int]],
+def sft_phase(cfg: SpinConfigs, start: str | None, out: Path, prompts: list[list[int]],
               answers: list[list[int]], tokenizer: Any, state: PartialState) -> Path:
     """Supervised fine-tuning of ``start`` on the data answers (loss on the answer tokens),
     ``sft_epochs`` epochs at ``sft_learning_rate``; saved as ``out/checkpoint-0``."""
     import datasets
     from trl import SFTConfig, SFTTrainer
 
-    model, _ = load_model(cfg, start, state, lora=cfg.use_lora)
-    if not cfg.use_lora:
+    model, _ = load_model(cfg, start, state, lora=cfg.policy.use_lora)
+    if not cfg.policy.use_lora:
         model.float()  # float32 master weights (AdamW loses bf16 updates); bf16=True autocasts
     sft = datasets.Dataset.from_dict({
         "input_ids": [p + y for p, y in zip(prompts, answers)],
         "completion_mask": [[0] * len(p) + [1] * len(y) for p, y in zip(prompts, answers)]})
-    args = SFTConfig(**trainer_args(cfg, out / "sft", state.device.type == "cpu", num_train_epochs=cfg.sft_epochs,
-                                    learning_rate=cfg.sft_learning_rate),
+    args = SFTConfig(**trainer_args(cfg, out / "sft", state.device.type == "cpu", num_train_epochs=cfg.spin.sft_epochs,
+                                    learning_rate=cfg.spin.sft_learning_rate),
                      completion_only_loss=True, max_length=None, packing=False)
     trainer = SFTTrainer(model=model, args=args, train_dataset=sft, processing_class=tokenizer)
     trainer.train(resume_from_checkpoint=last_trainer_checkpoint(out / "sft"))

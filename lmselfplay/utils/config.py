@@ -1,9 +1,14 @@
-"""Recipe configs: a dataclass, filled from ``--config file.yaml`` then command-line flags.
+"""Recipe configs: dataclasses, filled from ``--config file.yaml`` then command-line flags.
 
-``parse_config(MyConfig)`` follows TRL's ``TrlParser`` convention (YAML + CLI overrides,
-CLI wins) but rejects unknown keys in the YAML *and* on the command line by name, which
-TrlParser does not do for YAML. Booleans accept ``--flag``, ``--flag true/false``; lists
-are given as YAML lists or space-separated on the command line.
+A recipe parses a tuple of config classes the way TRL's scripts do
+(``HfArgumentParser((ScriptArguments, GRPOConfig, ModelConfig))``): its own arguments plus
+the config of each component it builds (trainer, policy, engine, run, ...). One flat YAML and
+one flat set of flags fill them all, each key going to the class that declares it
+(:func:`parse_configs`); a recipe keeps the parts in a :class:`Configs` container and hands
+each component its own part. Unlike TrlParser, unknown keys are refused by name in the YAML
+too. Booleans accept ``--flag``, ``--flag true/false``; lists are given as YAML lists or
+space-separated on the command line. ``--help`` lists the flags grouped by class (each class's
+``_argument_group_name``).
 """
 
 from __future__ import annotations
@@ -16,13 +21,11 @@ import types
 import typing
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import yaml
 
 from lmselfplay.utils.errors import UserError
-
-T = TypeVar("T")
 
 
 class ConfigError(UserError, ValueError):
@@ -84,22 +87,46 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def check_renamed(cls: type, keys: Sequence[str], where: str) -> None:
-    """ConfigError naming the new name of a key the class lists in ``renamed_keys``
-    ({old: new}): an old config says what to change instead of just failing."""
-    renamed = getattr(cls, "renamed_keys", {})
-    old = [k for k in keys if k in renamed]
+def as_classes(classes: type | Sequence[type]) -> tuple[type, ...]:
+    """One class or a tuple of them, as a tuple."""
+    return (classes,) if isinstance(classes, type) else tuple(classes)
+
+
+def field_owners(classes: type | Sequence[type]) -> dict[str, type]:
+    """{field name: the class of ``classes`` that declares it}; a name declared by two of them
+    is a TypeError (one flag, one owner)."""
+    owners: dict[str, type] = {}
+    for cls in as_classes(classes):
+        for f in dataclasses.fields(cls):
+            if f.name in owners:
+                raise TypeError(f"field {f.name!r} is declared by both {owners[f.name].__name__} and {cls.__name__}: "
+                                "in one parsed tuple a flag has one owner")
+            owners[f.name] = cls
+    return owners
+
+
+def check_renamed(classes: type | Sequence[type], keys: Sequence[str], where: str) -> None:
+    """ConfigError naming the new name of a key a class lists in ``renamed_keys``
+    ({old: new}), or saying why the recipe does not use a key a class lists in ``unused_keys``
+    ({key: why}, a flag a shipped config or doc once gave it): an old config says what to
+    change instead of just failing."""
+    renamed = {k: v for cls in as_classes(classes) for k, v in getattr(cls, "renamed_keys", {}).items()}
+    unused = {k: v for cls in as_classes(classes) for k, v in getattr(cls, "unused_keys", {}).items()}
+    old = [f"{k} is now called {renamed[k]}" for k in keys if k in renamed]
+    old += [f"{k} is not used by this recipe: {unused[k]}" for k in keys if k in unused]
     if old:
-        raise ConfigError(f"{where}: {', '.join(f'{k} is now called {renamed[k]}' for k in old)}")
+        raise ConfigError(f"{where}: {'; '.join(old)}")
 
 
-def check_keys(cls: type, data: dict[str, Any], where: str) -> None:
-    check_renamed(cls, list(data), where)
-    known = {f.name for f in dataclasses.fields(cls)}
+def check_keys(classes: type | Sequence[type], data: dict[str, Any], where: str) -> None:
+    """ConfigError for a renamed key (:func:`check_renamed`) or a key no class declares."""
+    check_renamed(classes, list(data), where)
+    known = set(field_owners(classes))
     unknown = sorted(set(data) - known)
     if unknown:
+        names = ", ".join(cls.__name__ for cls in as_classes(classes))
         raise ConfigError(f"unknown key(s) in {where}: {', '.join(unknown)} "
-                          f"(known keys of {cls.__name__}: {', '.join(sorted(known))})")
+                          f"(known keys of {names}: {', '.join(sorted(known))})")
 
 
 def check_value(cls: type, key: str, value: Any, where: str) -> Any:
@@ -128,36 +155,99 @@ def check_value(cls: type, key: str, value: Any, where: str) -> Any:
     return float(value) if expected is float else value
 
 
-def parse_config(cls: type[T], argv: Sequence[str] | None = None) -> T:
-    """Build ``cls`` from ``--config FILE`` (optional) and ``--key value`` overrides."""
+def parse_configs(classes: Sequence[type], argv: Sequence[str] | None = None,
+                  defaults: dict[str, Any] | None = None) -> tuple[Any, ...]:
+    """One instance of each class of ``classes``, in order, from ``--config FILE`` (optional,
+    one flat mapping) and ``--key value`` flags, each key going to the class that declares it.
+
+    Rules: a field name declared by two of the classes is a TypeError; ``defaults`` (a
+    recipe's own defaults for its components' fields) lie under the YAML, which lies under the
+    flags; an unknown or renamed key (YAML or flag) and a value of the wrong type are one-line
+    ConfigErrors naming the key; each instance validates itself when it is built."""
     from transformers import (
         HfArgumentParser,  # here: the Config base must stay cheap to import (sandbox)
     )
 
+    classes = as_classes(classes)
+    owners = field_owners(classes)
+    strangers = sorted(set(defaults or {}) - set(owners))
+    if strangers:
+        raise TypeError(f"defaults name fields no class declares: {', '.join(strangers)}")
     argv = list(sys.argv[1:] if argv is None else argv)
-    data: dict[str, Any] = {}
+    data: dict[str, Any] = dict(defaults or {})
     if "--config" in argv:
         i = argv.index("--config")
         if i + 1 >= len(argv):
             raise ConfigError("--config needs a file name")
-        data = load_yaml(argv[i + 1])
-        check_keys(cls, data, argv[i + 1])
-        data = {k: check_value(cls, k, v, argv[i + 1]) for k, v in data.items()}
+        where = argv[i + 1]
+        loaded = load_yaml(where)
+        check_keys(classes, loaded, where)
+        data.update({k: check_value(owners[k], k, v, where) for k, v in loaded.items()})
         del argv[i : i + 2]
-    parser = HfArgumentParser(cls)
+    parser = HfArgumentParser(classes)
     parser.set_defaults(**data)
-    parser.error = _raise_config_error(cls, parser.prog)  # argparse would print and exit
-    (cfg, rest) = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+    parser.error = _raise_config_error(classes, parser.prog)  # argparse would print and exit
+    *cfgs, rest = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
     if rest:
-        check_renamed(cls, [a[2:].split("=")[0] for a in rest if a.startswith("--")], "command line")
-        raise ConfigError(f"unknown command-line argument(s): {' '.join(rest)} "
-                          f"(see --help for the keys of {cls.__name__})")
-    return cfg
+        check_renamed(classes, [a[2:].split("=")[0] for a in rest if a.startswith("--")], "command line")
+        raise ConfigError(f"unknown command-line argument(s): {' '.join(rest)} (see --help for the keys)")
+    return tuple(cfgs)
 
 
-def _raise_config_error(cls: type, prog: str):
+@dataclasses.dataclass(frozen=True)
+class Configs:
+    """A recipe's parsed configs: one field per part, typed by its config class (the recipe's
+    own arguments first, then each component's config), e.g.
+    ``SelfPlayConfigs(selfplay: SelfPlayArgs, trainer: TrainerConfig, ...)``.
+
+    Rules: :meth:`parse` fills every part from one flat YAML and one flat set of flags
+    (:func:`parse_configs`); a component is built from its own part only
+    (``PolicyTrainer(model, tok, args.trainer)``); ``defaults`` holds the recipe's own defaults
+    for its components' fields (``{"output_dir": "runs/selfplay_games"}``); a check that needs
+    two parts is the container's ``validate``, run when it is built; :meth:`as_dict` is the
+    flat dict of every field (a run's ``config.json``)."""
+
+    defaults: ClassVar[dict[str, Any]] = {}
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Checks that span parts (none here)."""
+
+    @classmethod
+    def classes(cls) -> tuple[type, ...]:
+        """The config class of each part, in field order."""
+        hints = typing.get_type_hints(cls)
+        return tuple(hints[f.name] for f in dataclasses.fields(cls))
+
+    @classmethod
+    def parse(cls: type[C], argv: Sequence[str] | None = None) -> C:
+        """The recipe's configs from ``--config FILE`` and the flags (``sys.argv`` by default)."""
+        return cls(*parse_configs(cls.classes(), argv, cls.defaults))
+
+    @classmethod
+    def build(cls: type[C], **values: Any) -> C:
+        """The recipe's configs from flat ``field=value`` pairs, each going to its part (the
+        rest: the recipe's defaults, then the classes')."""
+        owners = field_owners(cls.classes())
+        unknown = sorted(set(values) - set(owners))
+        if unknown:
+            raise ConfigError(f"unknown key(s): {', '.join(unknown)} (not a field of {cls.__name__}'s parts)")
+        values = {**cls.defaults, **values}
+        return cls(*(klass(**{k: v for k, v in values.items() if owners[k] is klass}) for klass in cls.classes()))
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every part's fields in one flat dict (names are unique across the parts)."""
+        return {k: v for f in dataclasses.fields(self) for k, v in dataclasses.asdict(getattr(self, f.name)).items()}
+
+
+C = TypeVar("C", bound=Configs)
+
+
+def _raise_config_error(classes: Sequence[type], prog: str):
     """argparse's error hook: name the field, the value and the type it expects."""
-    types = {f.name: getattr(f.type, "__name__", str(f.type)) for f in dataclasses.fields(cls)}
+    types = {f.name: getattr(f.type, "__name__", str(f.type)) for cls in classes for f in dataclasses.fields(cls)}
 
     def error(message: str) -> None:
         m = re.match(r"argument --(\w+)(?:/[^:]*)?: invalid (\w+) value: '(.*)'", message)
@@ -195,7 +285,3 @@ def parse_weights(spec: str, defaults: dict[str, float], what: str,
     if sum(out.values()) <= 0:
         raise ValueError(f"{what} are all zero")
     return out
-
-
-def to_dict(cfg: Any) -> dict[str, Any]:
-    return dataclasses.asdict(cfg)

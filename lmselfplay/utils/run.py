@@ -1,10 +1,10 @@
 """What every recipe run shares: its run-level flags and one run per output folder.
 
-* :class:`RunConfig` — a mixin for a recipe's config dataclass, the run's fields declared once:
-  ``output_dir``, ``resume``, ``tensorboard``, ``resume_fallback`` (read by :class:`Run`'s
+* :class:`RunConfig` — the run's config (one part of a recipe's configs), its fields declared
+  once: ``output_dir``, ``resume``, ``tensorboard``, ``resume_fallback`` (read by :class:`Run`'s
   fresh-vs-resume decision), ``collective_timeout_s`` (how long a rank waits in a collective
   for a dead peer before it fails) and ``overwrite_output_dir``; :class:`PeriodicCheckpoints`
-  adds ``checkpoint_every`` for the recipes that checkpoint every N steps.
+  holds ``checkpoint_every`` for the recipes that checkpoint every N steps.
 * :func:`claim_output_dir` — the one call at the start of every recipe's ``main``. Its rules:
   an ``output_dir`` that is a file, or that cannot be created or written, is a one-line
   :class:`UserError`; a live run's folder is refused (the lock below); a fresh run (no
@@ -19,11 +19,11 @@
   on the same folder gets a :class:`RunLocked` naming the live run's pid. The kernel drops the
   lock when the process dies however it dies, so a killed run never blocks ``--resume``.
   Re-entrant within one process (a test calling ``main`` twice on one folder).
-* :class:`Run` — the skeleton every recipe's ``main`` runs in (``with Run(cfg) as run:``):
+* :class:`Run` — the skeleton every recipe's ``main`` runs in (``with Run(args.run, ...) as run:``):
   process set-up, the folder claim, the fresh-vs-resume decision, ``config.json``, the
   metrics log, checkpoint timing, the atomic final model and the teardown (see its doc).
 * :func:`check_resumed_config` — a resume compares the run's saved ``config.json`` with the
-  new config: every differing field is printed (``field: old -> new``), and a field of
+  new one (the flat dict of all the recipe's fields): every differing field is printed (``field: old -> new``), and a field of
   :attr:`RunConfig.resume_fixed` refuses the resume unless ``--resume_with_changes true``.
 """
 
@@ -55,7 +55,9 @@ _held: dict[Path, int] = {}  # resolved output_dir -> open lock fd (kept for the
 @dataclass
 class RunConfig(Config):
     """The run's own fields, declared here once for every recipe. A recipe names its default
-    folder with the class attribute ``run_name`` (``output_dir`` left empty: ``runs/<run_name>``).
+    folder in its configs' defaults (``{"output_dir": "runs/<recipe>"}``); a class mixing this
+    one in may name it with the class attribute ``run_name`` (``output_dir`` left empty:
+    ``runs/<run_name>``).
 
     ``resume_fixed`` is the one list of the fields a resume may not change (without
     ``--resume_with_changes true``). The rule: a field is fixed when a new value would make the
@@ -64,9 +66,10 @@ class RunConfig(Config):
     set), the model (which one, the shape of its adapters or network), and the size of a buffer
     the checkpoint holds (league, replay, bank, pool; a second model). Every other field — logging,
     evaluation, output, speed, threads, the schedule's length (``max_steps`` extends a run) — may
-    change: the resume prints it and goes on. A name a config does not have is skipped; a recipe
+    change: the resume prints it and goes on. A name a config does not have is skipped; a subclass
     adds its own fields with ``resume_fixed = RunConfig.resume_fixed | {"field", ...}``."""
 
+    _argument_group_name = "run (lmselfplay.utils.run.RunConfig)"
     run_name: ClassVar[str] = "run"
     resume_fixed: ClassVar[frozenset[str]] = frozenset({
         "games", "game", "game_args", "task_form", "task_families", "reasoning_gym_datasets", "dataset_path",
@@ -99,10 +102,12 @@ class RunConfig(Config):
 
 @dataclass
 class PeriodicCheckpoints(Config):
-    """A mixin beside :class:`RunConfig` for the recipes that checkpoint every N steps
-    (:meth:`Run.checkpoint_due`); recipes that checkpoint once per iteration or phase (SPIN,
-    R-Zero) do not take it, so the flag is never accepted and then ignored."""
+    """A part beside :class:`RunConfig` for the recipes that checkpoint every N steps (its
+    ``checkpoint_every`` goes to :class:`Run`, read by :meth:`Run.checkpoint_due`); recipes that
+    checkpoint once per iteration or phase (SPIN, R-Zero) do not take it, so the flag is never
+    accepted and then ignored."""
 
+    _argument_group_name = "checkpoints (lmselfplay.utils.run.PeriodicCheckpoints)"
     renamed_keys: ClassVar[dict[str, str]] = {"save_every": "checkpoint_every"}
     checkpoint_every: int = field(default=10, metadata={
         "help": "steps (iterations) between checkpoints (0: none; the iteration recipes also save the last one)"})
@@ -129,7 +134,7 @@ def claim_output_dir(cfg: Any) -> Path:
     (see the module doc); returns it as a Path. ``cfg`` has ``output_dir``, ``resume`` and
     :class:`RunConfig`'s fields."""
     out = Path(cfg.output_dir)
-    overwrite = getattr(cfg, "overwrite_output_dir", False)
+    overwrite = cfg.overwrite_output_dir
     if cfg.resume and overwrite:
         raise ConfigError("resume and overwrite_output_dir exclude each other: --resume continues the run "
                           f"in {out}, --overwrite_output_dir deletes it")
@@ -223,26 +228,27 @@ def release_output_dir(output_dir: str | Path) -> None:
 RESUME_ITSELF = ("resume", "resume_with_changes", "resume_fallback", "overwrite_output_dir")  # how, not what
 
 
-def config_changes(saved: dict[str, Any], cfg: Any) -> dict[str, tuple[Any, Any]]:
-    """{field: (saved value, new value)} for every field of ``cfg`` (and of ``saved``) whose
-    value differs, compared as ``config.json`` stores them; the fields that say how the run is
-    resumed (:data:`RESUME_ITSELF`) are not compared. A field one side lacks is ``"(absent)"``."""
-    new = json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
+def config_changes(saved: dict[str, Any], config: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """{field: (saved value, new value)} for every field of ``config`` (the flat dict of the
+    recipe's fields) and of ``saved`` whose value differs, compared as ``config.json`` stores
+    them; the fields that say how the run is resumed (:data:`RESUME_ITSELF`) are not compared. A
+    field one side lacks is ``"(absent)"``."""
+    new = json.loads(json.dumps(config, default=str))
     names = list(new) + [k for k in saved if k not in new]
     return {k: (saved.get(k, "(absent)"), new.get(k, "(absent)")) for k in names
             if k not in RESUME_ITSELF and saved.get(k, "(absent)") != new.get(k, "(absent)")}
 
 
-def check_resumed_config(cfg: Any, out: Path, say: Callable[[str], None]) -> None:
-    """A resume's config against the one the run saved (``out/config.json``, written by the
-    last start): each differing field is said as ``field: old -> new``; when one of them is in
-    the config's ``resume_fixed`` (:class:`RunConfig`'s rule), a one-line ConfigError naming
-    them, unless ``cfg.resume_with_changes``. Nothing is said when nothing differs or nothing
-    was saved."""
+def check_resumed_config(cfg: RunConfig, config: dict[str, Any], out: Path, say: Callable[[str], None]) -> None:
+    """A resume's config (``config``, the flat dict of the recipe's fields) against the one the
+    run saved (``out/config.json``, written by the last start): each differing field is said as
+    ``field: old -> new``; when one of them is in the run config's ``resume_fixed``
+    (:class:`RunConfig`'s rule), a one-line ConfigError naming them, unless
+    ``cfg.resume_with_changes``. Nothing is said when nothing differs or nothing was saved."""
     path = out / "config.json"
     if not path.is_file():
         return
-    changes = config_changes(json.loads(path.read_text()), cfg)
+    changes = config_changes(json.loads(path.read_text()), config)
     if not changes:
         return
     say(f"--resume: the config differs from the saved one ({path}):")
@@ -291,9 +297,15 @@ def process_state(timeout_s: float):
 
 
 class Run:
-    """One recipe run, from process set-up to teardown: ``with Run(cfg) as run: ...``.
+    """One recipe run, from process set-up to teardown:
+    ``with Run(args.run, args.as_dict(), gradient_accumulation_steps=..., checkpoint_every=...) as run: ...``.
 
     Rules:
+
+    * Built from its own :class:`RunConfig` (``cfg``); what it needs from the rest of the recipe
+      is passed: ``config``, the flat dict of all the recipe's fields (``config.json``, compared on
+      a resume; default: ``cfg``'s own), ``gradient_accumulation_steps`` (the trainer's, for the
+      accelerator) and ``checkpoint_every`` (:class:`PeriodicCheckpoints`'; 0: none).
 
     * Process set-up, one way: ``trains_with="accelerator"`` (the recipes whose
       ``PolicyTrainer`` shares it) makes ``run.acc`` with :func:`make_accelerator`;
@@ -310,7 +322,7 @@ class Run:
       compares the config with the saved one first (:func:`check_resumed_config`).
     * :meth:`open_log` writes ``config.json`` and opens ``metrics.jsonl`` on the main
       process; :meth:`log` writes a row there (other processes: nothing).
-    * :meth:`checkpoint_due` is the one reading of ``checkpoint_every``; every checkpoint
+    * :meth:`checkpoint_due` is the one use of ``checkpoint_every``; every checkpoint
       is written through :func:`lmselfplay.utils.checkpoint.commit_dir`.
     * :meth:`save_final_model` gathers the weights on every rank (ZeRO-3 shards) and saves
       them atomically on the main process.
@@ -319,12 +331,15 @@ class Run:
       ends normally waits for the other ranks first (a failed peer would hang it).
     """
 
-    def __init__(self, cfg: Any, trains_with: str = "accelerator",
+    def __init__(self, cfg: RunConfig, config: dict[str, Any] | None = None, *, gradient_accumulation_steps: int = 1,
+                 checkpoint_every: int = 0, trains_with: str = "accelerator",
                  checkpoints: Callable[[Path], list[Path]] = checkpoint_dirs):
         if trains_with not in ("accelerator", "state"):
             raise ValueError(f"trains_with must be accelerator or state, got {trains_with!r}")
         self.cfg = cfg
-        self.acc = make_accelerator(cfg.gradient_accumulation_steps, timeout_s=cfg.collective_timeout_s) \
+        self.config = dataclasses.asdict(cfg) if config is None else config
+        self.checkpoint_every = checkpoint_every
+        self.acc = make_accelerator(gradient_accumulation_steps, timeout_s=cfg.collective_timeout_s) \
             if trains_with == "accelerator" else process_state(cfg.collective_timeout_s)
         self.logger: MetricsLogger | None = None
         self._open: list[Any] = []
@@ -333,7 +348,7 @@ class Run:
             self.checkpoint = newest_intact(checkpoints(self.out), self.out, cfg.resume_fallback) \
                 if cfg.resume else None
             if self.checkpoint is not None:
-                check_resumed_config(cfg, self.out, lambda line: self.acc.print(line, file=sys.stderr))
+                check_resumed_config(cfg, self.config, self.out, lambda line: self.acc.print(line, file=sys.stderr))
         except BaseException:  # a refused folder or no intact checkpoint: no process group left behind
             self._end_processes()
             raise
@@ -362,7 +377,7 @@ class Run:
         ``resume_step``: the step a resumed run continues from (later rows of the killed
         run are dropped), None for a fresh run."""
         if self.is_main:
-            save_json(self.out / "config.json", dataclasses.asdict(self.cfg))
+            save_json(self.out / "config.json", self.config)
             self.logger = MetricsLogger(self.out, tensorboard=self.cfg.tensorboard, resume_step=resume_step)
         return self.logger
 
@@ -373,7 +388,7 @@ class Run:
     def checkpoint_due(self, step: int, last: bool = False) -> bool:
         """Whether a checkpoint is written after ``step`` (every ``checkpoint_every``; with
         ``last``, also after the final step)."""
-        every = self.cfg.checkpoint_every
+        every = self.checkpoint_every
         return bool(every and step % every == 0) or (last and every > 0)
 
     def save_final_model(self, model: Any, unwrapped: Any, tokenizer: Any, name: str = "final_model") -> Path:

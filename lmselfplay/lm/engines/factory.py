@@ -36,6 +36,7 @@ ENGINES = ("hf", "vllm", "vllm-server")
 
 @dataclass
 class EngineConfig(StalenessConfig):
+    _argument_group_name = "engine (lmselfplay.lm.engines.EngineConfig)"
     engine: str = field(default="hf", metadata={"help": "rollout engine: hf | vllm | vllm-server"})
     vllm_gpu_memory_utilization: float = field(default=0.3, metadata={
         "help": "engine=vllm: share of GPU memory vLLM reserves (weights + KV cache); the trainer keeps the rest"})

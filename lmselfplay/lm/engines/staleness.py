@@ -34,6 +34,7 @@ class StaleWeightsWarning(UserWarning):
 
 @dataclass
 class StalenessConfig(Config):
+    _argument_group_name = "staleness (lmselfplay.lm.engines.staleness.StalenessConfig)"
     staleness_threshold: float = field(default=0.1, metadata={
         "help": "mean |trainer - engine| log-prob of sampled tokens above which the engine is stale (0: off)"})
     strict_sync: bool = field(default=False, metadata={"help": "a stale engine is an error, not a warning"})
