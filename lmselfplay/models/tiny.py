@@ -9,7 +9,9 @@ steps, so the next call continues a killed build where it stopped, to the same w
 Builds are named (:data:`BUILDS`, ``lmselfplay bootstrap --build v4``): v6, the shipped
 default, is v3 (the corpus below, from scratch) trained further on a mix heavy in
 arithmetic word problems; v4 reads with the "cells" tokenizer (one token per board cell,
-digit and move name) and adds board-reading and judge-format tasks to the corpus. The result is a normal Hugging Face folder:
+digit and move name) and adds board-reading and judge-format tasks to the corpus; v7 is a
+2-layer Llama that reads tic-tac-toe's cells text (``game_params``: a build's game texts, recorded
+in its config.json and read back by :func:`make_game_for`). The result is a normal Hugging Face folder:
 ``AutoModelForCausalLM.from_pretrained(path)`` / ``AutoTokenizer.from_pretrained(path)``.
 
 The default config's build also ships inside the package (``lmselfplay/models/embedded/``, a
