@@ -23,6 +23,7 @@ import torch
 from lmselfplay import games
 from lmselfplay.games.base import has_enumerable_actions, random_playout, resolve_chance
 from lmselfplay.lm.prompt import encode_prompt
+from lmselfplay.models.tiny import make_game_for
 from lmselfplay.tasks.arithmetic import arithmetic_problem, arithmetic_prompt
 from lmselfplay.tasks.programs import program_output_prompt, python_program
 from lmselfplay.utils.results import save_results
@@ -111,7 +112,7 @@ def main() -> None:
     results = {}
     print(f"\n{'game':12s} {'legal':>8s} {'optimal':>8s} {'(random)':>8s}   n={args.n}, temperature 1")
     for name in games.REGISTRY:
-        game = games.make(name)
+        game = make_game_for(name, path)
         states = random_positions(game, args.n, rng)
         prompts = [game.observation_text(s, game.current_player(s)) for s in states]
         longest = max(len(encode_prompt(tok, p)) for p in prompts)

@@ -174,7 +174,7 @@ import torch
 from lmselfplay.games import make
 from lmselfplay.games.solve import optimal_actions
 from lmselfplay.games.text import ANSWER_INSTRUCTION, OPEN
-from lmselfplay.games.tictactoe import LINES, MARKS
+from lmselfplay.games.tictactoe import CELL_STRINGS, LINES, MARKS, TicTacToe
 from lmselfplay.lm.batching import pad_batch
 from lmselfplay.lm.prompt import encode_prompt
 from lmselfplay.lm.readout import decision_states
@@ -212,33 +212,43 @@ def _named(game, s):
     return [" ".join(f"{i + 1}{MARKS[s.board[i]]}" for i in range(r * 3, r * 3 + 3)) for r in range(3)]
 
 
-BOARDS = {"default": lambda g, s: g.board_text(s), "grid": _grid, "named": _named}
+def _cells_line(game, s):
+    """The cells text's nine named cells on one line: ``1X2_3O4_5X6_7_8_9O``."""
+    return ["".join(TicTacToe(board="cells").board_text(s))]
+
+
+BOARDS = {"default": lambda g, s: g.board_text(s), "grid": _grid, "named": _named,
+          "cells": lambda g, s: TicTacToe(board="cells").board_text(s), "cellsline": _cells_line}
 
 
 def render(game, s, player, fmt="default"):
     """Observation text in format ``fmt`` = BOARD or BOARD_last (BOARD in :data:`BOARDS`).
     ``default`` is the game's own text; ``*_last`` puts the side and board after the legal
     list and instruction, just before ``Answer:``, so the answer-to-cell distances do not
-    depend on the list's length; ``*_only`` is the side and board alone (a diagnostic: no
+    depend on the list's length; ``*_nolist`` is ``*_last`` without the legal-move list; ``*_only`` is the side and board alone (a diagnostic: no
     other text to read past). A control only: the game's text is unchanged."""
+    if fmt == "default":  # the game's own observation, whichever board text it was made with
+        return game.observation_text(s, player)
     board, _, where = fmt.partition("_")
-    if board not in BOARDS or where not in ("", "last", "only"):
-        raise ValueError(f"unknown format {fmt!r}; known: {sorted(BOARDS)} (+ '_last', '_only')")
+    if board not in BOARDS or where not in ("", "last", "only", "nolist"):
+        raise ValueError(f"unknown format {fmt!r}; known: {sorted(BOARDS)} (+ '_last', '_only', '_nolist')")
     side = [f"You play {MARKS[player + 1]}.", *BOARDS[board](game, s)]
     legal = "Legal moves: " + " ".join(game.action_text(a) for a in game.legal_actions(s))
     head = f"Game: {game.name}. Get three in a row."
     lines = {"": [head, *side, legal, ANSWER_INSTRUCTION], "last": [head, legal, ANSWER_INSTRUCTION, *side],
-             "only": side}[where]
+             "nolist": [head, ANSWER_INSTRUCTION, *side], "only": side}[where]
     return "\n".join(lines)
 
 
-def add_cell_tokens(tok):
-    """Add one token per cell and content (``1X`` .. ``9.``, the ``named`` format's cells)
-    to ``tok``: every cell token then carries its cell index in its own embedding, as the
-    MLP's board planes do, whatever the architecture does with position."""
+def add_cell_tokens(tok, fmt="named"):
+    """Add one token per cell and content to ``tok`` (``1X`` .. ``9.`` for the ``named``
+    format's cells, the game's cells text's ``1_`` .. ``9O`` for ``cells*``): every cell token
+    then carries its cell index in its own embedding, as the MLP's board planes do, whatever
+    the architecture does with position."""
     from tokenizers import AddedToken
 
-    tok.add_tokens([AddedToken(f"{i}{m}", normalized=False) for i in range(1, 10) for m in MARKS])
+    strings = CELL_STRINGS if fmt.startswith("cells") else [f"{i}{m}" for i in range(1, 10) for m in MARKS]
+    tok.add_tokens([AddedToken(t, normalized=False) for t in strings])
 
 
 def threat_moves(s):
@@ -480,6 +490,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=0, help="linear lr warmup steps")
     ap.add_argument("--layers", type=int, default=0, help="fresh model's layers (0: the embedded shape)")
     ap.add_argument("--heads", type=int, default=0, help="fresh model's heads (0: the embedded shape)")
+    ap.add_argument("--intermediate", type=int, default=0, help="fresh model's MLP size (0: the embedded shape)")
     ap.add_argument("--arch", default="llama", choices=ARCHS,
                     help="fresh model's architecture (llama: the embedded one's; llama_abspos: + learned "
                          "absolute positions; gpt2)")
@@ -490,15 +501,15 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from lmselfplay.models.tiny import TinyConfig, ensure_tiny_model
+    from lmselfplay.models.tiny import TinyConfig, ensure_tiny_model, make_game_for
 
     path = args.model or str(ensure_tiny_model())
     tok = AutoTokenizer.from_pretrained(path)
     if args.cell_tokens:
         if "embedded" in args.which.split(","):
             ap.error("--cell_tokens changes the vocabulary: fresh models only (--which fresh)")
-        add_cell_tokens(tok)
-    rows = move_token_data(tok, make("tictactoe"), args.split_marks, args.format)
+        add_cell_tokens(tok, args.format)
+    rows = move_token_data(tok, make_game_for("tictactoe", path), args.split_marks, args.format)
     if args.subset:
         rows = random.Random(args.seed + 2).sample(rows, args.subset)
     print(f"{len(rows)} positions; model {path}", flush=True)
@@ -514,7 +525,8 @@ def main() -> None:
             if args.pretrain_steps:
                 continue_pretraining(model, tok, args.pretrain_steps, args.task_weights, args.pretrain_lr, args.seed)
         else:
-            shape = {k: v for k, v in (("num_layers", args.layers), ("num_heads", args.heads)) if v}
+            shape = {k: v for k, v in (("num_layers", args.layers), ("num_heads", args.heads),
+                                       ("intermediate_size", args.intermediate)) if v}
             model = fresh_model(args.arch, TinyConfig(**shape), tok)  # same shape unless --layers/--heads
         print(f"  [{which}] {sum(p.numel() for p in model.parameters()):,} parameters", flush=True)
         if args.legal_steps:  # uniform over the legal moves (the corpus's own target) or over threat_moves

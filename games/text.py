@@ -81,12 +81,21 @@ def parse_named_move(text: Any, legal: dict[str, int]) -> int | Invalid:
     return Invalid(f"{shown!r} is not a legal move (legal: {', '.join(legal)})")
 
 
-def prompt(title: str, rules: str, state_lines: list[str], legal_names: list[str] | None) -> str:
-    """The layout every game's observation uses (short: tiny models read it).
+def prompt(title: str, rules: str, state_lines: list[str], legal_names: list[str] | None,
+           state_last: bool = False) -> str:
+    """The layout every game's observation uses (short: tiny models read it): the title and
+    rules, the state, the legal moves, the answer instruction.
 
-    ``legal_names=None``: moves are free text (no list to show)."""
-    lines = [f"Game: {title}. {rules}", *state_lines]
+    ``legal_names=None``: no list (moves are free text, or the state names them: tic-tac-toe's
+    cells text). ``state_last``: the state
+    lines come after the instruction, next to the answer slot (a small model reads the cells
+    nearest its answer best: tic-tac-toe's cells text)."""
+    lines = [f"Game: {title}. {rules}"]
+    if not state_last:
+        lines += state_lines
     if legal_names is not None:
         lines.append("Legal moves: " + " ".join(legal_names))
     lines.append(ANSWER_INSTRUCTION)
+    if state_last:
+        lines += state_lines
     return "\n".join(lines)

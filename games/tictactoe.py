@@ -1,6 +1,18 @@
 """Tic-tac-toe. Cells are numbered 1..9 row by row (action = cell - 1, as OpenSpiel).
 
 X (player 0) moves first. Single-character move names keep every move one token.
+
+Two board texts (``TicTacToe(board=...)``; the move names and answers are the same):
+
+* ``digits`` (the default): rows ``X 2 O``, a mark where a cell is taken, its number where empty;
+* ``cells``: every cell is one string that names its cell and its content, ``1X2_3O`` per row
+  (:func:`cell_text`), one token each in a tokenizer that has the 27 of them
+  (:data:`CELL_STRINGS`, the v7 build's). A transformer learns the optimal-move function at an
+  MLP's speed only when each board token names its cell (docs/embedded_model.md, the shape
+  probe). The text is short so that the board dominates it: the side to move and the board come
+  last, next to the answer slot, and there is no legal-move list (the board names every empty
+  cell, ``5_``; its move is ``5``). Measured on the full text, the list and an early board each
+  slowed the supervised control (docs/embedded_model.md, v7).
 """
 
 from __future__ import annotations
@@ -14,6 +26,16 @@ from lmselfplay.games.text import parse_named_move, prompt
 
 LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
 MARKS = ".XO"
+# The cells text marks an empty cell "_": a digit followed by "." is common in the corpus's
+# arithmetic ("costs 5."), and a cell token must never match inside other text.
+CELL_MARKS = "_XO"
+CELL_STRINGS = tuple(f"{k}{m}" for k in range(1, 10) for m in CELL_MARKS)
+BOARD_FORMATS = ("digits", "cells")
+
+
+def cell_text(k: int, content: int) -> str:
+    """Cell ``k`` (0-8) holding ``content`` (0 empty, 1 X, 2 O) in the cells text: ``5X``."""
+    return f"{k + 1}{CELL_MARKS[content]}"
 
 
 @dataclass(frozen=True)
@@ -41,6 +63,13 @@ class TicTacToe:
     perfect_information = True
     max_utility = 1.0
     exact_metric = OPTIMAL_MOVES
+
+    def __init__(self, board: str = "digits"):
+        if board not in BOARD_FORMATS:
+            raise ValueError(f"unknown tic-tac-toe board text {board!r}; known: {', '.join(BOARD_FORMATS)}")
+        self.board = board
+        # strings a tokenizer must hold as one token each to read this text (tiny.whole_strings)
+        self.token_strings = CELL_STRINGS if board == "cells" else ()
 
     def new_initial_state(self, seed: int | None = None) -> TicTacToeState:
         return TicTacToeState()
@@ -74,13 +103,18 @@ class TicTacToe:
         return str(a + 1)
 
     def board_text(self, s: TicTacToeState) -> list[str]:
-        """Rows with marks, and the cell number where a cell is empty."""
+        """Rows of the board: ``digits`` marks and the cell number where a cell is empty
+        (``X 2 O``); ``cells`` one named cell after another (``1X2_3O``)."""
+        if self.board == "cells":
+            return ["".join(cell_text(k, s.board[k]) for k in range(r * 3, r * 3 + 3)) for r in range(3)]
         cells = [MARKS[c] if c else str(i + 1) for i, c in enumerate(s.board)]
         return [" ".join(cells[r * 3 : r * 3 + 3]) for r in range(3)]
 
     def observation_text(self, s: TicTacToeState, player: int) -> str:
         rules = "Get three in a row."
         state = [f"You play {MARKS[player + 1]}.", *self.board_text(s)]
+        if self.board == "cells":  # the board names every empty cell: no list beside it
+            return prompt(self.name, rules, state, None, state_last=True)
         return prompt(self.name, rules, state, [self.action_text(a) for a in self.legal_actions(s)])
 
     def parse_action(self, s: TicTacToeState, text: str) -> int | Invalid:

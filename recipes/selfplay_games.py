@@ -66,7 +66,7 @@ from lmselfplay.utils.run import Run
 def main(argv=None):
     cfg = SelfPlayConfigs.parse(argv)  # its own args (cfg.selfplay) and each component's config
     args = cfg.selfplay
-    games = make_games(args.games)
+    games = make_games(args.games, cfg.policy.model_name_or_path)
     check_beta(cfg.trainer.beta, games)
     check_shaping(args, games)
     feedback = make_feedback(cfg.feedback, games)

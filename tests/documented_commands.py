@@ -313,6 +313,16 @@ REGISTRY: list[Command] = [
     Command("lmselfplay bootstrap --build v3", output=r"tiny model: ", slow=True,
             extra="--cache-dir {out} --quiet --num_layers 1 --hidden_size 32 --num_heads 2 --intermediate_size 64 "
                   "--train_steps 2 --batch_size 4 --tokenizer_texts 300"),
+    Command("lmselfplay bootstrap --build v7", output=r"tiny model: ", slow=True,
+            extra="--cache-dir {out} --quiet --hidden_size 32 --num_heads 2 --intermediate_size 64 "
+                  "--train_steps 2 --batch_size 4 --tokenizer_texts 300"),
+    Command(".venv/bin/python benchmarks/bench_ttt_representation.py --which fresh --cell_tokens --layers 2 --heads 8 "
+            "--intermediate 256 --format FORMAT", subs=(("FORMAT", "cells_last"), ("--intermediate 256", "--intermediate 32")),
+            extra="--steps 2 --batch 8 --eval_every 1 --eval_positions 20", output=RESULT, slow=True),
+    Command("python recipes/selfplay_games.py --config recipes/configs/selfplay_games.yaml --model_name_or_path PATH "
+            "--seed S --output_dir /tmp/v7_main_S", subs=(("PATH", "{model}"), ("--seed S", "--seed 1"),
+                                                           ("--output_dir /tmp/v7_main_S", "")),
+            extra=MAIN_JOB, files=("metrics.jsonl",), slow=True),
     Command("python recipes/selfplay_games.py --config recipes/configs/selfplay_games.yaml --model_name_or_path PATH "
             "--lr_scheduler_type constant", subs=(("PATH", "{model}"),), extra=MAIN_JOB,
             files=("metrics.jsonl", "final_model"), slow=True),

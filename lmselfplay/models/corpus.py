@@ -14,6 +14,7 @@ generators (:mod:`lmselfplay.tasks`).
 from __future__ import annotations
 
 import random
+import re
 from typing import Any
 
 from lmselfplay.games.base import CHANCE, random_legal_reset, resolve_chance
@@ -111,20 +112,44 @@ GRID_CELL_QUESTION = "Question: what is in cell {k} of the board (counting row b
 GRID_LINE_QUESTION = "Question: which empty cells would complete a full line of {mark}?"
 
 
+NAMED_CELL = re.compile(r"[1-9][^\d\s]")  # a cell that names itself: "5X" (tic-tac-toe's cells text)
+
+
+def board_row(line: str) -> list[str] | None:
+    """The cells of one board row, or None: n >= 3 one-character cells separated by spaces
+    (``X 2 O``), or n >= 3 named cells written together (``1X2_3O``: digit, then content)."""
+    cells = line.split()
+    if len(cells) >= 3 and all(len(c) == 1 for c in cells):
+        return cells
+    named = NAMED_CELL.findall(line)
+    return named if len(named) >= 3 and "".join(named) == line.strip() else None
+
+
 def board_grid(text: str) -> list[list[str]] | None:
-    """The square board in an observation: the longest run of consecutive lines that all
-    have the same number n >= 3 of one-character cells, with n such lines; else None."""
+    """The square board in an observation: the longest run of consecutive lines that are
+    board rows (:func:`board_row`) of the same number n >= 3 of cells, with n such lines; else None."""
     best: list[list[str]] = []
     run: list[list[str]] = []
     for line in text.splitlines():
-        cells = line.split()
-        if len(cells) >= 3 and all(len(c) == 1 for c in cells) and (not run or len(cells) == len(run[0])):
+        cells = board_row(line)
+        if cells is not None and (not run or len(cells) == len(run[0])):
             run.append(cells)
         else:
-            run = [cells] if len(cells) >= 3 and all(len(c) == 1 for c in cells) else []
+            run = [cells] if cells is not None else []
         if len(run) > len(best):
             best = list(run)
     return best if best and len(best) == len(best[0]) else None
+
+
+def cell_content(cell: str) -> str:
+    """What a shown cell holds: its symbol, or a named cell's content (``5X`` -> ``X``); a
+    digit, ``.`` or ``_`` is an empty cell."""
+    return cell[-1]
+
+
+def is_empty_cell(cell: str) -> bool:
+    content = cell_content(cell)
+    return content.isdigit() or content in "._"
 
 
 def grid_lines(n: int) -> list[list[int]]:
@@ -138,13 +163,14 @@ def grid_reading_task(game: Any, rng: random.Random, max_reset_plies: int = 12) 
     """(prompt, answer) reading a square board at a random decision point, or None when the
     game's observation shows no square board.
 
-    Two questions, half each: what is in cell k (the symbol shown there), and which empty
-    cells would complete a full line (row, column, diagonal) of one mark, given as the
-    symbols shown in those cells, ascending, or ``none``. Why: tic-tac-toe positions are
-    decided by threats, and a model that only ever saw the legal-move list copied need not
-    see them (the supervised control in ``benchmarks/bench_ttt_representation.py``). It is
-    still reading, not strategy: no question says which move is good. A cell is empty
-    when it shows a digit or ``.``; marks are the other symbols.
+    Two questions, half each: what is in cell k (the cell as shown: ``X``, ``7``, or a named
+    cell ``7_``), and which empty cells would complete a full line (row, column, diagonal)
+    of one mark, given as those cells as shown, ascending, or ``none``. Why: tic-tac-toe
+    positions are decided by threats, and a model that only ever saw the legal-move list
+    copied need not see them (the supervised control in
+    ``benchmarks/bench_ttt_representation.py``). It is still reading, not strategy: no
+    question says which move is good, and no answer is a move. A cell is empty when it
+    shows a digit, ``.`` or ``_`` (:func:`is_empty_cell`); marks are the other contents.
     """
     state, player, _ = game_decisions(game, rng, 1, max_reset_plies)[0]
     text = game.observation_text(state, player)
@@ -156,13 +182,13 @@ def grid_reading_task(game: Any, rng: random.Random, max_reset_plies: int = 12) 
     if rng.random() < 0.5:
         k = rng.randrange(len(cells))
         return f"{chr(10).join(lines)}\n{GRID_CELL_QUESTION.format(k=k + 1)}", cells[k]
-    empty = [c.isdigit() or c == "." for c in cells]
-    marks = sorted({c for c, e in zip(cells, empty) if not e}) or ["X"]
+    empty = [is_empty_cell(c) for c in cells]
+    marks = sorted({cell_content(c) for c, e in zip(cells, empty) if not e}) or ["X"]
     mark = rng.choice(marks)
     done = set()
     for line in grid_lines(len(grid)):
         holes = [i for i in line if empty[i]]
-        if len(holes) == 1 and all(cells[i] == mark for i in line if i != holes[0]):
+        if len(holes) == 1 and all(cell_content(cells[i]) == mark for i in line if i != holes[0]):
             done.add(holes[0])
     answer = " ".join(cells[i] for i in sorted(done)) or "none"
     return f"{chr(10).join(lines)}\n{GRID_LINE_QUESTION.format(mark=mark)}", answer

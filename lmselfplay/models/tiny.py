@@ -9,7 +9,9 @@ steps, so the next call continues a killed build where it stopped, to the same w
 Builds are named (:data:`BUILDS`, ``lmselfplay bootstrap --build v4``): v6, the shipped
 default, is v3 (the corpus below, from scratch) trained further on a mix heavy in
 arithmetic word problems; v4 reads with the "cells" tokenizer (one token per board cell,
-digit and move name) and adds board-reading and judge-format tasks to the corpus. The result is a normal Hugging Face folder:
+digit and move name) and adds board-reading and judge-format tasks to the corpus; v7 is a
+2-layer Llama that reads tic-tac-toe's cells text (``game_params``: a build's game texts, recorded
+in its config.json and read back by :func:`make_game_for`). The result is a normal Hugging Face folder:
 ``AutoModelForCausalLM.from_pretrained(path)`` / ``AutoTokenizer.from_pretrained(path)``.
 
 The default config's build also ships inside the package (``lmselfplay/models/embedded/``, a
@@ -74,12 +76,15 @@ INFO_FILE = "tiny_build.json"
 NON_SEMANTIC = ("num_threads", "checkpoint_every")  # fields that do not enter the cache key
 # Fields added after builds shipped: they enter the key only when set away from these values,
 # so every earlier key (and the shipped build) stays valid.
-LATER_FIELDS = {"tokenizer": "bpe", "continue_from": ""}
+LATER_FIELDS = {"tokenizer": "bpe", "continue_from": "", "game_params": ""}
 # What a continued build takes from the build it continues (see TinyConfig.continue_from).
 INHERITED = ("num_layers", "hidden_size", "num_heads", "intermediate_size", "max_seq_len",
-             "vocab_size", "tokenizer", "tokenizer_texts")
+             "vocab_size", "tokenizer", "tokenizer_texts", "game_params")
 TOKENIZERS = ("bpe", "cells")
 EMBEDDED_DIR = Path(__file__).resolve().parent / "embedded"  # the shipped default build
+# The model config attribute that carries a build's game parameters (TinyConfig.game_params):
+# save_pretrained keeps it, so every checkpoint trained from the build plays the texts it read.
+GAME_PARAMS_ATTR = "lmselfplay_game_params"
 
 
 # Named builds: the fields each one sets on top of TinyConfig's defaults (v3's from-scratch
@@ -103,6 +108,13 @@ BUILDS: dict[str, dict[str, Any]] = {
            "task_weights": "tictactoe=8,reading=3,arithmetic=20,programs=5,two_option=2"},
     "v6": {"continue_from": "v3", "train_steps": 2400, "lr": 1e-3, "num_threads": 2,
            "task_weights": "tictactoe=8,reading=6,kuhn_poker=3,arithmetic=20,programs=4,two_option=2"},
+    # v7 (issue 42): the shape probe's winner, a Llama of 2 layers x 128 with 8 heads and an MLP
+    # of twice the width, from scratch; tic-tac-toe's cells text (one token per cell that names
+    # it: "5X"), whose 27 cell strings the tokenizer holds as one token each, and board-reading
+    # questions on those cells (grid_reading) beside v6's mix. docs/embedded_model.md.
+    "v7": {"num_layers": 2, "num_heads": 8, "intermediate_size": 256, "game_params": "tictactoe.board=cells",
+           "train_steps": 2000, "num_threads": 1,
+           "task_weights": "tictactoe=8,reading=6,grid_reading=4,kuhn_poker=3,arithmetic=20,programs=4,two_option=2"},
 }
 
 
@@ -153,6 +165,20 @@ class TinyConfig:
     # torch threads while building (not in the cache key; 1 = reproducible, and faster than 2
     # on a shared 2-core machine: 8k vs 3.6k tok/s measured with one core busy elsewhere)
     num_threads: int = 1
+    # parameters of the corpus games' texts, "game.param=value" comma-separated
+    # ("tictactoe.board=cells": v7's named-cell board); recorded in the model's config.json
+    # (GAME_PARAMS_ATTR) so that recipes and evaluations make the games with them
+    game_params: str = ""
+
+    def game_kwargs(self) -> dict[str, dict[str, str]]:
+        """``game_params`` as ``{game: {param: value}}`` (values are strings)."""
+        return parse_game_params(self.game_params)
+
+    def make_game(self, name: str, **extra: Any) -> Any:
+        """The registry's game ``name`` with this config's parameters for it (and ``extra``)."""
+        from lmselfplay import games
+
+        return games.make(name, **self.game_kwargs().get(name, {}), **extra)
 
     def game_names(self) -> list[str]:
         from lmselfplay.games import REGISTRY
@@ -225,18 +251,16 @@ class Corpus:
     """
 
     def __init__(self, cfg: TinyConfig, rng: random.Random):
-        from lmselfplay import games
-
         self.cfg, self.rng = cfg, rng
         w = cfg.weights()
         self.kinds = [k for k, v in w.items() if v > 0]
         self.probs = [w[k] for k in self.kinds]
-        self.games = {g: games.make(g) for g in cfg.game_names()}
+        self.games = {g: cfg.make_game(g) for g in cfg.game_names()}
         # Games with a start size (Nim) are also played from random starts 1..nim_max_start.
         self.variants: dict[str, list[Any]] = {}
         for g in self.games:
             try:
-                self.variants[g] = [games.make(g, start=s) for s in range(1, cfg.nim_max_start + 1)]
+                self.variants[g] = [cfg.make_game(g, start=s) for s in range(1, cfg.nim_max_start + 1)]
             except (ValueError, TypeError):
                 self.variants[g] = [self.games[g]]
         self.buffers: dict[str, list[tuple[str, str, list[str] | None]]] = {g: [] for g in self.games}
@@ -285,7 +309,8 @@ class Corpus:
 
 # --- tokenizer --------------------------------------------------------------------------
 
-def train_tokenizer(cfg: TinyConfig, texts: list[str], move_names: list[str] = ()) -> Any:
+def train_tokenizer(cfg: TinyConfig, texts: list[str], move_names: list[str] = (),
+                    whole: list[str] = ()) -> Any:
     """A byte-level BPE (digits split one by one) wrapped as a PreTrainedTokenizerFast.
 
     ``cfg.tokenizer == "bpe"``: words carry their leading space (GPT-2's split), so a board
@@ -294,7 +319,9 @@ def train_tokenizer(cfg: TinyConfig, texts: list[str], move_names: list[str] = (
     merges only inside words, so a one-character board cell is one token whatever its
     neighbours, a board row of n cells is always 2n tokens and a cell's distance to the
     answer depends only on the layout; ``move_names`` (every corpus game's move names) are
-    added as whole-word tokens, so every move is ONE token (``D4``, ``pass``).
+    added as whole-word tokens, so every move is ONE token (``D4``, ``pass``). With either,
+    ``whole`` (the strings a corpus game's text needs as one token: :func:`whole_strings`) are
+    added tokens, matched wherever they stand (``1X2_3O`` is three tokens).
     """
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -318,6 +345,8 @@ def train_tokenizer(cfg: TinyConfig, texts: list[str], move_names: list[str] = (
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tk.train_from_iterator(texts, trainer=trainer)
     tk.add_tokens([AddedToken(t, special=False, normalized=False) for t in MOVE_TOKENS])
+    if whole:
+        tk.add_tokens([AddedToken(t, special=False, normalized=False) for t in whole])
     if cfg.tokenizer == "cells":
         tk.add_tokens([AddedToken(m, special=False, normalized=False, single_word=True)
                        for m in move_names if len(m) > 1])
@@ -330,15 +359,60 @@ def train_tokenizer(cfg: TinyConfig, texts: list[str], move_names: list[str] = (
 def move_names(cfg: TinyConfig) -> list[str]:
     """Every move name of the corpus games with enumerable moves (default variants), in
     order of first appearance."""
-    from lmselfplay import games
     from lmselfplay.games.base import has_enumerable_actions
 
     names: dict[str, None] = {}
     for g in cfg.game_names():
-        game = games.make(g)
+        game = cfg.make_game(g)
         if has_enumerable_actions(game):
             names.update((game.action_text(a), None) for a in range(game.n_actions))
     return list(names)
+
+
+def whole_strings(cfg: TinyConfig) -> list[str]:
+    """The strings the corpus games' texts need as one token each (a game's ``token_strings``:
+    the tic-tac-toe cells text's ``1X`` .. ``9O``), in order of first appearance."""
+    out: dict[str, None] = {}
+    for g in cfg.game_names():
+        out.update((t, None) for t in getattr(cfg.make_game(g), "token_strings", ()))
+    return list(out)
+
+
+def parse_game_params(text: str) -> dict[str, dict[str, str]]:
+    """``"tictactoe.board=cells,nim.start=7"`` as ``{"tictactoe": {"board": "cells"}, ...}``;
+    a ValueError names an entry that is not ``game.param=value``."""
+    out: dict[str, dict[str, str]] = {}
+    for entry in (e.strip() for e in (text or "").split(",")):
+        if not entry:
+            continue
+        lhs, eq, value = entry.partition("=")
+        game, dot, param = lhs.strip().partition(".")
+        if not (eq and dot and game and param.strip() and value.strip()):
+            raise ValueError(f"game_params entry {entry!r}: write game.param=value (tictactoe.board=cells)")
+        out.setdefault(game, {})[param.strip()] = value.strip()
+    return out
+
+
+def game_params_of(model_name_or_path: str | Path | None) -> dict[str, dict[str, str]]:
+    """The game parameters a model was built to read: the default build's for ``None``; for a
+    local folder, what its ``config.json`` records (:data:`GAME_PARAMS_ATTR`, written by
+    builds with ``game_params`` and kept by every checkpoint saved from them); else none."""
+    if model_name_or_path in (None, "", "tiny", "embedded"):
+        return build_config().game_kwargs()
+    try:
+        config = json.loads((Path(model_name_or_path).expanduser() / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return parse_game_params(config.get(GAME_PARAMS_ATTR, "")) if isinstance(config, dict) else {}
+
+
+def make_game_for(name: str, model_name_or_path: str | Path | None, **extra: Any) -> Any:
+    """The registry's game ``name`` as the model reads it: with the game parameters its build
+    recorded (:func:`game_params_of`), ``extra`` on top. Every place that shows a model a
+    game's text makes the game here, so a build's text goes wherever the build goes."""
+    from lmselfplay import games
+
+    return games.make(name, **(game_params_of(model_name_or_path).get(name, {}) | extra))
 
 
 # --- model and training -----------------------------------------------------------------
@@ -352,6 +426,8 @@ def make_model(cfg: TinyConfig, tok: Any) -> Any:
         num_key_value_heads=cfg.num_heads, max_position_embeddings=cfg.max_seq_len,
         rms_norm_eps=1e-5, tie_word_embeddings=True, bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    if cfg.game_params:  # only then: the config.json of every earlier build stays as it was
+        setattr(mc, GAME_PARAMS_ATTR, cfg.game_params)
     model = LlamaForCausalLM(mc)
     model.generation_config.pad_token_id = tok.pad_token_id
     model.generation_config.bos_token_id = tok.bos_token_id
@@ -531,7 +607,7 @@ def starting_point(cfg: TinyConfig, rng: random.Random, progress: bool = True) -
     tok_corpus = Corpus(cfg, rng)
     texts = [format_prompt(None, p) + a
              for p, a, _ in (tok_corpus.sample() for _ in range(cfg.tokenizer_texts))]
-    tok = train_tokenizer(cfg, texts, move_names(cfg))
+    tok = train_tokenizer(cfg, texts, move_names(cfg), whole_strings(cfg))
     torch.manual_seed(cfg.seed)
     return tok, make_model(cfg, tok)
 

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 
-from lmselfplay.games import make
 from lmselfplay.games.base import has_enumerable_actions, random_legal_reset
 from lmselfplay.games.bots import league_bot
 from lmselfplay.games.gtp import find_gnugo, plays_gtp
@@ -43,6 +42,7 @@ from lmselfplay.lm.engines import (
 from lmselfplay.lm.prompt import thinks
 from lmselfplay.lm.rollout import Episode, LLMPlayer, RolloutStats, play_episodes
 from lmselfplay.models.policy import frozen_policy, load_policy
+from lmselfplay.models.tiny import make_game_for
 from lmselfplay.rl.advantages import RoleBaselines, observation_key
 from lmselfplay.rl.average_policy import AverageConfig, AveragePolicy, averageable, distill_samples
 from lmselfplay.rl.configs import PolicyGradientConfigs
@@ -180,10 +180,12 @@ def check_thinking(average: AverageConfig, feedback, tok) -> None:
                           "think block): use distill_steps 0, or enable_thinking: false")
 
 
-def make_games(names: str):
-    """The games of this run, by registry name (a ConfigError names an unknown one)."""
+def make_games(names: str, model_name_or_path: str | None = None):
+    """The games of this run, by registry name, with the texts the policy ``model_name_or_path``
+    was built to read (:func:`~lmselfplay.models.tiny.make_game_for`); a ConfigError names an
+    unknown one."""
     try:
-        return [make(name.strip()) for name in names.split(",") if name.strip()]
+        return [make_game_for(name.strip(), model_name_or_path) for name in names.split(",") if name.strip()]
     except (KeyError, ValueError) as e:
         raise ConfigError(f"games: {e.args[0] if e.args else e}") from None
 
