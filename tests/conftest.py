@@ -10,6 +10,12 @@ import pytest  # noqa: E402
 from lmselfplay.games import make  # noqa: E402
 
 
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (pyproject's addopts): one worker per core, at most 4 — each worker imports
+    torch and builds its own session fixtures, so more workers than that cost memory, not time."""
+    return max(1, min(os.cpu_count() or 1, 4))
+
+
 @pytest.fixture(scope="module")
 def kuhn():
     """The Kuhn poker game (immutable: one per module)."""
