@@ -317,7 +317,7 @@ def test_hostile_battery_as_an_unprivileged_user():
            "BLOCKED": " ".join(blocked), "NEEDED": " ".join(needed)}
     cmd = ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", AS_NOBODY, "sh",
            sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-           "tests/verifiers/test_executor.py", "-k", "battery or boundary or hidden or concurrent or working_directory",
+           "-n", "0", "tests/verifiers/test_executor.py", "-k", "battery or boundary or hidden or concurrent or working_directory",
            "--basetemp", "/tmp/lmselfplay-nobody-pytest"]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     tail = (proc.stdout + proc.stderr)[-3000:]
