@@ -337,6 +337,9 @@ REGISTRY: list[Command] = [
     Command("python recipes/search_selfplay.py --config recipes/configs/search_selfplay_tictactoe_v7.yaml "
             "--model_name_or_path PATH", subs=(("PATH", "{model}"),), extra=SEARCH_SMALL, files=("metrics.jsonl",),
             slow=True),
+    Command("lmselfplay eval-game tictactoe --model RUN/checkpoint-N/model --n-games 200 --temperature 0",
+            subs=(("RUN/checkpoint-N/model", "{model}"), ("--n-games 200", "--n-games 2")),
+            extra="--json {out}/metrics.json", files=("metrics.json",), slow=True),
     Command("python recipes/r_zero.py --config recipes/configs/r_zero.yaml --model_name_or_path PATH --rounds 1",
             subs=(("PATH", "{model}"),), extra=f"--output_dir {{out}} {RZERO_SMALL}", files=("metrics.jsonl",),
             slow=True),
