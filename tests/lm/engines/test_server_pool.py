@@ -360,11 +360,13 @@ def test_closing_the_engine_closes_its_kept_connections(servers):
     (an unclosed socket per client thread, and a ResourceWarning for each)."""
     from lmselfplay.lm.engines import server_pool
 
+    with server_pool._by_thread_lock:  # threads of earlier tests may still be ending: not this engine's
+        earlier = set(server_pool._by_thread)
     (a,) = servers(1)
     eng = _engine([a], max_concurrency=3)
     eng.generate(PROMPTS, SP)
     with server_pool._by_thread_lock:
-        kept = [c for conns in server_pool._by_thread.values() for c in conns.values()]
+        kept = [c for t, conns in server_pool._by_thread.items() if t not in earlier for c in conns.values()]
     assert kept and any(c.sock is not None for c in kept)
     eng.close()
     assert all(c.sock is None for c in kept)
