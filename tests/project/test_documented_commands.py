@@ -2,9 +2,10 @@
 
 (a) The docs are scanned for commands (code blocks and backticked commands); each must be in the
 registry ``tests/documented_commands.py``, so a newly documented command cannot go untested.
-(b) Each registry entry runs as a subprocess from the repository root, exactly as typed plus its
-size flags: exit code 0, the files it must write, the output it must print. Entries that need a
-GPU, a network install or a terminal are skipped with their reason (and stay listed).
+(b) Each registry entry runs as a process of its own from the repository root, exactly as typed plus
+its size flags (forked from an interpreter that has imported torch and transformers once:
+``tests/warm_process.py``): exit code 0, the files it must write, the output it must print. Entries
+that need a GPU, a network install or a terminal are skipped with their reason (and stay listed).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from documented_commands import (
     fenced_commands,
     inline_commands,
 )
+from warm_process import run_warm
 
 BIN = Path(sys.executable).parent
 ENV_ASSIGNMENT = re.compile(r"^([A-Z_][A-Z0-9_]*)=(\S*)$")
@@ -101,8 +103,7 @@ def run(cmd: Command, out: Path, values: dict[str, str]) -> None:
            "TOKENIZERS_PARALLELISM": "false", "MPLBACKEND": "Agg"}
     cited = results_snapshot()
     try:
-        proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=cmd.timeout_s,
-                              stdin=subprocess.DEVNULL)
+        proc = run_warm(argv[1:] if argv[0] == sys.executable else argv, env, ROOT, cmd.timeout_s)
     except subprocess.TimeoutExpired:
         pytest.fail(f"{line!r} ran past {cmd.timeout_s} s")
     text = proc.stdout + proc.stderr

@@ -1,11 +1,16 @@
-"""The test suite's own settings (tests/conftest.py): one torch thread per process, longest files first."""
+"""The test suite's own machinery: one torch thread per process and the longest files first
+(tests/conftest.py), documented commands forked from a warm interpreter (tests/warm_process.py)."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import time
 from pathlib import Path
 
 import conftest
+import pytest
+from warm_process import run_warm
 
 
 def test_each_process_runs_the_threads_omp_num_threads_names():
@@ -21,3 +26,47 @@ def test_the_longest_files_exist_and_are_collected_first(request):
     assert all((tests / name).is_file() for name in conftest.LONGEST_FILES), conftest.LONGEST_FILES
     first = request.session.items[0].path.as_posix()
     assert first.endswith("tests/" + conftest.LONGEST_FILES[0]) or len(request.session.items) < 50, first
+
+
+# --- tests/warm_process.py: a documented command forked from a warm interpreter ---------------
+
+def _script(tmp_path, body: str) -> str:
+    path = tmp_path / "cmd.py"
+    path.write_text(body)
+    return str(path)
+
+
+def test_a_warm_command_has_its_own_argv_env_cwd_streams_and_status(tmp_path):
+    script = _script(tmp_path, (
+        "import atexit, os, sys\n"
+        "atexit.register(lambda: open('atexit_ran', 'w').close())\n"
+        "print('out', sys.argv[1:], os.environ['ONLY_HERE'], os.getcwd(), sys.path[0], sys.stdin.read() == '')\n"
+        "print('err', file=sys.stderr)\n"
+        "assert 'lmselfplay' not in sys.modules\n"
+        "sys.exit(3)\n"))
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = run_warm([script, "--flag", "1"], {"ONLY_HERE": "yes", "PATH": "/usr/bin"}, work, timeout=60)
+    assert proc.returncode == 3
+    assert proc.stdout == f"out ['--flag', '1'] yes {work} {tmp_path} True\n" and proc.stderr == "err\n"
+    assert (work / "atexit_ran").exists()
+
+
+def test_a_warm_command_that_raises_exits_1_with_its_traceback(tmp_path):
+    proc = run_warm([_script(tmp_path, "raise ValueError('bad config')\n")], dict(os.environ), tmp_path, timeout=60)
+    assert proc.returncode == 1 and "ValueError: bad config" in proc.stderr
+
+
+def test_a_warm_command_past_its_timeout_is_killed_with_its_children(tmp_path):
+    script = _script(tmp_path, (
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "open('child_pid', 'w').write(str(child.pid))\n"
+        "time.sleep(60)\n"))
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_warm([script], dict(os.environ), tmp_path, timeout=3)
+    pid = int((tmp_path / "child_pid").read_text())
+    with pytest.raises(ProcessLookupError):
+        for _ in range(50):  # killed; reaped by init once it is gone
+            os.kill(pid, 0)
+            time.sleep(0.1)

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import subprocess
-import sys
+import os
 from pathlib import Path
 
 import pytest
 from recipe_configs import RECIPE_CONFIGS, fits, parse_recipe
+from warm_process import run_warm
 
 from lmselfplay.rl.trainer import SurrogateConfig, TrainerConfig
 from lmselfplay.utils.config import Config, ConfigError, Configs, load_yaml, parse_configs
@@ -176,8 +176,8 @@ def test_yaml_sizes_are_checked_too(tmp_path):
 
 
 def test_the_command_line_prints_one_error_line_and_exits_2():
-    out = subprocess.run([sys.executable, str(ROOT / "recipes/selfplay_games.py"), "--episodes_per_step", "0"],
-                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    out = run_warm([str(ROOT / "recipes/selfplay_games.py"), "--episodes_per_step", "0"], dict(os.environ), ROOT,
+                   timeout=120)
     assert out.returncode == 2, out.stderr[-2000:]
     assert out.stderr.strip().splitlines() == ["error: episodes_per_step must be a finite number > 0, got 0"]
 
@@ -317,8 +317,7 @@ def test_a_recipes_help_lacks_the_trainer_fields_its_samples_never_reach(name):
 
 
 def test_the_help_runs_and_shows_the_groups():
-    out = subprocess.run([sys.executable, str(ROOT / "recipes/selfplay_games.py"), "--help"],
-                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    out = run_warm([str(ROOT / "recipes/selfplay_games.py"), "--help"], dict(os.environ), ROOT, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     for cls in RECIPE_CONFIGS["selfplay_games"].classes():
         assert f"\n{cls._argument_group_name}:\n" in out.stdout

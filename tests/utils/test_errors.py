@@ -4,6 +4,7 @@ type; unknown names list what is valid; a missing model folder says so (not a hu
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from warm_process import run_warm
 
 from lmselfplay.utils.config import ConfigError, parse_configs
 from lmselfplay.utils.errors import run_main
@@ -85,22 +87,13 @@ RECIPES = sorted(p.stem for p in (ROOT / "recipes").glob("*.py"))  # a new recip
 
 
 def test_every_recipe_help_exits_zero():
-    """All at once: each process is mostly its imports, so side by side on two cores
-    they take about half the time they take one after another."""
-    procs = {r: subprocess.Popen([sys.executable, str(ROOT / "recipes" / f"{r}.py"), "--help"],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for r in RECIPES}
+    """Each recipe's ``--help`` as a process of its own, forked warm (tests/warm_process.py)."""
     assert len(RECIPES) >= 7, RECIPES  # the glob found the recipes folder
     failed = {}
-    try:
-        for recipe, proc in procs.items():
-            out, err = proc.communicate(timeout=300)
-            if proc.returncode != 0 or "usage:" not in out or "error" in err.lower():
-                failed[recipe] = (proc.returncode, err[-1000:])
-    finally:
-        for proc in procs.values():
-            proc.kill()
-            proc.wait()
+    for recipe in RECIPES:
+        proc = run_warm([str(ROOT / "recipes" / f"{recipe}.py"), "--help"], dict(os.environ), ROOT, timeout=300)
+        if proc.returncode != 0 or "usage:" not in proc.stdout or "error" in proc.stderr.lower():
+            failed[recipe] = (proc.returncode, proc.stderr[-1000:])
     assert not failed, failed
 
 

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from warm_process import run_warm
 
 from lmselfplay.utils import run as run_module
 from lmselfplay.utils.checkpoint import atomic_dir, checkpoint_dirs
@@ -144,8 +143,8 @@ def test_refusal_from_the_command_line_is_one_line_exit_2(tmp_path):
     """What the user types: a second fresh run into a finished run's folder."""
     out = tmp_path / "run"
     before = finished_run(out)
-    r = subprocess.run([sys.executable, str(ROOT / "recipes" / "alphazero.py"), "--output_dir", str(out)],
-                       capture_output=True, text=True, timeout=300, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    r = run_warm([str(ROOT / "recipes" / "alphazero.py"), "--output_dir", str(out)],
+                 {**os.environ, "OMP_NUM_THREADS": "1"}, ROOT, timeout=300)
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr[-2000:]
     assert r.stderr.startswith(f"error: {out} already holds files")
     assert snapshot(out) == before

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from warm_process import run_warm
 
 from lmselfplay.utils.run import LOCK_FILE, RunLocked, lock_output_dir, release_output_dir
 
@@ -71,24 +72,19 @@ RECIPES = ["selfplay_games", "spin", "alphazero"]
 
 @pytest.fixture(scope="module")
 def refusals(holder):
-    """Each recipe's command started against the live run, all at once (each process is mostly its
-    imports: side by side on two cores they take about half the time they take one after another)."""
+    """Each recipe's command run against the live run (a process each, forked warm:
+    tests/warm_process.py)."""
     out, _ = holder
-    procs = {r: subprocess.Popen([sys.executable, str(ROOT / "recipes" / f"{r}.py"), "--output_dir", str(out)],
-                                 cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                 env={**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"})
-             for r in RECIPES}
-    yield procs
-    for proc in procs.values():
-        proc.kill()
-        proc.wait()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    return {r: run_warm([str(ROOT / "recipes" / f"{r}.py"), "--output_dir", str(out)], env, ROOT, timeout=300)
+            for r in RECIPES}
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_every_recipe_refuses_a_busy_folder(holder, refusals, recipe):
     """The command a user types: one ``error:`` line naming the pid, exit status 2."""
     out, p = holder
-    _, err = refusals[recipe].communicate(timeout=300)
+    err = refusals[recipe].stderr
     assert refusals[recipe].returncode == 2, err[-2000:]
     assert err.strip().splitlines()[-1].startswith("error: ") and f"pid {p.pid}" in err
     assert sorted(x.name for x in out.iterdir()) == [LOCK_FILE]  # nothing written into the live run
