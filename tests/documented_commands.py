@@ -104,6 +104,9 @@ MODEL = ("runs/x/checkpoint-200", "{model}")
 NO_TB = "--tensorboard false --progress false"
 MAIN_JOB = ("--output_dir {out} --max_steps 2 --episodes_per_step 6 --eval_every 0 --eval_games 2 "
             "--eval_positions 10 --checkpoint_every 1 --max_new_tokens 6")
+# the exact-feedback reference: one step and one pass over the valued positions show its path end to end
+# (each pass trains on every Nim and Kuhn position: its config's 4 passes x 2 steps took ~9 s of the 19)
+EXACT_JOB = MAIN_JOB.replace("--max_steps 2", "--max_steps 1") + " --target_passes 1"
 SELFPLAY_SMALL = "--output_dir {out} --max_steps 1 --episodes_per_step 4 --eval_every 0 --eval_games 2 --eval_positions 10"
 SEARCH_SMALL = (f"--output_dir {{out}} --rounds 1 --games_per_round 2 --n_sims 4 --distill_steps 1 "
                 f"--batch_size 8 --value_steps 1 --eval_every 1 --eval_games 2 --eval_budgets 0 --eval_openings 1 "
@@ -140,7 +143,7 @@ REGISTRY: list[Command] = [
             extra=MAIN_JOB, files=("metrics.jsonl", "config.json", "checkpoint-2", "final_model"), makes_run=True),
     Command("python recipes/selfplay_games.py --config recipes/configs/selfplay_games.yaml", extra=MAIN_JOB,
             files=("metrics.jsonl", "config.json", "checkpoint-2", "final_model")),
-    Command("python recipes/selfplay_games.py --config recipes/configs/selfplay_games_exact.yaml", extra=MAIN_JOB,
+    Command("python recipes/selfplay_games.py --config recipes/configs/selfplay_games_exact.yaml", extra=EXACT_JOB,
             files=("metrics.jsonl", "final_model")),
     Command('pip install -e .', skip="installs the package (network)"),
     Command('pip install -e ".[dev]"', skip="installs the dev extras (network)"),

@@ -13,7 +13,11 @@ context with a preload list). The rules that keep it the command as typed:
   read at import (OMP_NUM_THREADS, the hub's offline switches) to what the commands set;
 - the script runs as ``__main__`` with its folder first on ``sys.path`` (``-m`` modules with the
   working directory first), and ``atexit`` handlers run before the process exits;
-- a command past its timeout is killed with its whole process group (children included).
+- a command past its timeout is killed with its whole process group (children included);
+- only single-threaded commands fork warm (``OMP_NUM_THREADS=1`` in the command's environment and in
+  this process's, which the forkserver started with): a process forked from an interpreter that
+  has imported torch runs a multi-threaded OpenMP pool pathologically (a 2-thread matmul loop took
+  19-30 s in the fork, 0.3 s single-threaded), so any other command runs as a fresh interpreter.
 """
 
 from __future__ import annotations
@@ -29,8 +33,10 @@ import tempfile
 import traceback
 from pathlib import Path
 
+# what the recipes import besides the project (deepspeed through accelerate's unwrap_model, pyplot
+# for the curves, datasets and trl through the engines): about 1 CPU-s of each recipe command
 PRELOAD = ["numpy", "torch", "transformers", "transformers.models.llama.modeling_llama", "accelerate",
-           "safetensors.torch", "tqdm"]
+           "safetensors.torch", "tqdm", "matplotlib.pyplot", "deepspeed", "datasets", "trl"]
 _context = None
 
 
@@ -79,7 +85,10 @@ def _child(argv: list[str], env: dict[str, str], cwd: str, out: str, err: str) -
 def run_warm(argv: list[str], env: dict[str, str], cwd: Path, timeout: float) -> subprocess.CompletedProcess:
     """``subprocess.run([sys.executable, *argv], env=env, cwd=cwd, stdin=DEVNULL,
     capture_output=True, text=True, timeout=timeout)``, forked warm; ``argv`` is a script and its
-    arguments, or ``-m module ...``. Raises ``subprocess.TimeoutExpired`` like ``subprocess.run``."""
+    arguments, or ``-m module ...``. Raises ``subprocess.TimeoutExpired`` like ``subprocess.run``.
+    A command that is not single-threaded runs as a fresh interpreter (the module's rules)."""
+    if not (env.get("OMP_NUM_THREADS") == os.environ.get("OMP_NUM_THREADS") == "1"):
+        return _run_cold(argv, env, cwd, timeout)
     with tempfile.TemporaryDirectory() as tmp:
         out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
         out.touch()
@@ -96,3 +105,17 @@ def run_warm(argv: list[str], env: dict[str, str], cwd: Path, timeout: float) ->
             raise subprocess.TimeoutExpired([sys.executable, *argv], timeout)
         return subprocess.CompletedProcess([sys.executable, *argv], proc.exitcode,
                                            out.read_text(errors="replace"), err.read_text(errors="replace"))
+
+
+def _run_cold(argv: list[str], env: dict[str, str], cwd: Path, timeout: float) -> subprocess.CompletedProcess:
+    """``argv`` in a fresh interpreter, in its own session so a timeout kills its children too."""
+    with subprocess.Popen([sys.executable, *argv], env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise
+    return subprocess.CompletedProcess([sys.executable, *argv], proc.returncode, out, err)

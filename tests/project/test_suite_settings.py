@@ -46,10 +46,21 @@ def test_a_warm_command_has_its_own_argv_env_cwd_streams_and_status(tmp_path):
         "sys.exit(3)\n"))
     work = tmp_path / "work"
     work.mkdir()
-    proc = run_warm([script, "--flag", "1"], {"ONLY_HERE": "yes", "PATH": "/usr/bin"}, work, timeout=60)
+    env = {"ONLY_HERE": "yes", "PATH": "/usr/bin", "OMP_NUM_THREADS": "1"}
+    proc = run_warm([script, "--flag", "1"], env, work, timeout=60)
     assert proc.returncode == 3
     assert proc.stdout == f"out ['--flag', '1'] yes {work} {tmp_path} True\n" and proc.stderr == "err\n"
     assert (work / "atexit_ran").exists()
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_a_command_runs_warm_only_single_threaded_and_gets_its_threads(tmp_path, threads):
+    """A fork of an interpreter that imported torch runs a 2-thread OpenMP pool pathologically
+    (a matmul loop 50x slower than in a fresh process), so a 2-thread command runs cold."""
+    script = _script(tmp_path, "import sys, torch\nprint(torch.get_num_threads(), 'matplotlib.pyplot' in sys.modules)\n")
+    proc = run_warm([script], {**os.environ, "OMP_NUM_THREADS": threads}, tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"{threads} {threads == '1'}\n"  # warm: pyplot came with the preload
 
 
 def test_a_warm_command_that_raises_exits_1_with_its_traceback(tmp_path):
@@ -57,14 +68,15 @@ def test_a_warm_command_that_raises_exits_1_with_its_traceback(tmp_path):
     assert proc.returncode == 1 and "ValueError: bad config" in proc.stderr
 
 
-def test_a_warm_command_past_its_timeout_is_killed_with_its_children(tmp_path):
+@pytest.mark.parametrize("omp", ["1", "2"], ids=["warm", "cold"])
+def test_a_command_past_its_timeout_is_killed_with_its_children(tmp_path, omp):
     script = _script(tmp_path, (
         "import subprocess, sys, time\n"
         "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
         "open('child_pid', 'w').write(str(child.pid))\n"
         "time.sleep(60)\n"))
     with pytest.raises(subprocess.TimeoutExpired):
-        run_warm([script], dict(os.environ), tmp_path, timeout=3)
+        run_warm([script], {**os.environ, "OMP_NUM_THREADS": omp}, tmp_path, timeout=3)
     pid = int((tmp_path / "child_pid").read_text())
     with pytest.raises(ProcessLookupError):
         for _ in range(50):  # killed; reaped by init once it is gone

@@ -305,6 +305,10 @@ BATTERY = [
     ("environment holds no secrets", "import os\ndef f():\n    return sorted(os.environ)",
      every("ok"), lambda r: set(r.value) <= {"PATH", "LANG", "HOME", "TMPDIR"}),
 ]
+# A case whose only expected verdict is "timeout" shows that the wall clock stops it: a short clock
+# shows that as well as the default second does (and saves the suite ~20 s of spinning and sleeping).
+# Every other case keeps LIMITS' second, so a program that must finish has the time it needs.
+CLOCK_CASE_TIMEOUT_S = 0.3
 
 
 @pytest.mark.parametrize("mode", list(MODES))
@@ -317,12 +321,13 @@ def test_hostile_battery(executors, sentinel, mode, name, code, expected, check)
         pytest.skip("not meaningful in this mode (see the battery table)")
     ex = executors[mode]
     code = code.replace("{S}", str(sentinel)).replace("{SITE}", SITE).replace("{P}", str(LISTENER_PORT))
-    r = ex.run(code, entry="f" if "def f(" in code else None)
+    limit = CLOCK_CASE_TIMEOUT_S if want == "timeout" else LIMITS["timeout_s"]
+    r = ex.run(code, entry="f" if "def f(" in code else None, timeout_s=limit)
     assert r.status in STATUSES
     assert r.status in (want if isinstance(want, tuple) else (want,)), (r.status, r.error, r.stderr)
     if check is not None:
         assert check(r), r
-    assert r.duration_s < LIMITS["timeout_s"] + 2
+    assert r.duration_s < limit + 2
     assert_host_unharmed(executors.values(), sentinel)
 
 
