@@ -76,7 +76,7 @@ def test_a_command_past_its_timeout_is_killed_with_its_children(tmp_path, omp):
         "open('child_pid', 'w').write(str(child.pid))\n"
         "time.sleep(60)\n"))
     with pytest.raises(subprocess.TimeoutExpired):
-        run_warm([script], {**os.environ, "OMP_NUM_THREADS": omp}, tmp_path, timeout=3)
+        run_warm([script], {**os.environ, "OMP_NUM_THREADS": omp}, tmp_path, timeout=1.5)
     pid = int((tmp_path / "child_pid").read_text())
     with pytest.raises(ProcessLookupError):
         for _ in range(50):  # killed; reaped by init once it is gone
