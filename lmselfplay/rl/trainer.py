@@ -8,10 +8,9 @@ R-Zero, debate all produce them). Per optimizer step it runs ``num_iterations`` 
 large the batch; every rank makes the same number of micro-batches (empty ones are padded
 with a zero-loss forward) so that DDP / DeepSpeed collectives always line up even when ranks
 hold different numbers of samples. The loss is a sum over the whole batch divided by its
-token count, so the micro-batching does not change it: neither does the order the samples are
-cut in, so each group is cut longest first (:func:`by_length`), and a short Kuhn poker turn is
-padded to a turn of about its own length, not to the longest tic-tac-toe turn beside it. Trained weights are float32 (master
-weights, :func:`master_weights`). The loss, on the policy's own tokens only, per token t of
+token count, so the micro-batching does not change it, nor does the order the samples are cut
+in: each group is cut longest first (:func:`by_length`), so a row is padded to rows of about
+its own length. Trained weights are float32 (master weights, :func:`master_weights`). The loss, on the policy's own tokens only, per token t of
 sample i:
 
     ratio = exp(logp - behaviour_logp)          (also the importance correction for
@@ -382,9 +381,9 @@ def tree_inputs(samples: list[Sample], width: int, device: torch.device) -> dict
 def by_length(samples: list[Sample]) -> list[Sample]:
     """``samples`` longest ``prompt + completion`` first, equal lengths in their given order (a
     stable sort). Runs cut from it by :func:`split_by_tokens` hold sequences of about one length,
-    so a row is padded only to its neighbours' width (the main job's padded tokens: 0.80 real
-    shuffled, see ``benchmarks/bench_main_job.py --grouping``). Every consumer of a run's rows
-    keys them by sample, never by position in the batch."""
+    so a row is padded only to its neighbours' width (the main job's step: 0.83 of the padded
+    tokens real when cut in the shuffled order, 0.92 cut this way; ``benchmarks/bench_main_job.py
+    --grouping``). The trainer keys every result of a row by its sample, never by its place."""
     return sorted(samples, key=lambda s: -(len(s.prompt_ids) + len(s.completion_ids)))
 
 
@@ -691,8 +690,10 @@ class PolicyTrainer:
         then padded with empty micro-batches to the largest count of any rank, so every rank makes
         the same forwards and backwards (DDP / ZeRO collectives). A pass's loss is a token sum over
         the whole batch divided by its token count, with one optimizer step per pass, so the
-        sorting does not change the gradient (only the order its float terms are summed in); the
-        shuffle still decides the groups, and the per-micro-batch metrics averaged in ``step``."""
+        sorting does not change the gradient (only the order its float terms are summed in). The
+        shuffle still decides the groups and the order of equal lengths; the logged ``loss``,
+        ``kl``, ``entropy``, ``clip_frac``, ``ratio`` and ``logprob_diff`` are means of the
+        micro-batches' means, so their values move with the cut."""
         order = list(samples)
         rng.shuffle(order)
         k = self.cfg.gradient_accumulation_steps

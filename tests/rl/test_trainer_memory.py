@@ -17,11 +17,17 @@ from lm_fixtures import tiny_model, tiny_tokenizer, tiny_trainer
 from recipe_configs import parse_recipe
 
 import lmselfplay.lm.batching as batching
+import lmselfplay.rl.trainer as trainer_module
 from lmselfplay.lm.batching import logprobs_from_logits, sequence_logprobs
 from lmselfplay.lm.trajectory import Sample
 from lmselfplay.models.policy import PolicyConfig, load_policy
-import lmselfplay.rl.trainer as trainer_module
-from lmselfplay.rl.trainer import PolicyTrainer, TargetLossConfig, TrainerConfig, by_length, split_by_tokens
+from lmselfplay.rl.trainer import (
+    PolicyTrainer,
+    TargetLossConfig,
+    TrainerConfig,
+    by_length,
+    split_by_tokens,
+)
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.recipe_loader import run_recipe
 
