@@ -1,7 +1,7 @@
 """Where the main job's step time goes, what packing its target rows saves, and what it learns.
 
     python benchmarks/bench_main_job.py [--steps 2] [--threads 2,1]
-    python benchmarks/bench_main_job.py --grouping [--steps 2] [--threads 1]
+    python benchmarks/bench_main_job.py --grouping [--steps 2] [--threads 1] [--repeats 3]
     python benchmarks/bench_main_job.py --main-job --seeds 0,1 --label packed [--code DIR]
 
 The exact-feedback main job (``recipes/configs/selfplay_games_exact.yaml``) spends most of a step in the trainer:
@@ -22,8 +22,9 @@ exact-feedback read (policy read + MMD targets) and one evaluation of the three 
 
 ``--grouping`` times instead the sampled main job's step (``recipes/configs/selfplay_games.yaml``: step 0's
 played batch, no exact targets) with its micro-batches cut in the shuffled order (``shuffled``) and
-longest first (``by_length``, the trainer as it is), and counts the padding of every forward the trainer
-collates (``real_over_padded_tokens``: prompt + completion tokens / rows x widest row).
+longest first (``by_length``, the trainer as it is), ``--repeats`` alternating runs of each, and counts the
+padding of every forward the trainer collates (``real_over_padded_tokens``: prompt + completion tokens /
+rows x widest row).
 
 ``--main-job`` instead runs the README's main job (the default torch threads; on a shared
 machine run the script under ``nice``, which the job inherits) once per seed with the code of
@@ -140,23 +141,27 @@ def counting_collate(collate, padding):
     return counted
 
 
-def grouping_variants(cfg, samples, steps, threads):
-    """Per thread count: seconds per trainer step, padding and weight difference of the shuffled cut
-    and the length-grouped one, on the same batch from the same weights."""
+def grouping_variants(cfg, samples, steps, threads, repeats):
+    """Per thread count: seconds per trainer step (the mean over ``repeats`` alternating runs of each,
+    so a change in the machine's load falls on both), padding and weight difference of the shuffled
+    cut and the length-grouped one, on the same batch from the same weights."""
     rows = {}
     for n in threads:
-        base = None
+        times, weights, padding = {False: [], True: []}, {}, {False: {}, True: {}}
+        for group in (False, True) * repeats:
+            s, weights[group] = timed_steps(cfg, samples, steps, n, pack=True, group=group, padding=padding[group])
+            times[group].append(s)
         for group in (False, True):
-            padding = {}
-            s, w = timed_steps(cfg, samples, steps, n, pack=True, group=group, padding=padding)
-            base = base or (s, w)
-            diff = max(float((a - b).abs().max()) for a, b in zip(base[1], w, strict=True))
+            s = sum(times[group]) / repeats
+            diff = max(float((a - b).abs().max()) for a, b in zip(weights[False], weights[group], strict=True))
             name = f"threads{n}/{'by_length' if group else 'shuffled'}"
-            rows[name] = {"s_per_step": s, "speedup_vs_shuffled": base[0] / s, "max_abs_weight_diff": diff,
-                          "forwards_per_step": padding["forwards"] / steps,
-                          "real_over_padded_tokens": padding["real"] / padding["padded"]}
-            print(f"{name:<22} {s:7.2f} s/step  x{base[0] / s:.2f}  real/padded {rows[name]['real_over_padded_tokens']:.3f}"
-                  f"  forwards/step {rows[name]['forwards_per_step']:.0f}  max |weight diff| {diff:.2e}", flush=True)
+            rows[name] = {"s_per_step": s, "s_per_step_runs": times[group],
+                          "speedup_vs_shuffled": sum(times[False]) / repeats / s, "max_abs_weight_diff": diff,
+                          "forwards_per_step": padding[group]["forwards"] / steps / repeats,
+                          "real_over_padded_tokens": padding[group]["real"] / padding[group]["padded"]}
+            print(f"{name:<22} {s:7.2f} s/step  x{rows[name]['speedup_vs_shuffled']:.2f}  real/padded "
+                  f"{rows[name]['real_over_padded_tokens']:.3f}  forwards/step {rows[name]['forwards_per_step']:.0f}"
+                  f"  max |weight diff| {diff:.2e}", flush=True)
     return rows
 
 
@@ -204,6 +209,7 @@ def main(argv=None):
     ap.add_argument("--results", default=None, help="results folder (default benchmarks/results)")
     ap.add_argument("--grouping", action="store_true",
                     help="time the sampled main job's trainer step with shuffled vs length-grouped micro-batches")
+    ap.add_argument("--repeats", type=int, default=3, help="--grouping: alternating timed runs of each variant")
     ap.add_argument("--main-job", action="store_true", help="run the main job per --seeds instead")
     ap.add_argument("--seeds", default="0,1")
     ap.add_argument("--label", default="this", help="--main-job: the name its runs are recorded under")
@@ -229,9 +235,10 @@ def main(argv=None):
     torch.set_num_threads(threads[0])
     samples, parts = step_batch(cfg, games, with_eval=not args.no_eval)
     if args.grouping:
-        rows = grouping_variants(cfg, samples, args.steps, threads)
+        rows = grouping_variants(cfg, samples, args.steps, threads, args.repeats)
         print({k: round(v, 2) if isinstance(v, float) else v for k, v in parts.items()})
         update_results("trainer_step_grouping", {"config": f"recipes/configs/{config}", "steps": args.steps,
+                                                 "repeats": args.repeats,
                                                  "threads": threads, "components": parts, "variants": rows,
                                                  "torch": torch.__version__,
                                                  "load_average_1_5_15": list(os.getloadavg())}, args.results)
