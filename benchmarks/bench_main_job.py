@@ -1,6 +1,7 @@
 """Where the main job's step time goes, what packing its target rows saves, and what it learns.
 
     python benchmarks/bench_main_job.py [--steps 2] [--threads 2,1]
+    python benchmarks/bench_main_job.py --grouping [--steps 2] [--threads 1] [--repeats 3]
     python benchmarks/bench_main_job.py --main-job --seeds 0,1 --label packed [--code DIR]
 
 The exact-feedback main job (``recipes/configs/selfplay_games_exact.yaml``) spends most of a step in the trainer:
@@ -18,6 +19,12 @@ batch, ``--steps`` trainer steps of each variant, per ``--threads`` value:
 Each variant starts from the same weights; ``max_abs_weight_diff`` is the largest difference
 of the final weights from ``rows_per_target``'s at the same thread count. Also timed: the
 exact-feedback read (policy read + MMD targets) and one evaluation of the three games.
+
+``--grouping`` times instead the sampled main job's step (``recipes/configs/selfplay_games.yaml``: step 0's
+played batch, no exact targets) with its micro-batches cut in the shuffled order (``shuffled``) and
+longest first (``by_length``, the trainer as it is), ``--repeats`` alternating runs of each, and counts the
+padding of every forward the trainer collates (``real_over_padded_tokens``: prompt + completion tokens /
+rows x widest row).
 
 ``--main-job`` instead runs the README's main job (the default torch threads; on a shared
 machine run the script under ``nice``, which the job inherits) once per seed with the code of
@@ -102,21 +109,60 @@ def step_batch(cfg, games, with_eval=True):
     return samples, parts
 
 
-def timed_steps(cfg, samples, steps, threads, pack):
-    """Seconds per trainer step, and the final weights, of one variant."""
+def timed_steps(cfg, samples, steps, threads, pack, group=True, padding=None):
+    """Seconds per trainer step, and the final weights, of one variant (``group`` False: micro-batches
+    cut in the shuffled order). ``padding``, a dict, gets the real and padded tokens of every collate."""
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     trainer, _, _ = make_run(cfg)
-    packing = sp_trainer.pack_targets
+    packing, grouping, collate = sp_trainer.pack_targets, sp_trainer.by_length, sp_trainer.collate
     sp_trainer.pack_targets = packing if pack else (lambda batch, branching=False: batch)
+    sp_trainer.by_length = grouping if group else list
+    if padding is not None:
+        sp_trainer.collate = counting_collate(collate, padding)
     try:
         t0 = time.perf_counter()
         for _ in range(steps):
             trainer.step(samples)
         per_step = (time.perf_counter() - t0) / steps
     finally:
-        sp_trainer.pack_targets = packing
+        sp_trainer.pack_targets, sp_trainer.by_length, sp_trainer.collate = packing, grouping, collate
     return per_step, [p.detach().clone() for p in trainer.unwrapped.parameters()]
+
+
+def counting_collate(collate, padding):
+    """``collate`` adding each batch's real tokens, padded tokens and rows to ``padding``."""
+    def counted(batch, *args, **kwargs):
+        lengths = [len(s.prompt_ids) + len(s.completion_ids) for s in batch]
+        padding["real"] = padding.get("real", 0) + sum(lengths)
+        padding["padded"] = padding.get("padded", 0) + len(lengths) * max(lengths, default=0)
+        padding["forwards"] = padding.get("forwards", 0) + 1
+        return collate(batch, *args, **kwargs)
+    return counted
+
+
+def grouping_variants(cfg, samples, steps, threads, repeats):
+    """Per thread count: seconds per trainer step (the mean over ``repeats`` alternating runs of each,
+    so a change in the machine's load falls on both), padding and weight difference of the shuffled
+    cut and the length-grouped one, on the same batch from the same weights."""
+    rows = {}
+    for n in threads:
+        times, weights, padding = {False: [], True: []}, {}, {False: {}, True: {}}
+        for group in (False, True) * repeats:
+            s, weights[group] = timed_steps(cfg, samples, steps, n, pack=True, group=group, padding=padding[group])
+            times[group].append(s)
+        for group in (False, True):
+            s = sum(times[group]) / repeats
+            diff = max(float((a - b).abs().max()) for a, b in zip(weights[False], weights[group], strict=True))
+            name = f"threads{n}/{'by_length' if group else 'shuffled'}"
+            rows[name] = {"s_per_step": s, "s_per_step_runs": times[group],
+                          "speedup_vs_shuffled": sum(times[False]) / repeats / s, "max_abs_weight_diff": diff,
+                          "forwards_per_step": padding[group]["forwards"] / steps / repeats,
+                          "real_over_padded_tokens": padding[group]["real"] / padding[group]["padded"]}
+            print(f"{name:<22} {s:7.2f} s/step  x{rows[name]['speedup_vs_shuffled']:.2f}  real/padded "
+                  f"{rows[name]['real_over_padded_tokens']:.3f}  forwards/step {rows[name]['forwards_per_step']:.0f}"
+                  f"  max |weight diff| {diff:.2e}", flush=True)
+    return rows
 
 
 def main_job_run(code: Path, seed: int, out: Path) -> dict:
@@ -161,6 +207,9 @@ def main(argv=None):
     ap.add_argument("--threads", default="2,1", help="intra-op thread counts to time")
     ap.add_argument("--no-eval", action="store_true", help="skip timing one evaluation")
     ap.add_argument("--results", default=None, help="results folder (default benchmarks/results)")
+    ap.add_argument("--grouping", action="store_true",
+                    help="time the sampled main job's trainer step with shuffled vs length-grouped micro-batches")
+    ap.add_argument("--repeats", type=int, default=3, help="--grouping: alternating timed runs of each variant")
     ap.add_argument("--main-job", action="store_true", help="run the main job per --seeds instead")
     ap.add_argument("--seeds", default="0,1")
     ap.add_argument("--label", default="this", help="--main-job: the name its runs are recorded under")
@@ -179,12 +228,21 @@ def main(argv=None):
             print(f"{args.label} seed {seed}: {run['wall_s']:.0f} s  {run['final']}", flush=True)
             update_results("main_job_runs", {f"{args.label}/seed{seed}": run}, args.results)
         return 0
-    cfg = SelfPlayConfigs.parse(["--config", str(ROOT / "recipes/configs/selfplay_games_exact.yaml"),
-                                  "--output_dir", "/tmp/bench_main_job"])
+    config = "selfplay_games.yaml" if args.grouping else "selfplay_games_exact.yaml"
+    cfg = SelfPlayConfigs.parse(["--config", str(ROOT / "recipes/configs" / config), "--output_dir", "/tmp/bench_main_job"])
     games = make_games(cfg.selfplay.games)
     threads = [int(x) for x in args.threads.split(",")]
     torch.set_num_threads(threads[0])
     samples, parts = step_batch(cfg, games, with_eval=not args.no_eval)
+    if args.grouping:
+        rows = grouping_variants(cfg, samples, args.steps, threads, args.repeats)
+        print({k: round(v, 2) if isinstance(v, float) else v for k, v in parts.items()})
+        update_results("trainer_step_grouping", {"config": f"recipes/configs/{config}", "steps": args.steps,
+                                                 "repeats": args.repeats,
+                                                 "threads": threads, "components": parts, "variants": rows,
+                                                 "torch": torch.__version__,
+                                                 "load_average_1_5_15": list(os.getloadavg())}, args.results)
+        return 0
     merged = sp_trainer.merge_identical(samples)
     parts.update(rows_per_target=len(merged), packed_rows_chains=len(sp_trainer.pack_targets(merged)),
                  packed_rows_tree=len(sp_trainer.pack_targets(merged, branching=True)))

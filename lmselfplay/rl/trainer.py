@@ -8,8 +8,9 @@ R-Zero, debate all produce them). Per optimizer step it runs ``num_iterations`` 
 large the batch; every rank makes the same number of micro-batches (empty ones are padded
 with a zero-loss forward) so that DDP / DeepSpeed collectives always line up even when ranks
 hold different numbers of samples. The loss is a sum over the whole batch divided by its
-token count, so the micro-batching does not change it. Trained weights are float32 (master
-weights, :func:`master_weights`). The loss, on the policy's own tokens only, per token t of
+token count, so the micro-batching does not change it, nor does the order the samples are cut
+in: each group is cut longest first (:func:`by_length`), so a row is padded to rows of about
+its own length. Trained weights are float32 (master weights, :func:`master_weights`). The loss, on the policy's own tokens only, per token t of
 sample i:
 
     ratio = exp(logp - behaviour_logp)          (also the importance correction for
@@ -377,6 +378,15 @@ def tree_inputs(samples: list[Sample], width: int, device: torch.device) -> dict
     return {"attention_mask": allowed.unsqueeze(1).to(device), "position_ids": positions.to(device)}
 
 
+def by_length(samples: list[Sample]) -> list[Sample]:
+    """``samples`` longest ``prompt + completion`` first, equal lengths in their given order (a
+    stable sort). Runs cut from it by :func:`split_by_tokens` hold sequences of about one length,
+    so a row is padded only to its neighbours' width (the main job's step: 0.83 of the padded
+    tokens real when cut in the shuffled order, 0.92 cut this way; ``benchmarks/bench_main_job.py
+    --grouping``). The trainer keys every result of a row by its sample, never by its place."""
+    return sorted(samples, key=lambda s: -(len(s.prompt_ids) + len(s.completion_ids)))
+
+
 def split_by_tokens(samples: list[Sample], max_tokens: int) -> list[list[Sample]]:
     """``samples`` cut, in order, into runs whose right-padded batch (rows x longest
     ``prompt + completion``) holds at most ``max_tokens`` tokens; a sample longer than the cap is
@@ -554,7 +564,8 @@ class PolicyTrainer:
         self._ref_rows: dict[int, torch.Tensor] = {}
         exact = self.cfg.kl_estimator == "exact"
         cap = self.cfg.max_tokens_per_micro_batch
-        parts = split_by_tokens(samples, cap) if cap else [samples[i : i + 64] for i in range(0, len(samples), 64)]
+        ordered = by_length(samples)  # less padding; the results are keyed by sample
+        parts = split_by_tokens(ordered, cap) if cap else [ordered[i : i + 64] for i in range(0, len(ordered), 64)]
         for part in parts:
             b = collate(part, self.pad_id, self.accelerator.device)
             logits = self._ref_logits(b["input_ids"], b["attention_mask"])
@@ -674,14 +685,20 @@ class PolicyTrainer:
 
     def _micro_batches(self, samples: list[Sample], rng: random.Random) -> list[list[Sample]]:
         """The samples of one optimizer step, shuffled, in ``gradient_accumulation_steps`` groups
-        of ceil(N / groups) samples, each group cut by :func:`split_by_tokens` under
-        ``max_tokens_per_micro_batch``; then padded with empty micro-batches to the largest count
-        of any rank, so every rank makes the same forwards and backwards (DDP / ZeRO collectives)."""
+        of ceil(N / groups) samples, each group sorted longest first (:func:`by_length`, ties in
+        the shuffled order) and cut by :func:`split_by_tokens` under ``max_tokens_per_micro_batch``;
+        then padded with empty micro-batches to the largest count of any rank, so every rank makes
+        the same forwards and backwards (DDP / ZeRO collectives). A pass's loss is a token sum over
+        the whole batch divided by its token count, with one optimizer step per pass, so the
+        sorting does not change the gradient (only the order its float terms are summed in). The
+        shuffle still decides the groups and the order of equal lengths; the logged ``loss``,
+        ``kl``, ``entropy``, ``clip_frac``, ``ratio`` and ``logprob_diff`` are means of the
+        micro-batches' means, so their values move with the cut."""
         order = list(samples)
         rng.shuffle(order)
         k = self.cfg.gradient_accumulation_steps
         size = math.ceil(len(order) / k) if order else 0
-        groups = [order[i * size : (i + 1) * size] for i in range(k)]
+        groups = [by_length(order[i * size : (i + 1) * size]) for i in range(k)]
         out = [mb for g in groups for mb in (split_by_tokens(g, self.cfg.max_tokens_per_micro_batch) or [[]])]
         return out + [[] for _ in range(self._most_across_ranks(len(out)) - len(out))]
 

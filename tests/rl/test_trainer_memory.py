@@ -17,10 +17,17 @@ from lm_fixtures import tiny_model, tiny_tokenizer, tiny_trainer
 from recipe_configs import parse_recipe
 
 import lmselfplay.lm.batching as batching
+import lmselfplay.rl.trainer as trainer_module
 from lmselfplay.lm.batching import logprobs_from_logits, sequence_logprobs
 from lmselfplay.lm.trajectory import Sample
 from lmselfplay.models.policy import PolicyConfig, load_policy
-from lmselfplay.rl.trainer import PolicyTrainer, TargetLossConfig, TrainerConfig, split_by_tokens
+from lmselfplay.rl.trainer import (
+    PolicyTrainer,
+    TargetLossConfig,
+    TrainerConfig,
+    by_length,
+    split_by_tokens,
+)
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.recipe_loader import run_recipe
 
@@ -125,6 +132,13 @@ def test_split_by_tokens_caps_rows_times_the_longest():
     assert split_by_tokens(s, 0) == [s] and split_by_tokens([], 8) == []
 
 
+def test_by_length_puts_the_longest_first_and_keeps_the_order_of_equal_lengths():
+    s = [_len(n) for n in (4, 10, 2, 4, 10, 3)]
+    got = by_length(s)
+    assert [len(x.prompt_ids) + 1 for x in got] == [10, 10, 4, 4, 3, 2]
+    assert [id(x) for x in got[:4]] == [id(x) for x in (s[1], s[4], s[0], s[3])]  # ties: the given order
+
+
 def _batch(seed=0, n=7):
     g = torch.Generator().manual_seed(seed)
     out = []
@@ -163,6 +177,37 @@ def test_a_tiny_token_cap_gives_the_gradient_of_no_cap(accumulation):
     assert len(ref_forwards) == 2 * accumulation  # one micro-batch per group and pass without a cap
     assert len(forwards) > len(ref_forwards) and max(forwards) < max(ref_forwards)
     assert len(got) == len(ref) == 2  # still one optimizer step per pass (num_iterations)
+    for step_got, step_ref in zip(got, ref, strict=True):
+        for a, b in zip(step_got, step_ref, strict=True):
+            assert torch.allclose(a, b, atol=1e-6, rtol=1e-4), float((a - b).abs().max())
+
+
+@pytest.mark.parametrize("accumulation", [1, 2])
+def test_length_grouped_micro_batches_pad_less_with_the_gradient_of_the_shuffled_cut(monkeypatch, accumulation):
+    """The trainer sorts each accumulation group longest first before the token cap cuts it (the
+    reference forwards too): fewer padded tokens than cutting in the shuffled order, the same
+    micro-batch count or fewer, and the same gradient up to the float order of its sum."""
+    real = trainer_module.collate
+
+    def padded(grouped):
+        monkeypatch.setattr(trainer_module, "by_length", by_length if grouped else list)
+        widths = []
+
+        def counting(batch, *a, **k):
+            lengths = [len(x.prompt_ids) + len(x.completion_ids) for x in batch]
+            widths.append((len(lengths) * max(lengths), lengths))
+            return real(batch, *a, **k)
+
+        monkeypatch.setattr(trainer_module, "collate", counting)
+        grads, forwards = _step_gradients(max_tokens_per_micro_batch=40, gradient_accumulation_steps=accumulation)
+        return grads, forwards, widths
+
+    ref, ref_forwards, ref_widths = padded(False)
+    got, forwards, widths = padded(True)
+    assert all(lengths == sorted(lengths, reverse=True) for _, lengths in widths)
+    assert sorted(n for _, ls in widths for n in ls) == sorted(n for _, ls in ref_widths for n in ls)
+    assert sum(w for w, _ in widths) < sum(w for w, _ in ref_widths) and len(forwards) <= len(ref_forwards)
+    assert len(got) == len(ref) == 2
     for step_got, step_ref in zip(got, ref, strict=True):
         for a, b in zip(step_got, step_ref, strict=True):
             assert torch.allclose(a, b, atol=1e-6, rtol=1e-4), float((a - b).abs().max())
