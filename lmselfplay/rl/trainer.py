@@ -57,6 +57,7 @@ import math
 import os
 import random
 import shutil
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -73,6 +74,10 @@ from lmselfplay.lm.trajectory import Sample, merge_identical
 from lmselfplay.models.policy import load_policy
 from lmselfplay.rl.importance import TruncatedImportance
 from lmselfplay.utils.checkpoint import commit_dir, prune_checkpoints, writing
+
+# TRL 1.16's unwrap_model_for_generation reads the alias transformers 5.25 deprecated
+# (is_gradient_checkpointing); the warning is about TRL's code, not the user's, and printed on every run
+warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
 from lmselfplay.utils.config import Config, ConfigError, non_negative, positive
 from lmselfplay.utils.run import make_accelerator
 
