@@ -280,6 +280,8 @@ REGISTRY: list[Command] = [
             extra="--steps 1", output=RESULT, slow=True),
     Command(".venv/bin/python benchmarks/bench_trainer_vs_trl.py", slow=True,
             extra="--prompts 2 --num-generations 2 --batches 1 --warmup 0 --no-merge-variant", output=RESULT),
+    Command(".venv/bin/python benchmarks/bench_test_suite.py --base BASE --new NEW",
+            skip="times the whole test suite in two set-up checkouts (minutes a run); tests/benchmarks/test_bench_test_suite.py runs it on stand-in checkouts"),
     Command(".venv/bin/python benchmarks/bench_cfr.py", extra="--iterations 10 --repeats 1", output=RESULT),
     Command(".venv/bin/python benchmarks/bench_alphazero_speed.py",
             extra="--trees 4 --sims 8 --repeats 1 --openspiel_sims 8", output=RESULT),
