@@ -74,12 +74,12 @@ from lmselfplay.lm.trajectory import Sample, merge_identical
 from lmselfplay.models.policy import load_policy
 from lmselfplay.rl.importance import TruncatedImportance
 from lmselfplay.utils.checkpoint import commit_dir, prune_checkpoints, writing
+from lmselfplay.utils.config import Config, ConfigError, non_negative, positive
+from lmselfplay.utils.run import make_accelerator
 
 # TRL 1.16's unwrap_model_for_generation reads the alias transformers 5.25 deprecated
 # (is_gradient_checkpointing); the warning is about TRL's code, not the user's, and printed on every run
 warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
-from lmselfplay.utils.config import Config, ConfigError, non_negative, positive
-from lmselfplay.utils.run import make_accelerator
 
 BETA_SCHEDULES = ("constant", "linear", "cosine")
 KL_ESTIMATORS = ("k3", "exact")
