@@ -115,7 +115,10 @@ def _run_cold(argv: list[str], env: dict[str, str], cwd: Path, timeout: float) -
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:  # it ended between the timeout and the kill
+                pass
             proc.communicate()
             raise
     return subprocess.CompletedProcess([sys.executable, *argv], proc.returncode, out, err)
