@@ -46,8 +46,9 @@ def time_suite(path: str, timeout_s: float) -> dict:
         return {"checkout": path, "wall_s": round(time.perf_counter() - t0, 3), "returncode": None,
                 "summary": f"ran past {timeout_s:.0f} s"}
     found = SUMMARY.findall(proc.stdout)
+    last = proc.stdout.strip().splitlines()[-1:] or ["(no output)"]
     return {"checkout": path, "wall_s": round(time.perf_counter() - t0, 3), "returncode": proc.returncode,
-            "summary": found[-1] if found else proc.stdout.strip().splitlines()[-1:] or ["(no output)"]}
+            "summary": found[-1] if found else last[0]}
 
 
 def ratios(rounds: list[dict]) -> dict:
@@ -67,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.rounds < 1:
         ap.error("--rounds must be >= 1")
-    checkout_python(args.base), checkout_python(args.new)  # both refused before any run
+    for path in (args.base, args.new):  # both refused before any run
+        checkout_python(path)
     rounds = []
     for i in range(args.rounds):
         row = {}

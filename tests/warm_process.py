@@ -17,7 +17,7 @@ context with a preload list). The rules that keep it the command as typed:
 - only single-threaded commands fork warm (``OMP_NUM_THREADS=1`` in the command's environment and in
   this process's, which the forkserver started with): a process forked from an interpreter that
   has imported torch runs a multi-threaded OpenMP pool pathologically (a 2-thread matmul loop took
-  19-30 s in the fork, 0.3 s single-threaded), so any other command runs as a fresh interpreter.
+  16-31 s in the fork, 0.3 s single-threaded), so any other command runs as a fresh interpreter.
 """
 
 from __future__ import annotations
