@@ -17,6 +17,7 @@ checked for non-transitivity and any cycle ``A > B > C > A`` is warned about by 
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
 from collections import deque
@@ -224,6 +225,22 @@ def model_dir(path: str) -> str:
     if not (p / "config.json").exists() and (p / "model" / "config.json").exists():
         return str(p / "model")
     return str(path)
+
+
+def game_for_models(name: str, models: Sequence[str]) -> Any:
+    """Game ``name`` in the text every model in ``models`` was built to read
+    (:func:`~lmselfplay.models.tiny.make_game_for`; the registry's text with bots alone). One
+    game is shared by every seat, so models built to read different texts are refused."""
+    from lmselfplay.games import make
+    from lmselfplay.models.tiny import game_params_of, make_game_for
+
+    if not models:
+        return make(name)
+    texts = {m: game_params_of(model_dir(m)).get(name, {}) for m in models}
+    if len({json.dumps(t, sort_keys=True) for t in texts.values()}) > 1:
+        raise ValueError(f"these models read {name} in different texts, so they cannot share a board: "
+                         + "; ".join(f"{m}: {t or 'the default text'}" for m, t in texts.items()))
+    return make_game_for(name, model_dir(models[0]))
 
 
 def load_players(game: Any, models: Sequence[str], bots: Sequence[str],

@@ -80,7 +80,6 @@ def _cmd_humaneval(args: argparse.Namespace) -> int:
 
 
 def _cmd_arena(args: argparse.Namespace) -> int:
-    from lmselfplay.games import make
     from lmselfplay.games.text import MOVE_STOP
     from lmselfplay.lm.engines.base import SamplingParams
     from lmselfplay.utils.checkpoint import atomic_write_text
@@ -88,7 +87,7 @@ def _cmd_arena(args: argparse.Namespace) -> int:
 
     from . import arena
 
-    game = make(args.game)
+    game = arena.game_for_models(args.game, args.models or [])
     bots = [b.strip() for b in args.bots.split(",") if b.strip()] if args.bots else []
     players = arena.load_players(game, args.models or [], bots, args.device)
     if args.max_new_tokens < 1:

@@ -20,10 +20,13 @@ def _cmd_show(args: argparse.Namespace) -> int:
     for s in states:
         print(game.render(s))
         print()
-    if args.prompt:
+    if args.prompt:  # in the text the model was built to read (imports torch, so only here)
+        from lmselfplay.models.tiny import make_game_for
+
+        model_game = make_game_for(args.game, args.model)
         first = next(s for s in states if game.current_player(s) >= 0)
         print("--- what the model reads as player", game.current_player(first) + 1, "---")
-        print(game.observation_text(first, game.current_player(first)))
+        print(model_game.observation_text(first, game.current_player(first)))
     return 0
 
 
@@ -84,6 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("game")
     show.add_argument("--seed", type=int, default=0)
     show.add_argument("--prompt", action="store_true", help="also print the model's prompt")
+    show.add_argument("--model", default=None,
+                      help="--prompt in the text this model reads (default: the embedded model)")
     show.set_defaults(func=_cmd_show)
     demo = sub.add_parser("demo", help="exact solver vs random player, as a transcript")
     demo.add_argument("game", nargs="?", default="tictactoe")

@@ -16,6 +16,7 @@ from lmselfplay.games.text import MOVE_STOP, format_answer
 from lmselfplay.lm.engines import HFEngine, SamplingParams
 from lmselfplay.lm.prompt import encode_prompt
 from lmselfplay.models.policy import load_policy
+from lmselfplay.models.tiny import make_game_for
 
 
 def main(argv: list[str] | None = None, input_fn=input, out=print) -> int:
@@ -29,7 +30,8 @@ def main(argv: list[str] | None = None, input_fn=input, out=print) -> int:
     args = ap.parse_args(argv)
     if args.max_new_tokens < 1:
         ap.error("--max-new-tokens must be >= 1")
-    game = make(args.game)
+    game = make_game_for(args.game, args.model)  # the model reads the text it was built to read
+    view = make(args.game)  # the person reads the game's own text (its legal moves listed)
     model, tok = load_policy(model_name_or_path=args.model)
     engine = HFEngine(model, tok)
     rng = random.Random(args.seed)
@@ -38,14 +40,14 @@ def main(argv: list[str] | None = None, input_fn=input, out=print) -> int:
     while not game.is_terminal(s):
         p = game.current_player(s)
         if p == me:
-            out(game.observation_text(s, me).split("\nAnswer with")[0])
+            out(view.observation_text(s, me).split("\nAnswer with")[0])
             try:
                 text = input_fn("your move> ").strip()
             except EOFError:
                 return 0
             if text.lower() in ("quit", "exit", "q"):
                 return 0
-            a = game.parse_action(s, format_answer(text))
+            a = view.parse_action(s, format_answer(text))
             if isinstance(a, Invalid):
                 out(f"  {a.reason}")
                 continue

@@ -10,6 +10,17 @@ def test_show_prints_a_game(capsys):
     assert "Your card:" in capsys.readouterr().out
 
 
+def test_show_prints_the_prompt_in_the_text_the_model_reads(tmp_path, capsys):
+    from lm_fixtures import save_tiny
+
+    assert cli.main(["show", "tictactoe", "--prompt"]) == 0  # the embedded model (v7): the cells text
+    prompt = capsys.readouterr().out.split("what the model reads")[1]
+    assert "1_2_3_" in prompt and "Legal moves" not in prompt
+    assert cli.main(["show", "tictactoe", "--prompt", "--model", str(save_tiny(tmp_path))]) == 0
+    prompt = capsys.readouterr().out.split("what the model reads")[1]  # a model with no recorded text
+    assert "1 2 3" in prompt and "Legal moves" in prompt
+
+
 def test_passthrough_keeps_leading_options(tmp_path):
     """`lmselfplay bootstrap --force` / `gametheory-plots --out D` once failed with
     "unrecognized arguments": argparse's REMAINDER drops a remainder that starts with an option."""

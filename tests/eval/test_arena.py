@@ -127,6 +127,25 @@ def test_arena_cli_with_bots(tmp_path, capsys):
     assert cli_main(["arena", "nim", "--bots", "random,oracle", "--out", str(tmp_path)]) == 2
 
 
+def test_the_arena_game_is_in_the_text_its_models_read(tmp_path):
+    from lmselfplay.eval.arena import game_for_models
+    from lmselfplay.models.tiny import GAME_PARAMS_ATTR
+
+    def model(name, params):
+        (tmp_path / name).mkdir()
+        config = {GAME_PARAMS_ATTR: params} if params else {}
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
+        return str(tmp_path / name)
+
+    a, b, plain = model("a", "tictactoe.board=cells"), model("b", "tictactoe.board=cells"), model("c", "")
+    assert game_for_models("tictactoe", [a, b]).board == "cells"
+    assert game_for_models("tictactoe", [plain]).board == game_for_models("tictactoe", []).board == "digits"
+    assert game_for_models("nim", [a, plain]).name == "nim"  # they read Nim alike
+    with pytest.raises(ValueError, match="different texts"):
+        game_for_models("tictactoe", [a, plain])
+    assert cli_main(["arena", "tictactoe", "--models", a, plain, "--out", str(tmp_path / "out")]) == 2
+
+
 def test_two_models_share_the_batched_rollout_and_swap_seats():
     # Nim from 15 stones, both sides always take 1: the first seat takes the last stone.
     # Over both seatings each model wins exactly half; "junk" always answers illegally.

@@ -1,5 +1,6 @@
 """Policy formatter, HF engine, rollouts and exact game metrics on tiny models."""
 
+import json
 import re
 
 import pytest
@@ -251,6 +252,26 @@ def test_play_cli_person_vs_model(tmp_path):
     text = "\n".join(lines)
     assert "not a legal move" in text  # "banana" was refused with the reason
     assert "Stones: 15" in text and ("you win" in text or "you lose" in text)
+
+
+def test_play_cli_prompts_the_model_in_its_text_and_the_person_in_the_games(tmp_path, monkeypatch):
+    from lmselfplay import human_play
+    from lmselfplay.models.tiny import GAME_PARAMS_ATTR
+
+    save_tiny(tmp_path, seed=4)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(config | {GAME_PARAMS_ATTR: "tictactoe.board=cells"}))
+    prompts = []
+
+    def engine(model, tok):
+        return ScriptedEngine(tok, lambda prompt: prompts.append(prompt) or "<move>5</move>")
+
+    monkeypatch.setattr(human_play, "HFEngine", engine)
+    lines = []
+    assert human_play.main(["tictactoe", "--model", str(tmp_path), "--seat", "2"],
+                           input_fn=lambda _: "quit", out=lines.append) == 0
+    assert "5_" in prompts[0] and "Legal moves" not in prompts[0]  # the model's cells text
+    assert "4 X 6" in "\n".join(lines) and "Legal moves" in "\n".join(lines)  # the person's view
 
 
 def test_stop_strings_cut_the_completion_with_no_padding_after():

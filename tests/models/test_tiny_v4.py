@@ -147,10 +147,17 @@ def test_ensure_tiny_model_continues_a_killed_build(tmp_path):
     assert info["resumed_at_step"] == 2 and not state.exists()
 
 
+def continue_default(**fields):
+    """A TinyConfig continuing the shipped default build: its inherited fields (shape,
+    tokenizer, game texts) as the default's, ``fields`` on top."""
+    inherited = {f: getattr(tiny.build_config(), f) for f in tiny.INHERITED}
+    return tiny.TinyConfig(continue_from=tiny.DEFAULT_BUILD, **(inherited | fields))
+
+
 def test_a_continued_build_starts_from_its_base_and_keeps_its_tokenizer(tmp_path):
     base = tiny.ensure_tiny_model(progress=False)  # the shipped default build
-    cfg = tiny.TinyConfig(continue_from=tiny.DEFAULT_BUILD, train_steps=2, batch_size=4, warmup_steps=1,
-                          task_weights="arithmetic=1,tictactoe=0,reading=0")
+    cfg = continue_default(train_steps=2, batch_size=4, warmup_steps=1,
+                         task_weights="arithmetic=1,tictactoe=0,reading=0")
     assert cfg.key() != tiny.build_config().key() != tiny.build_config(train_steps=2).key()
     tiny.build_tiny_model(cfg, tmp_path / "v", progress=False)
     assert (tmp_path / "v" / "tokenizer.json").read_bytes() == (base / "tokenizer.json").read_bytes()
@@ -158,13 +165,13 @@ def test_a_continued_build_starts_from_its_base_and_keeps_its_tokenizer(tmp_path
     assert a.keys() == b.keys() and not all(torch.equal(a[k], b[k]) for k in a)
     assert max((a[k] - b[k]).abs().max().item() for k in a) < 0.05  # two small steps, not a new model
     with pytest.raises(ValueError, match="takes its hidden_size"):
-        tiny.TinyConfig(continue_from=tiny.DEFAULT_BUILD, hidden_size=64).key()
+        continue_default(hidden_size=64).key()
 
 
 def test_a_killed_continued_build_resumes_to_the_uninterrupted_weights(tmp_path):
-    # v6 ships from a continued build: it must resume and repeat like a build from scratch
-    cfg = tiny.TinyConfig(continue_from=tiny.DEFAULT_BUILD, train_steps=4, batch_size=4, warmup_steps=1,
-                          checkpoint_every=2, num_threads=1, task_weights="arithmetic=1,tictactoe=1,reading=0")
+    # v6 is a continued build: one must resume and repeat like a build from scratch
+    cfg = continue_default(train_steps=4, batch_size=4, warmup_steps=1,
+                         checkpoint_every=2, num_threads=1, task_weights="arithmetic=1,tictactoe=1,reading=0")
     tiny.build_tiny_model(cfg, tmp_path / "whole", progress=False)
     again = tiny.build_tiny_model(cfg, tmp_path / "again", progress=False)
     state = tmp_path / "state"

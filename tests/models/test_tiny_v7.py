@@ -1,7 +1,7 @@
 """The v7 embedded build's code path at tiny size: tic-tac-toe's cells text (one token per cell
 that names it), the tokenizer that holds its 27 cell strings as one token each, the board-reading
 questions on those cells, the build config, and the game parameters a build records and every
-recipe and evaluation reads back (v6, the default, keeps the game's own text)."""
+recipe and evaluation reads back (v7 is the default build; v6 and hub models keep the game's own text)."""
 
 from __future__ import annotations
 
@@ -144,12 +144,15 @@ def test_the_build_records_its_game_text_and_every_reader_makes_the_game_with_it
     assert tiny.game_params_of(built) == {"tictactoe": {"board": "cells"}}
     assert tiny.make_game_for("tictactoe", built).board == "cells"
     assert tiny.make_game_for("nim", built).name == "nim"
-    assert tiny.make_game_for("tictactoe", None).board == "digits"  # the default build (v6)
+    assert tiny.make_game_for("tictactoe", None).board == "cells"  # the default build (v7)
+    assert tiny.make_game_for("tictactoe", "embedded").board == "cells"
     assert tiny.game_params_of("org/some-hub-model") == {}
+    assert tiny.make_game_for("tictactoe", "org/some-hub-model").board == "digits"
     from lmselfplay.rl.selfplay import make_games
 
     assert [g.board for g in make_games("nim,tictactoe", str(built)) if g.name == "tictactoe"] == ["cells"]
-    assert [g.board for g in make_games("tictactoe")] == ["digits"]
+    assert [g.board for g in make_games("tictactoe")] == ["cells"]
+    assert [g.board for g in make_games("tictactoe", "org/some-hub-model")] == ["digits"]
 
 
 def test_a_checkpoint_saved_from_the_build_keeps_its_game_text(built, tmp_path):
@@ -166,8 +169,8 @@ def test_the_v7_config_and_earlier_keys():
     assert tiny.whole_strings(v7) == list(CELL_STRINGS)
     assert tiny.whole_strings(tiny.build_config("v6")) == []
     assert tiny.build_config("v3").key() == tiny.TinyConfig().key() == tiny.TinyConfig(game_params="").key()
-    assert tiny.build_config("v6").key() == "51de028e3c98"  # the shipped build's key is unchanged
-    assert tiny.DEFAULT_BUILD == "v6"
+    assert tiny.build_config("v6").key() == "51de028e3c98"  # v6's key is unchanged
+    assert tiny.DEFAULT_BUILD == "v7" and tiny.build_config().key() == "92ae7ac73836"  # the shipped build
     with pytest.raises(ValueError, match="game.param=value"):
         tiny.parse_game_params("tictactoe=cells")
     with pytest.raises(ValueError, match="unknown tic-tac-toe board text"):
