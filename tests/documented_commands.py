@@ -318,6 +318,7 @@ REGISTRY: list[Command] = [
     Command("lmselfplay bootstrap --build v3", output=r"tiny model: ", slow=True,
             extra="--cache-dir {out} --quiet --num_layers 1 --hidden_size 32 --num_heads 2 --intermediate_size 64 "
                   "--train_steps 2 --batch_size 4 --tokenizer_texts 300"),
+    Command("lmselfplay bootstrap", output=r"tiny model: ", extra="--cache-dir {out} --quiet"),  # copies the shipped v7
     Command("lmselfplay bootstrap --build v7", output=r"tiny model: ", slow=True,
             extra="--cache-dir {out} --quiet --hidden_size 32 --num_heads 2 --intermediate_size 64 "
                   "--train_steps 2 --batch_size 4 --tokenizer_texts 300"),
