@@ -340,9 +340,8 @@ REGISTRY: list[Command] = [
             "--batch 128", subs=(("PATH", "{model}"), ("--steps 400 --batch 128", "--steps 2 --batch 8")),
             extra="--eval_every 1 --eval_positions 20", output=RESULT, slow=True),
     # docs/search_selfplay.md: tic-tac-toe's search self-play on v7 (tic-tac-toe's positions: over 40 s)
-    Command("python recipes/search_selfplay.py --config recipes/configs/search_selfplay_tictactoe_v7.yaml "
-            "--model_name_or_path PATH", subs=(("PATH", "{model}"),), extra=SEARCH_SMALL, files=("metrics.jsonl",),
-            slow=True),
+    Command("python recipes/search_selfplay.py --config recipes/configs/search_selfplay_tictactoe_v7.yaml",
+            extra=SEARCH_SMALL, files=("metrics.jsonl",), slow=True),
     Command("lmselfplay eval-game tictactoe --model RUN/checkpoint-N/model --n-games 200 --temperature 0",
             subs=(("RUN/checkpoint-N/model", "{model}"), ("--n-games 200", "--n-games 2")),
             extra="--json {out}/metrics.json", files=("metrics.json",), slow=True),
