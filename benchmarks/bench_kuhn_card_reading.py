@@ -7,9 +7,12 @@ all 12 information sets (full batch, AdamW) and prints P(bet) with a J and with 
 
 Measured (issue 4): the embedded model built from random-move turns only stayed at the
 card-blind optimum P(bet) = 0.34 for every card through 60 steps; with the reading tasks in
-its corpus it separates the cards (J 0.02, K 0.97) by step 30.
+its corpus it separates the cards (J 0.02, K 0.97) by step 30. With ``--steps 40``, v6 and v7
+both separate them by step 20: J 0.09, K 0.92 (``bench_kuhn_card_reading.json``) and J 0.01,
+K 0.97 (``bench_kuhn_card_reading_v7.json``).
 
     python benchmarks/bench_kuhn_card_reading.py [--model PATH ...] [--steps 60] [--lr 1e-3]
+                                                 [--name bench_kuhn_card_reading]
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ def main() -> None:
     ap.add_argument("--model", nargs="*", default=None, help="model folders (default: the embedded model)")
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--name", default="bench_kuhn_card_reading", help="the results file's name (one per build)")
     args = ap.parse_args()
     if not args.model:
         from lmselfplay.models.tiny import ensure_tiny_model
@@ -79,7 +83,7 @@ def main() -> None:
         sep = next((s for s, j, k in rows if k - j > 0.5), None)
         print(f"  -> {'cards separated (K - J > 0.5) at step ' + str(sep) if sep is not None else 'never separated'}")
         results[path] = {"rows_step_pbet_j_pbet_k": rows, "separated_at_step": sep}
-    save_results("bench_kuhn_card_reading", results)
+    save_results(args.name, results)
 
 
 if __name__ == "__main__":

@@ -357,6 +357,8 @@ REGISTRY: list[Command] = [
             extra="--out {out}/main_job_v6.png", files=("main_job_v6.png",), output=FIGURE),
     Command("python benchmarks/record_run.py --plot benchmarks/results/referee_study_v6.jsonl",
             extra="--out {out}/referee_study_v6.png", files=("referee_study_v6.png",), output=FIGURE),
+    Command("python benchmarks/record_run.py --plot benchmarks/results/referee_study_v7.jsonl",
+            extra="--out {out}/referee_study_v7.png", files=("referee_study_v7.png",), output=FIGURE),
     Command("python benchmarks/bench_llm_taboo.py --models embedded runs/selfplay_taboo/final_model", slow=True,
             subs=(("runs/selfplay_taboo/final_model", "{run}/final_model"),), extra="--games 2 --max_new_tokens 8",
             output=RESULT),
