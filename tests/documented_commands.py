@@ -277,7 +277,7 @@ REGISTRY: list[Command] = [
     Command(".venv/bin/python benchmarks/bench_kuhn_card_reading.py", slow=True, extra="--steps 1", output=RESULT),
     Command("benchmarks/bench_kuhn_card_reading.py --model OLD NEW",
             subs=(("benchmarks/", "python benchmarks/"), ("OLD", "{model}"), ("NEW", "{run}/final_model")),
-            extra="--steps 1", output=RESULT, slow=True),
+            extra="--steps 1 --name card_reading_check", output=r"results: \S+/card_reading_check\.json", slow=True),
     Command(".venv/bin/python benchmarks/bench_trainer_vs_trl.py", slow=True,
             extra="--prompts 2 --num-generations 2 --batches 1 --warmup 0 --no-merge-variant", output=RESULT),
     Command(".venv/bin/python benchmarks/bench_test_suite.py --base BASE --new NEW",
