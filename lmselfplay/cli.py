@@ -9,6 +9,8 @@ import argparse
 import random
 import sys
 
+from lmselfplay.utils.errors import UserError
+
 
 def _cmd_show(args: argparse.Namespace) -> int:
     """Print a random game's positions as a person sees them (and the model's prompt)."""
@@ -114,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (ValueError, KeyError, FileNotFoundError) as e:
+    except (UserError, ValueError, KeyError, FileNotFoundError) as e:
         print(f"lmselfplay {args.command}: error: {e}", file=sys.stderr)
         return 2
 

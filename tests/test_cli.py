@@ -28,6 +28,12 @@ def test_passthrough_keeps_leading_options(tmp_path):
     assert list((tmp_path / "plots").glob("*.png"))
 
 
+def test_a_user_error_in_a_verb_is_one_line_and_status_2(tmp_path, capsys):
+    assert cli.main(["arena", "nim", "--bots", "random,exact", "--max-new-tokens", "0", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "lmselfplay arena: error: --max-new-tokens must be >= 1, got 0"
+
+
 def test_unknown_subcommand_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["train-everything"])
