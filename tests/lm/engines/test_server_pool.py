@@ -341,7 +341,8 @@ def test_client_threads_keep_their_connections_across_calls(servers):
     """A burst of requests reuses the engine's worker threads and their kept-alive connections
     (a TCP handshake and a thread per request cost the CPU the trainer steps on)."""
     (a,) = servers(1)
-    eng = _engine([a], max_concurrency=4)
+    # a socket timeout reconnects by design; 30 s keeps a loaded machine's slow answer from doing so here
+    eng = _engine([a], max_concurrency=4, timeout=30.0)
     eng.generate(PROMPTS, SP)
     opened = a.connections
     for _ in range(3):
