@@ -82,8 +82,14 @@ def numbers_in_row(row: str, header: list[str] | None = None) -> list[str]:
 
 
 def tables(markdown: str, page: str = "") -> list[Table]:
-    """Every markdown table of a page with its body numbers and its results block, if any."""
-    lines = markdown.splitlines()
+    """Every markdown table of a page with its body numbers and its results block, if any (a table
+    inside a fenced code block is an example, not a table)."""
+    lines, fenced = markdown.splitlines(), False
+    for k, line in enumerate(lines):
+        if line.startswith("```"):
+            fenced = not fenced
+        if fenced or line.startswith("```"):
+            lines[k] = ""
     out, i = [], 0
     while i < len(lines):
         if not (lines[i].lstrip().startswith("|") and i + 1 < len(lines)

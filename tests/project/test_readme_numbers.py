@@ -55,6 +55,10 @@ def test_a_table_without_its_block_or_with_a_key_too_few_fails():
     assert "7 numbers, 5 keys" in P.problems(only_table(added_row))[0]
 
 
+def test_a_table_in_a_code_block_is_an_example():
+    assert [t for t in P.tables("```text\n" + TABLE.split("<!--")[0] + "```\n") if t.numbers] == []
+
+
 def test_what_is_not_a_measurement_is_named_by_rule():
     assert P.numbers_in_cell("0.89-0.97, -7.63 ± 1.11, 1.13x, 45.2%, 6.6e-06") == [
         "0.89", "0.97", "-7.63", "1.11", "1.13x", "45.2%", "6.6e-06"]
