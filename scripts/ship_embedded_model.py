@@ -4,9 +4,9 @@
     python scripts/ship_embedded_model.py --rebuild  # build afresh even if cached (minutes)
     python scripts/ship_embedded_model.py --build v4 # ship a named build (tiny.BUILDS) instead
 
-Shipping another build than the default only makes sense together with making it the default
-(``tiny.DEFAULT_BUILD``): the package uses the shipped files only for ``build_config().key()``,
-and ``tests/models/test_shipped_model.py`` fails on any other key.
+The default build goes to ``embedded/``; a build of ``tiny.SHIPPED_BUILDS`` (the language recipes'
+v8) to ``embedded_<build>/``. The package uses each folder only for the key it was built from, and
+``tests/models/test_shipped_model.py`` fails on a stale one.
 
 Re-run after anything that changes ``build_config().key()`` (the corpus, the build's settings,
 ``BUILD_VERSION``): ``ensure_tiny_model()`` uses the shipped files only for the key they were
@@ -23,7 +23,6 @@ from pathlib import Path
 from lmselfplay.models.tiny import (
     BUILDS,
     DEFAULT_BUILD,
-    EMBEDDED_DIR,
     INFO_FILE,
     TinyConfig,
     build_config,
@@ -31,6 +30,7 @@ from lmselfplay.models.tiny import (
     is_complete,
     model_dir,
     resume_dir,
+    shipped_dir,
 )
 from lmselfplay.utils.checkpoint import MARKER, atomic_dir
 
@@ -47,7 +47,7 @@ def source_build(cfg: TinyConfig, rebuild: bool) -> Path:
     return path
 
 
-def ship(src: Path, dest: Path = EMBEDDED_DIR) -> Path:
+def ship(src: Path, dest: Path) -> Path:
     with atomic_dir(dest) as tmp:
         for name in SHIPPED:
             shutil.copy2(src / name, tmp / name)
@@ -60,7 +60,7 @@ def main() -> None:
     ap.add_argument("--build", default=DEFAULT_BUILD, choices=list(BUILDS), help="a named build (default: the default)")
     args = ap.parse_args()
     cfg = build_config(args.build)
-    dest = ship(source_build(cfg, args.rebuild))
+    dest = ship(source_build(cfg, args.rebuild), shipped_dir(args.build))
     size = sum(p.stat().st_size for p in dest.iterdir()) / 1e6
     print(f"shipped tiny-{cfg.key()} -> {dest} ({size:.1f} MB; marker {dest / MARKER})")
 

@@ -12,6 +12,7 @@ from lmselfplay.alphazero.config import AlphaZeroConfigs
 from lmselfplay.debate.config import DebateConfigs
 from lmselfplay.rl.absolute_zero import AbsoluteZeroConfigs
 from lmselfplay.rl.r_zero import RZeroConfigs
+from lmselfplay.rl.rlvr import RLVRConfigs
 from lmselfplay.rl.search_selfplay import SearchSelfPlayConfigs
 from lmselfplay.rl.selfplay import SelfPlayConfigs
 from lmselfplay.spin.config import SpinConfigs
@@ -20,7 +21,7 @@ from lmselfplay.utils.config import ConfigError, Configs, check_keys, load_yaml
 RECIPE_CONFIGS: dict[str, type[Configs]] = {
     "selfplay_games": SelfPlayConfigs, "debate": DebateConfigs, "r_zero": RZeroConfigs,
     "absolute_zero": AbsoluteZeroConfigs, "spin": SpinConfigs, "search_selfplay": SearchSelfPlayConfigs,
-    "alphazero": AlphaZeroConfigs,
+    "alphazero": AlphaZeroConfigs, "rlvr": RLVRConfigs,
 }
 
 

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from lmselfplay.games.text import visible_answer_text
+from lmselfplay.tasks.answer_formats import INSTRUCTIONS, with_instruction  # noqa: F401 - the prompt side, re-exported
 
 MAX_SCAN_CHARS = 100_000
 
@@ -143,13 +144,12 @@ class AnswerRule:
 
 
 RULES: dict[str, AnswerRule] = {
-    "boxed": AnswerRule("boxed", "Put your final answer within \\boxed{}.", extract_boxed),
-    "hash": AnswerRule("hash", "End with a line of the form '#### <answer>'.", extract_hash),
-    "answer": AnswerRule("answer", "Give your final answer between <answer> and </answer>.",
-                         extract_tag, stop=("</answer>",)),
-    "final": AnswerRule("final", "End with a line of the form '#### <answer>'.", extract_final),
-    "code": AnswerRule("code", "Write the Python code.", extract_code),
-    "raw": AnswerRule("raw", "", extract_raw),
+    "boxed": AnswerRule("boxed", INSTRUCTIONS["boxed"], extract_boxed),
+    "hash": AnswerRule("hash", INSTRUCTIONS["hash"], extract_hash),
+    "answer": AnswerRule("answer", INSTRUCTIONS["answer"], extract_tag, stop=("</answer>",)),
+    "final": AnswerRule("final", INSTRUCTIONS["final"], extract_final),
+    "code": AnswerRule("code", INSTRUCTIONS["code"], extract_code),
+    "raw": AnswerRule("raw", INSTRUCTIONS["raw"], extract_raw),
 }
 
 
@@ -162,9 +162,3 @@ def get_rule(name: str) -> AnswerRule:
 def extract_answer(text: object, rule: str) -> str | None:
     """``RULES[rule].extract(text)``; never raises for any ``text``."""
     return get_rule(rule).extract(text)
-
-
-def with_instruction(question: str, rule: str) -> str:
-    """The question followed by the rule's instruction (the prompt side of the rule)."""
-    ins = get_rule(rule).instruction
-    return f"{question.rstrip()}\n{ins}" if ins else question

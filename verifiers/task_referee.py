@@ -17,15 +17,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from lmselfplay.verifiers.answers import extract_tag, with_instruction
+from lmselfplay.verifiers.answers import extract_tag
 from lmselfplay.verifiers.referees import AnswerMatcher, Verdict
 
 MATH_KINDS = ("arithmetic", "jsonl")
-
-
-def item_prompt(item: Any) -> str:
-    """What the model reads for ``item``: its prompt and its answer format's instruction."""
-    return with_instruction(item.prompt, item.answer_format) if item.answer_format else item.prompt
 
 
 class TaskReferee:

@@ -22,7 +22,7 @@ from lmselfplay.lm.engines import weight_sync
 from lmselfplay.lm.engines.base import declared_eos_ids
 from lmselfplay.lm.engines.hf import unwrap
 from lmselfplay.lm.prompt import PromptStyle, resolve_prompt_format, set_prompt_style
-from lmselfplay.models.tiny import ensure_tiny_model
+from lmselfplay.models.tiny import BUILDS, build_config, ensure_tiny_model
 from lmselfplay.utils.config import Config, ConfigError, positive
 from lmselfplay.utils.errors import UserError
 
@@ -97,12 +97,18 @@ def resolve_dtype(dtype: str, device: torch.device, name: str = "dtype") -> torc
 
 
 def resolve_model_path(model_name_or_path: str | None) -> str:
-    """``None`` -> the embedded tiny model (built offline on first use); an existing local
+    """``None`` -> the embedded tiny model (built offline on first use); ``embedded:<build>`` -> that
+    named build (installed from the package or built on first use); an existing local
     folder; or a hub name (``org/name``). Something that can only be a local path but does
     not exist is a :class:`UserError` that says so (not a hub error about repo ids)."""
     if model_name_or_path in (None, "", "tiny", "embedded"):
         return str(ensure_tiny_model())
     name = str(model_name_or_path)
+    if name.startswith("embedded:"):  # a named build of the embedded model (models/tiny.py BUILDS)
+        build = name.partition(":")[2]
+        if build not in BUILDS:
+            raise UserError(f"model_name_or_path {name!r}: no embedded build {build!r} (known: {', '.join(BUILDS)})")
+        return str(ensure_tiny_model(cfg=build_config(build)))
     if Path(name).expanduser().exists():
         return str(Path(name).expanduser())
     if name.startswith(("/", ".", "~")) or "\\" in name or name.count("/") > 1 or name.endswith("/"):

@@ -66,6 +66,7 @@ from lmselfplay.lm.prompt import encode_completion, encode_prompt, format_prompt
 from lmselfplay.models import corpus as st
 from lmselfplay.tasks.arithmetic import QUESTION_WRITE_PROMPT, arithmetic_problem, arithmetic_prompt
 from lmselfplay.tasks.programs import program_output_prompt, program_write_prompt, python_program
+from lmselfplay.tasks.task_sets import is_heldout, suite_training_item
 from lmselfplay.utils.checkpoint import MARKER, atomic_dir, verify_checkpoint
 
 # Bump when the corpus, tokenizer or training code changes what a config builds.
@@ -76,12 +77,18 @@ INFO_FILE = "tiny_build.json"
 NON_SEMANTIC = ("num_threads", "checkpoint_every")  # fields that do not enter the cache key
 # Fields added after builds shipped: they enter the key only when set away from these values,
 # so every earlier key (and the shipped build) stays valid.
-LATER_FIELDS = {"tokenizer": "bpe", "continue_from": "", "game_params": ""}
+LATER_FIELDS = {"tokenizer": "bpe", "continue_from": "", "game_params": "", "exclude_heldout": False}
 # What a continued build takes from the build it continues (see TinyConfig.continue_from).
 INHERITED = ("num_layers", "hidden_size", "num_heads", "intermediate_size", "max_seq_len",
              "vocab_size", "tokenizer", "tokenizer_texts", "game_params")
-TOKENIZERS = ("bpe", "cells")
+TOKENIZERS = ("bpe", "cells", "numbers")
 EMBEDDED_DIR = Path(__file__).resolve().parent / "embedded"  # the shipped default build
+SHIPPED_BUILDS = ("v8",)  # other builds shipped in the package, each in embedded_<build>/
+
+
+def shipped_dir(build: str) -> Path:
+    """Where the package holds a shipped build: ``embedded/`` for the default, else ``embedded_<build>/``."""
+    return EMBEDDED_DIR if build == DEFAULT_BUILD else EMBEDDED_DIR.with_name(f"embedded_{build}")
 # The model config attribute that carries a build's game parameters (TinyConfig.game_params):
 # save_pretrained keeps it, so every checkpoint trained from the build plays the texts it read.
 GAME_PARAMS_ATTR = "lmselfplay_game_params"
@@ -111,6 +118,13 @@ BUILDS: dict[str, dict[str, Any]] = {
     "v7": {"num_layers": 2, "num_heads": 8, "intermediate_size": 256, "game_params": "tictactoe.board=cells",
            "train_steps": 2000, "num_threads": 1,
            "task_weights": "tictactoe=8,reading=6,grid_reading=4,kuhn_poker=3,arithmetic=20,programs=4,two_option=2"},
+    # v8, the language recipes' build: v7's shape, numbers as whole tokens (the tokenizer probe:
+    # word problems learned 2.7x faster from scratch than with split digits), a corpus of word
+    # problems, programs, the judge's A/B questions and the reasoning suite's tasks at training
+    # seeds, never a held-out question; Nim only, so reading tasks have a game to read.
+    "v8": {"num_layers": 2, "num_heads": 8, "intermediate_size": 256, "tokenizer": "numbers", "games": "nim",
+           "train_steps": 2000, "num_threads": 1, "exclude_heldout": True,
+           "task_weights": "nim=1,reading=1,arithmetic=20,programs=6,two_option=3,reasoning_gym=8"},
 }
 
 
@@ -152,7 +166,8 @@ class TinyConfig:
     tokenizer_texts: int = 6000  # examples the BPE is trained on
     # "bpe": byte-level BPE (words glue their leading space: " X" and "X" differ);
     # "cells": every whitespace and punctuation character and every digit is its own token,
-    # and every move name of the corpus games is one token (see train_tokenizer)
+    # and every move name of the corpus games is one token (see train_tokenizer);
+    # "numbers": as "bpe", but a run of digits is one pre-token, so frequent numbers are one token
     tokenizer: str = "bpe"
     # "": train tokenizer and weights from scratch; a build name (BUILDS): start from that
     # build's tokenizer and weights (built or installed first) and train train_steps more on
@@ -163,6 +178,9 @@ class TinyConfig:
     # torch threads while building (not in the cache key; 1 = reproducible, and faster than 2
     # on a shared 2-core machine: 8k vs 3.6k tok/s measured with one core busy elsewhere)
     num_threads: int = 1
+    # true: the corpus never draws a question of the held-out split (lmselfplay.tasks.task_sets:
+    # the held-out bucket of word problems and programs, the reasoning suite's questions)
+    exclude_heldout: bool = False
     # parameters of the corpus games' texts, "game.param=value" comma-separated
     # ("tictactoe.board=cells": v7's named-cell board); recorded in the model's config.json
     # (GAME_PARAMS_ATTR) so that recipes and evaluations make the games with them
@@ -200,6 +218,7 @@ class TinyConfig:
         kinds = {g: 1.0 for g in self.game_names()} | {"arithmetic": 1.0, "programs": 1.0, "reading": 1.0}
         kinds["grid_reading"] = 0.0  # a lever (corpus.grid_reading_task), off in the default build
         kinds["two_option"] = 0.0  # corpus.two_option_task, off in the default build
+        kinds["reasoning_gym"] = 0.0  # the reasoning suite's tasks at training seeds, <answer> format
         return parse_weights(self.task_weights, kinds, "task_weights")
 
     def key(self) -> str:
@@ -269,11 +288,18 @@ class Corpus:
         kind = self.rng.choices(self.kinds, weights=self.probs, k=1)[0]
         if kind == "arithmetic":
             p = arithmetic_problem(self.rng)
+            while self.cfg.exclude_heldout and is_heldout(p["prompt"]):
+                p = arithmetic_problem(self.rng)
             if self.rng.random() < 0.8:
                 return arithmetic_prompt(p), p["answer"], None
             return QUESTION_WRITE_PROMPT, p["prompt"], None  # R-Zero's challenger asks
+        if kind == "reasoning_gym":
+            item = suite_training_item(self.rng)
+            return item.prompt, f"<answer>{item.answer}</answer>", None
         if kind == "programs":
             t = python_program(self.rng)
+            while self.cfg.exclude_heldout and is_heldout(t["code"] + t["input"]):
+                t = python_program(self.rng)
             if self.rng.random() < 0.75:
                 return program_output_prompt(t), t["output"], None
             return program_write_prompt(t), t["code"].rstrip("\n"), None
@@ -332,9 +358,9 @@ def train_tokenizer(cfg: TinyConfig, texts: list[str], move_names: list[str] = (
             pre_tokenizers.Punctuation(behavior="isolated"),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ])
-    else:
+    else:  # "bpe" splits every digit; "numbers" keeps a digit run whole, so BPE learns common numbers as one token
         tk.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.Digits(individual_digits=cfg.tokenizer == "bpe"),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
         ])
     tk.decoder = decoders.ByteLevel()
@@ -397,6 +423,9 @@ def game_params_of(model_name_or_path: str | Path | None) -> dict[str, dict[str,
     builds with ``game_params`` and kept by every checkpoint saved from them); else none."""
     if model_name_or_path in (None, "", "tiny", "embedded"):
         return build_config().game_kwargs()
+    name = str(model_name_or_path)
+    if name.startswith("embedded:") and name.partition(":")[2] in BUILDS:
+        return build_config(name.partition(":")[2]).game_kwargs()
     try:
         config = json.loads((Path(model_name_or_path).expanduser() / "config.json").read_text())
     except (OSError, ValueError):
@@ -743,16 +772,18 @@ def resume_dir(path: Path) -> Path:
 
 
 def shipped_build(cfg: TinyConfig, folder: Path | None = None) -> Path | None:
-    """The build shipped in the package when it was built from ``cfg``'s key and its files
-    match their recorded checksums; else None (then the model is built)."""
-    folder = EMBEDDED_DIR if folder is None else folder
-    try:
-        key = json.loads((folder / INFO_FILE).read_text())["key"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    if key != cfg.key() or not (folder / MARKER).is_file() or verify_checkpoint(folder) is not None:
-        return None
-    return folder
+    """The build shipped in the package (``folder``, else the default's and :data:`SHIPPED_BUILDS`'
+    folders) that was built from ``cfg``'s key, its files matching their recorded checksums; else
+    None (then the model is built)."""
+    folders = [folder] if folder is not None else [shipped_dir(b) for b in (DEFAULT_BUILD, *SHIPPED_BUILDS)]
+    for f in folders:
+        try:
+            key = json.loads((f / INFO_FILE).read_text())["key"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if key == cfg.key() and (f / MARKER).is_file() and verify_checkpoint(f) is None:
+            return f
+    return None
 
 
 def bootstrap_main(argv: list[str] | None = None) -> Path:

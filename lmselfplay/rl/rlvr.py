@@ -23,7 +23,7 @@ from lmselfplay.tasks.task_sets import TaskItem, TaskSet, parse_spec
 from lmselfplay.utils.config import Config, ConfigError, non_negative, positive
 from lmselfplay.utils.run import PeriodicCheckpoints
 from lmselfplay.utils.stats import wilson
-from lmselfplay.verifiers.task_referee import TaskReferee, item_prompt
+from lmselfplay.verifiers.task_referee import TaskReferee
 
 
 @dataclass
@@ -97,7 +97,7 @@ def make_task_set(cfg: RLVRConfigs) -> TaskSet:
 
 def generate(engine: Any, tok: Any, items: list[TaskItem], sampling: SamplingParams):
     """One engine call for all ``items`` (through THE formatter)."""
-    return generate_fitting(engine, [encode_prompt(tok, item_prompt(t)) for t in items], sampling)
+    return generate_fitting(engine, [encode_prompt(tok, t.prompt) for t in items], sampling)
 
 
 def sampling(cfg: RLVRConfigs, step: int, rank: int, greedy: bool = False) -> SamplingParams:

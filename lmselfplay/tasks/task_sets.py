@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lmselfplay.tasks.answer_formats import with_instruction
 from lmselfplay.tasks.arithmetic import arithmetic_problem, arithmetic_prompt
 from lmselfplay.tasks.programs import program_output_prompt, python_program
 
@@ -42,10 +43,10 @@ class TaskItem:
 
     ``kind``: which checker applies (``arithmetic``/``jsonl``: math equivalence with ``answer``;
     ``program``: the printed value equals ``answer``; ``reasoning_gym``: ``score`` of the answer
-    between ``<answer>`` tags). ``prompt`` is what the model reads, before the instruction of
-    ``answer_format`` (a rule of :mod:`lmselfplay.verifiers.answers`; empty: the prompt asks
-    already). ``worked``: a worked answer when the source has one (the supervised control's
-    target). ``family``: a sub-kind for per-family accuracy.
+    between ``<answer>`` tags). ``prompt`` is what the model reads, its answer format's
+    instruction included; ``answer_format`` names that format (:mod:`lmselfplay.tasks.answer_formats`;
+    empty: the generator's own ``#### N``). ``worked``: a worked answer when the source has one
+    (the supervised control's target). ``family``: a sub-kind for per-family accuracy.
     """
 
     id: str
@@ -105,6 +106,42 @@ def _generated(kind: str, rng: random.Random, heldout: bool, prefix: str) -> Ite
 
 # --- reasoning-gym -------------------------------------------------------------------------------
 
+# The default reasoning suite's tasks (eval/suites/default.yaml, checked equal by the tests): the
+# seed, size and settings of their held-out items. Training items of these tasks (the embedded
+# model's corpus) come from other seeds and never equal a suite question.
+SUITE_TASKS: dict[str, tuple[int, int, dict[str, Any]]] = {
+    "basic_arithmetic": (1301, 40, {"min_terms": 2, "max_terms": 4, "min_digits": 1, "max_digits": 2}),
+    "chain_sum": (1302, 40, {"min_terms": 2, "max_terms": 4, "min_digits": 1, "max_digits": 2}),
+    "gsm_symbolic": (1303, 40, {}),
+    "propositional_logic": (1304, 40, {"min_vars": 2, "max_vars": 3, "min_statements": 2, "max_statements": 3}),
+    "mini_sudoku": (1305, 40, {"min_empty": 4, "max_empty": 8}),
+}
+# The suite tasks whose items carry a reference answer (propositional_logic's are scored by validity).
+CORPUS_SUITE_TASKS = ("basic_arithmetic", "chain_sum", "gsm_symbolic", "mini_sudoku")
+_SUITE_QUESTIONS: set[str] = set()
+
+
+def suite_questions() -> set[str]:
+    """Every held-out question of :data:`SUITE_TASKS` (built once)."""
+    if not _SUITE_QUESTIONS:
+        for name, (seed, size, config) in SUITE_TASKS.items():
+            ds = _rg_dataset(name, size, seed, config)
+            _SUITE_QUESTIONS.update(ds[i]["question"] for i in range(size))
+    return _SUITE_QUESTIONS
+
+
+def suite_training_item(rng: random.Random) -> TaskItem:
+    """A training item of one of :data:`CORPUS_SUITE_TASKS` (never a suite question nor in the
+    held-out bucket), its answer known."""
+    while True:
+        name = rng.choice(CORPUS_SUITE_TASKS)
+        _, _, config = SUITE_TASKS[name]
+        ds = _rg_chunk(name, 1_000_003 + rng.randrange(1000), json.dumps(config, sort_keys=True))
+        item = _rg_item(ds, rng.randrange(RG_TRAIN_CHUNK), f"corpus-{name}")
+        if item.question not in suite_questions() and not is_heldout(item.question):
+            return item
+
+
 def _rg_dataset(name: str, size: int, seed: int, config: dict[str, Any]) -> Any:
     import reasoning_gym
 
@@ -116,8 +153,9 @@ def _rg_dataset(name: str, size: int, seed: int, config: dict[str, Any]) -> Any:
 
 def _rg_item(ds: Any, i: int, id_: str) -> TaskItem:
     entry = ds[i]
-    return TaskItem(id_, "reasoning_gym", entry["question"], entry["question"], str(entry["answer"]),
-                    answer_format="answer",
+    family = entry.get("metadata", {}).get("source_dataset", "")
+    return TaskItem(id_, "reasoning_gym", with_instruction(entry["question"], "answer"), entry["question"],
+                    str(entry["answer"]), family=family, answer_format="answer",
                     score=lambda answer, _ds=ds, _e=entry: float(_ds.score_answer(answer=answer, entry=_e)))
 
 
@@ -141,7 +179,7 @@ def read_jsonl(path: str | Path) -> list[TaskItem]:
         if not isinstance(row, dict) or not isinstance(row.get("question"), str) or "answer" not in row:
             raise ValueError(f"task file {path} line {n}: need an object with a string 'question' and an 'answer'")
         q, a = row["question"], str(row["answer"])
-        items.append(TaskItem(f"{path.stem}-{n}", "jsonl", q, q, a,
+        items.append(TaskItem(f"{path.stem}-{n}", "jsonl", with_instruction(q, "final"), q, a,
                               row.get("solution") if isinstance(row.get("solution"), str) else None,
                               answer_format="final"))
     if not items:

@@ -48,6 +48,8 @@ TINY = {
                "pool_size": 4, "num_answers": 10, "solver_steps": 1, "solver_batch": 2, "solver_group_size": 10,
                "heldout_size": 4, "challenger_max_new_tokens": 12, "solver_max_new_tokens": 8,
                "gradient_accumulation_steps": 1, "dtype": "float32"},
+    "rlvr": {"max_steps": 1, "prompts_per_step": 2, "num_generations": 2, "heldout_size": 2, "eval_every": 0,
+             "max_new_tokens": 6, "checkpoint_every": 0, "dtype": "float32"},
 }
 
 # recipe -> its default config and its real-model configs
@@ -58,6 +60,7 @@ RECIPE_CONFIGS = {
     "debate": ["debate.yaml", "debate_real.yaml"],
     "absolute_zero": ["absolute_zero.yaml", "absolute_zero_qwen_coder.yaml"],
     "r_zero": ["r_zero.yaml", "r_zero_qwen3.yaml"],
+    "rlvr": ["rlvr.yaml", "rlvr_qwen.yaml"],
 }
 
 # The default run: one stand-in per recipe's default config, every family once.
@@ -68,6 +71,7 @@ DEFAULT_CELLS = {
     ("debate", "debate.yaml"): "qwen3",
     ("absolute_zero", "absolute_zero.yaml"): "qwen2.5-coder-base",
     ("r_zero", "r_zero.yaml"): "qwen3-base",
+    ("rlvr", "rlvr.yaml"): "llama-3.1-instruct",
 }
 
 
@@ -94,7 +98,8 @@ def test_the_default_run_covers_every_recipe_and_family():
         assert config == RECIPE_CONFIGS[recipe][0]
     shipped = {p.name for p in CONFIGS.glob("*.yaml")}
     real = {p.name for p in CONFIGS.glob("*real*.yaml")} | {"spiral_qwen3_base.yaml", "spin_zephyr.yaml",
-                                                           "absolute_zero_qwen_coder.yaml", "r_zero_qwen3.yaml"}
+                                                           "absolute_zero_qwen_coder.yaml", "r_zero_qwen3.yaml",
+                                                           "rlvr_qwen.yaml"}
     assert real <= shipped and real <= {c for cs in RECIPE_CONFIGS.values() for c in cs}
 
 

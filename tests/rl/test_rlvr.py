@@ -17,7 +17,7 @@ from lm_fixtures import saved_weights
 from lmselfplay.rl.rlvr import accuracy_row, group_stats
 from lmselfplay.tasks.task_sets import TaskItem, TaskSet, is_heldout, parse_spec, read_jsonl
 from lmselfplay.utils.recipe_loader import run_recipe
-from lmselfplay.verifiers.task_referee import TaskReferee, item_prompt
+from lmselfplay.verifiers.task_referee import TaskReferee
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -100,7 +100,7 @@ def test_the_referee_rewards_only_the_items_own_answer():
         items = [arith, arith, arith, prog, rg, rg, arith]
         assert [v.reward for v in ref.score(items, texts)] == [1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0]
         assert all(v.provenance == "rules" for v in ref.score(items, texts))
-        assert item_prompt(rg).endswith("</answer>.")
+        assert rg.prompt.endswith("</answer>.")
     finally:
         ref.close()
 
