@@ -122,7 +122,7 @@ def training_loop(max_staleness: int, steps: int, batch: int, tokens: int, delay
             wait_s.append(time.perf_counter() - t1)
             dropped += m.get("staleness/dropped", 0.0)
             t1 = time.perf_counter()
-            metrics = trainer.step(samples)
+            metrics = trainer.step(samples, engine=eng)
             train_s.append(time.perf_counter() - t1)
         dt = time.perf_counter() - t0
         rollouts.close()

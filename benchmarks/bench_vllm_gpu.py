@@ -180,7 +180,7 @@ def selfplay_steps(engine, trainer, tok, steps: int, episodes: int, max_new_toke
         adv = baselines.advantages([tr.role for tr in trajs], [tr.reward for tr in trajs])
         samples = [s for tr, a in zip(trajs, adv) for s in tr.samples(float(a))]
         t = time.perf_counter()
-        metrics = trainer.step(samples)
+        metrics = trainer.step(samples, engine=engine)
         t_train = time.perf_counter() - t
         engine.update_weights(trainer.unwrapped, version=trainer.step_count)
         rows.append({"step": step + 1, "rollout_s": t_roll, "train_s": t_train, "sync_s": engine.last_sync.seconds,
@@ -206,15 +206,15 @@ def sync_series(engine, trainer, prompts, syncs: int, new_tokens: int, threshold
 
     diffs, secs, bytes_ = [], [], 0
     for k in range(syncs):
-        m = trainer.step(rollout(seed=k))
+        m = trainer.step(rollout(seed=k), engine=engine)
         diffs.append(m["logprob_diff"])
         detector.check(m["logprob_diff"], k)
         engine.update_weights(trainer.unwrapped, version=trainer.step_count)
         secs.append(engine.last_sync.seconds)
         bytes_ = engine.last_sync.bytes
     for k in range(stale_steps):  # ... and these pushes are skipped
-        trainer.step(rollout(seed=syncs + k))
-    stale = trainer.step(rollout(seed=syncs + stale_steps))["logprob_diff"]
+        trainer.step(rollout(seed=syncs + k), engine=engine)
+    stale = trainer.step(rollout(seed=syncs + stale_steps), engine=engine)["logprob_diff"]
     engine.update_weights(trainer.unwrapped, version=trainer.step_count)
     return {"logprob_diff": diffs, "sync_s": secs, "sync_bytes": bytes_, "stale_logprob_diff": stale,
             "stale_steps": stale_steps,
@@ -279,8 +279,6 @@ def main(argv=None) -> int:
     t_build = time.perf_counter() - t
     sleeps = count_sleeps(engine)
     hf = HFEngine(trainer.unwrapped, tok, max_batch_size=args.prompts)
-    with trainer.serving(engine):  # the trainer knows its engine (sleep mode: once per step)
-        pass
     print(f"vLLM {version} engine built in {t_build:.1f} s (first push {engine.last_sync.seconds:.3f} s)",
           flush=True)
 

@@ -96,7 +96,7 @@ def finish(cfg, run, sp: SelfPlay, t0) -> None:
         final = {**evaluate_games(cfg, sp.games, sp.positions, sp.engine, sp.tok, cfg.selfplay.max_steps),
                  **average_metrics(sp.averages)}
     if sp.averages and cfg.average.distill_steps:  # the final model becomes the average policy
-        distilled = distill_averages(sp.trainer, sp.averages, sp.tok, cfg.average.distill_steps, run.logger)
+        distilled = distill_averages(sp.trainer, sp.averages, sp.tok, cfg.average.distill_steps, run.logger, sp.engine)
         with sp.trainer.serving(sp.engine):
             final.update({f"distilled/{k}": v for k, v in
                           evaluate_games(cfg, sp.games, sp.positions, sp.engine, sp.tok, cfg.selfplay.max_steps).items()})

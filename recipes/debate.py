@@ -49,8 +49,9 @@ from lmselfplay.eval.debate_accuracy import log_judge_accuracy, report_accuracy
 from lmselfplay.lm.engines import SamplingParams, make_engine
 from lmselfplay.models.policy import load_policy
 from lmselfplay.rl.advantages import RoleBaselines
+from lmselfplay.rl.kl import reference_policy
 from lmselfplay.rl.overlap import rollouts_for
-from lmselfplay.rl.trainer import PolicyTrainer, reference_policy
+from lmselfplay.rl.trainer import PolicyTrainer
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.run import Run
 
@@ -102,7 +103,7 @@ def main(argv=None):
             samples, stale = rollouts.keep(debate_samples(trs, js, d.baselines, d.trainer.step_count),
                                            d.trainer.step_count)
             # 5: update; the engine serves the same (updated) weights next step
-            metrics = d.trainer.step(samples)
+            metrics = d.trainer.step(samples, engine=d.engine)
             row = step_row(trs, js, metrics, d.baselines, stale, t0)
             run.log(step + 1, row)
             bar.set_postfix(loss=f"{metrics.get('loss', 0):.3f}", true_r=f"{row['train/true_side_reward']:+.2f}")

@@ -98,7 +98,7 @@ def main(argv=None):
             samples, stale = rollouts.keep(training_samples(args, finished, sp.baselines) + exact, trainer.step_count)
             # 6: update (its weight-sync check warns, or stops with strict_sync, when the engine's weights
             # are not the trainer's); the engine serves the same (updated) weights next step
-            metrics = trainer.step(samples)
+            metrics = trainer.step(samples, engine=engine)
             # 7: league
             if sp.league.due(step + 1):
                 # every rank copies the snapshot it plays against (ZeRO-3: gathered a bucket at a time)

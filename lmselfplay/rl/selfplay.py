@@ -47,8 +47,9 @@ from lmselfplay.rl.advantages import RoleBaselines, observation_key
 from lmselfplay.rl.average_policy import AverageConfig, AveragePolicy, averageable, distill_samples
 from lmselfplay.rl.configs import PolicyGradientConfigs
 from lmselfplay.rl.exact_feedback import ExactFeedback, FeedbackConfig, exact_feedback_games
+from lmselfplay.rl.kl import beta_for, reference_policy
 from lmselfplay.rl.league import League, LeagueConfig, PlayInConfig
-from lmselfplay.rl.trainer import PolicyTrainer, TargetLossConfig, beta_for, reference_policy
+from lmselfplay.rl.trainer import PolicyTrainer, TargetLossConfig
 from lmselfplay.utils.config import (
     Config,
     ConfigError,
@@ -383,14 +384,14 @@ def average_metrics(averages):
             for name, avg in averages.items() if avg.count}
 
 
-def distill_averages(trainer, averages, tok, steps, logger=None):
+def distill_averages(trainer, averages, tok, steps, logger=None, engine=None):
     """``steps`` trainer steps of pure target cross-entropy toward every average policy
     (no completion tokens: no policy-gradient or KL term); the last step's metrics. The
     cross-entropy of every 10th step goes to the log as ``distill/target_ce``."""
     samples = [s for avg in averages.values() for s in distill_samples(avg.game, tok, avg.policy())]
     metrics = {}
     for i in tqdm(range(steps), desc="distil average", disable=not trainer.accelerator.is_main_process):
-        metrics = trainer.step(samples)
+        metrics = trainer.step(samples, engine=engine)
         if logger is not None and (i % 10 == 0 or i == steps - 1):
             logger.log(trainer.step_count, {"distill/step": i + 1, "distill/target_ce": metrics["target_ce"]})
     return metrics

@@ -58,7 +58,7 @@ def main() -> None:
                                 "in_rotation": [s.in_rotation for s in engine.pool.servers],
                                 "server_versions": [s.version for s in engine.pool.servers]})
         trainer.step([Sample(o.prompt_ids, o.token_ids, o.logprobs, advantage=(-1.0) ** k, policy_version=o.version)
-                      for k, o in enumerate(outs)])
+                      for k, o in enumerate(outs)], engine=engine)
     record["engine_version"] = engine.version
     Path(args.out, f"rank{rank}.json").write_text(json.dumps(record))
     trainer.accelerator.wait_for_everyone()

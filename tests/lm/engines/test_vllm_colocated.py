@@ -73,7 +73,7 @@ def test_the_engine_runs_in_the_declared_dtype_not_the_upcast_one_and_the_push_c
     assert engine.last_sync.bytes == sum(p.numel() * 2 for p in trainer.unwrapped.parameters())
     with trainer.serving(engine):
         pass
-    metrics = trainer.step([Sample([1, 2, 3], [4, 5], [-1.0, -1.0], advantage=1.0)])
+    metrics = trainer.step([Sample([1, 2, 3], [4, 5], [-1.0, -1.0], advantage=1.0)], engine=engine)
     assert metrics["engine/dtype"] == "bfloat16"  # in every step's row of the run's metrics
 
 
