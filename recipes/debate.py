@@ -94,7 +94,8 @@ def main(argv=None):
                    disable=not run.is_main)
         for step in bar:
             if step == 0 or (args.eval_every and step % args.eval_every == 0 and f"step {step}" not in d.table):
-                log_judge_accuracy(cfg, run, d, step, t0)  # 6 (before training, and every eval_every)
+                with d.trainer.serving(d.engine):
+                    log_judge_accuracy(cfg, run, d, step, t0)  # 6 (before training, and every eval_every)
             # 1: debates on this step's tasks (max_staleness >= 1: held while the previous step trained)
             trs = rollouts.next(step, args.max_steps - 1)
             # 2: the frozen judge, both orders
@@ -110,7 +111,8 @@ def main(argv=None):
             if run.checkpoint_due(step + 1):  # 7: checkpoint
                 d.trainer.save_checkpoint(run.out, {"baselines": d.baselines.state_dict(), "table": d.table})
         if f"step {args.max_steps}" not in d.table:
-            log_judge_accuracy(cfg, run, d, args.max_steps, t0)  # 6 (after training, unless done)
+            with d.trainer.serving(d.engine):
+                log_judge_accuracy(cfg, run, d, args.max_steps, t0)  # 6 (after training, unless done)
         model_dir = run.save_final_model(d.trainer.model, d.trainer.unwrapped, d.tok)
         report_accuracy(cfg, run, d, model_dir)
 

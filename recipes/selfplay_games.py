@@ -21,6 +21,8 @@ The algorithm, in order (every rank plays its own games; gradients are averaged)
         8. every eval_every steps: the exact metrics each game supports (optimal-move rates or
            exploitability; win rates vs its reference bots with 95% CIs), JSONL + PNG curves
         9. every checkpoint_every steps: atomic checkpoint (--resume continues from it)
+    10. the final evaluation; with average_policy and distill_steps, the average distilled into the
+        final model (supervised steps) and evaluated again; the final model saved
     with average_policy (games whose exact metric is exploitability): every average_every steps
     the policy at every information set joins a reach-weighted running average (what fictitious
     self-play drives to Nash while the last iterate cycles); its exploitability is reported at
@@ -38,7 +40,14 @@ import time
 
 from tqdm.auto import tqdm
 
-from lmselfplay.eval.selfplay_metrics import eval_positions, finish, log_evaluation
+from lmselfplay.eval.selfplay_metrics import (
+    distilled_metrics,
+    eval_positions,
+    final_metrics,
+    log_evaluation,
+    log_final,
+    print_final,
+)
 from lmselfplay.games.text import MOVE_STOP
 from lmselfplay.lm.engines import SamplingParams
 from lmselfplay.models.policy import policy_weights
@@ -48,6 +57,7 @@ from lmselfplay.rl.selfplay import (
     build,
     check_beta,
     check_shaping,
+    distill_averages,
     episode_plan,
     exact_feedback_step,
     load_state,
@@ -90,7 +100,8 @@ def main(argv=None):
             if sp.averages and cfg.average.averaged_at(step):
                 log_iterate_policies(cfg, run, sp, step)
             if args.eval_every and step % args.eval_every == 0 and not resumed_here:  # 8: evaluate
-                log_evaluation(cfg, run, sp, step, t0)
+                with trainer.serving(engine):
+                    log_evaluation(cfg, run, sp, step, t0)
             exact = exact_feedback_step(run, sp, step)
             # 1-4: play (max_staleness >= 1: played while the previous step trained)
             finished, stats = rollouts.next(step, args.max_steps - 1)
@@ -109,7 +120,15 @@ def main(argv=None):
             bar.set_postfix(loss=f"{metrics.get('loss', 0):.3f}", invalid=f"{row['rollout/invalid_rate']:.2f}")
             if run.checkpoint_due(step + 1):  # 9: checkpoint
                 save_checkpoint(run, sp)
-        finish(cfg, run, sp, t0)
+        with trainer.serving(engine):  # 8: the final evaluation
+            final = final_metrics(cfg, sp)
+        if sp.averages and cfg.average.distill_steps:  # 10: the final model becomes the average policy
+            distilled = distill_averages(trainer, sp.averages, sp.tok, cfg.average.distill_steps, run.logger, engine)
+            with trainer.serving(engine):
+                final.update(distilled_metrics(cfg, sp, distilled))
+        png = log_final(cfg, run, sp, final, t0)
+        model_dir = run.save_final_model(trainer.model, trainer.unwrapped, sp.tok)
+        print_final(run, final, png, model_dir)
 
 
 if __name__ == "__main__":

@@ -118,3 +118,45 @@ def test_no_branch_on_a_game_name_outside_games():
 
 def test_package_root_is_the_installed_one():
     assert Path(lmselfplay.__file__).resolve().parent == ROOT / "lmselfplay"
+
+
+def trainer_uses(source: str) -> list[str]:
+    """What in ``source`` imports or touches a trainer: an import of :mod:`lmselfplay.rl.trainer`,
+    a name ``trainer`` / ``PolicyTrainer``, a ``.trainer`` of anything but a config (``cfg.trainer`` is
+    the TrainerConfig), a call that writes a checkpoint or the final model."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("lmselfplay.rl.trainer") \
+                or isinstance(node, ast.Import) and any(a.name.startswith("lmselfplay.rl.trainer") for a in node.names):
+            found.append(f"line {node.lineno}: imports the trainer")
+        elif isinstance(node, ast.Name) and node.id in ("trainer", "PolicyTrainer"):
+            found.append(f"line {node.lineno}: {node.id}")
+        elif isinstance(node, ast.arg) and node.arg == "trainer":
+            found.append(f"line {node.lineno}: takes a trainer")
+        elif isinstance(node, ast.Attribute) and node.attr == "trainer" and not (
+                isinstance(node.value, ast.Name) and node.value.id in ("cfg", "config")):
+            found.append(f"line {node.lineno}: .trainer")
+        elif isinstance(node, ast.Attribute) and node.attr in ("save_checkpoint", "save_final_model", "serving"):
+            found.append(f"line {node.lineno}: .{node.attr}")
+    return found
+
+
+def test_evaluation_never_touches_the_trainer():
+    """Evaluation measures and never trains: no module under eval/ imports the trainer, holds
+    one, serves its weights or saves a model; the algorithm serves the weights and trains."""
+    bad = {path.relative_to(ROOT).as_posix(): uses for path in sorted((ROOT / "eval").rglob("*.py"))
+           if (uses := trainer_uses(path.read_text()))}
+    assert not bad, bad
+
+
+def test_the_trainer_check_sees_an_evaluation_that_trains():
+    """The check above, on the evaluation it was written against (a distillation and the final model)."""
+    trains = ("from lmselfplay.rl.selfplay import distill_averages\n"
+              "def finish(cfg, run, sp):\n"
+              "    with sp.trainer.serving(sp.engine):\n"
+              "        final = evaluate(cfg.trainer.seed)\n"
+              "    distill_averages(sp.trainer, sp.averages)\n"
+              "    run.save_final_model(sp.trainer.model)\n")
+    assert len(trainer_uses(trains)) == 5
+    assert trainer_uses("from lmselfplay.rl.trainer import PolicyTrainer\n") != []
+    assert trainer_uses("def f(cfg):\n    return cfg.trainer.seed\n") == []
