@@ -16,9 +16,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ for lm_fixtures
 
 from lm_fixtures import tiny_model, tiny_tokenizer  # noqa: E402
+from sim_server import SimHTTPChannel  # noqa: E402
 
 from lmselfplay.lm.engines.base import SamplingParams  # noqa: E402
-from lmselfplay.lm.engines.sim_server import SimHTTPChannel  # noqa: E402
 from lmselfplay.lm.engines.vllm_server import VLLMServerEngine  # noqa: E402
 from lmselfplay.lm.trajectory import Sample  # noqa: E402
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig  # noqa: E402

@@ -160,3 +160,46 @@ def test_the_trainer_check_sees_an_evaluation_that_trains():
     assert len(trainer_uses(trains)) == 5
     assert trainer_uses("from lmselfplay.rl.trainer import PolicyTrainer\n") != []
     assert trainer_uses("def f(cfg):\n    return cfg.trainer.seed\n") == []
+
+
+def helper_modules() -> set[str]:
+    """The tests' helper modules: tests/*.py that are not tests (doubles, fixtures)."""
+    return {p.stem for p in (ROOT / "tests").glob("*.py") if not p.name.startswith("test_") and p.name != "conftest.py"}
+
+
+def double_uses(source: str, modules: set[str]) -> list[str]:
+    """Where ``source`` imports one of the tests' helper modules, or names one in a string
+    (``import_module``, ``python -m``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [node.module or ""]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and " " not in node.value:
+            names = [node.value]
+        if any(n.rpartition(".")[2] in modules or n.partition(".")[0] in modules for n in names):
+            found.append(f"line {node.lineno}: {names}")
+    return found
+
+
+def test_no_production_module_reaches_a_test_double():
+    """A test double (a simulated server, a fake engine) lives under tests/ and is injected from
+    there (a weight-transfer backend registers its channel in ``vllm_server.WEIGHT_CHANNELS``): no
+    module of the distribution imports one or loads one by name."""
+    modules = helper_modules()
+    bad = {str(path.relative_to(ROOT)): uses for path in all_modules().values()
+           if (uses := double_uses(path.read_text(), modules))}
+    assert not bad, bad
+
+
+def test_the_double_check_sees_a_dispatch_into_a_double():
+    """The check above, on the dispatch it was written against (vllm_server's simulated backend)."""
+    modules = helper_modules()
+    assert {"sim_server", "hf_server", "fake_vllm"} <= modules
+    dispatch = ('if backend == "sim":\n'
+                '    from lmselfplay.lm.engines.sim_server import SimHTTPChannel\n'
+                '    channel = SimHTTPChannel(url)\n'
+                'server = ServerProcess("lmselfplay.lm.engines.hf_server")\n')
+    assert len(double_uses(dispatch, modules)) == 2
