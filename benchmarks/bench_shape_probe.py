@@ -271,7 +271,7 @@ def main_job_step_seconds(row: dict, turns: list[str], answer_tokens: int = 5, p
     from transformers import AutoTokenizer
 
     from lmselfplay.lm.prompt import encode_prompt
-    from lmselfplay.models.tiny import ensure_tiny_model
+    from lmselfplay.models.cache import ensure_tiny_model
 
     tok = AutoTokenizer.from_pretrained(str(ensure_tiny_model(progress=False)))
     torch.manual_seed(row["seed"])

@@ -82,7 +82,7 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
-    from lmselfplay.models.tiny import ensure_tiny_model
+    from lmselfplay.models.cache import ensure_tiny_model
 
     names = args.settings.split(",")
     if unknown := [n for n in names if n not in SETTINGS]:

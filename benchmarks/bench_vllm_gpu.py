@@ -98,7 +98,9 @@ def peak_memory_bytes(device: str) -> int:
 
 def build_tokenizer(n_texts: int = 3000):
     """The embedded model's tokenizer recipe on a sample of its corpus (seconds, offline)."""
-    from lmselfplay.models.tiny import Corpus, TinyConfig, train_tokenizer
+    from lmselfplay.models.pretrain import Corpus
+    from lmselfplay.models.tiny import TinyConfig
+    from lmselfplay.models.tokenizer import train_tokenizer
 
     cfg = TinyConfig()
     corpus = Corpus(cfg, random.Random(0))

@@ -29,10 +29,16 @@ import torch
 
 from lmselfplay.alphazero.adapter import CachedGame, SearchGame
 from lmselfplay.alphazero.llm_selfplay import LEARNER, Record, distill_samples, q_loss
+from lmselfplay.games.model_texts import make_game_for
 from lmselfplay.lm.prompt import thinks
 from lmselfplay.lm.search_eval import LLMEvaluator, QHead, ValueHead, hidden_size
-from lmselfplay.models.policy import PolicyConfig, frozen_policy, load_policy, policy_weights
-from lmselfplay.models.tiny import make_game_for
+from lmselfplay.models.policy import (
+    PolicyConfig,
+    frozen_policy,
+    load_policy,
+    policy_weights,
+    resolve_model_path,
+)
 from lmselfplay.rl.league import League, LeagueConfig
 from lmselfplay.rl.trainer import PolicyTrainer, TargetLossConfig, TrainerConfig
 from lmselfplay.utils.config import Config, ConfigError, Configs, non_negative, positive
@@ -229,7 +235,7 @@ def build(cfg: SearchSelfPlayConfigs, run: Run) -> SearchSelfPlay:
     """The game, the policy, its trainer, value head, evaluator and league, fresh, each
     component from its own config."""
     args = cfg.search
-    game = make_game_for(args.game, cfg.policy.model_name_or_path, **json.loads(args.game_args))
+    game = make_game_for(args.game, resolve_model_path(cfg.policy.model_name_or_path), **json.loads(args.game_args))
     face = CachedGame(SearchGame(game))
     model, tok = load_policy(cfg.policy, device=args.device)
     if thinks(tok):  # a template that thinks by default (Qwen3), which the config alone cannot tell

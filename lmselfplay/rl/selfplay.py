@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 from lmselfplay.games.base import has_enumerable_actions, random_legal_reset
 from lmselfplay.games.bots import league_bot
 from lmselfplay.games.gtp import find_gnugo, plays_gtp
+from lmselfplay.games.model_texts import make_game_for
 from lmselfplay.games.text import MOVE_STOP
 from lmselfplay.lm import readout as policy_readout
 from lmselfplay.lm.engines import (
@@ -41,8 +42,7 @@ from lmselfplay.lm.engines import (
 )
 from lmselfplay.lm.prompt import thinks
 from lmselfplay.lm.rollout import Episode, LLMPlayer, RolloutStats, play_episodes
-from lmselfplay.models.policy import frozen_policy, load_policy
-from lmselfplay.models.tiny import make_game_for
+from lmselfplay.models.policy import frozen_policy, load_policy, resolve_model_path
 from lmselfplay.rl.advantages import RoleBaselines, observation_key
 from lmselfplay.rl.average_policy import AverageConfig, AveragePolicy, averageable, distill_samples
 from lmselfplay.rl.configs import PolicyGradientConfigs
@@ -183,10 +183,11 @@ def check_thinking(average: AverageConfig, feedback, tok) -> None:
 
 def make_games(names: str, model_name_or_path: str | None = None):
     """The games of this run, by registry name, with the texts the policy ``model_name_or_path``
-    was built to read (:func:`~lmselfplay.models.tiny.make_game_for`); a ConfigError names an
+    was built to read (:func:`~lmselfplay.games.model_texts.make_game_for`); a ConfigError names an
     unknown one."""
+    model_dir = resolve_model_path(model_name_or_path)
     try:
-        return [make_game_for(name.strip(), model_name_or_path) for name in names.split(",") if name.strip()]
+        return [make_game_for(name.strip(), model_dir) for name in names.split(",") if name.strip()]
     except (KeyError, ValueError) as e:
         raise ConfigError(f"games: {e.args[0] if e.args else e}") from None
 
