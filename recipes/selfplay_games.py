@@ -40,7 +40,12 @@ import time
 
 from tqdm.auto import tqdm
 
-from lmselfplay.eval.selfplay_metrics import (
+from lmselfplay.games.text import MOVE_STOP
+from lmselfplay.lm.engines import SamplingParams
+from lmselfplay.models.policy import policy_weights
+from lmselfplay.rl.overlap import rollouts_for
+from lmselfplay.selfplay_games.config import SelfPlayConfigs, check_beta, check_shaping
+from lmselfplay.selfplay_games.metrics import (
     distilled_metrics,
     eval_positions,
     final_metrics,
@@ -48,15 +53,8 @@ from lmselfplay.eval.selfplay_metrics import (
     log_final,
     print_final,
 )
-from lmselfplay.games.text import MOVE_STOP
-from lmselfplay.lm.engines import SamplingParams
-from lmselfplay.models.policy import policy_weights
-from lmselfplay.rl.overlap import rollouts_for
-from lmselfplay.rl.selfplay import (
-    SelfPlayConfigs,
+from lmselfplay.selfplay_games.steps import (
     build,
-    check_beta,
-    check_shaping,
     distill_averages,
     episode_plan,
     exact_feedback_step,
@@ -65,9 +63,10 @@ from lmselfplay.rl.selfplay import (
     make_feedback,
     make_games,
     save_checkpoint,
+    shaped_advantages,
     snapshot_score,
     step_row,
-    training_samples,
+    turn_advantages,
 )
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.run import Run
@@ -105,10 +104,16 @@ def main(argv=None):
             exact = exact_feedback_step(run, sp, step)
             # 1-4: play (max_staleness >= 1: played while the previous step trained)
             finished, stats = rollouts.next(step, args.max_steps - 1)
-            # 5: advantages; a game played with weights older than max_staleness versions is dropped
-            samples, stale = rollouts.keep(training_samples(args, finished, sp.baselines) + exact, trainer.step_count)
-            # 6: update (its weight-sync check warns, or stops with strict_sync, when the engine's weights
-            # are not the trainer's); the engine serves the same (updated) weights next step
+            # 5: advantages (SPIRAL's RAE): every learner turn's A = G_seat - b[game, seat, start], b an
+            # EMA of that role's returns; then SPAG's shaping or the illegal-answer penalty if set
+            trajs = [t for f in finished for t in f.trajectories]
+            adv = shaped_advantages(args, finished, turn_advantages(args.baseline_key, sp.baselines, trajs))
+            samples = [s for t in trajs for s in t.samples(adv[id(t)])] + exact
+            samples, stale = rollouts.keep(samples, trainer.step_count)  # drops games older than max_staleness
+            # 6: update, num_iterations passes; per learner token, r = pi / pi_behaviour and
+            #    loss = -min(r A, clip(r, 1 - eps, 1 + eps) A) + beta[game, role] * KL(pi || pi_ref)
+            #    (lmselfplay/rl/losses.py); the engine's weight-sync check warns, or stops with
+            #    strict_sync, when its weights are not the trainer's; it serves the updated ones next step
             metrics = trainer.step(samples, engine=engine)
             # 7: league
             if sp.league.due(step + 1):

@@ -153,7 +153,7 @@ def test_the_build_records_its_game_text_and_every_reader_makes_the_game_with_it
     assert model_texts.make_game_for("tictactoe", None).board == "digits"  # no model folder: the registry's text
     assert model_texts.game_params_of("org/some-hub-model") == {}
     assert model_texts.make_game_for("tictactoe", "org/some-hub-model").board == "digits"
-    from lmselfplay.rl.selfplay import make_games
+    from lmselfplay.selfplay_games.steps import make_games
 
     assert [g.board for g in make_games("nim,tictactoe", str(built)) if g.name == "tictactoe"] == ["cells"]
     assert [g.board for g in make_games("tictactoe")] == ["cells"]

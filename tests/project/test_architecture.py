@@ -151,7 +151,7 @@ def test_evaluation_never_touches_the_trainer():
 
 def test_the_trainer_check_sees_an_evaluation_that_trains():
     """The check above, on the evaluation it was written against (a distillation and the final model)."""
-    trains = ("from lmselfplay.rl.selfplay import distill_averages\n"
+    trains = ("from lmselfplay.selfplay_games.steps import distill_averages\n"
               "def finish(cfg, run, sp):\n"
               "    with sp.trainer.serving(sp.engine):\n"
               "        final = evaluate(cfg.trainer.seed)\n"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from lmselfplay.lm.engines.hf import HFEngine
-from lmselfplay.rl.selfplay import SelfPlayConfigs
+from lmselfplay.selfplay_games.config import SelfPlayConfigs
 from lmselfplay.utils.config import ConfigError
 
 

@@ -20,6 +20,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 LAYERS: list[tuple[str, ...]] = [
     ("lmselfplay.cli", "lmselfplay.human_play", "lmselfplay.referee_study"),  # the programs inside the package
+    # the algorithms, one package each (its config, its steps, its metrics): they train with the
+    # library below and measure with eval; nothing below knows a recipe
+    ("lmselfplay.selfplay_games",),
     ("lmselfplay.eval",),
     # debate above rl: its debaters are trained by rl's PolicyTrainer (the config, the samples
     # with rl's baselines); rl needs nothing of debate

@@ -208,7 +208,7 @@ def test_selfplay_max_staleness_0_is_the_loop_without_the_hook(model_dir, tmp_pa
 ])
 def test_overlap_settings_that_cannot_work_are_config_errors(args, says):
     """Refused when the config is read, before any folder, model or engine is touched."""
-    from lmselfplay.rl.selfplay import SelfPlayConfigs
+    from lmselfplay.selfplay_games.config import SelfPlayConfigs
     from lmselfplay.utils.config import ConfigError
 
     with pytest.raises(ConfigError, match=says):

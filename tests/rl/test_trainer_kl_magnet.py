@@ -48,7 +48,7 @@ def test_beta_for_takes_the_longest_role_prefix_then_task_then_default():
 
 def test_selfplay_recipe_checks_beta_against_its_games():
     from lmselfplay.games import make
-    from lmselfplay.rl.selfplay import check_beta
+    from lmselfplay.selfplay_games.config import check_beta
 
     games = [make("nim"), make("kuhn_poker")]
     check_beta({"nim": 0.1, "kuhn_poker": 0.2, "tictactoe": 1.0}, games)  # unplayed: fine

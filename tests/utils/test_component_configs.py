@@ -11,7 +11,7 @@ import torch
 
 import lmselfplay.lm.engines as engines
 import lmselfplay.rl.r_zero as r_zero
-import lmselfplay.rl.selfplay as selfplay
+import lmselfplay.selfplay_games.steps as selfplay
 import lmselfplay.utils.config as config
 from lmselfplay.lm.engines import EngineConfig
 from lmselfplay.lm.engines.weight_sync_check import WeightSyncCheckConfig

@@ -1,5 +1,5 @@
 """The self-play recipe's evaluation (``recipes/selfplay_games.py``, step 8 and the end of the run),
-over the loop's :class:`~lmselfplay.rl.selfplay.SelfPlay`:
+over the loop's :class:`~lmselfplay.selfplay_games.steps.SelfPlay`:
 
 * :func:`eval_positions` — the fixed positions of the optimal-move metrics, once per run;
 * :func:`evaluate_games` — the exact metrics each game declares (optimal-move rates or
@@ -27,7 +27,12 @@ from lmselfplay.games.text import MOVE_STOP
 from lmselfplay.lm import readout as policy_readout
 from lmselfplay.lm.engines import SamplingParams
 from lmselfplay.rl.average_policy import averageable
-from lmselfplay.rl.selfplay import SelfPlay, average_metrics, fold_averages, resolved_readout
+from lmselfplay.selfplay_games.steps import (
+    SelfPlay,
+    average_metrics,
+    fold_averages,
+    resolved_readout,
+)
 
 
 def eval_positions(cfg, games):
