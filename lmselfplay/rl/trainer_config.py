@@ -12,7 +12,7 @@ from lmselfplay.utils.config import Config, ConfigError, non_negative, positive
 
 @dataclass
 class TrainerConfig(Config):
-    _argument_group_name = "trainer (lmselfplay.rl.trainer.TrainerConfig)"
+    _argument_group_name = "trainer (lmselfplay.rl.trainer_config.TrainerConfig)"
     yaml_mappings = ("beta",)  # beta: {nim: 0.1, kuhn_poker: 0.2} in YAML (a mapping per game)
     learning_rate: float = field(default=1e-4, metadata={"help": "AdamW learning rate"})
     adam_beta1: float = field(default=0.9, metadata={"help": "AdamW beta1 (first-moment decay)"})
@@ -69,7 +69,7 @@ class SurrogateConfig(Config):
     advantages and engine log-probs have it (search self-play's distillation samples have
     neither)."""
 
-    _argument_group_name = "policy-gradient surrogate (lmselfplay.rl.trainer.SurrogateConfig)"
+    _argument_group_name = "policy-gradient surrogate (lmselfplay.rl.trainer_config.SurrogateConfig)"
     epsilon: float = field(default=0.2, metadata={"help": "PPO clip range"})
     tis_cap: float = field(default=0.0, metadata={
         "help": "C > 0: truncated importance sampling of the engine's mismatch (lmselfplay/rl/importance.py): the "
@@ -91,7 +91,7 @@ class TargetLossConfig(Config):
     """The supervised-target term (``Sample.target``: search distillation, exact feedback,
     average-policy distillation); only the recipes that make target samples have it."""
 
-    _argument_group_name = "target loss (lmselfplay.rl.trainer.TargetLossConfig)"
+    _argument_group_name = "target loss (lmselfplay.rl.trainer_config.TargetLossConfig)"
     target_coef: float = field(default=1.0, metadata={"help": "weight of the supervised-target cross-entropy"})
     target_passes: int = field(default=0, metadata={
         "help": "extra passes over the batch's pure supervised-target samples only (distillation targets), after "
