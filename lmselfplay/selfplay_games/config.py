@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from lmselfplay.lm import readout as policy_readout
 from lmselfplay.lm.prompt import thinks
+from lmselfplay.lm.trajectory import role_key
 from lmselfplay.rl.average_policy import AverageConfig
 from lmselfplay.rl.configs import PolicyGradientConfigs
 from lmselfplay.rl.exact_feedback import FeedbackConfig
@@ -145,7 +146,7 @@ def check_beta(beta, games):
     for game in games:
         for seat in range(2):
             try:
-                beta_for(beta, f"{game.name}/p{seat}/initial", game.name)
+                beta_for(beta, role_key(game.name, seat), game.name)
             except KeyError as e:
                 raise ConfigError(str(e)) from None
 
