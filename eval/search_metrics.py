@@ -55,7 +55,7 @@ def strength_per_budget(face: Any, evaluator: LLMEvaluator, model: Any, tok: Any
     if game.exact_metric == OPTIMAL_MOVES:
         opponents["exact"] = exact_agent(face, seed)
     for k in args.eval_budgets:
-        me = search_agent(face, evaluator, k, args.c_puct)
+        me = search_agent(face, evaluator, k, cfg.puct.c_puct)
         for name, opp in opponents.items():
             r = play_match(face, me, opp, starts)
             out[f"eval/sims{k}_vs_{name}_win"], out[f"eval/sims{k}_vs_{name}_loss"] = r["win"], r["loss"]

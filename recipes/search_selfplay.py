@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
              checkpoint_every=cfg.checkpoints.checkpoint_every) as run:
         s = build(cfg, run)
         evaluator, face, rng = s.evaluator, s.face, s.rng
-        alpha = args.dirichlet_alpha or alpha_for(face, s.game, seed=cfg.trainer.seed)
+        alpha = cfg.puct.dirichlet_alpha or alpha_for(face, s.game, seed=cfg.trainer.seed)
         start = restore(run, s)
         run.report_start(start, "iteration")
         run.open_log(start - 1 if run.checkpoint is not None else None)
@@ -95,11 +95,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             evaluator.clear()  # new weights since the last search
             # 1. opponents
             games = plan_games(face, args.games_per_round, rng, lambda r: opponent_name(s.league, r),
-                               args.reset_fraction, args.reset_max_plies)
+                               cfg.puct.reset_fraction, cfg.puct.reset_max_plies)
             # 2. self-play with search
             with tqdm(desc="self-play turns", disable=not args.progress, leave=False) as bar:
-                records, metrics = collect(face, games, opponent_evaluators(s, games), args.n_sims, rng, args.c_puct,
-                                           args.dirichlet_eps, alpha, args.temperature_moves, progress=bar,
+                records, metrics = collect(face, games, opponent_evaluators(s, games), cfg.puct.n_sims, rng,
+                                           cfg.puct.c_puct, cfg.puct.dirichlet_eps, alpha, cfg.puct.temperature_moves,
+                                           progress=bar,
                                            target_tau=args.target_tau, q_lambda=args.q_lambda)
             metrics["time/selfplay_s"] = time.time() - t0
             metrics["selfplay/llm_positions"] = float(evaluator.forwards - forwards)  # cache misses

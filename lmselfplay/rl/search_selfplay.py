@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from lmselfplay.alphazero.adapter import CachedGame, SearchGame
+from lmselfplay.alphazero.config import SearchConfig
 from lmselfplay.alphazero.llm_selfplay import LEARNER, Record, distill_samples, q_loss
 from lmselfplay.games.model_texts import make_game_for
 from lmselfplay.lm.prompt import thinks
@@ -63,14 +64,7 @@ class SearchSelfPlayArgs(Config):
     game_args: str = field(default="{}", metadata={"help": "JSON dict of game parameters"})
     rounds: int = field(default=10, metadata={"help": "rounds of searched self-play + distillation"})
     games_per_round: int = field(default=64, metadata={"help": "self-play games per round"})
-    n_sims: int = field(default=32, metadata={"help": "PUCT simulations per move"})
-    c_puct: float = field(default=1.5, metadata={"help": "PUCT exploration constant"})
-    dirichlet_eps: float = field(default=0.25, metadata={"help": "weight of the Dirichlet noise on the root prior"})
-    dirichlet_alpha: float = field(default=0.0, metadata={"help": "0 = 10 / mean legal moves"})
-    temperature_moves: int = field(default=4, metadata={"help": "moves sampled from the visits before play turns greedy"})
     target_tau: float = field(default=1.0, metadata={"help": "temperature of the visit distribution distilled"})
-    reset_fraction: float = field(default=0.25, metadata={"help": "games started from a random legal position"})
-    reset_max_plies: int = field(default=4, metadata={"help": "random moves at most before a reset game starts"})
     replay_window: int = field(default=4, metadata={"help": "rounds of self-play kept"})
     distill_steps: int = field(default=20, metadata={"help": "trainer steps per round"})
     batch_size: int = field(default=128, metadata={"help": "distillation samples per trainer step"})
@@ -99,7 +93,7 @@ class SearchSelfPlayArgs(Config):
     device: str = field(default="auto", metadata={"help": "auto | cpu | cuda | cuda:N: where the policy is loaded"})
 
     def validate(self) -> None:
-        positive(self, "max_steps", "rounds", "games_per_round", "n_sims", "replay_window", "batch_size",
+        positive(self, "max_steps", "rounds", "games_per_round", "replay_window", "batch_size",
                  "max_new_tokens", "value_width", "eval_batch", "q_lambda", "target_tau")
         non_negative(self, "distill_steps", "value_steps", "value_lr", "eval_every", "eval_games", "eval_positions",
                      "eval_openings", "opening_plies")
@@ -114,9 +108,11 @@ class SearchSelfPlayArgs(Config):
 
 @dataclass(frozen=True)
 class SearchSelfPlayConfigs(Configs):
-    """What ``recipes/search_selfplay.py`` parses: its own arguments and each component's config."""
+    """What ``recipes/search_selfplay.py`` parses: its own arguments, the search's (shared with
+    AlphaZero) and each component's config."""
 
     search: SearchSelfPlayArgs
+    puct: SearchConfig
     trainer: TrainerConfig
     target_loss: TargetLossConfig
     league: LeagueConfig
