@@ -56,9 +56,9 @@ from tqdm.auto import tqdm
 
 from lmselfplay.alphazero.llm_selfplay import collect, plan_games
 from lmselfplay.alphazero.selfplay import alpha_for
-from lmselfplay.eval.search_metrics import plot_run, strength_per_budget
-from lmselfplay.rl.search_selfplay import (
-    SearchSelfPlayConfigs,
+from lmselfplay.search_selfplay.config import SearchSelfPlayConfigs
+from lmselfplay.search_selfplay.metrics import plot_run, strength_per_budget
+from lmselfplay.search_selfplay.steps import (
     build,
     distill,
     opponent_evaluators,

@@ -444,7 +444,7 @@ def test_r_zero_server_settings_that_cannot_work_are_config_errors(args, says):
 def test_search_selfplay_has_no_max_staleness_and_says_why(where, tmp_path):
     """Search self-play has no engine to overlap: the flag does not exist in it, and giving it (as
     docs/scale.md's older text did) is a one-line error saying why."""
-    from lmselfplay.rl.search_selfplay import SearchSelfPlayConfigs
+    from lmselfplay.search_selfplay.config import SearchSelfPlayConfigs
 
     argv = ["--max_staleness", "1"]
     if where == "yaml":

@@ -23,7 +23,7 @@ from lmselfplay.games.text import MOVE_STOP
 from lmselfplay.lm import readout as policy_readout
 from lmselfplay.lm.engines import HFEngine, SamplingParams
 from lmselfplay.lm.search_eval import LLMEvaluator
-from lmselfplay.rl.search_selfplay import SearchSelfPlayArgs, SearchSelfPlayConfigs
+from lmselfplay.search_selfplay.config import SearchSelfPlayArgs, SearchSelfPlayConfigs
 
 
 def openings(face: Any, cfg: SearchSelfPlayConfigs) -> list[Any]:
