@@ -35,6 +35,7 @@ import time
 
 from tqdm.auto import tqdm
 
+from lmselfplay.debate.accuracy import log_judge_accuracy, report_accuracy
 from lmselfplay.debate.config import DebateConfigs
 from lmselfplay.debate.judge import judge_transcripts, load_llm_judge
 from lmselfplay.debate.training import (
@@ -45,7 +46,6 @@ from lmselfplay.debate.training import (
     step_row,
     task_sets,
 )
-from lmselfplay.eval.debate_accuracy import log_judge_accuracy, report_accuracy
 from lmselfplay.lm.engines import SamplingParams, make_engine
 from lmselfplay.models.policy import load_policy
 from lmselfplay.rl.advantages import RoleBaselines

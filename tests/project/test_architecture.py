@@ -149,6 +149,19 @@ def test_evaluation_never_touches_the_trainer():
     assert not bad, bad
 
 
+def test_evaluation_does_not_reach_the_trainer_through_its_imports():
+    """No module under eval/ imports the trainer's module, directly or through another module."""
+    modules = all_modules()
+    graph = {name: imports_of(name, path, modules) for name, path in modules.items()}
+    for name in (n for n in modules if n.startswith("lmselfplay.eval")):
+        seen, todo = set(), [name]
+        while todo:
+            for dep in graph[todo.pop()] - seen:
+                seen.add(dep)
+                todo.append(dep)
+        assert "lmselfplay.rl.trainer" not in seen, f"{name} reaches lmselfplay.rl.trainer"
+
+
 def test_the_trainer_check_sees_an_evaluation_that_trains():
     """The check above, on the evaluation it was written against (a distillation and the final model)."""
     trains = ("from lmselfplay.selfplay_games.steps import distill_averages\n"

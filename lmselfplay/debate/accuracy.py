@@ -10,9 +10,9 @@ import json
 import time
 
 from lmselfplay.debate.judge import judge_transcripts
+from lmselfplay.debate.metrics import format_table, protocol_metrics
 from lmselfplay.debate.protocols import run_protocol
 from lmselfplay.debate.training import Debate
-from lmselfplay.eval.debate_metrics import format_table, protocol_metrics
 from lmselfplay.lm.engines import SamplingParams
 from lmselfplay.utils.checkpoint import atomic_write_text, save_json
 
