@@ -107,7 +107,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             # 3. replay window (learner turns only)
             s.replay = (s.replay + [records])[-args.replay_window:]
             window = [r for part in s.replay for r in part]
-            # 4. distill the search into the policy; 5. the value head
+            # 4. distill the search into the policy: per searched turn, loss = -sum_a pi(a) log p_LLM(a | s)
+            #    over the vocabulary at <move> + beta KL(pi_LLM || pi_initial) on the answer tokens;
+            # 5. the value head: (z - v(s))^2 (q_head: the blended Q target, alphazero/llm_selfplay.q_loss)
             t1 = time.time()
             if window:
                 metrics.update(distill(s.trainer, window, s.tok, s.game, evaluator.tokens, args, rng))
