@@ -82,7 +82,8 @@ def main() -> None:
     ckpt = latest_checkpoint(args.run)
     if ckpt is None:
         raise SystemExit(f"no checkpoint in {args.run}")
-    cfg = AlphaZeroConfigs.parse(["--config", str(ckpt / "config.json")]).alphazero
+    parsed = AlphaZeroConfigs.parse(["--config", str(ckpt / "config.json")])
+    cfg, puct = parsed.alphazero, parsed.puct
     game, face, net = build(cfg)
     saved = torch.load(ckpt / "state.pt", weights_only=False)
     net.load_state_dict(saved["net"])
@@ -99,7 +100,7 @@ def main() -> None:
               "opening_plies": args.opening_plies, "results": {}}
     for k in args.budgets:
         t0 = time.time()
-        me = net_agent(face, net, k, cfg.c_puct, fpu(cfg))
+        me = net_agent(face, net, k, puct.c_puct, fpu(cfg))
         row = {"random": series(face, me, rand, openings(args.random_games))}
         for level in args.levels:
             starts = openings(args.games)

@@ -36,8 +36,8 @@ def run(config: str, out: Path, extra: list[str]):
     t = time.perf_counter()
     run_recipe("alphazero", argv)
     wall = time.perf_counter() - t
-    cfg = AlphaZeroConfigs.parse(argv).alphazero
-    game, face, net = build(cfg)
+    cfg = AlphaZeroConfigs.parse(argv)
+    game, face, net = build(cfg.alphazero)
     state = torch.load(latest_checkpoint(out) / "state.pt", weights_only=False)
     net.load_state_dict(state["net"])
     return cfg, face, net.eval(), wall
@@ -60,7 +60,7 @@ def bench_nim(out: Path, seeds: int) -> None:
               f"| wall {wall:.1f} s")
     ok = all(r is not None and r <= 3 for r in solved_rounds)
     print(f"every seed solved within 3 rounds (reference text: round 6): {'yes' if ok else 'NO'} "
-          f"| {cfg.n_sims} sims, {cfg.games_per_iteration} games/round, {cfg.iterations} rounds")
+          f"| {cfg.puct.n_sims} sims, {cfg.alphazero.games_per_iteration} games/round, {cfg.alphazero.iterations} rounds")
     save_results("bench_alphazero_learning_nim", {"solved_round_per_seed": solved_rounds, "all_within_3": ok})
 
 
@@ -91,8 +91,8 @@ def bench_tictactoe(out: Path) -> None:
     print(f"targets: never loses to minimax as X and O ({'yes' if lost == 0 else 'NO'}); "
           f"score vs random, X and O games alike, {mean:.4f} >= 0.95 "
           f"({'yes' if mean >= 0.95 else 'NO'}) -> {'met' if ok else 'NOT met'}")
-    print(f"{cfg.iterations} rounds x {cfg.games_per_iteration} games x {cfg.n_sims} sims "
-          f"| wall {wall:.1f} s, torch_threads={cfg.torch_threads}")
+    print(f"{cfg.alphazero.iterations} rounds x {cfg.alphazero.games_per_iteration} games x {cfg.puct.n_sims} sims "
+          f"| wall {wall:.1f} s, torch_threads={cfg.alphazero.torch_threads}")
     save_results("bench_alphazero_learning_tictactoe", {"lost_to_minimax": lost, "score_vs_random_x_o": scores,
                                                         **frac, "wall_s": wall})
 

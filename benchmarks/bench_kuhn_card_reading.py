@@ -73,7 +73,7 @@ def main() -> None:
     ap.add_argument("--name", default="bench_kuhn_card_reading", help="the results file's name (one per build)")
     args = ap.parse_args()
     if not args.model:
-        from lmselfplay.models.tiny import ensure_tiny_model
+        from lmselfplay.models.cache import ensure_tiny_model
 
         args.model = [str(ensure_tiny_model())]
     results = {}

@@ -49,15 +49,16 @@ import torch
 from record_run import EVAL_MARKERS, evaluation_rows
 
 import lmselfplay.rl.trainer as sp_trainer  # where the trainer looks pack_targets up
-from lmselfplay.eval.selfplay_metrics import eval_positions, evaluate_games
 from lmselfplay.games.text import MOVE_STOP
 from lmselfplay.lm.engines import SamplingParams, make_engine
 from lmselfplay.lm.rollout import LLMPlayer
 from lmselfplay.models.policy import load_policy
 from lmselfplay.rl.advantages import RoleBaselines
 from lmselfplay.rl.league import League
-from lmselfplay.rl.selfplay import (  # the recipe's own steps build the batch
-    SelfPlayConfigs,
+from lmselfplay.rl.trainer import PolicyTrainer
+from lmselfplay.selfplay_games.config import SelfPlayConfigs
+from lmselfplay.selfplay_games.metrics import eval_positions, evaluate_games
+from lmselfplay.selfplay_games.steps import (
     episode_games,
     episode_plan,
     exact_targets,
@@ -66,7 +67,6 @@ from lmselfplay.rl.selfplay import (  # the recipe's own steps build the batch
     snapshot_engines,
     training_samples,
 )
-from lmselfplay.rl.trainer import PolicyTrainer
 from lmselfplay.utils.results import results_dir, save_results
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -96,7 +96,7 @@ def run_sft(a: argparse.Namespace, seed: int, tasks: TaskSet, referee: TaskRefer
             target = t.worked or (f"<answer>{t.answer}</answer>" if t.answer_format == "answer" else f"#### {t.answer}")
             p, c = encode_prompt(tok, t.prompt), encode_completion(tok, target)
             samples.append(Sample(p, c, engine.score([p], [c])[0], 1.0, 1.0, "sft", t.kind, trainer.step_count))
-        trainer.step(samples)
+        trainer.step(samples, engine=engine)
         if (a.eval_every and (step + 1) % a.eval_every == 0) or step + 1 == a.max_steps:
             rows.append({"step": step + 1, **heldout(trainer.unwrapped, tok, tasks.heldout, referee, a.max_new_tokens)})
     return rows, time.perf_counter() - t0

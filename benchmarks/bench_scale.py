@@ -1,5 +1,5 @@
 """Scaling the rollouts, measured on the client side with simulated servers (this machine has
-2 cores): each server (:mod:`lmselfplay.lm.engines.sim_server`, HTTP on 127.0.0.1) answers a
+2 cores): each server (``tests/sim_server.py``, HTTP on 127.0.0.1) answers a
 completion after ``token_delay`` seconds per token, burning no CPU, decoding up to
 ``max_batch`` requests at once like vLLM's batch. Two measurements, side by side in one run:
 
@@ -27,8 +27,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from sim_server import ServerProcess  # noqa: E402
+
 from lmselfplay.lm.engines.base import SamplingParams  # noqa: E402
-from lmselfplay.lm.engines.sim_server import ServerProcess  # noqa: E402
 from lmselfplay.lm.engines.vllm_server import VLLMServerEngine  # noqa: E402
 from lmselfplay.lm.trajectory import Sample  # noqa: E402
 from lmselfplay.rl.overlap import OverlappedRollouts  # noqa: E402
@@ -44,7 +45,7 @@ class _Tok:
 
 def sim_process(token_delay: float, max_batch: int = 256, vocab: int = 997) -> ServerProcess:
     """A simulated server in its own process."""
-    return ServerProcess("lmselfplay.lm.engines.sim_server", "--token_delay", str(token_delay),
+    return ServerProcess("sim_server", "--token_delay", str(token_delay),
                          "--max_batch", str(max_batch), "--vocab", str(vocab))
 
 
@@ -122,7 +123,7 @@ def training_loop(max_staleness: int, steps: int, batch: int, tokens: int, delay
             wait_s.append(time.perf_counter() - t1)
             dropped += m.get("staleness/dropped", 0.0)
             t1 = time.perf_counter()
-            metrics = trainer.step(samples)
+            metrics = trainer.step(samples, engine=eng)
             train_s.append(time.perf_counter() - t1)
         dt = time.perf_counter() - t0
         rollouts.close()

@@ -3,7 +3,7 @@
 Side by side, per seed: `recipes/selfplay_games.py` on Nim (sampled self-play, the recipe's
 config otherwise) with ``engine: vllm-server`` against a generation server that holds its own
 copy of the embedded model and follows the weight push
-(:mod:`lmselfplay.lm.engines.hf_server`, in its own process, CPU), ``max_staleness`` 0
+(``tests/hf_server.py``, in its own process, CPU), ``max_staleness`` 0
 (on-policy: push, play, train) vs 1 (the next step's games are played while this step trains,
 one weight version behind), and 1 with ``tis_cap: 2`` (truncated importance sampling of that
 lag). A simulated server would not do: its answers do not depend on the weights, so every
@@ -23,12 +23,16 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from lmselfplay.lm.engines.sim_server import ServerProcess
-from lmselfplay.utils.results import save_results
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the CPU servers
+
+from sim_server import ServerProcess  # noqa: E402
+
+from lmselfplay.utils.results import save_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = "nim/optimal_move_prob"
@@ -47,7 +51,7 @@ def run(model: str, setting: dict, seed: int, steps: int, eval_every: int, episo
     argv = ["--config", str(ROOT / "recipes" / "configs" / "selfplay_games.yaml")]
     for key, v in args.items():
         argv += [f"--{key}", str(v)]
-    with ServerProcess("lmselfplay.lm.engines.hf_server", "--model", model) as server:
+    with ServerProcess("hf_server", "--model", model) as server:
         run_recipe("selfplay_games", argv + ["--vllm_server_urls", server.url])
     return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
 
@@ -78,7 +82,7 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
-    from lmselfplay.models.tiny import ensure_tiny_model
+    from lmselfplay.models.cache import ensure_tiny_model
 
     names = args.settings.split(",")
     if unknown := [n for n in names if n not in SETTINGS]:

@@ -22,8 +22,8 @@ import torch
 
 from lmselfplay import games
 from lmselfplay.games.base import has_enumerable_actions, random_playout, resolve_chance
+from lmselfplay.games.model_texts import make_game_for
 from lmselfplay.lm.prompt import encode_prompt
-from lmselfplay.models.tiny import make_game_for
 from lmselfplay.tasks.arithmetic import arithmetic_problem, arithmetic_prompt
 from lmselfplay.tasks.programs import program_output_prompt, python_program
 from lmselfplay.utils.results import save_results
@@ -80,7 +80,8 @@ def sample(model, tok, prompts: list[str], batch: int = 128, max_new_tokens: int
 def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from lmselfplay.models.tiny import INFO_FILE, build_config, ensure_tiny_model
+    from lmselfplay.models.cache import ensure_tiny_model
+    from lmselfplay.models.tiny import INFO_FILE, build_config
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=None, help="model folder (default: the tiny model)")

@@ -328,7 +328,7 @@ def fresh_model(arch, cfg, tok):
     of ``intermediate_size``, no dropout, tied embeddings)."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from lmselfplay.models.tiny import make_model
+    from lmselfplay.models.pretrain import make_model
 
     if arch not in ARCHS:
         raise ValueError(f"unknown arch {arch!r}; known: {list(ARCHS)}")
@@ -443,16 +443,16 @@ def mlp_reference(game, steps, lr, batch, eval_every, seed, subset=0, loss_kind=
 
 def continue_pretraining(model, tok, steps, task_weights, lr, seed):
     """Continue the tiny model's own pre-training loss on a changed corpus mix."""
-    from lmselfplay.models import tiny
+    from lmselfplay.models import pretrain, tiny
 
     cfg = tiny.TinyConfig(task_weights=task_weights, seed=seed)
-    stream = tiny.batches(cfg, tok, tiny.Corpus(cfg, random.Random(seed)), random.Random(seed + 1))
+    stream = pretrain.batches(cfg, tok, pretrain.Corpus(cfg, random.Random(seed)), random.Random(seed + 1))
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     model.train()
     t0 = time.time()
     for step in range(steps):
         ids, att, w, soft = next(stream)
-        loss = tiny.weighted_lm_loss(model, ids, att, w, soft)
+        loss = pretrain.weighted_lm_loss(model, ids, att, w, soft)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -501,7 +501,9 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from lmselfplay.models.tiny import TinyConfig, ensure_tiny_model, make_game_for
+    from lmselfplay.games.model_texts import make_game_for
+    from lmselfplay.models.cache import ensure_tiny_model
+    from lmselfplay.models.tiny import TinyConfig
 
     path = args.model or str(ensure_tiny_model())
     tok = AutoTokenizer.from_pretrained(path)

@@ -98,7 +98,9 @@ def peak_memory_bytes(device: str) -> int:
 
 def build_tokenizer(n_texts: int = 3000):
     """The embedded model's tokenizer recipe on a sample of its corpus (seconds, offline)."""
-    from lmselfplay.models.tiny import Corpus, TinyConfig, train_tokenizer
+    from lmselfplay.models.pretrain import Corpus
+    from lmselfplay.models.tiny import TinyConfig
+    from lmselfplay.models.tokenizer import train_tokenizer
 
     cfg = TinyConfig()
     corpus = Corpus(cfg, random.Random(0))
@@ -180,7 +182,7 @@ def selfplay_steps(engine, trainer, tok, steps: int, episodes: int, max_new_toke
         adv = baselines.advantages([tr.role for tr in trajs], [tr.reward for tr in trajs])
         samples = [s for tr, a in zip(trajs, adv) for s in tr.samples(float(a))]
         t = time.perf_counter()
-        metrics = trainer.step(samples)
+        metrics = trainer.step(samples, engine=engine)
         t_train = time.perf_counter() - t
         engine.update_weights(trainer.unwrapped, version=trainer.step_count)
         rows.append({"step": step + 1, "rollout_s": t_roll, "train_s": t_train, "sync_s": engine.last_sync.seconds,
@@ -206,15 +208,15 @@ def sync_series(engine, trainer, prompts, syncs: int, new_tokens: int, threshold
 
     diffs, secs, bytes_ = [], [], 0
     for k in range(syncs):
-        m = trainer.step(rollout(seed=k))
+        m = trainer.step(rollout(seed=k), engine=engine)
         diffs.append(m["logprob_diff"])
         detector.check(m["logprob_diff"], k)
         engine.update_weights(trainer.unwrapped, version=trainer.step_count)
         secs.append(engine.last_sync.seconds)
         bytes_ = engine.last_sync.bytes
     for k in range(stale_steps):  # ... and these pushes are skipped
-        trainer.step(rollout(seed=syncs + k))
-    stale = trainer.step(rollout(seed=syncs + stale_steps))["logprob_diff"]
+        trainer.step(rollout(seed=syncs + k), engine=engine)
+    stale = trainer.step(rollout(seed=syncs + stale_steps), engine=engine)["logprob_diff"]
     engine.update_weights(trainer.unwrapped, version=trainer.step_count)
     return {"logprob_diff": diffs, "sync_s": secs, "sync_bytes": bytes_, "stale_logprob_diff": stale,
             "stale_steps": stale_steps,
@@ -279,8 +281,6 @@ def main(argv=None) -> int:
     t_build = time.perf_counter() - t
     sleeps = count_sleeps(engine)
     hf = HFEngine(trainer.unwrapped, tok, max_batch_size=args.prompts)
-    with trainer.serving(engine):  # the trainer knows its engine (sleep mode: once per step)
-        pass
     print(f"vLLM {version} engine built in {t_build:.1f} s (first push {engine.last_sync.seconds:.3f} s)",
           flush=True)
 

@@ -229,10 +229,10 @@ def model_dir(path: str) -> str:
 
 def game_for_models(name: str, models: Sequence[str]) -> Any:
     """Game ``name`` in the text every model in ``models`` was built to read
-    (:func:`~lmselfplay.models.tiny.make_game_for`; the registry's text with bots alone). One
+    (:func:`~lmselfplay.games.model_texts.make_game_for`; the registry's text with bots alone). One
     game is shared by every seat, so models built to read different texts are refused."""
     from lmselfplay.games import make
-    from lmselfplay.models.tiny import game_params_of, make_game_for
+    from lmselfplay.games.model_texts import game_params_of, make_game_for
 
     if not models:
         return make(name)

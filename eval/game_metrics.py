@@ -272,10 +272,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.max_new_tokens < 1 or args.readout_samples < 1 or args.n_games < 0:
         ap.error("--max-new-tokens and --readout-samples must be >= 1, --n-games >= 0")
+    from lmselfplay.games.model_texts import make_game_for
     from lmselfplay.lm.engines.hf import HFEngine
     from lmselfplay.lm.prompt import thinks
-    from lmselfplay.models.policy import load_policy
-    from lmselfplay.models.tiny import make_game_for
+    from lmselfplay.models.policy import load_policy, resolve_model_path
 
     thinking = None if args.enable_thinking is None else args.enable_thinking == "true"
     model, tok = load_policy(model_name_or_path=args.model, enable_thinking=thinking)
@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.games:
         sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                                   seed=args.seed, stop=MOVE_STOP)
-        r = policy_metrics(engine, tok, make_game_for(name, args.model), n_games=args.n_games, sampling=sampling, seed=args.seed,
+        r = policy_metrics(engine, tok, make_game_for(name, resolve_model_path(args.model)), n_games=args.n_games, sampling=sampling, seed=args.seed,
                      max_new_tokens=args.max_new_tokens, readout=readout, readout_samples=args.readout_samples)
         print(format_table(name, r), flush=True)
         results.append({"game": name, **r})

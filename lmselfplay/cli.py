@@ -23,9 +23,10 @@ def _cmd_show(args: argparse.Namespace) -> int:
         print(game.render(s))
         print()
     if args.prompt:  # in the text the model was built to read (imports torch, so only here)
-        from lmselfplay.models.tiny import make_game_for
+        from lmselfplay.games.model_texts import make_game_for
+        from lmselfplay.models.policy import resolve_model_path
 
-        model_game = make_game_for(args.game, args.model)
+        model_game = make_game_for(args.game, resolve_model_path(args.model))
         first = next(s for s in states if game.current_player(s) >= 0)
         print("--- what the model reads as player", game.current_player(first) + 1, "---")
         print(model_game.observation_text(first, game.current_player(first)))
@@ -72,7 +73,7 @@ def _passthrough(module: str, func: str):
 
 
 PASSTHROUGH = {
-    "bootstrap": ("lmselfplay.models.tiny", "bootstrap_main", "build the embedded tiny model (cached)"),
+    "bootstrap": ("lmselfplay.models.cache", "bootstrap_main", "build the embedded tiny model (cached)"),
     "play": ("lmselfplay.human_play", "main", "play a game against the model in the terminal"),
     "eval-game": ("lmselfplay.eval.game_metrics", "main", "exact game metrics of a model"),
     "gametheory-plots": ("lmselfplay.solvers.plots", "main",

@@ -12,11 +12,11 @@ import sys
 
 from lmselfplay.games import Invalid, make
 from lmselfplay.games.base import resolve_chance
+from lmselfplay.games.model_texts import make_game_for
 from lmselfplay.games.text import MOVE_STOP, format_answer
 from lmselfplay.lm.engines import HFEngine, SamplingParams
 from lmselfplay.lm.prompt import encode_prompt
-from lmselfplay.models.policy import load_policy
-from lmselfplay.models.tiny import make_game_for
+from lmselfplay.models.policy import load_policy, resolve_model_path
 
 
 def main(argv: list[str] | None = None, input_fn=input, out=print) -> int:
@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None, input_fn=input, out=print) -> int:
     args = ap.parse_args(argv)
     if args.max_new_tokens < 1:
         ap.error("--max-new-tokens must be >= 1")
-    game = make_game_for(args.game, args.model)  # the model reads the text it was built to read
+    game = make_game_for(args.game, resolve_model_path(args.model))  # the model reads the text it was built to read
     view = make(args.game)  # the person reads the game's own text (its legal moves listed)
     model, tok = load_policy(model_name_or_path=args.model)
     engine = HFEngine(model, tok)

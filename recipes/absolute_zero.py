@@ -61,8 +61,9 @@ from lmselfplay.rl.absolute_zero import (
     seed_buffers,
     train_step,
 )
+from lmselfplay.rl.kl import reference_policy
 from lmselfplay.rl.overlap import rollouts_for
-from lmselfplay.rl.trainer import PolicyTrainer, reference_policy
+from lmselfplay.rl.trainer import PolicyTrainer
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.run import Run
 from lmselfplay.verifiers.code_tasks import CodeReferee, task_key
@@ -98,7 +99,7 @@ def main(argv=None):
             if args.eval_every and step % args.eval_every == 0 and not resumed_here:
                 log_eval(cfg, acc, trainer, engine, tok, referee, heldout, logger, step, t0)  # 7
             ro = rollouts.next(step, args.max_steps - 1)  # 1-3
-            row = train_step(cfg, acc, trainer, ro, rollouts, step, out_dir)  # 4-6
+            row = train_step(cfg, acc, trainer, engine, ro, rollouts, step, out_dir)  # 4-6
             run.log(step + 1, {**row, "wall_s": time.time() - t0})
             bar.set_postfix(valid=f"{row['propose/valid_rate']:.2f}", solve=f"{row['solve/solve_rate']:.2f}")
             if run.checkpoint_due(step + 1):

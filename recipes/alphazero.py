@@ -53,7 +53,7 @@ from lmselfplay.utils.run import Run
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    cfg = AlphaZeroConfigs.parse(argv)  # its own args (cfg.alphazero) and the run's configs
+    cfg = AlphaZeroConfigs.parse(argv)  # its own args (cfg.alphazero), the search's (cfg.puct) and the run's
     args = cfg.alphazero
     torch.set_num_threads(args.torch_threads)
     with Run(cfg.run, cfg.as_dict(), checkpoint_every=cfg.checkpoints.checkpoint_every, trains_with="state") as run:
@@ -61,8 +61,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         game, face, net = build(args)
         exact = game.exact_metric == OPTIMAL_MOVES  # the solver labels every move: exact opponent and rates
         opt = torch.optim.Adam(net.parameters(), lr=args.learning_rate)
-        alpha = args.dirichlet_alpha or alpha_for(face, game, seed=args.seed)
-        settings = selfplay_settings(args, alpha)
+        alpha = cfg.puct.dirichlet_alpha or alpha_for(face, game, seed=args.seed)
+        settings = selfplay_settings(args, cfg.puct, alpha)
         p = Progress(random.Random(args.seed), np.random.default_rng(args.seed), snapshot(net))
         start = restore(run, args, net, opt, p)
         run.report_start(start, "iteration")
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             # 3. train on minibatches of the window
             metrics.update(train(net, opt, Samples.concat(p.replay), args, p.np_rng, game))
             # 4. the candidate becomes the self-play network (gate: only if it beats it)
-            metrics.update(gate(args, face, net, p, it))
+            metrics.update(gate(args, cfg.puct, face, net, p, it))
             # 5. every bank_every iterations a frozen copy joins the bank (the oldest leaves)
             if it % args.bank_every == 0:
                 p.bank = (p.bank + [snapshot(net)])[-args.bank_size:]
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             out_of_time = args.max_minutes > 0 and time.time() - started >= 60 * args.max_minutes
             last = it == args.iterations or out_of_time
             if it % args.eval_every == 0 or last:  # 6. strength, optimal-move rates, win-rate matrix
-                metrics.update(evaluate_strength(args, face, net, p, it, exact))
+                metrics.update(evaluate_strength(args, cfg.puct, face, net, p, it, exact))
             metrics["time/iteration_s"] = time.time() - t0
             run.log(it, metrics)
             if run.checkpoint_due(it, last):  # everything to resume exactly

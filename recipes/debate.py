@@ -35,6 +35,7 @@ import time
 
 from tqdm.auto import tqdm
 
+from lmselfplay.debate.accuracy import log_judge_accuracy, report_accuracy
 from lmselfplay.debate.config import DebateConfigs
 from lmselfplay.debate.judge import judge_transcripts, load_llm_judge
 from lmselfplay.debate.training import (
@@ -45,12 +46,12 @@ from lmselfplay.debate.training import (
     step_row,
     task_sets,
 )
-from lmselfplay.eval.debate_accuracy import log_judge_accuracy, report_accuracy
 from lmselfplay.lm.engines import SamplingParams, make_engine
 from lmselfplay.models.policy import load_policy
 from lmselfplay.rl.advantages import RoleBaselines
+from lmselfplay.rl.kl import reference_policy
 from lmselfplay.rl.overlap import rollouts_for
-from lmselfplay.rl.trainer import PolicyTrainer, reference_policy
+from lmselfplay.rl.trainer import PolicyTrainer
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.run import Run
 
@@ -93,7 +94,8 @@ def main(argv=None):
                    disable=not run.is_main)
         for step in bar:
             if step == 0 or (args.eval_every and step % args.eval_every == 0 and f"step {step}" not in d.table):
-                log_judge_accuracy(cfg, run, d, step, t0)  # 6 (before training, and every eval_every)
+                with d.trainer.serving(d.engine):
+                    log_judge_accuracy(cfg, run, d, step, t0)  # 6 (before training, and every eval_every)
             # 1: debates on this step's tasks (max_staleness >= 1: held while the previous step trained)
             trs = rollouts.next(step, args.max_steps - 1)
             # 2: the frozen judge, both orders
@@ -102,14 +104,15 @@ def main(argv=None):
             samples, stale = rollouts.keep(debate_samples(trs, js, d.baselines, d.trainer.step_count),
                                            d.trainer.step_count)
             # 5: update; the engine serves the same (updated) weights next step
-            metrics = d.trainer.step(samples)
+            metrics = d.trainer.step(samples, engine=d.engine)
             row = step_row(trs, js, metrics, d.baselines, stale, t0)
             run.log(step + 1, row)
             bar.set_postfix(loss=f"{metrics.get('loss', 0):.3f}", true_r=f"{row['train/true_side_reward']:+.2f}")
             if run.checkpoint_due(step + 1):  # 7: checkpoint
                 d.trainer.save_checkpoint(run.out, {"baselines": d.baselines.state_dict(), "table": d.table})
         if f"step {args.max_steps}" not in d.table:
-            log_judge_accuracy(cfg, run, d, args.max_steps, t0)  # 6 (after training, unless done)
+            with d.trainer.serving(d.engine):
+                log_judge_accuracy(cfg, run, d, args.max_steps, t0)  # 6 (after training, unless done)
         model_dir = run.save_final_model(d.trainer.model, d.trainer.unwrapped, d.tok)
         report_accuracy(cfg, run, d, model_dir)
 

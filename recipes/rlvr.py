@@ -48,7 +48,8 @@ from lmselfplay.rl.rlvr import (
     samples_of,
     sampling,
 )
-from lmselfplay.rl.trainer import PolicyTrainer, reference_policy
+from lmselfplay.rl.kl import reference_policy
+from lmselfplay.rl.trainer import PolicyTrainer
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.run import Run
 from lmselfplay.verifiers.task_referee import TaskReferee
@@ -92,7 +93,7 @@ def main(argv=None):
             rewards = np.array([v.reward for v in verdicts])
             advantages = group_advantages(rewards.reshape(-1, args.num_generations),  # 4
                                           normalize_std=args.scale_rewards).reshape(-1)
-            metrics = trainer.step(samples_of(completions, advantages, rewards, items, version))  # 5
+            metrics = trainer.step(samples_of(completions, advantages, rewards, items, version), engine=engine)  # 5
             stats = group_stats(rewards.reshape(-1, args.num_generations))
             run.log(step + 1, {**metrics, **stats, "wall_s": time.time() - t0})
             bar.set_postfix(reward=f"{stats['train/reward']:.2f}")

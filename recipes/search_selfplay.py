@@ -56,9 +56,9 @@ from tqdm.auto import tqdm
 
 from lmselfplay.alphazero.llm_selfplay import collect, plan_games
 from lmselfplay.alphazero.selfplay import alpha_for
-from lmselfplay.eval.search_metrics import plot_run, strength_per_budget
-from lmselfplay.rl.search_selfplay import (
-    SearchSelfPlayConfigs,
+from lmselfplay.search_selfplay.config import SearchSelfPlayConfigs
+from lmselfplay.search_selfplay.metrics import plot_run, strength_per_budget
+from lmselfplay.search_selfplay.steps import (
     build,
     distill,
     opponent_evaluators,
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
              checkpoint_every=cfg.checkpoints.checkpoint_every) as run:
         s = build(cfg, run)
         evaluator, face, rng = s.evaluator, s.face, s.rng
-        alpha = args.dirichlet_alpha or alpha_for(face, s.game, seed=cfg.trainer.seed)
+        alpha = cfg.puct.dirichlet_alpha or alpha_for(face, s.game, seed=cfg.trainer.seed)
         start = restore(run, s)
         run.report_start(start, "iteration")
         run.open_log(start - 1 if run.checkpoint is not None else None)
@@ -95,18 +95,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             evaluator.clear()  # new weights since the last search
             # 1. opponents
             games = plan_games(face, args.games_per_round, rng, lambda r: opponent_name(s.league, r),
-                               args.reset_fraction, args.reset_max_plies)
+                               cfg.puct.reset_fraction, cfg.puct.reset_max_plies)
             # 2. self-play with search
             with tqdm(desc="self-play turns", disable=not args.progress, leave=False) as bar:
-                records, metrics = collect(face, games, opponent_evaluators(s, games), args.n_sims, rng, args.c_puct,
-                                           args.dirichlet_eps, alpha, args.temperature_moves, progress=bar,
+                records, metrics = collect(face, games, opponent_evaluators(s, games), cfg.puct.n_sims, rng,
+                                           cfg.puct.c_puct, cfg.puct.dirichlet_eps, alpha, cfg.puct.temperature_moves,
+                                           progress=bar,
                                            target_tau=args.target_tau, q_lambda=args.q_lambda)
             metrics["time/selfplay_s"] = time.time() - t0
             metrics["selfplay/llm_positions"] = float(evaluator.forwards - forwards)  # cache misses
             # 3. replay window (learner turns only)
             s.replay = (s.replay + [records])[-args.replay_window:]
             window = [r for part in s.replay for r in part]
-            # 4. distill the search into the policy; 5. the value head
+            # 4. distill the search into the policy: per searched turn, loss = -sum_a pi(a) log p_LLM(a | s)
+            #    over the vocabulary at <move> + beta KL(pi_LLM || pi_initial) on the answer tokens;
+            # 5. the value head: (z - v(s))^2 (q_head: the blended Q target, alphazero/llm_selfplay.q_loss)
             t1 = time.time()
             if window:
                 metrics.update(distill(s.trainer, window, s.tok, s.game, evaluator.tokens, args, rng))

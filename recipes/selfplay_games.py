@@ -21,6 +21,8 @@ The algorithm, in order (every rank plays its own games; gradients are averaged)
         8. every eval_every steps: the exact metrics each game supports (optimal-move rates or
            exploitability; win rates vs its reference bots with 95% CIs), JSONL + PNG curves
         9. every checkpoint_every steps: atomic checkpoint (--resume continues from it)
+    10. the final evaluation; with average_policy and distill_steps, the average distilled into the
+        final model (supervised steps) and evaluated again; the final model saved
     with average_policy (games whose exact metric is exploitability): every average_every steps
     the policy at every information set joins a reach-weighted running average (what fictitious
     self-play drives to Nash while the last iterate cycles); its exploitability is reported at
@@ -38,16 +40,22 @@ import time
 
 from tqdm.auto import tqdm
 
-from lmselfplay.eval.selfplay_metrics import eval_positions, finish, log_evaluation
 from lmselfplay.games.text import MOVE_STOP
 from lmselfplay.lm.engines import SamplingParams
 from lmselfplay.models.policy import policy_weights
 from lmselfplay.rl.overlap import rollouts_for
-from lmselfplay.rl.selfplay import (
-    SelfPlayConfigs,
+from lmselfplay.selfplay_games.config import SelfPlayConfigs, check_beta, check_shaping
+from lmselfplay.selfplay_games.metrics import (
+    distilled_metrics,
+    eval_positions,
+    final_metrics,
+    log_evaluation,
+    log_final,
+    print_final,
+)
+from lmselfplay.selfplay_games.steps import (
     build,
-    check_beta,
-    check_shaping,
+    distill_averages,
     episode_plan,
     exact_feedback_step,
     load_state,
@@ -55,9 +63,10 @@ from lmselfplay.rl.selfplay import (
     make_feedback,
     make_games,
     save_checkpoint,
+    shaped_advantages,
     snapshot_score,
     step_row,
-    training_samples,
+    turn_advantages,
 )
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.run import Run
@@ -90,15 +99,22 @@ def main(argv=None):
             if sp.averages and cfg.average.averaged_at(step):
                 log_iterate_policies(cfg, run, sp, step)
             if args.eval_every and step % args.eval_every == 0 and not resumed_here:  # 8: evaluate
-                log_evaluation(cfg, run, sp, step, t0)
+                with trainer.serving(engine):
+                    log_evaluation(cfg, run, sp, step, t0)
             exact = exact_feedback_step(run, sp, step)
             # 1-4: play (max_staleness >= 1: played while the previous step trained)
             finished, stats = rollouts.next(step, args.max_steps - 1)
-            # 5: advantages; a game played with weights older than max_staleness versions is dropped
-            samples, stale = rollouts.keep(training_samples(args, finished, sp.baselines) + exact, trainer.step_count)
-            # 6: update (its weight-sync check warns, or stops with strict_sync, when the engine's weights
-            # are not the trainer's); the engine serves the same (updated) weights next step
-            metrics = trainer.step(samples)
+            # 5: advantages (SPIRAL's RAE): every learner turn's A = G_seat - b[game, seat, start], b an
+            # EMA of that role's returns; then SPAG's shaping or the illegal-answer penalty if set
+            trajs = [t for f in finished for t in f.trajectories]
+            adv = shaped_advantages(args, finished, turn_advantages(args.baseline_key, sp.baselines, trajs))
+            samples = [s for t in trajs for s in t.samples(adv[id(t)])] + exact
+            samples, stale = rollouts.keep(samples, trainer.step_count)  # drops games older than max_staleness
+            # 6: update, num_iterations passes; per learner token, r = pi / pi_behaviour and
+            #    loss = -min(r A, clip(r, 1 - eps, 1 + eps) A) + beta[game, role] * KL(pi || pi_ref)
+            #    (lmselfplay/rl/losses.py); the engine's weight-sync check warns, or stops with
+            #    strict_sync, when its weights are not the trainer's; it serves the updated ones next step
+            metrics = trainer.step(samples, engine=engine)
             # 7: league
             if sp.league.due(step + 1):
                 # every rank copies the snapshot it plays against (ZeRO-3: gathered a bucket at a time)
@@ -109,7 +125,15 @@ def main(argv=None):
             bar.set_postfix(loss=f"{metrics.get('loss', 0):.3f}", invalid=f"{row['rollout/invalid_rate']:.2f}")
             if run.checkpoint_due(step + 1):  # 9: checkpoint
                 save_checkpoint(run, sp)
-        finish(cfg, run, sp, t0)
+        with trainer.serving(engine):  # 8: the final evaluation
+            final = final_metrics(cfg, sp)
+        if sp.averages and cfg.average.distill_steps:  # 10: the final model becomes the average policy
+            distilled = distill_averages(trainer, sp.averages, sp.tok, cfg.average.distill_steps, run.logger, engine)
+            with trainer.serving(engine):
+                final.update(distilled_metrics(cfg, sp, distilled))
+        png = log_final(cfg, run, sp, final, t0)
+        model_dir = run.save_final_model(trainer.model, trainer.unwrapped, sp.tok)
+        print_final(run, final, png, model_dir)
 
 
 if __name__ == "__main__":

@@ -20,18 +20,9 @@ import argparse
 import shutil
 from pathlib import Path
 
-from lmselfplay.models.tiny import (
-    BUILDS,
-    DEFAULT_BUILD,
-    INFO_FILE,
-    TinyConfig,
-    build_config,
-    build_tiny_model,
-    is_complete,
-    model_dir,
-    resume_dir,
-    shipped_dir,
-)
+from lmselfplay.models.cache import is_complete, model_dir, resume_dir, shipped_dir
+from lmselfplay.models.pretrain import build_tiny_model
+from lmselfplay.models.tiny import BUILDS, DEFAULT_BUILD, INFO_FILE, TinyConfig, build_config
 from lmselfplay.utils.checkpoint import MARKER, atomic_dir
 
 SHIPPED = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",

@@ -13,8 +13,8 @@ from lmselfplay.debate.config import DebateConfigs
 from lmselfplay.rl.absolute_zero import AbsoluteZeroConfigs
 from lmselfplay.rl.r_zero import RZeroConfigs
 from lmselfplay.rl.rlvr import RLVRConfigs
-from lmselfplay.rl.search_selfplay import SearchSelfPlayConfigs
-from lmselfplay.rl.selfplay import SelfPlayConfigs
+from lmselfplay.search_selfplay.config import SearchSelfPlayConfigs
+from lmselfplay.selfplay_games.config import SelfPlayConfigs
 from lmselfplay.spin.config import SpinConfigs
 from lmselfplay.utils.config import ConfigError, Configs, check_keys, load_yaml
 

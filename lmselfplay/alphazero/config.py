@@ -18,6 +18,28 @@ from lmselfplay.utils.run import PeriodicCheckpoints, RunConfig
 
 
 @dataclass
+class SearchConfig(Config):
+    """The PUCT search of self-play and how its games start, shared by AlphaZero and search
+    self-play: simulations, exploration, the root's Dirichlet noise, the moves sampled from the
+    visit counts, and the games started from a random legal position."""
+
+    _argument_group_name = "search (lmselfplay.alphazero.config.SearchConfig)"
+    n_sims: int = field(default=32, metadata={"help": "PUCT simulations per move"})
+    c_puct: float = field(default=1.5, metadata={"help": "PUCT exploration constant"})
+    dirichlet_eps: float = field(default=0.25, metadata={"help": "weight of the Dirichlet noise on the root prior"})
+    dirichlet_alpha: float = field(default=0.0, metadata={"help": "0 = 10 / mean legal moves"})
+    temperature_moves: int = field(default=4, metadata={"help": "moves sampled from the visit counts before play turns greedy"})
+    reset_fraction: float = field(default=0.25, metadata={"help": "games started from a random legal position"})
+    reset_max_plies: int = field(default=4, metadata={"help": "random moves at most before a reset game starts"})
+
+    def validate(self) -> None:
+        positive(self, "n_sims")
+        for name in ("dirichlet_eps", "reset_fraction"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ConfigError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+
+
+@dataclass
 class AlphaZeroArgs(Config):
     """AlphaZero's own fields (the game, the search, the network, the evaluation); the run's
     fields are in its own configs (:class:`AlphaZeroConfigs`)."""
@@ -31,8 +53,6 @@ class AlphaZeroArgs(Config):
         "help": "stop after the round in which this process's wall time passes this many "
                 "minutes (evaluated and saved); 0 = run all iterations"})
     games_per_iteration: int = field(default=128, metadata={"help": "self-play games per round (played as one batch)"})
-    n_sims: int = field(default=32, metadata={"help": "PUCT simulations per move"})
-    c_puct: float = field(default=1.5, metadata={"help": "PUCT exploration constant"})
     prune_root: bool = field(default=False, metadata={
         "help": "self-play roots search only the game's selfplay_actions (Go: no pass while "
                 "behind on the board unless the opponent just passed)"})
@@ -42,9 +62,6 @@ class AlphaZeroArgs(Config):
     fpu_reduction: float = field(default=-1.0, metadata={
         "help": "first-play urgency: an unvisited move is worth the node's mean Q minus this "
                 "(Leela Zero); < 0 = Q 0, the reference rule"})
-    dirichlet_eps: float = field(default=0.25, metadata={"help": "weight of the Dirichlet noise on the root prior"})
-    dirichlet_alpha: float = field(default=0.0, metadata={"help": "0 = 10 / mean legal moves"})
-    temperature_moves: int = field(default=4, metadata={"help": "moves sampled from the visit counts before play turns greedy"})
     tree_reuse: bool = field(default=False, metadata={"help": "keep subtrees between moves"})
     score_weight: float = field(default=0.0, metadata={
         "help": "value target = (1-w) outcome + w tanh(margin / score_scale); games with "
@@ -63,8 +80,6 @@ class AlphaZeroArgs(Config):
         "help": "states memoised by the search's rule table before it starts afresh"})
     augment: bool = field(default=True, metadata={
         "help": "train on a random board symmetry per minibatch (games with symmetry_actions)"})
-    reset_fraction: float = field(default=0.25, metadata={"help": "games started from a random legal position"})
-    reset_max_plies: int = field(default=4, metadata={"help": "random moves at most before a reset game starts"})
     bank_size: int = field(default=12, metadata={"help": "frozen past networks kept as opponents"})
     bank_every: int = field(default=2, metadata={"help": "rounds between additions to the bank"})
     bank_fraction: float = field(default=0.2, metadata={"help": "self-play games against a bank member"})
@@ -87,11 +102,10 @@ class AlphaZeroArgs(Config):
             raise ConfigError(f"game_args must be a JSON object: {e}") from None
         if not isinstance(args, dict):
             raise ConfigError("game_args must be a JSON object, e.g. '{\"start\": 15}'")
-        positive(self, "iterations", "games_per_iteration", "n_sims", "train_steps", "batch_size", "bank_size",
+        positive(self, "iterations", "games_per_iteration", "train_steps", "batch_size", "bank_size",
                  "bank_every", "eval_every", "replay_window", "hidden", "torch_threads")
         non_negative(self, "learning_rate", "c_reg", "blocks", "eval_games", "gate_games", "winrate_games")
-        for name in ("dirichlet_eps", "reset_fraction", "bank_fraction", "gate_threshold",
-                     "score_weight"):
+        for name in ("bank_fraction", "gate_threshold", "score_weight"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ConfigError(f"{name} must be in [0, 1], got {getattr(self, name)}")
         if self.network not in ("mlp", "conv"):
@@ -106,9 +120,10 @@ class AlphaZeroArgs(Config):
 
 @dataclass(frozen=True)
 class AlphaZeroConfigs(Configs):
-    """What ``recipes/alphazero.py`` parses: its own arguments and the run's configs."""
+    """What ``recipes/alphazero.py`` parses: its own arguments, the search's and the run's configs."""
 
     alphazero: AlphaZeroArgs
+    puct: SearchConfig
     run: RunConfig
     checkpoints: PeriodicCheckpoints
 
@@ -124,11 +139,11 @@ def fpu(cfg: AlphaZeroArgs) -> float | None:
     return cfg.fpu_reduction if cfg.fpu_reduction >= 0 else None
 
 
-def selfplay_settings(cfg: AlphaZeroArgs, alpha: float) -> SelfPlaySettings:
+def selfplay_settings(cfg: AlphaZeroArgs, puct: SearchConfig, alpha: float) -> SelfPlaySettings:
     """Step 1's search and game settings; ``alpha`` = the Dirichlet alpha (given or measured)."""
     return SelfPlaySettings(
-        n_sims=cfg.n_sims, c_puct=cfg.c_puct, dirichlet_eps=cfg.dirichlet_eps, dirichlet_alpha=alpha,
-        temperature_moves=cfg.temperature_moves, reset_fraction=cfg.reset_fraction,
-        reset_max_plies=cfg.reset_max_plies, tree_reuse=cfg.tree_reuse, score_weight=cfg.score_weight,
+        n_sims=puct.n_sims, c_puct=puct.c_puct, dirichlet_eps=puct.dirichlet_eps, dirichlet_alpha=alpha,
+        temperature_moves=puct.temperature_moves, reset_fraction=puct.reset_fraction,
+        reset_max_plies=puct.reset_max_plies, tree_reuse=cfg.tree_reuse, score_weight=cfg.score_weight,
         score_scale=cfg.score_scale, fpu_reduction=fpu(cfg), prune_root=cfg.prune_root,
         pass_injection=cfg.pass_injection)

@@ -19,7 +19,7 @@ import torch
 from tqdm.auto import tqdm
 
 from lmselfplay.alphazero.adapter import CachedGame, SearchGame
-from lmselfplay.alphazero.config import AlphaZeroArgs, fpu
+from lmselfplay.alphazero.config import AlphaZeroArgs, SearchConfig, fpu
 from lmselfplay.alphazero.net_strength import (
     match,
     net_agent,
@@ -89,23 +89,24 @@ def train(net: PolicyValueNet, opt: torch.optim.Optimizer, data: Samples, cfg: A
     return {f"train/{k}": v for k, v in totals.items()}
 
 
-def gate(cfg: AlphaZeroArgs, face: Any, net: Any, p: Progress, it: int) -> dict[str, float]:
+def gate(cfg: AlphaZeroArgs, puct: SearchConfig, face: Any, net: Any, p: Progress, it: int) -> dict[str, float]:
     """Keep the new network as the self-play one (with ``gate``: only if it beats the best)."""
     if not cfg.gate:
         p.best = snapshot(net)
         return {}
-    r = match(face, net_agent(face, net, cfg.n_sims, cfg.c_puct, fpu(cfg)),
-              net_agent(face, frozen(net, p.best), cfg.n_sims, cfg.c_puct, fpu(cfg)),
+    r = match(face, net_agent(face, net, puct.n_sims, puct.c_puct, fpu(cfg)),
+              net_agent(face, frozen(net, p.best), puct.n_sims, puct.c_puct, fpu(cfg)),
               cfg.gate_games, seed=it, opening_plies=2)
     if r["all"] >= cfg.gate_threshold:
         p.best = snapshot(net)
     return {"gate/score": r["all"]}
 
 
-def evaluate_strength(cfg: AlphaZeroArgs, face: Any, net: Any, p: Progress, it: int, exact: bool) -> dict:
+def evaluate_strength(cfg: AlphaZeroArgs, puct: SearchConfig, face: Any, net: Any, p: Progress, it: int,
+                      exact: bool) -> dict:
     """Strength per search budget (and optimal-move rates where the solver labels moves),
     and the win rates against every earlier evaluated network (a row of the matrix)."""
-    metrics = strength(face, net, cfg.eval_budgets, cfg.eval_games, seed=it, c_puct=cfg.c_puct, exact=exact,
+    metrics = strength(face, net, cfg.eval_budgets, cfg.eval_games, seed=it, c_puct=puct.c_puct, exact=exact,
                        fpu_reduction=fpu(cfg))
     if exact:
         metrics.update(optimal_argmax_fraction(face, net))

@@ -11,6 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+def role_key(game: str, seat: int, start: str = "initial") -> str:
+    """A learner's role: game x seat x start condition (``"nim/p0/initial"``), the key of the
+    role-conditioned baselines and of a per-role KL coefficient (its '/'-prefixes: game, game/pN)."""
+    return f"{game}/p{seat}/{start}"
+
+
 @dataclass
 class Turn:
     prompt_ids: list[int]
@@ -63,7 +69,7 @@ class Trajectory:
     @property
     def role(self) -> str:
         """Key for role-conditioned baselines: game x seat (x start condition)."""
-        return f"{self.game}/p{self.seat}/{self.start}"
+        return role_key(self.game, self.seat, self.start)
 
     def samples(self, advantage: float | list[float]) -> list[Sample]:
         """One sample per turn: one advantage for all turns, or one per turn (shaped)."""

@@ -22,7 +22,8 @@ from lmselfplay.lm.engines import weight_sync
 from lmselfplay.lm.engines.base import declared_eos_ids
 from lmselfplay.lm.engines.hf import unwrap
 from lmselfplay.lm.prompt import PromptStyle, resolve_prompt_format, set_prompt_style
-from lmselfplay.models.tiny import BUILDS, build_config, ensure_tiny_model
+from lmselfplay.models.cache import ensure_tiny_model
+from lmselfplay.models.tiny import BUILDS, build_config
 from lmselfplay.utils.config import Config, ConfigError, positive
 from lmselfplay.utils.errors import UserError
 

@@ -145,7 +145,7 @@ def build_key(s: StandinSpec, opts: BuildOptions) -> str:
 
 
 def standin_dir(name: str, opts: BuildOptions = BuildOptions(), root: str | Path | None = None) -> Path:
-    from lmselfplay.models.tiny import cache_root
+    from lmselfplay.models.cache import cache_root
 
     base = Path(root) if root is not None else cache_root() / "standins"
     return base / f"{name}-{build_key(spec(name), opts)}"
@@ -154,13 +154,13 @@ def standin_dir(name: str, opts: BuildOptions = BuildOptions(), root: str | Path
 def ensure_standin(name: str, opts: BuildOptions = BuildOptions(), root: str | Path | None = None,
                    force: bool = False) -> Path:
     """The folder of stand-in ``name`` (a normal HF model folder), built now unless cached."""
-    from lmselfplay.models.tiny import _build_lock
+    from lmselfplay.models.cache import build_lock
     from lmselfplay.utils.checkpoint import atomic_dir
 
     path = standin_dir(name, opts, root)
     if (path / "config.json").is_file() and not force:
         return path
-    with _build_lock(path):
+    with build_lock(path):
         if (path / "config.json").is_file() and not force:  # built by another process meanwhile
             return path
         for stale in path.parent.glob(f".{path.name}.tmp-*"):  # left by a killed build

@@ -32,7 +32,7 @@ import numpy as np
 from lmselfplay.games.base import CHANCE, EXPLOITABILITY
 from lmselfplay.games.exploitability import action_probs
 from lmselfplay.lm.readout import decision_states
-from lmselfplay.lm.trajectory import Sample
+from lmselfplay.lm.trajectory import Sample, role_key
 from lmselfplay.utils.config import Config, ConfigError
 
 WEIGHTINGS = ("uniform", "linear")
@@ -179,7 +179,7 @@ def distill_samples(game: Any, tokenizer: Any, policy: dict[str, Any], start: st
         player, legal = game.current_player(s), game.legal_actions(s)
         answers = [encode_completion(tokenizer, format_answer(game.action_text(a)), eos=False) for a in legal]
         prompt = encode_prompt(tokenizer, game.observation_text(s, player))
-        role = f"{game.name}/p{player}/{start}"
+        role = role_key(game.name, player, start)
 
         def one_hot(ids: list[int], positions: range, prompt=prompt, role=role) -> list[Sample]:
             """Each position's next answer token as a target with probability 1."""

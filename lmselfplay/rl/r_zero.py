@@ -233,7 +233,7 @@ class RZero:
         return rollouts_for(self.cfg.overlap.max_staleness, role.trainer, role.engine, plan, also=[(r.trainer, r.engine) for r in others])
 
     def update(self, role: Role, samples: list[Sample]) -> dict[str, float]:
-        metrics = role.trainer.step(samples)
+        metrics = role.trainer.step(samples, engine=role.engine)
         self.global_step += 1
         return metrics
 

@@ -156,9 +156,10 @@ def check_value(cls: type, key: str, value: Any, where: str) -> Any:
 
 
 def parse_configs(classes: Sequence[type], argv: Sequence[str] | None = None,
-                  defaults: dict[str, Any] | None = None) -> tuple[Any, ...]:
+                  defaults: dict[str, Any] | None = None, first: type | None = None) -> tuple[Any, ...]:
     """One instance of each class of ``classes``, in order, from ``--config FILE`` (optional,
     one flat mapping) and ``--key value`` flags, each key going to the class that declares it.
+    ``--help`` lists the flags grouped by class, ``first``'s group (the recipe's own) first.
 
     Rules: a field name declared by two of the classes is a TypeError; ``defaults`` (a
     recipe's own defaults for its components' fields) lie under the YAML, which lies under the
@@ -184,10 +185,12 @@ def parse_configs(classes: Sequence[type], argv: Sequence[str] | None = None,
         check_keys(classes, loaded, where)
         data.update({k: check_value(owners[k], k, v, where) for k, v in loaded.items()})
         del argv[i : i + 2]
-    parser = HfArgumentParser(classes)
+    shown = [first, *(c for c in classes if c is not first)] if first in classes else list(classes)
+    parser = HfArgumentParser(shown)
     parser.set_defaults(**data)
     parser.error = _raise_config_error(classes, parser.prog)  # argparse would print and exit
-    *cfgs, rest = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+    *parsed, rest = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+    cfgs = [parsed[shown.index(c)] for c in classes]
     if rest:
         check_renamed(classes, [a[2:].split("=")[0] for a in rest if a.startswith("--")], "command line")
         raise ConfigError(f"unknown command-line argument(s): {' '.join(rest)} (see --help for the keys)")
@@ -222,9 +225,17 @@ class Configs:
         return tuple(hints[f.name] for f in dataclasses.fields(cls))
 
     @classmethod
+    def own_arguments(cls) -> type | None:
+        """The recipe's own arguments: the first part this container declares itself (the parts
+        a base container brings, trainer, policy, ..., come before it in the field order)."""
+        own = [n for n in vars(cls).get("__annotations__", {}) if not n.startswith("_") and n != "defaults"]
+        return typing.get_type_hints(cls)[own[0]] if own else None
+
+    @classmethod
     def parse(cls: type[C], argv: Sequence[str] | None = None) -> C:
-        """The recipe's configs from ``--config FILE`` and the flags (``sys.argv`` by default)."""
-        return cls(*parse_configs(cls.classes(), argv, cls.defaults))
+        """The recipe's configs from ``--config FILE`` and the flags (``sys.argv`` by default);
+        ``--help`` shows the recipe's own arguments first."""
+        return cls(*parse_configs(cls.classes(), argv, cls.defaults, first=cls.own_arguments()))
 
     @classmethod
     def build(cls: type[C], **values: Any) -> C:

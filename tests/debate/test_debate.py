@@ -20,6 +20,7 @@ from lmselfplay.debate.judge import (
     judge_transcripts,
     side_rewards,
 )
+from lmselfplay.debate.metrics import format_table, protocol_metrics
 from lmselfplay.debate.protocols import (
     CUT_TEXT,
     EMPTY_TEXT,
@@ -39,7 +40,6 @@ from lmselfplay.debate.tasks import (
     program_tasks,
 )
 from lmselfplay.debate.training import debate_samples, task_sets
-from lmselfplay.eval.debate_metrics import format_table, protocol_metrics
 from lmselfplay.lm.engines import HFEngine, SamplingParams
 from lmselfplay.rl.advantages import RoleBaselines
 from lmselfplay.utils.recipe_loader import run_recipe

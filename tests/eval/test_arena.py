@@ -129,7 +129,7 @@ def test_arena_cli_with_bots(tmp_path, capsys):
 
 def test_the_arena_game_is_in_the_text_its_models_read(tmp_path):
     from lmselfplay.eval.arena import game_for_models
-    from lmselfplay.models.tiny import GAME_PARAMS_ATTR
+    from lmselfplay.games.model_texts import GAME_PARAMS_ATTR
 
     def model(name, params):
         (tmp_path / name).mkdir()

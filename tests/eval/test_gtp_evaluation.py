@@ -4,9 +4,9 @@ import json
 import sys
 from pathlib import Path
 
-from lmselfplay.eval import selfplay_metrics
 from lmselfplay.games.gtp import GTPPlayer
-from lmselfplay.rl import selfplay
+from lmselfplay.selfplay_games import metrics as selfplay_metrics
+from lmselfplay.selfplay_games import steps as selfplay
 from lmselfplay.utils.checkpoint import checkpoint_dirs, verify_checkpoint
 from lmselfplay.utils.recipe_loader import run_recipe
 

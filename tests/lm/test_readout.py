@@ -19,8 +19,8 @@ from lmselfplay.games.solve import optimal_actions
 from lmselfplay.lm.prompt import encode_prompt
 from lmselfplay.lm.readout import decision_states, resolve_readout
 from lmselfplay.models.policy import load_tokenizer
-from lmselfplay.rl.search_selfplay import SearchSelfPlayConfigs
-from lmselfplay.rl.selfplay import SelfPlayConfigs
+from lmselfplay.search_selfplay.config import SearchSelfPlayConfigs
+from lmselfplay.selfplay_games.config import SelfPlayConfigs
 from lmselfplay.utils.config import ConfigError
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.recipe_loader import RECIPES_DIR, run_recipe

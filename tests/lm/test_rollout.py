@@ -256,7 +256,7 @@ def test_play_cli_person_vs_model(tmp_path):
 
 def test_play_cli_prompts_the_model_in_its_text_and_the_person_in_the_games(tmp_path, monkeypatch):
     from lmselfplay import human_play
-    from lmselfplay.models.tiny import GAME_PARAMS_ATTR
+    from lmselfplay.games.model_texts import GAME_PARAMS_ATTR
 
     save_tiny(tmp_path, seed=4)
     config = json.loads((tmp_path / "config.json").read_text())

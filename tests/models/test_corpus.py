@@ -137,7 +137,7 @@ def test_generated_corpus_and_tasks_are_unchanged_by_seed():
     import hashlib
     import json
 
-    from lmselfplay.models import tiny
+    from lmselfplay.models import pretrain, tiny
 
     def digest(value) -> str:
         return hashlib.sha256(json.dumps(value).encode()).hexdigest()
@@ -145,7 +145,7 @@ def test_generated_corpus_and_tasks_are_unchanged_by_seed():
     pinned = {"v3": "e40ffae4d67c7b684e336bce613944b3c0c146c76aa9c8450beda0060c0498d5",
               "v4": "cb3c2d8d4bf4ac38c3f86987232a4d99b00bfb7663ee13fa8fb187c46fb8c1d5"}
     for build, expected in pinned.items():
-        corpus = tiny.Corpus(tiny.build_config(build), random.Random(1234))
+        corpus = pretrain.Corpus(tiny.build_config(build), random.Random(1234))
         assert digest([corpus.sample() for _ in range(400)]) == expected, build
     rng = random.Random(7)
     tasks = [[arithmetic_problem(rng), python_program(rng)] for _ in range(200)]

@@ -13,14 +13,15 @@ import json
 import pytest
 import torch
 
-from lmselfplay.models import tiny
+from lmselfplay.models import cache as tiny_cache
+from lmselfplay.models import pretrain, tiny
 from lmselfplay.utils.checkpoint import MARKER, sha256_file, verify_checkpoint
 
 FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
 
 
 def test_shipped_build_is_the_default_keys_and_intact():
-    shipped = tiny.EMBEDDED_DIR
+    shipped = tiny_cache.EMBEDDED_DIR
     assert verify_checkpoint(shipped) is None and '"files"' in (shipped / MARKER).read_text()
     key = json.loads((shipped / tiny.INFO_FILE).read_text())["key"]
     assert key == tiny.build_config().key(), "stale shipped build: run python scripts/ship_embedded_model.py"
@@ -31,17 +32,17 @@ def test_matching_key_installs_the_shipped_build_without_building(tmp_path, monk
     def no_build(*a, **kw):
         raise AssertionError("built although the shipped build matches")
 
-    monkeypatch.setattr(tiny, "build_tiny_model", no_build)
-    path = tiny.ensure_tiny_model(cache_dir=tmp_path, progress=False)
+    monkeypatch.setattr(tiny_cache, "build_tiny_model", no_build)
+    path = tiny_cache.ensure_tiny_model(cache_dir=tmp_path, progress=False)
     assert path == tmp_path / f"tiny-{tiny.build_config().key()}" and verify_checkpoint(path) is None
     for name in (*FILES, tiny.INFO_FILE):
-        assert sha256_file(path / name) == sha256_file(tiny.EMBEDDED_DIR / name), name
+        assert sha256_file(path / name) == sha256_file(tiny_cache.EMBEDDED_DIR / name), name
     assert not [p for p in tmp_path.iterdir() if ".tmp" in p.name]
 
 
 def test_other_key_builds_and_ignores_the_shipped_build(tmp_path, monkeypatch):
     cfg = tiny.build_config(train_steps=7)  # another corpus/config -> another key
-    assert cfg.key() != tiny.build_config().key() and tiny.shipped_build(cfg) is None
+    assert cfg.key() != tiny.build_config().key() and tiny_cache.shipped_build(cfg) is None
     built = []
 
     def fake_build(c, out, progress=True, **kw):
@@ -49,8 +50,8 @@ def test_other_key_builds_and_ignores_the_shipped_build(tmp_path, monkeypatch):
         (out / "config.json").write_text("{}")
         (out / tiny.INFO_FILE).write_text(json.dumps({"key": c.key()}))
 
-    monkeypatch.setattr(tiny, "build_tiny_model", fake_build)
-    path = tiny.ensure_tiny_model(cfg=cfg, cache_dir=tmp_path, progress=False)
+    monkeypatch.setattr(tiny_cache, "build_tiny_model", fake_build)
+    path = tiny_cache.ensure_tiny_model(cfg=cfg, cache_dir=tmp_path, progress=False)
     assert built == [cfg.key()] and not (path / "model.safetensors").exists()
 
 
@@ -58,10 +59,10 @@ def test_a_damaged_shipped_copy_is_not_used(tmp_path):
     fake = tmp_path / "embedded"
     fake.mkdir()
     for name in (*FILES, tiny.INFO_FILE, MARKER):
-        (fake / name).write_bytes((tiny.EMBEDDED_DIR / name).read_bytes())
-    assert tiny.shipped_build(tiny.build_config(), fake) == fake
+        (fake / name).write_bytes((tiny_cache.EMBEDDED_DIR / name).read_bytes())
+    assert tiny_cache.shipped_build(tiny.build_config(), fake) == fake
     (fake / "tokenizer.json").write_text("{}")
-    assert tiny.shipped_build(tiny.build_config(), fake) is None
+    assert tiny_cache.shipped_build(tiny.build_config(), fake) is None
 
 
 @pytest.mark.slow
@@ -69,10 +70,10 @@ def test_a_damaged_shipped_copy_is_not_used(tmp_path):
 def test_a_rebuild_reproduces_the_shipped_files_bit_for_bit(tmp_path):
     from safetensors.torch import load_file
 
-    tiny.build_tiny_model(tiny.build_config(), tmp_path, progress=False)
-    a, b = load_file(tmp_path / "model.safetensors"), load_file(tiny.EMBEDDED_DIR / "model.safetensors")
+    pretrain.build_tiny_model(tiny.build_config(), tmp_path, progress=False)
+    a, b = load_file(tmp_path / "model.safetensors"), load_file(tiny_cache.EMBEDDED_DIR / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     for name in FILES:
-        assert (tmp_path / name).read_bytes() == (tiny.EMBEDDED_DIR / name).read_bytes(), name
+        assert (tmp_path / name).read_bytes() == (tiny_cache.EMBEDDED_DIR / name).read_bytes(), name
     info = json.loads((tmp_path / tiny.INFO_FILE).read_text())
     assert info["key"] == tiny.build_config().key()

@@ -12,7 +12,8 @@ import torch
 from lmselfplay import games
 from lmselfplay.games.text import format_answer
 from lmselfplay.lm.prompt import encode_completion, encode_prompt
-from lmselfplay.models import tiny
+from lmselfplay.models import cache as tiny_cache
+from lmselfplay.models import pretrain, tiny
 
 SMALL = dict(num_layers=1, hidden_size=32, num_heads=2, intermediate_size=64, train_steps=4,
              batch_size=8, warmup_steps=2, tokenizer_texts=400, vocab_size=1024, max_seq_len=256)
@@ -25,7 +26,7 @@ def small(**kw) -> tiny.TinyConfig:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("cache")
-    return tiny.ensure_tiny_model(cfg=small(), progress=False, cache_dir=root)
+    return tiny_cache.ensure_tiny_model(cfg=small(), progress=False, cache_dir=root)
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +76,7 @@ def test_every_move_name_is_one_token(tok):
 
 def test_examples_use_the_one_formatter(tok):
     prompt, answer = "Game: nim. Stones: 3.\nLegal moves: 1 2 3", "<move>2</move>"
-    ids, is_answer = tiny.encode_example(tok, prompt, answer)
+    ids, is_answer = pretrain.encode_example(tok, prompt, answer)
     p, c = encode_prompt(tok, prompt), encode_completion(tok, answer)
     assert ids == p + c and is_answer == [0] * len(p) + [1] * len(c)
     assert ids[0] == tok.bos_token_id and ids[-1] == tok.eos_token_id
@@ -89,7 +90,7 @@ def test_examples_use_the_one_formatter(tok):
             return (*self.pairs[self.i % 3], None)
 
     cfg = small(batch_size=4)
-    batch_ids, att, w, soft = next(tiny.batches(cfg, tok, Fixed(), random.Random(0), chunk=2))
+    batch_ids, att, w, soft = next(pretrain.batches(cfg, tok, Fixed(), random.Random(0), chunk=2))
     assert soft == []
     for row, m, wt in zip(batch_ids, att, w):
         n = int(m.sum())
@@ -103,22 +104,22 @@ def test_examples_use_the_one_formatter(tok):
 def test_game_turns_get_the_uniform_legal_target(tok):
     prompt, answer = "Legal moves: 1 3", "<move>3</move>"
     alts = ["<move>1</move>", "<move>3</move>"]
-    [(pos, toks, probs)] = tiny.soft_target(tok, prompt, answer, alts)
-    ids, _ = tiny.encode_example(tok, prompt, answer)
+    [(pos, toks, probs)] = pretrain.soft_target(tok, prompt, answer, alts)
+    ids, _ = pretrain.encode_example(tok, prompt, answer)
     assert ids[pos] == tok.convert_tokens_to_ids("3")
     assert toks == sorted(tok.convert_tokens_to_ids(["1", "3"])) and probs == [0.5, 0.5]
-    assert tiny.soft_target(tok, prompt, answer, None) == []
-    assert tiny.soft_target(tok, prompt, answer, ["<move>3</move>"]) == []  # one legal move
+    assert pretrain.soft_target(tok, prompt, answer, None) == []
+    assert pretrain.soft_target(tok, prompt, answer, ["<move>3</move>"]) == []  # one legal move
     # the real corpus: every game turn of the built-in games gets a soft target, with
     # exactly the legal moves
-    corpus = tiny.Corpus(small(games="nim,nim_misere,tictactoe,kuhn_poker",
+    corpus = pretrain.Corpus(small(games="nim,nim_misere,tictactoe,kuhn_poker",
                                task_weights="arithmetic=0,programs=0,reading=0"), random.Random(0))
     for _ in range(200):
         prompt, answer, alts = corpus.sample()
         legal = prompt.split("Legal moves: ")[1].split("\n")[0].split()
         assert sorted(alts) == sorted(format_answer(m) for m in legal) and answer in alts
         if len(alts) > 1:
-            [(pos, toks, probs)] = tiny.soft_target(tok, prompt, answer, alts)
+            [(pos, toks, probs)] = pretrain.soft_target(tok, prompt, answer, alts)
             assert sorted(tok.decode([t]) for t in toks) == sorted(legal)
 
 
@@ -127,15 +128,15 @@ def test_multi_token_moves_get_the_random_prior_token_by_token(tok):
     "1", the second is 0 or 1 (1/2 each); a lone "3" then has nothing left to choose."""
     d = tok.convert_tokens_to_ids
     alts = ["<move>3</move>", "<move>10</move>", "<move>11</move>"]
-    prompt_len = len(tiny.encode_example(tok, "P", "<move>10</move>")[0]) - len(
-        tiny.encode_completion(tok, "<move>10</move>"))
-    got = tiny.soft_target(tok, "P", "<move>10</move>", alts)
+    prompt_len = len(pretrain.encode_example(tok, "P", "<move>10</move>")[0]) - len(
+        encode_completion(tok, "<move>10</move>"))
+    got = pretrain.soft_target(tok, "P", "<move>10</move>", alts)
     (p1, t1, w1), (p2, t2, w2) = got
-    ids, _ = tiny.encode_example(tok, "P", "<move>10</move>")
+    ids, _ = pretrain.encode_example(tok, "P", "<move>10</move>")
     assert ids[p1] == d("1") and ids[p2] == d("0") and p2 == p1 + 1 and p1 > prompt_len
     assert dict(zip(t1, w1)) == {d("1"): 2 / 3, d("3"): 1 / 3}
     assert dict(zip(t2, w2)) == {d("0"): 0.5, d("1"): 0.5}
-    assert len(tiny.soft_target(tok, "P", "<move>3</move>", alts)) == 1
+    assert len(pretrain.soft_target(tok, "P", "<move>3</move>", alts)) == 1
 
 
 def test_go_turns_get_column_then_row_targets(tok):
@@ -146,7 +147,7 @@ def test_go_turns_get_column_then_row_targets(tok):
     go = games.make("go9")
     state = go.new_initial_state()
     legal = [format_answer(go.action_text(a)) for a in go.legal_actions(state)]
-    got = tiny.soft_target(tok, "P", "<move>D4</move>", legal)
+    got = pretrain.soft_target(tok, "P", "<move>D4</move>", legal)
     assert len(legal) == 82 and len(got) == 2
     (_, cols, w_col), (_, rows, w_row) = got
     d = tok.encode("<move>D4", add_special_tokens=False)
@@ -156,7 +157,7 @@ def test_go_turns_get_column_then_row_targets(tok):
 
 
 def test_text_games_enter_the_corpus_as_scripted_turns():
-    corpus = tiny.Corpus(small(games="taboo", task_weights="arithmetic=0,programs=0,reading=0"),
+    corpus = pretrain.Corpus(small(games="taboo", task_weights="arithmetic=0,programs=0,reading=0"),
                          random.Random(0))
     for _ in range(50):
         prompt, answer, alts = corpus.sample()
@@ -168,10 +169,10 @@ def test_weighted_loss_matches_cross_entropy(built, tok):
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(built)
-    ids, is_answer = tiny.encode_example(tok, "Stones: 3.", "<move>1</move>")
+    ids, is_answer = pretrain.encode_example(tok, "Stones: 3.", "<move>1</move>")
     x = torch.tensor([ids])
     w = torch.tensor([is_answer], dtype=torch.float32)
-    got = tiny.weighted_lm_loss(model, x, torch.ones_like(x), w)
+    got = pretrain.weighted_lm_loss(model, x, torch.ones_like(x), w)
     logits = model(input_ids=x).logits[0, :-1]
     mask = w[0, 1:] > 0
     want = torch.nn.functional.cross_entropy(logits[mask], x[0, 1:][mask])
@@ -181,7 +182,7 @@ def test_weighted_loss_matches_cross_entropy(built, tok):
     legal = tok.convert_tokens_to_ids(["1", "2", "3"])
     w2 = w.clone()
     w2[0, pos] = 0
-    got = tiny.weighted_lm_loss(model, x, torch.ones_like(x), w2, [(0, pos, legal, [1 / 3] * 3)])
+    got = pretrain.weighted_lm_loss(model, x, torch.ones_like(x), w2, [(0, pos, legal, [1 / 3] * 3)])
     logp = torch.log_softmax(logits, -1)
     others = [j for j in range(len(ids) - 1) if mask[j] and j != pos - 1]
     want = (-logp[others, x[0, 1:][others]].sum() - logp[pos - 1, legal].mean()) / (len(others) + 1)
@@ -195,8 +196,8 @@ def _state(path):
 
 
 def test_build_is_deterministic_from_the_seed(built, tmp_path):
-    again = tiny.ensure_tiny_model(cfg=small(), progress=False, cache_dir=tmp_path / "a")
-    other = tiny.ensure_tiny_model(cfg=small(seed=1), progress=False, cache_dir=tmp_path / "b")
+    again = tiny_cache.ensure_tiny_model(cfg=small(), progress=False, cache_dir=tmp_path / "a")
+    other = tiny_cache.ensure_tiny_model(cfg=small(seed=1), progress=False, cache_dir=tmp_path / "b")
     assert (again / "tokenizer.json").read_text() == (built / "tokenizer.json").read_text()
     a, b, c = _state(built), _state(again), _state(other)
     assert all(torch.equal(a[k], b[k]) for k in a)
@@ -205,38 +206,38 @@ def test_build_is_deterministic_from_the_seed(built, tmp_path):
 
 def test_cache_reuse_force_and_atomic_failure(tmp_path, monkeypatch):
     calls = []
-    real = tiny.build_tiny_model
+    real = pretrain.build_tiny_model
 
     def counting(cfg, out_dir, progress=True, **kw):
         calls.append(out_dir)
         return real(cfg, out_dir, progress=progress, **kw)
 
-    monkeypatch.setattr(tiny, "build_tiny_model", counting)
+    monkeypatch.setattr(tiny_cache, "build_tiny_model", counting)
     monkeypatch.setenv("LMSELFPLAY_CACHE", str(tmp_path))
     cfg = small(seed=7)
-    p1 = tiny.ensure_tiny_model(cfg=cfg, progress=False)
+    p1 = tiny_cache.ensure_tiny_model(cfg=cfg, progress=False)
     assert p1.parent == tmp_path and len(calls) == 1
-    assert tiny.ensure_tiny_model(cfg=cfg, progress=False) == p1 and len(calls) == 1
-    assert tiny.ensure_tiny_model(force=True, cfg=cfg, progress=False) == p1 and len(calls) == 2
-    assert tiny.is_complete(p1)
+    assert tiny_cache.ensure_tiny_model(cfg=cfg, progress=False) == p1 and len(calls) == 1
+    assert tiny_cache.ensure_tiny_model(force=True, cfg=cfg, progress=False) == p1 and len(calls) == 2
+    assert tiny_cache.is_complete(p1)
 
     def dies(cfg, out_dir, progress=True, **kw):
         (out_dir / "config.json").write_text("{}")
         raise KeyboardInterrupt  # a build killed half-way
 
-    stale = tmp_path / f".{tiny.model_dir(cfg).name}.tmp-killed"  # a SIGKILLed build's leftovers
+    stale = tmp_path / f".{tiny_cache.model_dir(cfg).name}.tmp-killed"  # a SIGKILLed build's leftovers
     stale.mkdir()
-    assert tiny.ensure_tiny_model(force=True, cfg=cfg, progress=False) == p1 and len(calls) == 3
+    assert tiny_cache.ensure_tiny_model(force=True, cfg=cfg, progress=False) == p1 and len(calls) == 3
     assert not stale.exists()
 
-    monkeypatch.setattr(tiny, "build_tiny_model", dies)
+    monkeypatch.setattr(tiny_cache, "build_tiny_model", dies)
     with pytest.raises(KeyboardInterrupt):
-        tiny.ensure_tiny_model(cfg=small(seed=8), progress=False)
-    assert not tiny.model_dir(small(seed=8)).exists()
-    assert tiny.is_complete(p1)  # a failed --force never destroys the cached model
+        tiny_cache.ensure_tiny_model(cfg=small(seed=8), progress=False)
+    assert not tiny_cache.model_dir(small(seed=8)).exists()
+    assert tiny_cache.is_complete(p1)  # a failed --force never destroys the cached model
     with pytest.raises(KeyboardInterrupt):
-        tiny.ensure_tiny_model(force=True, cfg=cfg, progress=False)
-    assert tiny.is_complete(p1)
+        tiny_cache.ensure_tiny_model(force=True, cfg=cfg, progress=False)
+    assert tiny_cache.is_complete(p1)
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == [p1.name]
 
 
@@ -244,18 +245,18 @@ def test_bootstrap_cli(tmp_path, capsys):
     args = ["--build", "v3", "--cache-dir", str(tmp_path), "--quiet", "--num_layers", "1", "--hidden_size", "32",
             "--num_heads", "2", "--intermediate_size", "64", "--train_steps", "2",
             "--batch_size", "4", "--tokenizer_texts", "300", "--vocab_size", "300"]
-    path = tiny.bootstrap_main(args)
-    assert path.parent == tmp_path and tiny.is_complete(path)
+    path = tiny_cache.bootstrap_main(args)
+    assert path.parent == tmp_path and tiny_cache.is_complete(path)
     assert str(path) in capsys.readouterr().out
     stamp = (path / tiny.INFO_FILE).stat().st_mtime_ns
-    assert tiny.bootstrap_main(args) == path
+    assert tiny_cache.bootstrap_main(args) == path
     assert (path / tiny.INFO_FILE).stat().st_mtime_ns == stamp  # reused
-    assert tiny.bootstrap_main([*args, "--force"]) == path
+    assert tiny_cache.bootstrap_main([*args, "--force"]) == path
     assert (path / tiny.INFO_FILE).stat().st_mtime_ns != stamp  # rebuilt
     out = tmp_path / "explicit"
-    assert tiny.bootstrap_main([*args, "--out", str(out)]) == out and tiny.is_complete(out)
+    assert tiny_cache.bootstrap_main([*args, "--out", str(out)]) == out and tiny_cache.is_complete(out)
     with pytest.raises(SystemExit):
-        tiny.bootstrap_main([*args, "--games", "chess"])
+        tiny_cache.bootstrap_main([*args, "--games", "chess"])
 
 
 def test_config_validation_and_keys():

@@ -13,7 +13,9 @@ import torch
 from lmselfplay import games
 from lmselfplay.games.text import format_answer
 from lmselfplay.lm.prompt import encode_completion
-from lmselfplay.models import corpus, tiny
+from lmselfplay.models import cache as tiny_cache
+from lmselfplay.models import corpus, pretrain, tiny
+from lmselfplay.models import tokenizer as tiny_tokenizer
 
 SMALL = dict(num_layers=1, hidden_size=32, num_heads=2, intermediate_size=64, train_steps=6,
              batch_size=8, warmup_steps=2, tokenizer_texts=400, vocab_size=1024, max_seq_len=512)
@@ -27,9 +29,9 @@ def small_v4(**kw) -> tiny.TinyConfig:
 def cells_tok():
     cfg = small_v4()
     rng = random.Random(0)
-    c = tiny.Corpus(cfg, rng)
+    c = pretrain.Corpus(cfg, rng)
     texts = [p + "\n" + a for p, a, _ in (c.sample() for _ in range(cfg.tokenizer_texts))]
-    return tiny.train_tokenizer(cfg, texts, tiny.move_names(cfg))
+    return tiny_tokenizer.train_tokenizer(cfg, texts, tiny_tokenizer.move_names(cfg))
 
 
 def _tokens(tok, text):
@@ -42,7 +44,7 @@ def test_a_board_cell_is_one_token_whatever_its_neighbours(cells_tok):
     assert all(len(i) == 5 for i in ids)  # 3 cells + 2 spaces, every row
     x = cells_tok("X", add_special_tokens=False)["input_ids"][0]
     assert ids[0][0] == x and ids[1][2] == x and ids[2][4] == x  # row start, middle, end
-    bpe = tiny.train_tokenizer(tiny.TinyConfig(**SMALL), ["1 X 3\nX 5 X\n" * 50, "Legal moves: 1 2"])
+    bpe = tiny_tokenizer.train_tokenizer(tiny.TinyConfig(**SMALL), ["1 X 3\nX 5 X\n" * 50, "Legal moves: 1 2"])
     glued = bpe("X 5 X", add_special_tokens=False)["input_ids"]
     assert len(glued) != 5  # the v3 tokenizer glues " X": the layout v4 fixes
 
@@ -62,7 +64,7 @@ def test_every_move_name_and_digit_is_one_token(cells_tok):
 
 
 def test_cells_tokenizer_round_trips_every_corpus_kind(cells_tok):
-    c = tiny.Corpus(small_v4(), random.Random(3))
+    c = pretrain.Corpus(small_v4(), random.Random(3))
     for _ in range(200):
         prompt, answer, _ = c.sample()
         for text in (prompt, answer):
@@ -99,12 +101,12 @@ def test_bootstrap_selects_the_build_by_name(tmp_path, capsys):
     args = ["--build", "v4", "--cache-dir", str(tmp_path), "--quiet", "--num_layers", "1",
             "--hidden_size", "32", "--num_heads", "2", "--intermediate_size", "64", "--train_steps", "2",
             "--batch_size", "4", "--tokenizer_texts", "300", "--max_seq_len", "512"]
-    path = tiny.bootstrap_main(args)
+    path = tiny_cache.bootstrap_main(args)
     info = json.loads((path / tiny.INFO_FILE).read_text())
     assert info["config"]["tokenizer"] == "cells" and "two_option" in info["config"]["task_weights"]
     assert info["config"]["train_steps"] == 2  # an explicit option beats the build's value
     with pytest.raises(SystemExit):
-        tiny.bootstrap_main([*args, "--build", "v9"])
+        tiny_cache.bootstrap_main([*args, "--build", "v9"])
 
 
 def _weights(path):
@@ -115,13 +117,13 @@ def _weights(path):
 
 def test_a_killed_build_resumes_to_the_uninterrupted_weights(tmp_path):
     cfg = small_v4(checkpoint_every=2)
-    whole = tiny.build_tiny_model(cfg, tmp_path / "whole", progress=False)
+    whole = pretrain.build_tiny_model(cfg, tmp_path / "whole", progress=False)
     assert "resumed_at_step" not in whole
     state = tmp_path / "state"
-    stopped = tiny.build_tiny_model(cfg, tmp_path / "resumed", progress=False, resume_dir=state, stop_after=3)
-    assert stopped["stopped_at"] == 3 and (state / tiny.RESUME_FILE).is_file()
-    assert not tiny.is_complete(tmp_path / "resumed")  # a kill leaves no model, only the state
-    info = tiny.build_tiny_model(cfg, tmp_path / "resumed", progress=False, resume_dir=state)
+    stopped = pretrain.build_tiny_model(cfg, tmp_path / "resumed", progress=False, resume_dir=state, stop_after=3)
+    assert stopped["stopped_at"] == 3 and (state / pretrain.RESUME_FILE).is_file()
+    assert not tiny_cache.is_complete(tmp_path / "resumed")  # a kill leaves no model, only the state
+    info = pretrain.build_tiny_model(cfg, tmp_path / "resumed", progress=False, resume_dir=state)
     assert info["resumed_at_step"] == 3 and info["tokens_seen"] == whole["tokens_seen"]
     assert not state.exists()  # done: the state is gone
     a, b = _weights(tmp_path / "whole"), _weights(tmp_path / "resumed")
@@ -130,19 +132,19 @@ def test_a_killed_build_resumes_to_the_uninterrupted_weights(tmp_path):
 
 def test_a_state_of_another_key_or_a_damaged_one_is_ignored(tmp_path):
     state = tmp_path / "state"
-    tiny.build_tiny_model(small_v4(checkpoint_every=1), tmp_path / "a", progress=False, resume_dir=state,
+    pretrain.build_tiny_model(small_v4(checkpoint_every=1), tmp_path / "a", progress=False, resume_dir=state,
                           stop_after=1)
-    assert tiny.load_build_state(state, small_v4(seed=5).key()) is None
-    assert tiny.load_build_state(state, small_v4().key())["step"] == 1
-    (state / tiny.RESUME_FILE).write_bytes(b"not a torch file")
-    assert tiny.load_build_state(state, small_v4().key()) is None
+    assert pretrain.load_build_state(state, small_v4(seed=5).key()) is None
+    assert pretrain.load_build_state(state, small_v4().key())["step"] == 1
+    (state / pretrain.RESUME_FILE).write_bytes(b"not a torch file")
+    assert pretrain.load_build_state(state, small_v4().key()) is None
 
 
 def test_ensure_tiny_model_continues_a_killed_build(tmp_path):
     cfg = small_v4(checkpoint_every=2, train_steps=4)
-    state = tiny.resume_dir(tiny.model_dir(cfg, tmp_path))
-    tiny.build_tiny_model(cfg, tmp_path / "killed", progress=False, resume_dir=state, stop_after=2)
-    path = tiny.ensure_tiny_model(cfg=cfg, progress=False, cache_dir=tmp_path)
+    state = tiny_cache.resume_dir(tiny_cache.model_dir(cfg, tmp_path))
+    pretrain.build_tiny_model(cfg, tmp_path / "killed", progress=False, resume_dir=state, stop_after=2)
+    path = tiny_cache.ensure_tiny_model(cfg=cfg, progress=False, cache_dir=tmp_path)
     info = json.loads((path / tiny.INFO_FILE).read_text())
     assert info["resumed_at_step"] == 2 and not state.exists()
 
@@ -155,11 +157,11 @@ def continue_default(**fields):
 
 
 def test_a_continued_build_starts_from_its_base_and_keeps_its_tokenizer(tmp_path):
-    base = tiny.ensure_tiny_model(progress=False)  # the shipped default build
+    base = tiny_cache.ensure_tiny_model(progress=False)  # the shipped default build
     cfg = continue_default(train_steps=2, batch_size=4, warmup_steps=1,
                          task_weights="arithmetic=1,tictactoe=0,reading=0")
     assert cfg.key() != tiny.build_config().key() != tiny.build_config(train_steps=2).key()
-    tiny.build_tiny_model(cfg, tmp_path / "v", progress=False)
+    pretrain.build_tiny_model(cfg, tmp_path / "v", progress=False, base=base)
     assert (tmp_path / "v" / "tokenizer.json").read_bytes() == (base / "tokenizer.json").read_bytes()
     a, b = _weights(base), _weights(tmp_path / "v")
     assert a.keys() == b.keys() and not all(torch.equal(a[k], b[k]) for k in a)
@@ -172,11 +174,12 @@ def test_a_killed_continued_build_resumes_to_the_uninterrupted_weights(tmp_path)
     # v6 is a continued build: one must resume and repeat like a build from scratch
     cfg = continue_default(train_steps=4, batch_size=4, warmup_steps=1,
                          checkpoint_every=2, num_threads=1, task_weights="arithmetic=1,tictactoe=1,reading=0")
-    tiny.build_tiny_model(cfg, tmp_path / "whole", progress=False)
-    again = tiny.build_tiny_model(cfg, tmp_path / "again", progress=False)
+    base = tiny_cache.base_of(cfg, progress=False)
+    pretrain.build_tiny_model(cfg, tmp_path / "whole", progress=False, base=base)
+    again = pretrain.build_tiny_model(cfg, tmp_path / "again", progress=False, base=base)
     state = tmp_path / "state"
-    tiny.build_tiny_model(cfg, tmp_path / "resumed", progress=False, resume_dir=state, stop_after=3)
-    info = tiny.build_tiny_model(cfg, tmp_path / "resumed", progress=False, resume_dir=state)
+    pretrain.build_tiny_model(cfg, tmp_path / "resumed", progress=False, resume_dir=state, stop_after=3, base=base)
+    info = pretrain.build_tiny_model(cfg, tmp_path / "resumed", progress=False, resume_dir=state, base=base)
     assert info["resumed_at_step"] == 3 and info["tokens_seen"] == again["tokens_seen"]
     a, b, c = (_weights(tmp_path / d) for d in ("whole", "again", "resumed"))
     assert all(torch.equal(a[k], b[k]) and torch.equal(a[k], c[k]) for k in a)

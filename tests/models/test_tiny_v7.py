@@ -12,11 +12,15 @@ import pytest
 import torch
 
 from lmselfplay import games
+from lmselfplay.games import model_texts
 from lmselfplay.games.base import Invalid
 from lmselfplay.games.text import ANSWER_INSTRUCTION, format_answer
 from lmselfplay.games.tictactoe import CELL_STRINGS, TicTacToe
 from lmselfplay.lm.prompt import encode_completion, encode_prompt
-from lmselfplay.models import corpus, tiny
+from lmselfplay.models import cache as tiny_cache
+from lmselfplay.models import corpus, pretrain, tiny
+from lmselfplay.models import tokenizer as tiny_tokenizer
+from lmselfplay.models.policy import resolve_model_path
 
 SMALL = dict(hidden_size=32, num_heads=2, intermediate_size=64, train_steps=4, batch_size=8, warmup_steps=2,
              tokenizer_texts=400, vocab_size=1024, max_seq_len=512)
@@ -29,7 +33,7 @@ def small_v7(**kw) -> tiny.TinyConfig:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     out = tmp_path_factory.mktemp("v7") / "model"
-    tiny.build_tiny_model(small_v7(), out, progress=False)
+    pretrain.build_tiny_model(small_v7(), out, progress=False)
     return out
 
 
@@ -90,7 +94,7 @@ def test_every_cell_string_is_one_token_and_no_other_text_gains_one(tok):
 
 
 def test_the_tokenizer_round_trips_every_corpus_kind(tok):
-    c = tiny.Corpus(small_v7(), random.Random(3))
+    c = pretrain.Corpus(small_v7(), random.Random(3))
     ttt = 0
     for _ in range(300):
         prompt, answer, _ = c.sample()
@@ -101,7 +105,7 @@ def test_the_tokenizer_round_trips_every_corpus_kind(tok):
 
 
 def test_the_corpus_plays_the_cells_text_toward_the_random_prior(tok):
-    c = tiny.Corpus(small_v7(), random.Random(5))
+    c = pretrain.Corpus(small_v7(), random.Random(5))
     g = c.games["tictactoe"]
     assert g.board == "cells"
     prompt, answer, legal = next(t for t in (c.sample() for _ in range(2000)) if "Game: tictactoe" in t[0])
@@ -139,16 +143,17 @@ def test_grid_reading_reads_named_cells():
 
 def test_the_build_records_its_game_text_and_every_reader_makes_the_game_with_it(built):
     config = json.loads((built / "config.json").read_text())
-    assert config[tiny.GAME_PARAMS_ATTR] == "tictactoe.board=cells"
+    assert config[model_texts.GAME_PARAMS_ATTR] == "tictactoe.board=cells"
     assert config["num_hidden_layers"] == 2 and config["num_attention_heads"] == 2  # SMALL's heads
-    assert tiny.game_params_of(built) == {"tictactoe": {"board": "cells"}}
-    assert tiny.make_game_for("tictactoe", built).board == "cells"
-    assert tiny.make_game_for("nim", built).name == "nim"
-    assert tiny.make_game_for("tictactoe", None).board == "cells"  # the default build (v7)
-    assert tiny.make_game_for("tictactoe", "embedded").board == "cells"
-    assert tiny.game_params_of("org/some-hub-model") == {}
-    assert tiny.make_game_for("tictactoe", "org/some-hub-model").board == "digits"
-    from lmselfplay.rl.selfplay import make_games
+    assert model_texts.game_params_of(built) == {"tictactoe": {"board": "cells"}}
+    assert model_texts.make_game_for("tictactoe", built).board == "cells"
+    assert model_texts.make_game_for("nim", built).name == "nim"
+    assert model_texts.make_game_for("tictactoe", resolve_model_path(None)).board == "cells"  # the default build (v7)
+    assert model_texts.make_game_for("tictactoe", resolve_model_path("embedded")).board == "cells"
+    assert model_texts.make_game_for("tictactoe", None).board == "digits"  # no model folder: the registry's text
+    assert model_texts.game_params_of("org/some-hub-model") == {}
+    assert model_texts.make_game_for("tictactoe", "org/some-hub-model").board == "digits"
+    from lmselfplay.selfplay_games.steps import make_games
 
     assert [g.board for g in make_games("nim,tictactoe", str(built)) if g.name == "tictactoe"] == ["cells"]
     assert [g.board for g in make_games("tictactoe")] == ["cells"]
@@ -159,20 +164,20 @@ def test_a_checkpoint_saved_from_the_build_keeps_its_game_text(built, tmp_path):
     from transformers import AutoModelForCausalLM
 
     AutoModelForCausalLM.from_pretrained(built).save_pretrained(tmp_path / "trained")
-    assert tiny.game_params_of(tmp_path / "trained") == {"tictactoe": {"board": "cells"}}
+    assert model_texts.game_params_of(tmp_path / "trained") == {"tictactoe": {"board": "cells"}}
 
 
 def test_the_v7_config_and_earlier_keys():
     v7 = tiny.build_config("v7")
     assert (v7.num_layers, v7.hidden_size, v7.num_heads, v7.intermediate_size) == (2, 128, 8, 256)
     assert v7.weights()["grid_reading"] > 0 and v7.game_kwargs() == {"tictactoe": {"board": "cells"}}
-    assert tiny.whole_strings(v7) == list(CELL_STRINGS)
-    assert tiny.whole_strings(tiny.build_config("v6")) == []
+    assert tiny_tokenizer.whole_strings(v7) == list(CELL_STRINGS)
+    assert tiny_tokenizer.whole_strings(tiny.build_config("v6")) == []
     assert tiny.build_config("v3").key() == tiny.TinyConfig().key() == tiny.TinyConfig(game_params="").key()
     assert tiny.build_config("v6").key() == "51de028e3c98"  # v6's key is unchanged
     assert tiny.DEFAULT_BUILD == "v7" and tiny.build_config().key() == "92ae7ac73836"  # the shipped build
     with pytest.raises(ValueError, match="game.param=value"):
-        tiny.parse_game_params("tictactoe=cells")
+        model_texts.parse_game_params("tictactoe=cells")
     with pytest.raises(ValueError, match="unknown tic-tac-toe board text"):
         tiny.TinyConfig(game_params="tictactoe.board=hex").make_game("tictactoe")
 
@@ -185,10 +190,10 @@ def _weights(path):
 
 def test_a_killed_v7_build_resumes_to_the_uninterrupted_weights(built, tmp_path):
     state = tmp_path / "state"
-    stopped = tiny.build_tiny_model(small_v7(checkpoint_every=2), tmp_path / "resumed", progress=False,
+    stopped = pretrain.build_tiny_model(small_v7(checkpoint_every=2), tmp_path / "resumed", progress=False,
                                     resume_dir=state, stop_after=2)
     assert stopped["stopped_at"] == 2
-    info = tiny.build_tiny_model(small_v7(checkpoint_every=2), tmp_path / "resumed", progress=False,
+    info = pretrain.build_tiny_model(small_v7(checkpoint_every=2), tmp_path / "resumed", progress=False,
                                  resume_dir=state)
     assert info["resumed_at_step"] == 2
     a, b = _weights(built), _weights(tmp_path / "resumed")
@@ -198,6 +203,6 @@ def test_a_killed_v7_build_resumes_to_the_uninterrupted_weights(built, tmp_path)
 def test_bootstrap_builds_v7_by_name(tmp_path):
     args = ["--build", "v7", "--cache-dir", str(tmp_path), "--quiet", "--hidden_size", "32", "--num_heads", "2",
             "--intermediate_size", "64", "--train_steps", "1", "--batch_size", "4", "--tokenizer_texts", "300"]
-    path = tiny.bootstrap_main(args)
-    assert tiny.game_params_of(path) == {"tictactoe": {"board": "cells"}}
+    path = tiny_cache.bootstrap_main(args)
+    assert model_texts.game_params_of(path) == {"tictactoe": {"board": "cells"}}
     assert json.loads((path / tiny.INFO_FILE).read_text())["config"]["num_layers"] == 2

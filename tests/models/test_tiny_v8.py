@@ -10,7 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from lmselfplay.games.model_texts import game_params_of
+from lmselfplay.lm.prompt import format_prompt
 from lmselfplay.models import tiny
+from lmselfplay.models.pretrain import Corpus
+from lmselfplay.models.tokenizer import train_tokenizer
 from lmselfplay.models.policy import resolve_model_path
 from lmselfplay.tasks.task_sets import SUITE_TASKS, TaskSet, is_heldout, suite_questions
 from lmselfplay.utils.errors import UserError
@@ -29,7 +33,7 @@ def test_the_suite_tasks_are_the_default_suites():
 
 
 def _corpus_sample(cfg, n: int, seed: int = 0):
-    corpus = tiny.Corpus(cfg, random.Random(seed))
+    corpus = Corpus(cfg, random.Random(seed))
     return [corpus.sample() for _ in range(n)]
 
 
@@ -57,14 +61,14 @@ def test_without_exclude_heldout_the_corpus_does_draw_heldout_questions():
 
 def test_the_numbers_tokenizer_keeps_common_numbers_whole():
     cfg = tiny.build_config("v8", tokenizer_texts=1500)
-    texts = [tiny.format_prompt(None, p) + a for p, a, _ in _corpus_sample(cfg, 1500)]
-    tok = tiny.train_tokenizer(cfg, texts)
+    texts = [format_prompt(None, p) + a for p, a, _ in _corpus_sample(cfg, 1500)]
+    tok = train_tokenizer(cfg, texts)
     assert len(tok("17 + 25 = 42", add_special_tokens=False)["input_ids"]) <= 5
-    bpe = tiny.train_tokenizer(tiny.build_config("v8", tokenizer="bpe"), texts)
+    bpe = train_tokenizer(tiny.build_config("v8", tokenizer="bpe"), texts)
     assert len(bpe("17 + 25 = 42", add_special_tokens=False)["input_ids"]) >= 8
 
 
 def test_embedded_build_names_resolve_and_unknown_ones_are_one_line():
     with pytest.raises(UserError, match="no embedded build 'v99'"):
         resolve_model_path("embedded:v99")
-    assert tiny.game_params_of("embedded:v7") == tiny.build_config("v7").game_kwargs()
+    assert game_params_of(resolve_model_path("embedded:v7")) == tiny.build_config("v7").game_kwargs()

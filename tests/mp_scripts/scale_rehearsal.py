@@ -16,9 +16,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ for lm_fixtures
 
 from lm_fixtures import tiny_model, tiny_tokenizer  # noqa: E402
+from sim_server import SimHTTPChannel  # noqa: E402
 
 from lmselfplay.lm.engines.base import SamplingParams  # noqa: E402
-from lmselfplay.lm.engines.sim_server import SimHTTPChannel  # noqa: E402
 from lmselfplay.lm.engines.vllm_server import VLLMServerEngine  # noqa: E402
 from lmselfplay.lm.trajectory import Sample  # noqa: E402
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig  # noqa: E402
@@ -58,7 +58,7 @@ def main() -> None:
                                 "in_rotation": [s.in_rotation for s in engine.pool.servers],
                                 "server_versions": [s.version for s in engine.pool.servers]})
         trainer.step([Sample(o.prompt_ids, o.token_ids, o.logprobs, advantage=(-1.0) ** k, policy_version=o.version)
-                      for k, o in enumerate(outs)])
+                      for k, o in enumerate(outs)], engine=engine)
     record["engine_version"] = engine.version
     Path(args.out, f"rank{rank}.json").write_text(json.dumps(record))
     trainer.accelerator.wait_for_everyone()

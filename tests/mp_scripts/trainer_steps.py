@@ -41,6 +41,7 @@ from lm_fixtures import tiny_model, tiny_tokenizer  # noqa: E402
 from lmselfplay.lm.batching import token_logprobs  # noqa: E402
 from lmselfplay.lm.trajectory import Sample  # noqa: E402
 from lmselfplay.rl.advantages import RoleBaselines  # noqa: E402
+from lmselfplay.rl.distributed import read_full  # noqa: E402
 from lmselfplay.rl.trainer import PolicyTrainer, TargetLossConfig, TrainerConfig  # noqa: E402
 from lmselfplay.utils.checkpoint import latest_checkpoint  # noqa: E402
 
@@ -128,7 +129,7 @@ def reference_check(trainer: PolicyTrainer) -> dict[str, Any]:
     if not trainer.magnet_step:
         return {}
     ref = trainer.reference_weights()
-    policy = trainer._read(list(trainer.unwrapped.parameters()))
+    policy = read_full(list(trainer.unwrapped.parameters()), trainer.deepspeed_stage == 3)
     return {"magnet_step": trainer.magnet_step,
             "reference_equals_policy": len(ref) == len(policy) and all(torch.equal(a, b) for a, b in zip(ref, policy)),
             "reference_numel": sum(t.numel() for t in ref)}

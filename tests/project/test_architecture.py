@@ -118,3 +118,101 @@ def test_no_branch_on_a_game_name_outside_games():
 
 def test_package_root_is_the_installed_one():
     assert Path(lmselfplay.__file__).resolve().parent == ROOT / "lmselfplay"
+
+
+def trainer_uses(source: str) -> list[str]:
+    """What in ``source`` imports or touches a trainer: an import of :mod:`lmselfplay.rl.trainer`,
+    a name ``trainer`` / ``PolicyTrainer``, a ``.trainer`` of anything but a config (``cfg.trainer`` is
+    the TrainerConfig), a call that writes a checkpoint or the final model."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("lmselfplay.rl.trainer") \
+                or isinstance(node, ast.Import) and any(a.name.startswith("lmselfplay.rl.trainer") for a in node.names):
+            found.append(f"line {node.lineno}: imports the trainer")
+        elif isinstance(node, ast.Name) and node.id in ("trainer", "PolicyTrainer"):
+            found.append(f"line {node.lineno}: {node.id}")
+        elif isinstance(node, ast.arg) and node.arg == "trainer":
+            found.append(f"line {node.lineno}: takes a trainer")
+        elif isinstance(node, ast.Attribute) and node.attr == "trainer" and not (
+                isinstance(node.value, ast.Name) and node.value.id in ("cfg", "config")):
+            found.append(f"line {node.lineno}: .trainer")
+        elif isinstance(node, ast.Attribute) and node.attr in ("save_checkpoint", "save_final_model", "serving"):
+            found.append(f"line {node.lineno}: .{node.attr}")
+    return found
+
+
+def test_evaluation_never_touches_the_trainer():
+    """Evaluation measures and never trains: no module under eval/ imports the trainer, holds
+    one, serves its weights or saves a model; the algorithm serves the weights and trains."""
+    bad = {path.relative_to(ROOT).as_posix(): uses for path in sorted((ROOT / "eval").rglob("*.py"))
+           if (uses := trainer_uses(path.read_text()))}
+    assert not bad, bad
+
+
+def test_evaluation_does_not_reach_the_trainer_through_its_imports():
+    """No module under eval/ imports the trainer's module, directly or through another module."""
+    modules = all_modules()
+    graph = {name: imports_of(name, path, modules) for name, path in modules.items()}
+    for name in (n for n in modules if n.startswith("lmselfplay.eval")):
+        seen, todo = set(), [name]
+        while todo:
+            for dep in graph[todo.pop()] - seen:
+                seen.add(dep)
+                todo.append(dep)
+        assert "lmselfplay.rl.trainer" not in seen, f"{name} reaches lmselfplay.rl.trainer"
+
+
+def test_the_trainer_check_sees_an_evaluation_that_trains():
+    """The check above, on the evaluation it was written against (a distillation and the final model)."""
+    trains = ("from lmselfplay.selfplay_games.steps import distill_averages\n"
+              "def finish(cfg, run, sp):\n"
+              "    with sp.trainer.serving(sp.engine):\n"
+              "        final = evaluate(cfg.trainer.seed)\n"
+              "    distill_averages(sp.trainer, sp.averages)\n"
+              "    run.save_final_model(sp.trainer.model)\n")
+    assert len(trainer_uses(trains)) == 5
+    assert trainer_uses("from lmselfplay.rl.trainer import PolicyTrainer\n") != []
+    assert trainer_uses("def f(cfg):\n    return cfg.trainer.seed\n") == []
+
+
+def helper_modules() -> set[str]:
+    """The tests' helper modules: tests/*.py that are not tests (doubles, fixtures)."""
+    return {p.stem for p in (ROOT / "tests").glob("*.py") if not p.name.startswith("test_") and p.name != "conftest.py"}
+
+
+def double_uses(source: str, modules: set[str]) -> list[str]:
+    """Where ``source`` imports one of the tests' helper modules, or names one in a string
+    (``import_module``, ``python -m``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [node.module or ""]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and " " not in node.value:
+            names = [node.value]
+        if any(n.rpartition(".")[2] in modules or n.partition(".")[0] in modules for n in names):
+            found.append(f"line {node.lineno}: {names}")
+    return found
+
+
+def test_no_production_module_reaches_a_test_double():
+    """A test double (a simulated server, a fake engine) lives under tests/ and is injected from
+    there (a weight-transfer backend registers its channel in ``vllm_server.WEIGHT_CHANNELS``): no
+    module of the distribution imports one or loads one by name."""
+    modules = helper_modules()
+    bad = {str(path.relative_to(ROOT)): uses for path in all_modules().values()
+           if (uses := double_uses(path.read_text(), modules))}
+    assert not bad, bad
+
+
+def test_the_double_check_sees_a_dispatch_into_a_double():
+    """The check above, on the dispatch it was written against (vllm_server's simulated backend)."""
+    modules = helper_modules()
+    assert {"sim_server", "hf_server", "fake_vllm"} <= modules
+    dispatch = ('if backend == "sim":\n'
+                '    from lmselfplay.lm.engines.sim_server import SimHTTPChannel\n'
+                '    channel = SimHTTPChannel(url)\n'
+                'server = ServerProcess("lmselfplay.lm.engines.hf_server")\n')
+    assert len(double_uses(dispatch, modules)) == 2

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from lmselfplay.lm.engines.hf import HFEngine
-from lmselfplay.rl.selfplay import SelfPlayConfigs
+from lmselfplay.selfplay_games.config import SelfPlayConfigs
 from lmselfplay.utils.config import ConfigError
 
 
@@ -59,9 +59,9 @@ def test_play_budget(budgets):
 def test_search_selfplay_budget_reaches_the_raw_evaluation(monkeypatch):
     """The raw LLM's greedy games and exact metrics at budget 0 get ``max_new_tokens``."""
     from lmselfplay.alphazero.adapter import CachedGame, SearchGame
-    from lmselfplay.eval import search_metrics
     from lmselfplay.games import make
-    from lmselfplay.rl.search_selfplay import SearchSelfPlayConfigs
+    from lmselfplay.search_selfplay import metrics as search_metrics
+    from lmselfplay.search_selfplay.config import SearchSelfPlayConfigs
 
     cfg = SearchSelfPlayConfigs.parse(["--max_new_tokens", "11"])
     cfg.search.eval_budgets = []  # only the raw LLM (budget 0's exact metrics and games)

@@ -20,13 +20,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 LAYERS: list[tuple[str, ...]] = [
     ("lmselfplay.cli", "lmselfplay.human_play", "lmselfplay.referee_study"),  # the programs inside the package
+    # the algorithms, one package each (its config, its steps, its metrics): they train with the
+    # library below and measure with eval; nothing below knows a recipe
+    ("lmselfplay.selfplay_games", "lmselfplay.search_selfplay", "lmselfplay.debate"),
     ("lmselfplay.eval",),
-    # debate above rl: its debaters are trained by rl's PolicyTrainer (the config, the samples
-    # with rl's baselines); rl needs nothing of debate
-    ("lmselfplay.debate",),
     ("lmselfplay.rl", "lmselfplay.spin"),
-    # alphazero below rl: rl's search self-play (rl/search_selfplay.py) distils alphazero's PUCT
-    # into the policy with rl's trainer and league; alphazero (the search, its own network) needs no rl
+    # alphazero below rl: search self-play (an algorithm above both) distils alphazero's PUCT into the
+    # policy with rl's trainer and league; alphazero (the search, its own network) needs no rl
     ("lmselfplay.alphazero",),
     ("lmselfplay.verifiers",),
     ("lmselfplay.models",),

@@ -69,5 +69,5 @@ def test_bad_config_is_a_clear_error(tmp_path, bad):
 
 def test_yaml_configs_parse():
     for name in ("alphazero_nim.yaml", "alphazero_tictactoe.yaml"):
-        cfg = AlphaZeroConfigs.parse(["--config", str(ROOT / "recipes/configs" / name)]).alphazero
-        assert cfg.n_sims > 0 and cfg.eval_budgets == [0, 16, 32, 64]
+        cfg = AlphaZeroConfigs.parse(["--config", str(ROOT / "recipes/configs" / name)])
+        assert cfg.puct.n_sims > 0 and cfg.alphazero.eval_budgets == [0, 16, 32, 64]

@@ -7,9 +7,10 @@ import pytest
 import torch
 from lm_fixtures import saved_weights
 
-from lmselfplay.eval.selfplay_metrics import gnugo_metrics
 from lmselfplay.games.gtp import find_gnugo
-from lmselfplay.rl.selfplay import SelfPlayArgs, episode_games, training_samples
+from lmselfplay.selfplay_games.config import SelfPlayArgs
+from lmselfplay.selfplay_games.metrics import gnugo_metrics
+from lmselfplay.selfplay_games.steps import episode_games, training_samples
 from lmselfplay.utils.recipe_loader import run_recipe
 
 ROOT = Path(__file__).resolve().parents[2]

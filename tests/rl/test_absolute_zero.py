@@ -312,7 +312,7 @@ def test_hostile_proposals_are_invalid_counted_and_harmless(model_dir, tmp_path)
         before = {tt: len(b) for tt, b in buffers.items()}
         rollouts = rollouts_for(cfg.overlap.max_staleness, trainer, engine,
                                        azr.rollout_plan(cfg, trainer.accelerator, engine, tok, referee, buffers))
-        row = azr.train_step(cfg, trainer.accelerator, trainer, rollouts.next(0), rollouts, 0, tmp_path / "run")
+        row = azr.train_step(cfg, trainer.accelerator, trainer, engine, rollouts.next(0), rollouts, 0, tmp_path / "run")
     finally:
         referee.close()
     # every hostile proposal ended invalid, with its status counted

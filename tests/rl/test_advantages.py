@@ -5,7 +5,8 @@ import pytest
 
 from lmselfplay.lm.trajectory import Trajectory, Turn
 from lmselfplay.rl.advantages import RoleBaselines, observation_key
-from lmselfplay.rl.selfplay import SelfPlayArgs, turn_advantages
+from lmselfplay.selfplay_games.config import SelfPlayArgs
+from lmselfplay.selfplay_games.steps import turn_advantages
 from lmselfplay.utils.config import ConfigError
 
 

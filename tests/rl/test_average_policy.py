@@ -107,7 +107,7 @@ def test_config_checks():
         AverageConfig(average_every=0)
     with pytest.raises(ConfigError):
         AverageConfig(average_weighting="quadratic")
-    from lmselfplay.rl.selfplay import SelfPlayConfigs
+    from lmselfplay.selfplay_games.config import SelfPlayConfigs
 
     # the check spanning the average's and the trainer's configs is the recipe's
     with pytest.raises(ConfigError, match="schedule"):

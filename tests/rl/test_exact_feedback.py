@@ -214,7 +214,8 @@ def test_the_main_job_plays_every_game_and_the_exact_config_values_nim_and_kuhn(
     reference and an option, never the default); selfplay_games_exact.yaml is that reference."""
     from pathlib import Path
 
-    from lmselfplay.rl.selfplay import SelfPlayConfigs, make_feedback, make_games
+    from lmselfplay.selfplay_games.config import SelfPlayConfigs
+    from lmselfplay.selfplay_games.steps import make_feedback, make_games
 
     configs = Path(__file__).resolve().parents[2] / "recipes" / "configs"
     main = SelfPlayConfigs.parse(["--config", str(configs / "selfplay_games.yaml")])

@@ -170,8 +170,8 @@ def test_lora_snapshots_hold_the_adapter_only_and_play_as_opponents():
 def test_only_the_recipe_whose_league_plays_in_has_the_play_in_flags():
     """Self-play's league plays play-in games and has their flags; search self-play's never does,
     so the flags do not exist there, and a league built without a play-in config plays none."""
-    from lmselfplay.rl.search_selfplay import SearchSelfPlayConfigs
-    from lmselfplay.rl.selfplay import SelfPlayConfigs
+    from lmselfplay.search_selfplay.config import SearchSelfPlayConfigs
+    from lmselfplay.selfplay_games.config import SelfPlayConfigs
     from lmselfplay.utils.config import ConfigError
 
     assert SelfPlayConfigs.parse(["--meta_solver", "nash"]).play_in.meta_solver == "nash"

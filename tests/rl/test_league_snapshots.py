@@ -66,7 +66,7 @@ def test_a_snapshot_keeps_the_declared_dtype_not_the_float32_masters():
 
 
 def test_search_selfplay_snapshots_gather_under_zero3(monkeypatch):
-    from lmselfplay.rl.search_selfplay import HEAD_PREFIX, snapshot
+    from lmselfplay.search_selfplay.steps import HEAD_PREFIX, snapshot
 
     model = tiny_model(seed=2)
     want = {k: v.clone() for k, v in model.state_dict().items()}

@@ -105,7 +105,7 @@ def _selfplay(model_dir, out, urls, steps, **kw):
 
 
 def test_selfplay_recipe_overlaps_on_servers_and_logs_the_staleness(model_dir, tmp_path):
-    from lmselfplay.lm.engines.sim_server import SimServer
+    from sim_server import SimServer
 
     vocab = len(tiny_tokenizer())
     with SimServer(token_delay=0.002, vocab=vocab) as a, SimServer(token_delay=0.002, vocab=vocab) as b:
@@ -121,7 +121,8 @@ def test_selfplay_recipe_overlaps_on_servers_and_logs_the_staleness(model_dir, t
 def test_selfplay_recipe_drops_games_older_than_max_staleness(model_dir, tmp_path, monkeypatch):
     """A push that never lands (the engine stays at version 0): the third step's games are
     two versions old, more than k = 1, and none is trained on."""
-    from lmselfplay.lm.engines.sim_server import SimServer
+    from sim_server import SimServer
+
     from lmselfplay.lm.engines.vllm_server import VLLMServerEngine
 
     real = VLLMServerEngine.update_weights
@@ -137,7 +138,8 @@ def test_selfplay_recipe_drops_games_older_than_max_staleness(model_dir, tmp_pat
 def test_debate_recipe_overlaps_on_a_server(model_dir, tmp_path):
     import json
 
-    from lmselfplay.lm.engines.sim_server import SimServer
+    from sim_server import SimServer
+
     from lmselfplay.utils.recipe_loader import run_recipe
 
     out = tmp_path / "run"
@@ -187,7 +189,7 @@ def _metrics(out, name="metrics.jsonl"):
 def test_selfplay_max_staleness_0_is_the_loop_without_the_hook(model_dir, tmp_path, monkeypatch):
     """max_staleness 0 against a server (its answers depend on the pushed weights) gives the
     metrics of the same run with the hook replaced by the plain ``with serving: play()``."""
-    from lmselfplay.lm.engines.sim_server import SimServer
+    from sim_server import SimServer
 
     runs = []
     for hooked in (True, False):
@@ -206,7 +208,7 @@ def test_selfplay_max_staleness_0_is_the_loop_without_the_hook(model_dir, tmp_pa
 ])
 def test_overlap_settings_that_cannot_work_are_config_errors(args, says):
     """Refused when the config is read, before any folder, model or engine is touched."""
-    from lmselfplay.rl.selfplay import SelfPlayConfigs
+    from lmselfplay.selfplay_games.config import SelfPlayConfigs
     from lmselfplay.utils.config import ConfigError
 
     with pytest.raises(ConfigError, match=says):
@@ -276,7 +278,8 @@ def _server_args(*urls):
 
 
 def test_absolute_zero_overlaps_on_two_servers(model_dir, tmp_path):
-    from lmselfplay.lm.engines.sim_server import SimServer
+    from sim_server import SimServer
+
     from lmselfplay.utils.recipe_loader import run_recipe
 
     vocab = len(tiny_tokenizer())
@@ -293,7 +296,8 @@ def test_absolute_zero_overlaps_on_two_servers(model_dir, tmp_path):
 
 def test_absolute_zero_drops_rollouts_older_than_max_staleness(model_dir, tmp_path, monkeypatch):
     """A push that never lands: the third step's proposals and attempts are two versions old."""
-    from lmselfplay.lm.engines.sim_server import SimServer
+    from sim_server import SimServer
+
     from lmselfplay.lm.engines.vllm_server import VLLMServerEngine
     from lmselfplay.utils.recipe_loader import run_recipe
 
@@ -377,7 +381,8 @@ def test_r_zero_overlaps_each_phase_on_servers(model_dir, tmp_path, monkeypatch,
     """Both training phases one step ahead (the solver's on a fixed kept pool: a random tiny
     model writes no checkable question). Two copies: the challenger's own server and the
     solver's, each holding its model's weights."""
-    from lmselfplay.lm.engines.sim_server import SimServer
+    from sim_server import SimServer
+
     from lmselfplay.lm.engines.vllm_server import VLLMServerEngine
     from lmselfplay.rl import r_zero
     from lmselfplay.utils.recipe_loader import run_recipe
@@ -439,7 +444,7 @@ def test_r_zero_server_settings_that_cannot_work_are_config_errors(args, says):
 def test_search_selfplay_has_no_max_staleness_and_says_why(where, tmp_path):
     """Search self-play has no engine to overlap: the flag does not exist in it, and giving it (as
     docs/scale.md's older text did) is a one-line error saying why."""
-    from lmselfplay.rl.search_selfplay import SearchSelfPlayConfigs
+    from lmselfplay.search_selfplay.config import SearchSelfPlayConfigs
 
     argv = ["--max_staleness", "1"]
     if where == "yaml":
@@ -478,7 +483,8 @@ def _first_generation_after_resume(events):
 def test_a_resumed_debate_pushes_the_restored_weights_before_it_samples(model_dir, tmp_path, monkeypatch):
     """The server still holds what it loaded (the build pushes the initial weights): the
     resumed run's first serving must push step 1's weights before any debate is sampled."""
-    from lmselfplay.lm.engines.sim_server import SimServer
+    from sim_server import SimServer
+
     from lmselfplay.utils.recipe_loader import run_recipe
 
     args = {"model_name_or_path": model_dir, "output_dir": tmp_path / "run", "eval_tasks": 2, "eval_protocols": "debate",
@@ -497,7 +503,8 @@ def test_a_resumed_r_zero_pushes_the_restored_weights_before_it_samples(model_di
     pushing the trained policy's weights."""
     import shutil
 
-    from lmselfplay.lm.engines.sim_server import SimServer
+    from sim_server import SimServer
+
     from lmselfplay.utils.recipe_loader import run_recipe
 
     with SimServer(vocab=len(tiny_tokenizer())) as a:

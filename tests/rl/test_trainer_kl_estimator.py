@@ -7,7 +7,8 @@ from lm_fixtures import tiny_trainer
 
 from lmselfplay.lm.batching import token_logprobs
 from lmselfplay.lm.trajectory import Sample
-from lmselfplay.rl.trainer import TrainerConfig, kl_per_token
+from lmselfplay.rl.kl import kl_per_token
+from lmselfplay.rl.trainer import TrainerConfig
 from lmselfplay.utils.config import ConfigError
 
 

@@ -9,7 +9,9 @@ from lm_fixtures import tiny_model, tiny_trainer
 
 from lmselfplay.lm.batching import token_logprobs
 from lmselfplay.lm.trajectory import Sample
-from lmselfplay.rl.trainer import TrainerConfig, beta_factor, beta_for, parse_beta
+from lmselfplay.rl.distributed import swapped_weights
+from lmselfplay.rl.kl import beta_factor, beta_for, parse_beta
+from lmselfplay.rl.trainer import TrainerConfig
 from lmselfplay.utils.config import ConfigError, parse_configs
 
 
@@ -46,7 +48,7 @@ def test_beta_for_takes_the_longest_role_prefix_then_task_then_default():
 
 def test_selfplay_recipe_checks_beta_against_its_games():
     from lmselfplay.games import make
-    from lmselfplay.rl.selfplay import check_beta
+    from lmselfplay.selfplay_games.config import check_beta
 
     games = [make("nim"), make("kuhn_poker")]
     check_beta({"nim": 0.1, "kuhn_poker": 0.2, "tictactoe": 1.0}, games)  # unplayed: fine
@@ -158,6 +160,6 @@ def test_lora_magnet_is_the_adapter_at_the_update_and_the_swap_is_exact():
     ref = tr._ref_logprobs(batch)
     assert all(torch.equal(a, b) for a, b in zip(own, tr._adapter_params()))
     assert all(p.requires_grad for p in tr._adapter_params())
-    with tr._adapter_weights(adapter):
+    with swapped_weights(tr._adapter_params(), adapter, zero3=False):
         at_magnet = {id(s): _lp(tr.unwrapped, s) for s in batch}
     assert all(ref[id(s)] == pytest.approx(at_magnet[id(s)], abs=1e-6) for s in batch)

@@ -21,13 +21,8 @@ import lmselfplay.rl.trainer as trainer_module
 from lmselfplay.lm.batching import logprobs_from_logits, sequence_logprobs
 from lmselfplay.lm.trajectory import Sample
 from lmselfplay.models.policy import PolicyConfig, load_policy
-from lmselfplay.rl.trainer import (
-    PolicyTrainer,
-    TargetLossConfig,
-    TrainerConfig,
-    by_length,
-    split_by_tokens,
-)
+from lmselfplay.rl.micro_batches import by_length, split_by_tokens
+from lmselfplay.rl.trainer import PolicyTrainer, TargetLossConfig, TrainerConfig
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.recipe_loader import run_recipe
 

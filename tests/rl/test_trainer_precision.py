@@ -13,7 +13,8 @@ from lm_fixtures import tiny_model, tiny_tokenizer
 from lmselfplay.lm.batching import sequence_logprobs
 from lmselfplay.lm.trajectory import Sample
 from lmselfplay.models.policy import PolicyConfig, load_policy, resolve_dtype
-from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig, master_weights
+from lmselfplay.rl.precision import master_weights
+from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
 from lmselfplay.utils.config import ConfigError
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.recipe_loader import run_recipe

@@ -11,7 +11,7 @@ import torch
 
 import lmselfplay.lm.engines as engines
 import lmselfplay.rl.r_zero as r_zero
-import lmselfplay.rl.selfplay as selfplay
+import lmselfplay.selfplay_games.steps as selfplay
 import lmselfplay.utils.config as config
 from lmselfplay.lm.engines import EngineConfig
 from lmselfplay.lm.engines.weight_sync_check import WeightSyncCheckConfig
@@ -58,11 +58,11 @@ class EngineBuilt(Exception):
 
 def with_field(parse, name: str, value: int):
     """parse_configs over the recipe's configs, its first part extended by one more int field."""
-    def parse_extended(classes, argv=None, defaults=None):
-        first, *rest = config.as_classes(classes)
-        extended = dataclasses.make_dataclass(f"{first.__name__}Extended", [(name, int, dataclasses.field(default=value))],
-                                              bases=(first,))
-        return parse((extended, *rest), argv, defaults)
+    def parse_extended(classes, argv=None, defaults=None, first=None):
+        head, *rest = config.as_classes(classes)
+        extended = dataclasses.make_dataclass(f"{head.__name__}Extended", [(name, int, dataclasses.field(default=value))],
+                                              bases=(head,))
+        return parse((extended, *rest), argv, defaults, first=first)
     return parse_extended
 
 

@@ -6,7 +6,9 @@ help line."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import math
 import os
 from pathlib import Path
@@ -321,3 +323,19 @@ def test_the_help_runs_and_shows_the_groups():
     assert out.returncode == 0, out.stderr[-2000:]
     for cls in RECIPE_CONFIGS["selfplay_games"].classes():
         assert f"\n{cls._argument_group_name}:\n" in out.stdout
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_help_shows_the_recipes_own_arguments_first(name):
+    """--help's first group is the recipe's own arguments (the part its container declares
+    first), whatever component parts its container inherits; the parsed parts keep their order."""
+
+    cls = RECIPE_CONFIGS[name]
+    own = cls.own_arguments()
+    assert own is not None and own.__name__.endswith("Args"), name
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        parse_configs(cls.classes(), ["--help"], cls.defaults, first=own)
+    titles = [line[:-1] for line in out.getvalue().splitlines() if line.endswith("):")]
+    assert titles[0] == own._argument_group_name, titles[:3]
+    assert [type(c) for c in parse_configs(cls.classes(), [], cls.defaults, first=own)] == list(cls.classes())

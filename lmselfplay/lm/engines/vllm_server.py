@@ -340,6 +340,12 @@ def broadcast_from_main(value: Any) -> Any:
     return box[0]
 
 
+# weight-transfer backends other than vLLM's NCCL, by the name a server announces in
+# ``/server_info``'s ``weight_transfer_config.backend``: name -> channel(url). Empty here; a
+# server that is not vLLM (the tests' CPU servers) registers its channel beside itself.
+WEIGHT_CHANNELS: dict[str, Callable[[str], Any]] = {}
+
+
 class VLLMServerEngine:
     def __init__(self, tokenizer: Any, base_urls: list[str] | str = "http://127.0.0.1:8000",
                  timeout: float = 300.0, retries: int = 3, backoff: float = 1.0, wait_for_server: float = 0.0,
@@ -438,23 +444,16 @@ class VLLMServerEngine:
         return True
 
     def _channel_for(self, url: str, group_port: int) -> Any:
-        """The weight transfer the server announces: vLLM's NCCL, the simulated server's
-        checksum over HTTP (:mod:`~lmselfplay.lm.engines.sim_server`: CPU rehearsals), or the
-        tensors over HTTP (:mod:`~lmselfplay.lm.engines.hf_server`: a real model on CPU)."""
+        """The weight transfer the server announces: vLLM's NCCL, or a backend registered in
+        :data:`WEIGHT_CHANNELS` (the CPU servers of the tests register theirs)."""
         s = next(s for s in self.pool.servers if s.url == url)
         try:
             info = self._request(s, "GET", "/server_info?config_format=json", retries=0) if s.in_rotation else {}
             backend = ((info.get("vllm_config") or {}).get("weight_transfer_config") or {}).get("backend")
         except (ServerError, ServerUnavailable, AttributeError):
             backend = None
-        if backend == "sim":
-            from lmselfplay.lm.engines.sim_server import SimHTTPChannel
-
-            return SimHTTPChannel(url)
-        if backend == "http-tensors":
-            from lmselfplay.lm.engines.hf_server import TensorHTTPChannel
-
-            return TensorHTTPChannel(url)
+        if backend in WEIGHT_CHANNELS:
+            return WEIGHT_CHANNELS[backend](url)
         return NCCLChannel(url, group_port, store_timeout=self.push_timeout)
 
     def _server_logprobs_mode(self, s: Server) -> str:

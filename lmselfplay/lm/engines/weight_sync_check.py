@@ -10,7 +10,7 @@ working leaves the engine a step or more behind and the difference jumps (huggin
 ~0.015 -> ~0.20 when sleep mode stopped syncing). Every engine is checked every step:
 above ``weight_sync_threshold`` it is a warning, or an error with ``strict_sync``. The check sits in
 the layer every recipe shares: ``make_engine`` gives each learner engine its detector and
-``PolicyTrainer.step`` judges the step against the engine it last served.
+``PolicyTrainer.step`` judges the step against the engine it is given (:func:`engine_report`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
@@ -78,3 +78,22 @@ class WeightSyncCheck:
                 raise StaleWeightsError(msg + " [strict_sync: true]")
             warnings.warn(msg, StaleWeightsWarning, stacklevel=2)
         return {"sync/logprob_diff": value, "sync/stale": float(self.threshold > 0 and value > self.threshold)}
+
+
+def engine_report(engine: Any, logprob_diff: float | None, step: int) -> dict[str, Any]:
+    """What the learner's engine reports every trainer step: the weight-sync check
+    (``sync/logprob_diff``, ``sync/stale``) — its detector (:func:`~lmselfplay.lm.engines.factory.make_engine`
+    gives every learner engine one) judges the first pass's ``logprob_diff``, warning or raising
+    (``strict_sync``) when the engine's weights are not the trainer's; nothing is judged when no
+    sampled token was trained on (pure targets: ``logprob_diff`` None) — and, where the engine has
+    them, its dtype (``engine/dtype``) and the prompts it was too short for
+    (``engine/over_long_prompts``, run total). None: no engine, nothing."""
+    if engine is None:
+        return {}
+    out: dict[str, Any] = {"engine/over_long_prompts": float(getattr(engine, "over_long_prompts", 0))}
+    if isinstance(getattr(engine, "dtype", None), str):
+        out["engine/dtype"] = engine.dtype
+    detector = getattr(engine, "detector", None)
+    if detector is not None and logprob_diff is not None:
+        out.update(detector.check(logprob_diff, step, type(engine).__name__))
+    return out

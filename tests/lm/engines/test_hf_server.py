@@ -1,4 +1,4 @@
-"""The weight-following CPU server (lmselfplay/lm/engines/hf_server.py) behind the server engine:
+"""The weight-following CPU server (tests/hf_server.py) behind the server engine:
 it samples from its own copy of a real model and follows the trainer's weight push."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ import copy
 
 import pytest
 import torch
+from hf_server import HFServer, TensorHTTPChannel
 from lm_fixtures import tiny_model, tiny_tokenizer
 
 from lmselfplay.lm.engines.base import SamplingParams
 from lmselfplay.lm.engines.hf import HFEngine
-from lmselfplay.lm.engines.hf_server import HFServer, TensorHTTPChannel
 from lmselfplay.lm.engines.server_pool import ServerUnavailable
 from lmselfplay.lm.engines.vllm_server import VLLMServerEngine
 

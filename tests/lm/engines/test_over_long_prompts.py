@@ -83,7 +83,8 @@ def test_the_main_job_goes_on_and_logs_them(tmp_path, monkeypatch):
 
 # --- the server engine: vLLM's servers list their context in GET /v1/models and refuse longer requests (400)
 def _server_engine(sims, **kw):
-    from lmselfplay.lm.engines.sim_server import SimChannel
+    from sim_server import SimChannel
+
     from lmselfplay.lm.engines.vllm_server import VLLMServerEngine
 
     by_url = {s.url: s for s in sims}
@@ -96,8 +97,9 @@ def _sent_prompt_lengths(sims):
 
 
 def test_the_server_engine_fits_prompts_to_its_smallest_servers_context():
+    from sim_server import SimServer
+
     from lmselfplay.lm.engines.base import PROMPT_TOO_LONG, OverLongPrompt, generate_fitting
-    from lmselfplay.lm.engines.sim_server import SimServer
 
     vocab = len(tiny_tokenizer())
     with SimServer(vocab=vocab, max_model_len=64) as a, SimServer(vocab=vocab, max_model_len=48) as b:
@@ -115,7 +117,7 @@ def test_the_server_engine_fits_prompts_to_its_smallest_servers_context():
 
 
 def test_a_configured_max_model_len_caps_the_servers():
-    from lmselfplay.lm.engines.sim_server import SimServer
+    from sim_server import SimServer
 
     with SimServer(vocab=len(tiny_tokenizer()), max_model_len=64) as sim:
         engine = _server_engine([sim], max_model_len=32)
@@ -124,8 +126,9 @@ def test_a_configured_max_model_len_caps_the_servers():
 
 
 def test_a_server_without_max_model_len_warns_once_and_its_400_forfeits_only_that_sample():
+    from sim_server import SimServer
+
     from lmselfplay.lm.engines.base import PROMPT_TOO_LONG, OverLongPrompt, generate_fitting
-    from lmselfplay.lm.engines.sim_server import SimServer
 
     with SimServer(vocab=len(tiny_tokenizer()), max_model_len=16) as sim:
         sim.faults["no_max_model_len"] = True
@@ -143,7 +146,7 @@ def test_a_server_without_max_model_len_warns_once_and_its_400_forfeits_only_tha
 
 
 def test_the_main_job_on_a_server_goes_on_and_logs_them(tmp_path):
-    from lmselfplay.lm.engines.sim_server import SimServer
+    from sim_server import SimServer
 
     model_dir = save_tiny(tmp_path / "model", seed=2)
     out = tmp_path / "run"

@@ -8,10 +8,10 @@ import time
 
 import pytest
 from lm_fixtures import tiny_model
+from sim_server import SimChannel, SimServer
 
 from lmselfplay.lm.engines.base import SamplingParams
 from lmselfplay.lm.engines.server_pool import ServerError, ServerPool, ServerUnavailable
-from lmselfplay.lm.engines.sim_server import SimChannel, SimServer
 from lmselfplay.lm.engines.vllm import NEUTRAL_SAMPLING
 from lmselfplay.lm.engines.vllm_server import VLLMServerEngine
 
@@ -300,7 +300,7 @@ def test_multinode_rehearsal_two_gloo_ranks_two_servers(tmp_path):
 
     from mp_helpers import CONFIGS, ROOT, _env
 
-    servers = [subprocess.Popen([sys.executable, "-m", "lmselfplay.lm.engines.sim_server", "--vocab", "400"],
+    servers = [subprocess.Popen([sys.executable, "-m", "sim_server", "--vocab", "400"],
                                 cwd=ROOT, env=_env(),
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(2)]
     try:

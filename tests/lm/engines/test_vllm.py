@@ -487,7 +487,7 @@ def test_real_vllm_engine_matches_hf_and_follows_the_trainer(tied):
     for step in range(3):  # push after every step: the detector stays low
         samples = [Sample(o.prompt_ids, o.token_ids, o.logprobs, advantage=(-1.0) ** i)
                    for i, o in enumerate(engine.generate(prompts, SamplingParams(8, 1.0, seed=step)))]
-        m = trainer.step(samples)
+        m = trainer.step(samples, engine=engine)
         detector.check(m["logprob_diff"], step)
         engine.update_weights(trainer.unwrapped, version=trainer.step_count)
         assert engine.version == step + 1 and engine.last_sync.tensors == len(list(trainer.unwrapped.parameters()))
@@ -495,11 +495,11 @@ def test_real_vllm_engine_matches_hf_and_follows_the_trainer(tied):
     assert stale_free == [pytest.approx(r, abs=1e-4) for r in hf.score(prompts[:2], [[5, 6], [7, 8]])]
     samples = [Sample(o.prompt_ids, o.token_ids, o.logprobs, advantage=(-1.0) ** i)
                for i, o in enumerate(engine.generate(prompts, SamplingParams(8, 1.0, seed=9)))]
-    trainer.step(samples)  # no push after this step: the next rollout is stale and the detector says so
+    trainer.step(samples, engine=engine)  # no push after this step: the next rollout is stale and the detector says so
     samples = [Sample(o.prompt_ids, o.token_ids, o.logprobs, advantage=1.0)
                for o in engine.generate(prompts, SamplingParams(8, 1.0, seed=10))]
     with pytest.raises(StaleWeightsError):
-        detector.check(trainer.step(samples)["logprob_diff"])
+        detector.check(trainer.step(samples, engine=engine)["logprob_diff"])
     engine.close()
 
 
@@ -602,8 +602,7 @@ def test_sleep_mode_sleeps_once_per_step_and_empties_the_cache_before_waking(mon
     eng.llm, eng.enable_sleep_mode, eng.logprobs_mode, eng.eos_id = _FakeLLM(log), True, "raw_logprobs", None
     eng.end_ids = []
     eng.tokenizer, eng._asleep, eng._weights_awake, eng.version = tiny_tokenizer(), False, False, 0
-    trainer = SimpleNamespace(_served=eng)
-    sleep_at_step_start = lambda: trainer._served.sleep()  # noqa: E731 - PolicyTrainer.step's hook
+    sleep_at_step_start = eng.sleep  # PolicyTrainer.step(samples, engine=eng)'s hook
     for _ in range(2):  # a step: several rollouts (game turns), then the trainer steps
         for _ in range(3):
             eng.generate([[1, 2]], SamplingParams(max_new_tokens=1))
@@ -613,7 +612,7 @@ def test_sleep_mode_sleeps_once_per_step_and_empties_the_cache_before_waking(mon
     assert log[wake - 1] == "empty_cache" and log.count("wake:all") == 1  # the second step's first rollout
 
 
-def test_the_trainer_puts_the_engine_to_sleep_when_a_step_starts():
+def test_the_trainer_puts_the_engine_it_is_given_to_sleep_when_a_step_starts():
     tok = tiny_tokenizer()
     trainer = PolicyTrainer(tiny_model(), tok, TrainerConfig(num_iterations=1, beta=0.0))
     calls = []
@@ -621,6 +620,8 @@ def test_the_trainer_puts_the_engine_to_sleep_when_a_step_starts():
     with trainer.serving(engine):
         pass
     trainer.step([Sample([1, 2, 3], [4, 5], [-1.0, -1.0], advantage=1.0)])
+    assert calls == []  # serving alone hands the trainer no engine
+    trainer.step([Sample([1, 2, 3], [4, 5], [-1.0, -1.0], advantage=1.0)], engine=engine)
     assert calls == ["sleep"]
 
 

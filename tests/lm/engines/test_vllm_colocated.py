@@ -16,8 +16,8 @@ import lmselfplay.lm.engines.weight_sync as weight_sync
 from lmselfplay.lm.engines import EngineConfig, SamplingParams
 from lmselfplay.lm.trajectory import Sample
 from lmselfplay.rl.r_zero import RZeroConfigs
-from lmselfplay.rl.selfplay import SelfPlayConfigs
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
+from lmselfplay.selfplay_games.config import SelfPlayConfigs
 from lmselfplay.utils.config import ConfigError, parse_configs
 
 
@@ -73,7 +73,7 @@ def test_the_engine_runs_in_the_declared_dtype_not_the_upcast_one_and_the_push_c
     assert engine.last_sync.bytes == sum(p.numel() * 2 for p in trainer.unwrapped.parameters())
     with trainer.serving(engine):
         pass
-    metrics = trainer.step([Sample([1, 2, 3], [4, 5], [-1.0, -1.0], advantage=1.0)])
+    metrics = trainer.step([Sample([1, 2, 3], [4, 5], [-1.0, -1.0], advantage=1.0)], engine=engine)
     assert metrics["engine/dtype"] == "bfloat16"  # in every step's row of the run's metrics
 
 

@@ -12,9 +12,9 @@ import fake_vllm
 import pytest
 import torch
 from lm_fixtures import tiny_model
+from sim_server import SimServer
 
 from lmselfplay.lm.engines.server_pool import ServerUnavailable
-from lmselfplay.lm.engines.sim_server import SimServer
 from lmselfplay.lm.engines.vllm_server import NCCLChannel, VLLMServerEngine
 
 BUCKET = [("model.w", torch.ones(2, 3)), ("model.b", torch.zeros(3))]

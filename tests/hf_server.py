@@ -39,7 +39,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lmselfplay.lm.engines.sim_server import MAX_MODEL_LEN, SimHTTPChannel, SimServer
+from sim_server import MAX_MODEL_LEN, SimHTTPChannel, SimServer
+
+from lmselfplay.lm.engines.vllm_server import WEIGHT_CHANNELS
 
 BATCH_WAIT_S = 0.003  # how long the batch waits for the requests sent together with its first
 
@@ -205,8 +207,11 @@ class TensorHTTPChannel(SimHTTPChannel):
         self._post(buf.getvalue(), "application/octet-stream", timeout=300)
 
 
+WEIGHT_CHANNELS["http-tensors"] = TensorHTTPChannel  # the server engine pushes to an HFServer this way
+
+
 def main(argv: list[str] | None = None) -> None:
-    """``python -m lmselfplay.lm.engines.hf_server --model PATH``: one server in its own
+    """``python -m hf_server --model PATH`` (tests/ on the path): one server in its own
     process, one torch thread; prints its URL, stops when stdin closes."""
     import argparse
     import sys

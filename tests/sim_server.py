@@ -41,12 +41,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
+
+from lmselfplay.lm.engines.vllm_server import WEIGHT_CHANNELS
+
+TESTS = Path(__file__).resolve().parent
 
 VOCAB = 997
 MAX_MODEL_LEN = 32768  # Qwen2.5's context: what vLLM derives from such a model's config
@@ -118,7 +124,7 @@ class SimServer:
         return [int.from_bytes(hashlib.blake2b(key + bytes([k % 256, k // 256]), digest_size=4).digest(), "big")
                 % self.vocab for k in range(n)]
 
-    # --- what a subclass with a real model replaces (:mod:`lmselfplay.lm.engines.hf_server`) ---
+    # --- what a subclass with a real model replaces (``tests/hf_server.py``) ---
     transfer_backend = "sim"  # announced in /server_info: the client picks its weight channel by it
 
     def complete(self, req: dict) -> tuple[list[int], list[float]]:
@@ -377,14 +383,18 @@ class SimHTTPChannel(SimChannel):
             raise RuntimeError(f"{self.url} refused the bucket: {detail}") from None
 
 
+WEIGHT_CHANNELS["sim"] = SimHTTPChannel  # the server engine pushes to a SimServer this way
+
+
 class ServerProcess:
-    """``python -m MODULE ARGS`` of a server (this module's or :mod:`hf_server`'s ``main``) in
+    """``python -m MODULE ARGS`` of a server (``sim_server``'s or ``hf_server``'s ``main``, tests/ on the path) in
     its own process, so its HTTP threads are off the caller's GIL: the URL is its first line of
     output; closing stdin stops it (killed if it does not end within 60 s)."""
 
     def __init__(self, module: str, *args: str):
+        path = os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))
         self.proc = subprocess.Popen([sys.executable, "-m", module, *args], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
+                                     stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": path})
         self.url = self.proc.stdout.readline().strip()
         if not self.url.startswith("http"):
             self.proc.kill()
@@ -405,7 +415,7 @@ class ServerProcess:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m lmselfplay.lm.engines.sim_server --token_delay S``: one server in its own
+    """``python -m sim_server --token_delay S`` (tests/ on the path): one server in its own
     process (benchmarks: its threads do not share the client's interpreter); prints its URL,
     stops when stdin closes."""
     import argparse

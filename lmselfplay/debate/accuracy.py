@@ -10,9 +10,9 @@ import json
 import time
 
 from lmselfplay.debate.judge import judge_transcripts
+from lmselfplay.debate.metrics import format_table, protocol_metrics
 from lmselfplay.debate.protocols import run_protocol
 from lmselfplay.debate.training import Debate
-from lmselfplay.eval.debate_metrics import format_table, protocol_metrics
 from lmselfplay.lm.engines import SamplingParams
 from lmselfplay.utils.checkpoint import atomic_write_text, save_json
 
@@ -38,9 +38,9 @@ def judge_accuracy(cfg, eval_set, engine, tok, judge, step, out_dir, write: bool
 
 
 def log_judge_accuracy(cfg, run, d: Debate, step, t0) -> None:
-    """Step 6: every rank evaluates in step (ZeRO-3); rank 0 reports."""
-    with d.trainer.serving(d.engine):
-        per = judge_accuracy(cfg, d.eval_set, d.engine, d.tok, d.judge, step, run.out, run.is_main)
+    """Step 6 on the weights ``d.engine`` serves (the caller serves them; under ZeRO-3 every rank
+    evaluates in step); rank 0 reports."""
+    per = judge_accuracy(cfg, d.eval_set, d.engine, d.tok, d.judge, step, run.out, run.is_main)
     d.table[f"step {step}"] = per
     if run.is_main:
         run.log(step, {**{f"{p}/{k}": v for p, mm in per.items() for k, v in mm.items()},

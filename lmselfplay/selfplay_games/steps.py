@@ -1,13 +1,13 @@
-"""Self-play on text games with the rules as the referee (SPIRAL-style): the algorithm of
-``recipes/selfplay_games.py``, whose docstring is its box (steps 1-9).
+"""The steps of self-play on text games with the rules as the referee (SPIRAL-style), the
+algorithm of ``recipes/selfplay_games.py``, whose docstring is its box (steps 1-10).
 
 What the loop works on is one :class:`SelfPlay` (made by :func:`build`, restored by
 :func:`load_state`, saved by :func:`save_checkpoint`); the steps are functions of it:
 
 * steps 1-2, who plays whom from where: :func:`episode_games` (each episode's game),
   :func:`make_episodes` (opponents and starts, seeded by seed, step and rank), :func:`episode_plan`;
-* step 5, advantages: :func:`turn_advantages` (role or observation baselines) and
-  :func:`training_samples` (SPAG's shaping, the illegal-answer penalty);
+* step 5, advantages: :func:`turn_advantages` (role or observation baselines),
+  :func:`shaped_advantages` (SPAG's shaping, the illegal-answer penalty), :func:`training_samples` (both);
 * step 7, the league: :func:`snapshot_engines` (its engine factory), :func:`snapshot_score`
   (a new snapshot's play-in games);
 * exact feedback (``feedback: exact``): :func:`make_feedback`, :func:`exact_feedback_step`;
@@ -15,8 +15,8 @@ What the loop works on is one :class:`SelfPlay` (made by :func:`build`, restored
   :func:`average_metrics`, :func:`distill_averages`;
 * the step's log row: :func:`step_row`.
 
-Its evaluation (step 8 and the end of the run) is :mod:`lmselfplay.eval.selfplay_metrics`:
-training never imports evaluation.
+Its configs are :mod:`lmselfplay.selfplay_games.config`, its evaluation (step 8 and the end of
+the run) :mod:`lmselfplay.selfplay_games.metrics`: the steps never import evaluation.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 from lmselfplay.games.base import has_enumerable_actions, random_legal_reset
 from lmselfplay.games.bots import league_bot
 from lmselfplay.games.gtp import find_gnugo, plays_gtp
+from lmselfplay.games.model_texts import make_game_for
 from lmselfplay.games.text import MOVE_STOP
 from lmselfplay.lm import readout as policy_readout
 from lmselfplay.lm.engines import (
@@ -41,124 +42,18 @@ from lmselfplay.lm.engines import (
 )
 from lmselfplay.lm.prompt import thinks
 from lmselfplay.lm.rollout import Episode, LLMPlayer, RolloutStats, play_episodes
-from lmselfplay.models.policy import frozen_policy, load_policy
-from lmselfplay.models.tiny import make_game_for
+from lmselfplay.models.policy import frozen_policy, load_policy, resolve_model_path
 from lmselfplay.rl.advantages import RoleBaselines, observation_key
 from lmselfplay.rl.average_policy import AverageConfig, AveragePolicy, averageable, distill_samples
-from lmselfplay.rl.configs import PolicyGradientConfigs
 from lmselfplay.rl.exact_feedback import ExactFeedback, FeedbackConfig, exact_feedback_games
-from lmselfplay.rl.league import League, LeagueConfig, PlayInConfig
-from lmselfplay.rl.trainer import PolicyTrainer, TargetLossConfig, beta_for, reference_policy
+from lmselfplay.rl.kl import reference_policy
+from lmselfplay.rl.league import League
+from lmselfplay.rl.trainer import PolicyTrainer
+from lmselfplay.selfplay_games.config import SelfPlayArgs, SelfPlayConfigs, check_thinking
 from lmselfplay.utils.config import (
-    Config,
     ConfigError,
-    non_negative,
     parse_weights,
-    positive,
 )
-from lmselfplay.utils.run import PeriodicCheckpoints
-
-
-@dataclass
-class SelfPlayArgs(Config):
-    """The self-play recipe's own fields (the loop, its games, its evaluation); the components'
-    fields are in their own configs (:class:`SelfPlayConfigs`)."""
-
-    _argument_group_name = "self-play (lmselfplay.rl.selfplay.SelfPlayArgs)"
-    games: str = field(default="nim,tictactoe,kuhn_poker", metadata={"help": "comma-separated registry names"})
-    game_weights: str = field(default="", metadata={
-        "help": "share of each step's episodes per game, e.g. 'kuhn_poker=4' (unlisted games weigh 1)"})
-    max_steps: int = field(default=60, metadata={
-        "help": "self-play steps (each one trainer.step(); the learning-rate and beta schedules span them)"})
-    episodes_per_step: int = field(default=48, metadata={"help": "games played per step (split across games by game_weights)"})
-    concurrency: int = field(default=128, metadata={"help": "games live at once (their pending turns share one engine call)"})
-    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling for rollouts (behaviour log-probs are before top-p)"})
-    max_new_tokens: int = field(default=12, metadata={"help": "answer budget of a move (tokens)"})
-    text_max_new_tokens: int = field(default=64, metadata={
-        "help": "answer budget in games whose moves are free text (Taboo)"})
-    reward_shaping: str = field(default="none", metadata={
-        "help": "none: every turn gets its seat's baseline advantage | spag: SPAG's per-turn weights for games "
-                "that define turn_weights (Taboo): only the winner's turns, later ones more, roles rebalanced"})
-    shaping_decay: float = field(default=0.8, metadata={"help": "SPAG's per-turn decay (turn k weighs decay**-k)"})
-    retries: int = field(default=0, metadata={"help": "extra tries after an illegal answer before it forfeits the game"})
-    illegal_penalty: float = field(default=0.0, metadata={
-        "help": "> 0: an illegal answer's own turn gets advantage -illegal_penalty instead of its game's "
-                "(with retries the game goes on, so the answer itself must carry the blame)"})
-    max_turns: int = field(default=40, metadata={"help": "moves after which a game is cut as a draw"})
-    reset_fraction: float = field(default=0.0, metadata={"help": "games started from random legal positions"})
-    reset_max_plies: int = field(default=6, metadata={"help": "random moves at most before a reset game starts"})
-    baseline_decay: float = field(default=0.9, metadata={"help": "EMA decay of the role baselines (per game, seat, start)"})
-    baseline_key: str = field(default="role", metadata={
-        "help": "role: one EMA baseline per (game, seat, start), every turn of a game gets its return minus it "
-                "(SPIRAL's RAE); observation: one per (role, exact prompt), each turn gets its return minus the "
-                "mean return seen from that observation (a tabular critic: for small games; the role's baseline "
-                "until the observation has one)"})
-    eval_every: int = field(default=10, metadata={"help": "steps between evaluations (0: only at the end)"})
-    eval_suite: str = field(default="", metadata={
-        "help": "a reasoning benchmark suite (e.g. 'tiny', 'default' or a YAML path) also run every eval_every steps"})
-    eval_max_new_tokens: int = field(default=0, metadata={
-        "help": "answer budget of the eval_suite problems (0: the suite's own max_new_tokens)"})
-    readout: str = field(default="auto", metadata={
-        "help": "how the exact metrics (and the average policy) read the policy: bare = teacher-forced answers "
-                "right after the assistant header; sampled = readout_samples answers per position / information "
-                "set, generated as played (thinking included), parsed; auto = sampled iff enable_thinking"})
-    readout_samples: int = field(default=32, metadata={"help": "answers per position of the sampled readout"})
-    eval_games: int = field(default=100, metadata={"help": "games per reference bot at each evaluation"})
-    gnugo_level: int = field(default=0, metadata={
-        "help": "also evaluate Go against GnuGo at this level (0: off; skipped with a note when gnugo is missing)"})
-    gnugo_games: int = field(default=20, metadata={"help": "games against GnuGo per evaluation"})
-    eval_positions: int = field(default=400, metadata={"help": "positions sampled for optimal-move rates (0: all)"})
-
-    def validate(self) -> None:
-        positive(self, "max_steps", "episodes_per_step", "concurrency", "max_new_tokens", "text_max_new_tokens", "max_turns",
-                 "top_p")
-        non_negative(self, "retries", "illegal_penalty", "reset_max_plies", "eval_every", "eval_games",
-                     "gnugo_level", "gnugo_games", "eval_positions")
-        if self.baseline_key not in ("role", "observation"):
-            raise ConfigError(f"baseline_key must be 'role' or 'observation', got {self.baseline_key!r}")
-        policy_readout.resolve_readout(self.readout, False)  # a valid name; auto resolves with the model
-        positive(self, "readout_samples")
-        non_negative(self, "eval_max_new_tokens")
-
-    def answer_budget(self) -> int:
-        """The engine's answer budget (its KV cache is sized for it): the largest of a move's, a text turn's and an evaluation's."""
-        return max(self.max_new_tokens, self.text_max_new_tokens, self.eval_max_new_tokens)
-
-
-@dataclass(frozen=True)
-class SelfPlayConfigs(PolicyGradientConfigs):
-    """What ``recipes/selfplay_games.py`` parses: the trainer's, policy's, engine's and run's
-    configs, its own arguments, and the target loss's (exact feedback and the average's
-    distillation make target samples), average policy's, feedback's, league's, play-in's and
-    checkpoints'."""
-
-    selfplay: SelfPlayArgs
-    target_loss: TargetLossConfig
-    average: AverageConfig
-    feedback: FeedbackConfig
-    league: LeagueConfig
-    play_in: PlayInConfig
-    checkpoints: PeriodicCheckpoints
-
-    defaults = {"output_dir": "runs/selfplay_games"}
-
-    def validate(self) -> None:
-        """Exact feedback and the average's distillation teach bare answers (a thinking policy
-        would learn to stop thinking); the distillation runs past the loop's steps, where a
-        decaying schedule has ended."""
-        if self.feedback.feedback == "exact" and self.policy.enable_thinking:
-            raise ConfigError("feedback: exact reads and distils a bare answer (<move> right after the assistant "
-                              "header), which is not what a thinking policy plays and would train it to stop "
-                              "thinking: use feedback: sampled, or enable_thinking: false")
-        distils = self.average.average_policy and self.average.distill_steps
-        if distils and self.policy.enable_thinking:
-            raise ConfigError("distill_steps teach bare answers (<move> right after the assistant header), which "
-                              "would train a thinking policy to stop thinking: use distill_steps 0 (the average is "
-                              "still read by sampling and reported) or enable_thinking: false")
-        schedule = self.trainer.lr_scheduler_type
-        if distils and schedule not in ("constant", "constant_with_warmup"):
-            raise ConfigError(f"distill_steps run past max_steps, where lr_scheduler_type {schedule!r} has "
-                              "decayed: use a constant schedule or distill_steps 0")
 
 
 def resolved_readout(args: SelfPlayArgs, tok) -> str:
@@ -167,25 +62,13 @@ def resolved_readout(args: SelfPlayArgs, tok) -> str:
     return policy_readout.resolve_readout(args.readout, thinks(tok))
 
 
-def check_thinking(average: AverageConfig, feedback, tok) -> None:
-    """Exact feedback and the average's distillation teach bare answers: ConfigError when the
-    policy thinks (also when the template thinks by default, which the config alone cannot tell)."""
-    if not thinks(tok):
-        return
-    if feedback:
-        raise ConfigError("feedback: exact reads and distils bare answers, but this policy thinks (its chat "
-                          "template opens a think block): use feedback: sampled, or enable_thinking: false")
-    if average.average_policy and average.distill_steps:
-        raise ConfigError("distill_steps teach bare answers, but this policy thinks (its chat template opens a "
-                          "think block): use distill_steps 0, or enable_thinking: false")
-
-
 def make_games(names: str, model_name_or_path: str | None = None):
     """The games of this run, by registry name, with the texts the policy ``model_name_or_path``
-    was built to read (:func:`~lmselfplay.models.tiny.make_game_for`); a ConfigError names an
+    was built to read (:func:`~lmselfplay.games.model_texts.make_game_for`); a ConfigError names an
     unknown one."""
+    model_dir = resolve_model_path(model_name_or_path)
     try:
-        return [make_game_for(name.strip(), model_name_or_path) for name in names.split(",") if name.strip()]
+        return [make_game_for(name.strip(), model_dir) for name in names.split(",") if name.strip()]
     except (KeyError, ValueError) as e:
         raise ConfigError(f"games: {e.args[0] if e.args else e}") from None
 
@@ -209,32 +92,6 @@ def episode_games(games, weights: str, n: int):
     return [g for g, c in zip(games, counts) for _ in range(c)]
 
 
-def check_beta(beta, games):
-    """A per-game ``beta`` must name registered games (a shared YAML may list games this run
-    does not play) and cover every seat of every game played; ConfigError otherwise."""
-    from lmselfplay.games import REGISTRY
-
-    if not isinstance(beta, dict):
-        return
-    bad = [k for k in beta if k != "default" and k.split("/")[0] not in REGISTRY]
-    if bad:
-        raise ConfigError(f"beta names unknown game(s) {bad}; games: {sorted(REGISTRY)} (or 'default')")
-    for game in games:
-        for seat in range(2):
-            try:
-                beta_for(beta, f"{game.name}/p{seat}/initial", game.name)
-            except KeyError as e:
-                raise ConfigError(str(e)) from None
-
-
-def check_shaping(args: SelfPlayArgs, games):
-    """``reward_shaping: spag`` needs a game that defines ``turn_weights``; ConfigError otherwise."""
-    if args.reward_shaping not in ("none", "spag"):
-        raise ConfigError(f"reward_shaping must be 'none' or 'spag', got {args.reward_shaping!r}")
-    if args.reward_shaping == "spag" and not any(hasattr(g, "turn_weights") for g in games):
-        raise ConfigError(f"reward_shaping: spag shapes games with turn_weights (taboo); none in {args.games!r}")
-
-
 def turn_advantages(baseline_key, baselines, trajs):
     """Each learner turn's return minus its baseline (``id(trajectory)`` -> one per turn): the
     role's (game, seat, start) for every turn (``baseline_key`` "role"), or with "observation"
@@ -250,14 +107,21 @@ def turn_advantages(baseline_key, baselines, trajs):
 
 
 def training_samples(args: SelfPlayArgs, finished, baselines):
-    """Step 5: advantages. Every learner turn gets its seat's return minus the role baseline;
-    with ``reward_shaping: spag``, turns of games that define ``turn_weights`` get SPAG's
-    weights instead (per game kind, over this step's games, as SPAG balances per batch).
-    A turn with no utterance in the final state (an illegal answer) keeps the plain
-    advantage, so breaking the rules is still punished; with ``illegal_penalty`` > 0 every
-    illegal answer's turn gets ``-illegal_penalty`` instead."""
+    """Step 5: the learner's samples, each turn with its advantage (:func:`turn_advantages`,
+    then :func:`shaped_advantages`)."""
     trajs = [t for f in finished for t in f.trajectories]
-    adv = turn_advantages(args.baseline_key, baselines, trajs)
+    adv = shaped_advantages(args, finished, turn_advantages(args.baseline_key, baselines, trajs))
+    return [s for t in trajs for s in t.samples(adv[id(t)])]
+
+
+def shaped_advantages(args: SelfPlayArgs, finished, adv):
+    """Every learner turn's advantage (``adv``: its seat's return minus its baseline, per
+    ``id(trajectory)``), shaped: with ``reward_shaping: spag``, turns of games that define
+    ``turn_weights`` get SPAG's weights instead (per game kind, over this step's games, as SPAG
+    balances per batch). A turn with no utterance in the final state (an illegal answer) keeps
+    the plain advantage, so breaking the rules is still punished; with ``illegal_penalty`` > 0
+    every illegal answer's turn gets ``-illegal_penalty`` instead."""
+    trajs = [t for f in finished for t in f.trajectories]
     shaped: dict[int, list[float]] = {}
     if args.reward_shaping == "spag":
         kinds: dict[str, list] = {}
@@ -274,7 +138,7 @@ def training_samples(args: SelfPlayArgs, finished, baselines):
         for t in trajs:
             per_turn = shaped.get(id(t), adv[id(t)])
             shaped[id(t)] = [-args.illegal_penalty if turn.invalid else a for turn, a in zip(t.turns, per_turn)]
-    return [s for t in trajs for s in t.samples(shaped.get(id(t), adv[id(t)]))]
+    return {id(t): shaped.get(id(t), adv[id(t)]) for t in trajs}
 
 
 def make_episodes(cfg, step_games, league, me, tok, step, rank):
@@ -383,14 +247,14 @@ def average_metrics(averages):
             for name, avg in averages.items() if avg.count}
 
 
-def distill_averages(trainer, averages, tok, steps, logger=None):
+def distill_averages(trainer, averages, tok, steps, logger=None, engine=None):
     """``steps`` trainer steps of pure target cross-entropy toward every average policy
     (no completion tokens: no policy-gradient or KL term); the last step's metrics. The
     cross-entropy of every 10th step goes to the log as ``distill/target_ce``."""
     samples = [s for avg in averages.values() for s in distill_samples(avg.game, tok, avg.policy())]
     metrics = {}
     for i in tqdm(range(steps), desc="distil average", disable=not trainer.accelerator.is_main_process):
-        metrics = trainer.step(samples)
+        metrics = trainer.step(samples, engine=engine)
         if logger is not None and (i % 10 == 0 or i == steps - 1):
             logger.log(trainer.step_count, {"distill/step": i + 1, "distill/target_ce": metrics["target_ce"]})
     return metrics
@@ -432,7 +296,7 @@ class SelfPlay:
 def build(cfg: SelfPlayConfigs, run, games, feedback, positions) -> SelfPlay:
     """The policy, its trainer and engine, and the loop's state, fresh, each component from its
     own config. ``positions`` are the evaluation's fixed positions per game
-    (``eval.selfplay_metrics.eval_positions``), computed once and reused by every evaluation."""
+    (``metrics.eval_positions``), computed once and reused by every evaluation."""
     if cfg.selfplay.gnugo_level > 0 and any(plays_gtp(g) for g in games) and find_gnugo() is None:
         run.acc.print("gnugo_level is set but gnugo is not installed (apt-get install gnugo): no GnuGo games")
     # the same every step; games with exact feedback learn without playing

@@ -7,10 +7,10 @@ import re
 from fake_engine import ScriptedEngine
 from lm_fixtures import tiny_tokenizer
 
+from lmselfplay.debate.accuracy import judge_accuracy
 from lmselfplay.debate.config import DebateConfigs
 from lmselfplay.debate.judge import RuleJudge
 from lmselfplay.debate.tasks import DebateTask
-from lmselfplay.eval.debate_accuracy import judge_accuracy
 
 CONTEXT = "The keeper counted 41 ships in March."
 

@@ -23,7 +23,7 @@ from lmselfplay.games.text import MOVE_STOP
 from lmselfplay.lm import readout as policy_readout
 from lmselfplay.lm.engines import HFEngine, SamplingParams
 from lmselfplay.lm.search_eval import LLMEvaluator
-from lmselfplay.rl.search_selfplay import SearchSelfPlayArgs, SearchSelfPlayConfigs
+from lmselfplay.search_selfplay.config import SearchSelfPlayArgs, SearchSelfPlayConfigs
 
 
 def openings(face: Any, cfg: SearchSelfPlayConfigs) -> list[Any]:
@@ -55,7 +55,7 @@ def strength_per_budget(face: Any, evaluator: LLMEvaluator, model: Any, tok: Any
     if game.exact_metric == OPTIMAL_MOVES:
         opponents["exact"] = exact_agent(face, seed)
     for k in args.eval_budgets:
-        me = search_agent(face, evaluator, k, args.c_puct)
+        me = search_agent(face, evaluator, k, cfg.puct.c_puct)
         for name, opp in opponents.items():
             r = play_match(face, me, opp, starts)
             out[f"eval/sims{k}_vs_{name}_win"], out[f"eval/sims{k}_vs_{name}_loss"] = r["win"], r["loss"]

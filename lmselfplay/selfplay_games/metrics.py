@@ -1,12 +1,16 @@
 """The self-play recipe's evaluation (``recipes/selfplay_games.py``, step 8 and the end of the run),
-over the loop's :class:`~lmselfplay.rl.selfplay.SelfPlay`:
+over the loop's :class:`~lmselfplay.selfplay_games.steps.SelfPlay`:
 
 * :func:`eval_positions` — the fixed positions of the optimal-move metrics, once per run;
 * :func:`evaluate_games` — the exact metrics each game declares (optimal-move rates or
   exploitability; win rates vs its reference bots), plus win rates vs GnuGo (:func:`gnugo_metrics`);
 * :func:`log_evaluation` — step 8: those, the average policy's exploitability and the
   reasoning suite, logged and plotted (:func:`plot_curves`);
-* :func:`finish` — the final evaluation (and the average's distillation), the final model, the summary.
+* :func:`final_metrics`, :func:`distilled_metrics`, :func:`log_final`, :func:`print_final` — the end
+  of the run: the final evaluation, the distilled average's, the last row and the summary.
+
+Each measures the weights the engine serves; the recipe serves them (``trainer.serving``) and
+trains: evaluation never touches the trainer.
 """
 
 from __future__ import annotations
@@ -23,10 +27,9 @@ from lmselfplay.games.text import MOVE_STOP
 from lmselfplay.lm import readout as policy_readout
 from lmselfplay.lm.engines import SamplingParams
 from lmselfplay.rl.average_policy import averageable
-from lmselfplay.rl.selfplay import (
+from lmselfplay.selfplay_games.steps import (
     SelfPlay,
     average_metrics,
-    distill_averages,
     fold_averages,
     resolved_readout,
 )
@@ -76,34 +79,42 @@ def gnugo_metrics(args, game, engine, tok, sampling, step):
 
 
 def log_evaluation(cfg, run, sp: SelfPlay, step, t0) -> None:
-    """Step 8: every rank evaluates in step (under ZeRO-3 any forward may need all ranks); rank 0 logs."""
-    with sp.trainer.serving(sp.engine):
-        result = {**evaluate_games(cfg, sp.games, sp.positions, sp.engine, sp.tok, step),
-                  **average_metrics(sp.averages)}
-        if run.is_main:  # whole weights are served: no collective inside
-            eval_callback(step, sp.engine, sp.tok, cfg.selfplay.eval_suite, cfg.selfplay.eval_every, run.logger,
-                          max_new_tokens=cfg.selfplay.eval_max_new_tokens or None)
-    if run.is_main:
+    """Step 8 on the weights ``sp.engine`` serves (the caller serves them; under ZeRO-3 every rank
+    evaluates in step, any forward may need all ranks); rank 0 logs."""
+    result = {**evaluate_games(cfg, sp.games, sp.positions, sp.engine, sp.tok, step), **average_metrics(sp.averages)}
+    if run.is_main:  # whole weights are served: no collective inside
+        eval_callback(step, sp.engine, sp.tok, cfg.selfplay.eval_suite, cfg.selfplay.eval_every, run.logger,
+                      max_new_tokens=cfg.selfplay.eval_max_new_tokens or None)
         run.log(step, {**result, "wall_s": time.time() - t0})
         plot_curves(run.logger, sp.games)
 
 
-def finish(cfg, run, sp: SelfPlay, t0) -> None:
-    """The final evaluation (and the average's distillation), the final model, the summary."""
-    with sp.trainer.serving(sp.engine):  # every rank evaluates in step (ZeRO-3), rank 0 reports
-        if sp.averages and cfg.average.averaged_at(cfg.selfplay.max_steps):
-            fold_averages(cfg, sp.averages, sp.engine, sp.tok, cfg.selfplay.max_steps)
-        final = {**evaluate_games(cfg, sp.games, sp.positions, sp.engine, sp.tok, cfg.selfplay.max_steps),
-                 **average_metrics(sp.averages)}
-    if sp.averages and cfg.average.distill_steps:  # the final model becomes the average policy
-        distilled = distill_averages(sp.trainer, sp.averages, sp.tok, cfg.average.distill_steps, run.logger)
-        with sp.trainer.serving(sp.engine):
-            final.update({f"distilled/{k}": v for k, v in
-                          evaluate_games(cfg, sp.games, sp.positions, sp.engine, sp.tok, cfg.selfplay.max_steps).items()})
-        final["distilled/target_ce"] = distilled.get("target_ce", float("nan"))
+def final_metrics(cfg, sp: SelfPlay) -> dict:
+    """The final evaluation on the weights ``sp.engine`` serves (the caller serves them): the
+    averages take the final policy in first (when it is due), then the exact metrics."""
+    if sp.averages and cfg.average.averaged_at(cfg.selfplay.max_steps):
+        fold_averages(cfg, sp.averages, sp.engine, sp.tok, cfg.selfplay.max_steps)
+    return {**evaluate_games(cfg, sp.games, sp.positions, sp.engine, sp.tok, cfg.selfplay.max_steps),
+            **average_metrics(sp.averages)}
+
+
+def distilled_metrics(cfg, sp: SelfPlay, distilled: dict) -> dict:
+    """The exact metrics of the distilled average policy ``sp.engine`` serves, and the distillation's
+    last cross-entropy (``distilled``: its trainer metrics)."""
+    out = {f"distilled/{k}": v for k, v in
+           evaluate_games(cfg, sp.games, sp.positions, sp.engine, sp.tok, cfg.selfplay.max_steps).items()}
+    out["distilled/target_ce"] = distilled.get("target_ce", float("nan"))
+    return out
+
+
+def log_final(cfg, run, sp: SelfPlay, final: dict, t0) -> object:
+    """The final row of the log and its curves (rank 0); the figure's path."""
     run.log(cfg.selfplay.max_steps, {**final, "wall_s": time.time() - t0})
-    png = plot_curves(run.logger, sp.games) if run.is_main else None
-    model_dir = run.save_final_model(sp.trainer.model, sp.trainer.unwrapped, sp.tok)
+    return plot_curves(run.logger, sp.games) if run.is_main else None
+
+
+def print_final(run, final: dict, png, model_dir) -> None:
+    """The summary rank 0 prints: the final exact metrics, where the curves, log and model are."""
     if run.is_main:
         print("\nfinal exact metrics:")
         for k, v in final.items():
