@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 
+from lmselfplay.games import split_names
 from lmselfplay.games.base import has_enumerable_actions, random_legal_reset
 from lmselfplay.games.bots import league_bot
 from lmselfplay.games.gtp import find_gnugo, plays_gtp
@@ -185,7 +186,7 @@ def make_games(names: str, model_name_or_path: str | None = None):
     was built to read (:func:`~lmselfplay.models.tiny.make_game_for`); a ConfigError names an
     unknown one."""
     try:
-        return [make_game_for(name.strip(), model_name_or_path) for name in names.split(",") if name.strip()]
+        return [make_game_for(name, model_name_or_path) for name in split_names(names)]
     except (KeyError, ValueError) as e:
         raise ConfigError(f"games: {e.args[0] if e.args else e}") from None
 
@@ -212,11 +213,11 @@ def episode_games(games, weights: str, n: int):
 def check_beta(beta, games):
     """A per-game ``beta`` must name registered games (a shared YAML may list games this run
     does not play) and cover every seat of every game played; ConfigError otherwise."""
-    from lmselfplay.games import REGISTRY
+    from lmselfplay.games import REGISTRY, is_game_name
 
     if not isinstance(beta, dict):
         return
-    bad = [k for k in beta if k != "default" and k.split("/")[0] not in REGISTRY]
+    bad = [k for k in beta if k != "default" and not is_game_name(k.split("/")[0])]
     if bad:
         raise ConfigError(f"beta names unknown game(s) {bad}; games: {sorted(REGISTRY)} (or 'default')")
     for game in games:
