@@ -47,6 +47,7 @@ from lmselfplay.rl.selfplay import (
     SelfPlayConfigs,
     build,
     check_beta,
+    check_bots,
     check_shaping,
     episode_plan,
     exact_feedback_step,
@@ -69,6 +70,7 @@ def main(argv=None):
     games = make_games(args.games, cfg.policy.model_name_or_path)
     check_beta(cfg.trainer.beta, games)
     check_shaping(args, games)
+    check_bots(cfg.league, games)
     feedback = make_feedback(cfg.feedback, games)
     # after the config checks: a bad config never waits on a busy folder
     with Run(cfg.run, cfg.as_dict(), gradient_accumulation_steps=cfg.trainer.gradient_accumulation_steps,

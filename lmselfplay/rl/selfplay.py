@@ -228,6 +228,18 @@ def check_beta(beta, games):
                 raise ConfigError(str(e)) from None
 
 
+def check_bots(league: LeagueConfig, games) -> None:
+    """``bot_fraction`` > 0 needs a bot for every game: a random one where moves can be enumerated,
+    else the game's scripted opponent (TextArena's games have neither); ConfigError otherwise."""
+    if league.bot_fraction <= 0:
+        return
+    bare = [g.name for g in games if not has_enumerable_actions(g) and not hasattr(g, "scripted_action")]
+    if bare:
+        raise ConfigError(f"bot_fraction {league.bot_fraction} needs a bot opponent, and {bare} have none (moves "
+                          "are free text and no scripted opponent): set bot_fraction: 0 and give its share to "
+                          "mirror_fraction")
+
+
 def check_shaping(args: SelfPlayArgs, games):
     """``reward_shaping: spag`` needs a game that defines ``turn_weights``; ConfigError otherwise."""
     if args.reward_shaping not in ("none", "spag"):
