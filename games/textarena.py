@@ -180,7 +180,7 @@ def _last_admin(env: Any, player: int) -> str:
 
 def refusal(env_id: str) -> str | None:
     """Why ``env_id`` cannot be played here, in one line; None when it loads offline with two players."""
-    ta = textarena_module()
+    textarena_module()
     from textarena.envs.registration import ENV_REGISTRY
 
     if env_id not in ENV_REGISTRY:
