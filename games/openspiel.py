@@ -383,7 +383,7 @@ def registry_rows() -> list[tuple[str, str]]:
     for name in sorted(pyspiel.registered_names()):
         try:
             game = pyspiel.load_game(name)
-        except pyspiel.SpielError as e:
+        except Exception as e:  # OpenSpiel's own failure (SpielError, or a C++ IndexError): reported
             rows.append((name, f"refused: does not load with default parameters ({_last_line(e)})"))
             continue
         why = refusal(game)
@@ -392,11 +392,14 @@ def registry_rows() -> list[tuple[str, str]]:
 
 
 def _last_line(error: Exception) -> str:
-    return str(error).strip().splitlines()[-1].split("/open_spiel/")[-1].strip()
+    lines = str(error).strip().splitlines() or [type(error).__name__]
+    return lines[-1].split("/open_spiel/")[-1].strip()
 
 
 def registry_table() -> str:
     """The docs table: every OpenSpiel registry game and whether ``openspiel:<name>`` plays it."""
-    lines = ["| OpenSpiel game | `openspiel:<name>` |", "|---|---|"]
+    from importlib.metadata import version
+
+    lines = [f"| OpenSpiel {version('open_spiel')} game | `openspiel:<name>` |", "|---|---|"]
     lines += [f"| `{name}` | {status} |" for name, status in registry_rows()]
     return "\n".join(lines)

@@ -215,7 +215,9 @@ def registry_rows() -> list[tuple[str, str]]:
 
 
 def registry_table() -> str:
-    lines = ["| TextArena environment | `textarena:<id>` |", "|---|---|"]
+    from importlib.metadata import version
+
+    lines = [f"| TextArena {version('textarena')} environment | `textarena:<id>` |", "|---|---|"]
     lines += [f"| `{name}` | {status} |" for name, status in registry_rows()]
     return "\n".join(lines)
 
