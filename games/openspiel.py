@@ -50,8 +50,13 @@ def pyspiel_module() -> Any:
 
 
 def load(spec: str) -> Any:
-    """OpenSpiel's game of ``spec`` (``name`` or ``name(key=value,...)``); ValueError when unknown."""
+    """OpenSpiel's game of ``spec`` (``name`` or ``name(key=value,...)``, its Python games included);
+    ValueError when unknown."""
     pyspiel = pyspiel_module()
+    try:
+        import open_spiel.python.games  # noqa: F401  (registers python_kuhn_poker, ...)
+    except ImportError:
+        pass
     try:
         return pyspiel.load_game(spec)
     except pyspiel.SpielError as e:
@@ -379,6 +384,10 @@ def registry_rows() -> list[tuple[str, str]]:
     """``(name, "loads" | "refused: why")`` for every game of OpenSpiel's registry with its default
     parameters: what the docs table of :mod:`lmselfplay.games.openspiel` lists."""
     pyspiel = pyspiel_module()
+    try:  # OpenSpiel's Python games join the registry when this package is imported: always list them
+        import open_spiel.python.games  # noqa: F401
+    except ImportError:
+        pass
     rows = []
     for name in sorted(pyspiel.registered_names()):
         try:
