@@ -23,7 +23,7 @@ from pathlib import Path
 
 from lmselfplay.utils.results import save_results
 
-EVAL_MARKERS = ("/win_vs_", "/optimal_move_prob", "/exploitability", "heldout", "study/")
+EVAL_MARKERS = ("/win_vs_", "/optimal_move_prob", "/exploitability", "heldout", "study/", "eval/raw_")
 
 
 def evaluation_rows(run: Path) -> dict[str, dict[str, float]]:

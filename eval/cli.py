@@ -6,7 +6,7 @@
     lmselfplay eval humaneval --completions samples.jsonl                  # no model
     lmselfplay arena tictactoe --models runs/a/checkpoint-100 runs/a/checkpoint-200 --bots random,exact
 
-Results go to ``--out`` (default ``eval_results/``) as JSON + CSV (+ PNG for the arena),
+Results go to ``--out`` (default ``runs/eval/``, the arena ``runs/arena/``) as JSON + CSV (+ PNG for the arena),
 each written atomically. A completions file's problems (missing ids, bad lines, oversized
 completions) are printed and counted as failures; they never stop the run.
 """
@@ -126,7 +126,7 @@ def _model_args(p: argparse.ArgumentParser, default_tokens: int | None) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--device", default="auto")
-    p.add_argument("--out", default="eval_results", help="directory for the JSON and CSV")
+    p.add_argument("--out", default="runs/eval", help="directory for the JSON and CSV")
 
 
 def add_commands(sub: Any) -> None:
@@ -152,5 +152,5 @@ def add_commands(sub: Any) -> None:
     a.add_argument("--bootstrap", type=int, default=200)
     a.add_argument("--seed", type=int, default=0)
     a.add_argument("--device", default="auto")
-    a.add_argument("--out", default="eval_results")
+    a.add_argument("--out", default="runs/arena", help="directory for the JSON, CSV and PNG")
     a.set_defaults(func=_cmd_arena)

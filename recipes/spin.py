@@ -24,11 +24,11 @@ data answer is pulled up, not only the model's own answer pushed down. The ideal
 
 Two traps of the reference implementation are closed by construction here:
 
-* one formatter (SPIN issue #33): generation prompts come from
+* one formatter (uclaml/SPIN#33): generation prompts come from
   :func:`lmselfplay.lm.prompt.encode_prompt`, and the SAME token ids (prompt, data answer via
   :func:`~lmselfplay.lm.prompt.encode_completion`, the sampled y' token ids as sampled) are
   what ``DPOTrainer`` trains on — nothing is re-tokenized from text;
-* generation length = training length (SPIN issue #9): y' may be as long as the longest
+* generation length = training length (uclaml/SPIN#9): y' may be as long as the longest
   data answer in the training set (``max_completion_length``), and DPO does not truncate.
 
 The reference theta_t is passed explicitly (a frozen copy; with LoRA: the adapter

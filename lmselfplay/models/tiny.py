@@ -88,27 +88,23 @@ GAME_PARAMS_ATTR = "lmselfplay_game_params"
 
 
 # Named builds: the fields each one sets on top of TinyConfig's defaults (v3's from-scratch
-# settings). v4 (issue 30): the "cells" tokenizer (one token per board cell, digit and move name),
+# settings). v4: the "cells" tokenizer (one token per board cell, digit and move name),
 # reading targets on the board (grid_reading), more arithmetic and program tasks and the
-# judge's two-option questions. Its 2,400 steps are what the 60-minute build limit allows:
-# 1.4 s a step with 2 threads on 2 idle cores (2.2 s with 1), its longer cell-token sequences.
-# Measured against v3 in docs/embedded_model.md: it meets none of issue 30's targets.
+# judge's two-option questions; 2,400 steps fit the 60-minute build limit with its longer
+# cell-token sequences. docs/embedded_model.md compares the builds.
 BUILDS: dict[str, dict[str, Any]] = {
     "v3": {},
     "v4": {"tokenizer": "cells", "train_steps": 2400, "num_threads": 2,
            "task_weights": "tictactoe=8,reading=3,grid_reading=4,arithmetic=3,programs=3,two_option=2"},
     # v5 and v6: v3's weights and tokenizer, then more steps of the same game turns and
     # reading beside arithmetic word problems, programs and the judge's A/B questions; the
-    # games stay at the random prior (docs/embedded_model.md). v5 (2,000 steps, 47%
-    # arithmetic) took greedy arithmetic from 0.12 to 0.61, but the main job's Kuhn row missed
-    # on it; v6 gives the reading questions and Kuhn turns more share: its cards
-    # read by step 20 of bench_kuhn_card_reading, arithmetic 0.69.
-    # v6 builds in 29 min with 2 threads, after v3's 20.
+    # games stay at the random prior (docs/embedded_model.md). v5 weighs arithmetic most;
+    # v6 gives the reading questions and Kuhn turns more share.
     "v5": {"continue_from": "v3", "train_steps": 2000, "lr": 1e-3, "num_threads": 2,
            "task_weights": "tictactoe=8,reading=3,arithmetic=20,programs=5,two_option=2"},
     "v6": {"continue_from": "v3", "train_steps": 2400, "lr": 1e-3, "num_threads": 2,
            "task_weights": "tictactoe=8,reading=6,kuhn_poker=3,arithmetic=20,programs=4,two_option=2"},
-    # v7 (issue 42): the shape probe's winner, a Llama of 2 layers x 128 with 8 heads and an MLP
+    # v7: the shape probe's winner, a Llama of 2 layers x 128 with 8 heads and an MLP
     # of twice the width, from scratch; tic-tac-toe's cells text (one token per cell that names
     # it: "5X"), whose 27 cell strings the tokenizer holds as one token each, and board-reading
     # questions on those cells (grid_reading) beside v6's mix. docs/embedded_model.md.
@@ -118,9 +114,8 @@ BUILDS: dict[str, dict[str, Any]] = {
 }
 
 
-# What every recipe loads when no model is named; it ships in the package. v7: the only build whose
-# tic-tac-toe can be learned (representation control 0.81 at 400 steps, v6 0.67), and a main-job
-# step takes half of v6's time (docs/embedded_model.md).
+# What every recipe loads when no model is named; it ships in the package: v7, the build whose
+# tic-tac-toe can be learned (docs/embedded_model.md).
 DEFAULT_BUILD = "v7"
 
 

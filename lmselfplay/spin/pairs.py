@@ -3,7 +3,7 @@
 THE formatter (:func:`tokenize_pairs`): generation prompts come from
 :func:`~lmselfplay.lm.prompt.encode_prompt` and data answers from
 :func:`~lmselfplay.lm.prompt.encode_completion` (+EOS); the same ids are what ``DPOTrainer``
-trains on (SPIN issue #33). The supervised train / held-out sets are drawn once and saved with the
+trains on (uclaml/SPIN#33). The supervised train / held-out sets are drawn once and saved with the
 run (``data/``, :func:`supervised_data`), so a resume sees the same sets; every data set folder
 is written atomically by the main process (:func:`save_dataset`).
 """

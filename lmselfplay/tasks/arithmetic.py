@@ -15,12 +15,16 @@ ITEMS = ("apples", "books", "coins", "marbles", "pens", "cards", "shells", "stic
          "cookies", "stamps", "balls")
 
 
+KINDS = ("addition", "subtraction", "multiplication", "division", "add-then-subtract", "multiply-then-add")
+
+
 def _final(value: int) -> str:
     return f"#### {value}"
 
 
 def arithmetic_problem(rng: random.Random) -> dict[str, str]:
-    """One word problem: ``{"prompt", "answer", "final"}`` with a correct worked answer.
+    """One word problem: ``{"prompt", "answer", "final", "kind"}`` with a correct worked answer
+    (``kind``: one of :data:`KINDS`).
 
     The answer is one or two equations then ``#### N`` (the GSM8K convention that
     :mod:`lmselfplay.verifiers` math scorers read); ``final`` is ``str(N)``.
@@ -57,7 +61,7 @@ def arithmetic_problem(rng: random.Random) -> dict[str, str]:
         q = (f"{name} has {a} boxes of {b} {item} and {c} loose {item}. "
              f"How many {item} does {name} have in all?")
         work, ans = f"{a} * {b} = {a * b}\n{a * b} + {c} = {a * b + c}", a * b + c
-    return {"prompt": q, "answer": f"{work}\n{_final(ans)}", "final": str(ans)}
+    return {"prompt": q, "answer": f"{work}\n{_final(ans)}", "final": str(ans), "kind": KINDS[kind]}
 
 
 def arithmetic_prompt(problem: dict[str, str]) -> str:

@@ -1,8 +1,8 @@
 """Benchmark results as JSON files: what was measured, where, when, and by which command.
 
-Every script in ``benchmarks/`` ends with :func:`save_results`; the README's tables cite
-these files, and ``tests/project/test_readme_numbers.py`` checks that every number a README table
-shows appears in one of them, so a table cannot drift from what was measured.
+Every script in ``benchmarks/`` ends with :func:`save_results`; the README's and docs' tables cite
+these files by key, and ``tests/project/test_readme_numbers.py`` checks the value at each key, so a
+table cannot drift from what was measured.
 ``LMSELFPLAY_RESULTS_DIR`` sends every script's file elsewhere (the documented-commands test
 runs the benchmarks at reduced size there, leaving the cited files alone).
 """

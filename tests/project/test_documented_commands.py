@@ -206,20 +206,3 @@ def test_save_results_writes_numpy_and_torch_values(tmp_path, monkeypatch):
                                                        "scalar": 0.25, "count": 3, "tensor": [1, 2], "path": "a/b"}
     with pytest.raises(TypeError, match="object is not JSON serializable"):
         save_results("y", {"bad": object()})
-
-
-def test_search_vs_selfplay_smoke_run_measures_a_sample_of_positions(capsys):
-    """bench_search_vs_selfplay --quick still read all 4,520 tic-tac-toe positions for each of its
-    three models, so its documented smoke run ran past its 600 s on a busy 2-core machine."""
-    from lmselfplay.games import make
-    from lmselfplay.lm.readout import sampled_decision_states
-    from lmselfplay.utils.recipe_loader import run_recipe
-
-    game = make("tictactoe")
-    every = sampled_decision_states(game, 0, seed=0)
-    some = sampled_decision_states(game, 40, seed=0)
-    assert len(every) == 4520 and len(some) == 40
-    assert some == sampled_decision_states(game, 40, seed=0)  # the same positions for every model
-    with pytest.raises(SystemExit) as exit_:
-        run_recipe("bench_search_vs_selfplay", ["--positions", "-1"], ROOT / "benchmarks")
-    assert exit_.value.code == 2 and "--positions must be >= 0" in capsys.readouterr().err

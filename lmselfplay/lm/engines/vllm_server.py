@@ -187,7 +187,7 @@ class NCCLChannel:
     server's workers (one group per server, so one failing server does not break the others).
 
     Which API, by the server-side vLLM's release (the trainer's ``vllm`` must match it), as TRL
-    gates it (``trl/generation/vllm_client.py``, TRL #7001):
+    gates it (``trl/generation/vllm_client.py``, huggingface/trl#7001):
 
     * vLLM >= 0.28 (vllm-project/vllm#50902): ``packed`` is a field of the init info
       (``vllm/distributed/weight_transfer/nccl_common.py``: ``NCCLWeightTransferInitInfo``) and not
@@ -302,7 +302,7 @@ def _settle_streams() -> None:
     CUDA stream; vLLM's packed producer reads them on side streams of its own
     (``vllm/distributed/weight_transfer/packed_tensor.py``: ``pack_tensors`` under
     ``torch.cuda.stream(streams[i])``) with no wait on the current one, so that stream is
-    synchronized first (TRL #6798 fixed the same ordering for FSDP2). Nothing to wait for without CUDA."""
+    synchronized first (huggingface/trl#6798 fixed the same ordering for FSDP2). Nothing to wait for without CUDA."""
     import torch
 
     if torch.cuda.is_available():

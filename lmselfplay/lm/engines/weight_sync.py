@@ -24,7 +24,7 @@ Engine-independent (no vLLM import), so it is tested on CPU. The rules:
   finished (:func:`settle`). vLLM's consumers read it on side streams — the packed NCCL producer
   packs each buffer under ``torch.cuda.stream(side)`` (vllm/distributed/weight_transfer/packed_tensor.py,
   ``packed_broadcast_producer``) — which do not wait for the ZeRO-3 gather, the LoRA merge or the
-  optimizer step queued on other streams (TRL #6798 fixed the same ordering for FSDP2).
+  optimizer step queued on other streams (huggingface/trl#6798 fixed the same ordering for FSDP2).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ The trainer's first pass over a batch computes the current log-probs of every sa
 before any optimizer step; the engine reported the behaviour log-probs when it sampled. With
 the weights in sync the two differ only by numerics (0 in float32 for the HF engine sharing the
 trainer's module; ~0.01-0.02 for a bf16 vLLM engine). A weight push that silently stopped
-working leaves the engine a step or more behind and the difference jumps (TRL issue #5312:
+working leaves the engine a step or more behind and the difference jumps (huggingface/trl#5312:
 ~0.015 -> ~0.20 when sleep mode stopped syncing). Every engine is checked every step:
 above ``weight_sync_threshold`` it is a warning, or an error with ``strict_sync``. The check sits in
 the layer every recipe shares: ``make_engine`` gives each learner engine its detector and
