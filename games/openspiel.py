@@ -38,7 +38,7 @@ MAX_NODES = 100_000  # histories walked to size a game (and the most an exact me
 MAX_INFOSETS = 5_000  # information states an exploitability readout scores (Leduc: 936)
 MAX_POSITIONS = 20_000  # positions an optimal-move readout scores (tic-tac-toe: 4,520)
 MCTS_BUDGETS = (16, 128)  # simulations per move of the reference MCTS bots
-CACHE_LIMIT = 500_000  # cached OpenSpiel states before the cache is emptied
+CACHE_LIMIT = 200_000  # cached OpenSpiel states before the cache is emptied
 
 
 def pyspiel_module() -> Any:
