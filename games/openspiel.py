@@ -12,7 +12,8 @@ outcomes loads; anything else is refused by :func:`refusal` in one line that say
   has none): hidden information stays hidden. Moves are OpenSpiel's action strings at the position
   (:meth:`OpenSpielGame.state_action_text`), answered and parsed by the ONE text protocol.
 * Returns are OpenSpiel's, minus their mean in a constant-sum game (zero-sum either way).
-* What can be measured exactly (``exact_metric``) follows the size of the game: an imperfect-
+* What can be measured exactly (``exact_metric``) follows the size of the game (a walk of at most
+  :data:`MAX_NODES` histories and :data:`MAX_SIZING_S` seconds): an imperfect-
   information game with at most :data:`MAX_INFOSETS` information states and :data:`MAX_NODES`
   histories gets its exact exploitability, computed by OpenSpiel's own
   ``open_spiel.python.algorithms.exploitability`` on a ``TabularPolicy`` (:meth:`exact_exploitability`);
@@ -24,6 +25,7 @@ outcomes loads; anything else is refused by :func:`refusal` in one line that say
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +37,7 @@ from lmselfplay.games.text import parse_named_move, prompt
 
 PREFIX = "openspiel:"
 MAX_NODES = 100_000  # histories walked to size a game (and the most an exact metric walks)
+MAX_SIZING_S = 10.0  # a game whose sizing walk takes longer is not small (OpenSpiel's Python games are slow)
 MAX_INFOSETS = 5_000  # information states an exploitability readout scores (Leduc: 936)
 MAX_POSITIONS = 20_000  # positions an optimal-move readout scores (tic-tac-toe: 4,520)
 MCTS_BUDGETS = (16, 128)  # simulations per move of the reference MCTS bots
@@ -107,15 +110,17 @@ class OpenSpielState:
     history: tuple[int, ...] = field(compare=False)
 
 
-def _size(game: Any, keyed: Any, limit: int = MAX_NODES) -> tuple[int, int, int] | None:
+def _size(game: Any, keyed: Any, limit: int = MAX_NODES, seconds: float = MAX_SIZING_S
+          ) -> tuple[int, int, int] | None:
     """(histories, distinct positions by ``keyed``, information states) of the whole tree, or None
-    beyond ``limit`` histories."""
+    beyond ``limit`` histories or ``seconds``."""
     seen, infosets, nodes = set(), set(), 0
     stack = [game.new_initial_state()]
+    deadline = time.monotonic() + seconds
     while stack:
         s = stack.pop()
         nodes += 1
-        if nodes > limit:
+        if nodes > limit or (nodes % 1000 == 0 and time.monotonic() > deadline):
             return None
         if s.is_terminal():
             continue
