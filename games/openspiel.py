@@ -7,9 +7,12 @@ outcomes loads; anything else is refused by :func:`refusal` in one line that say
 * A state is the OpenSpiel history (the action ids from the root) with a key for equality: the
   history itself where there is chance or hidden information, the player to move and OpenSpiel's
   state string in a perfect-information game without chance (transpositions are one position, as
-  in this project's own tic-tac-toe). The OpenSpiel state of a history is cached.
-* The acting player reads its own information-state string (its observation string where the game
-  has none): hidden information stays hidden. Moves are OpenSpiel's action strings at the position
+  in this project's own tic-tac-toe; a game whose state string leaves out part of its state, such
+  as a repetition count, merges positions that differ only there, which matters only to the
+  walks of the exact metrics). The OpenSpiel state of a history is cached.
+* The acting player reads its own information-state string (its observation string in a
+  perfect-information game, or where the game has no information-state string): hidden
+  information stays hidden. Moves are OpenSpiel's action strings at the position
   (:meth:`OpenSpielGame.state_action_text`), answered and parsed by the ONE text protocol.
 * Returns are OpenSpiel's, minus their mean in a constant-sum game (zero-sum either way).
 * What can be measured exactly (``exact_metric``) follows the size of the game (a walk of at most
