@@ -123,7 +123,7 @@ def _size(game: Any, keyed: Any, limit: int = MAX_NODES, seconds: float = MAX_SI
     while stack:
         s = stack.pop()
         nodes += 1
-        if nodes > limit or (nodes % 1000 == 0 and time.monotonic() > deadline):
+        if nodes > limit or (nodes % 100 == 0 and time.monotonic() > deadline):
             return None
         if s.is_terminal():
             continue
@@ -135,7 +135,10 @@ def _size(game: Any, keyed: Any, limit: int = MAX_NODES, seconds: float = MAX_SI
             if game.get_type().provides_information_state_string:
                 infosets.add(s.information_state_string())
         actions = [a for a, _ in s.chance_outcomes()] if s.is_chance_node() else s.legal_actions()
-        stack.extend(s.child(a) for a in actions)
+        try:
+            stack.extend(s.child(a) for a in actions)
+        except pyspiel_module().SpielError:  # OpenSpiel stops a history at its maximum length (oware)
+            return None
     return nodes, len(seen), len(infosets)
 
 
