@@ -87,6 +87,14 @@ class Game(Protocol):
     def render(self, state: Any) -> str: ...
 
 
+def move_text(game: Game, state: Any, action: Any) -> str:
+    """The name of ``action`` at ``state`` as the player to move writes it: the game's
+    ``state_action_text(state, a)`` where names depend on the position or the player (OpenSpiel's
+    action strings: ``x(1,1)`` / ``o(1,1)``), else its ``action_text(a)``."""
+    by_state = getattr(game, "state_action_text", None)
+    return by_state(state, action) if by_state is not None else game.action_text(action)
+
+
 def sample_chance(game: Game, state: Any, rng: random.Random) -> int:
     """One chance outcome, drawn with the game's probabilities (the ONE way chance is sampled)."""
     outcomes = game.chance_outcomes(state)

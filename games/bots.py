@@ -4,8 +4,9 @@ A bot is a :class:`BotPlayer` whose ``act(game, state, rng) -> action`` picks a 
 rollout loop plays it wherever an LLM seat could sit. :func:`reference_bots` asks a game
 what it supports and returns the opponents every evaluation plays: ``random`` where moves
 can be enumerated, ``exact``: uniform among optimal moves for games the solver labels, or the published
-equilibrium policy of a game measured by exploitability, and ``scripted`` where the game
-offers a scripted opponent (``scripted_action``).
+equilibrium policy of a game measured by exploitability, ``scripted`` where the game
+offers a scripted opponent (``scripted_action``), and the bots a game brings itself
+(``reference_opponents()``: OpenSpiel's MCTS at fixed budgets for its games with no exact metric).
 """
 
 from __future__ import annotations
@@ -68,4 +69,6 @@ def reference_bots(game: Any) -> dict[str, BotPlayer]:
         bots["exact"] = policy_bot(game.nash_policy(), "nash")  # the exact opponent of this game
     if hasattr(game, "scripted_action"):
         bots["scripted"] = scripted_bot(game)
+    if hasattr(game, "reference_opponents"):  # bots the game brings (OpenSpiel's MCTS)
+        bots.update(game.reference_opponents())
     return bots

@@ -36,6 +36,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     """An exact solver (seat 1) against a random player (seat 2), as a transcript."""
     from lmselfplay.games import make
+    from lmselfplay.games.base import move_text
     from lmselfplay.games.solve import optimal_actions
 
     game = make(args.game)
@@ -53,7 +54,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             if verbose:
                 print(game.render(s))
                 who = "solver" if p == 0 else "random"
-                print(f"player {p + 1} ({who}) plays {game.action_text(a)}\n")
+                print(f"player {p + 1} ({who}) plays {move_text(game, s, a)}\n")
             s = game.apply(s, a)
         if verbose:
             print(game.render(s), "\nreturns", game.returns(s), "\n")

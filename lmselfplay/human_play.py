@@ -11,7 +11,7 @@ import random
 import sys
 
 from lmselfplay.games import Invalid, make
-from lmselfplay.games.base import resolve_chance
+from lmselfplay.games.base import move_text, resolve_chance
 from lmselfplay.games.model_texts import make_game_for
 from lmselfplay.games.text import MOVE_STOP, format_answer
 from lmselfplay.lm.engines import HFEngine, SamplingParams
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None, input_fn=input, out=print) -> int:
                 out(f"model answered {c.text!r}: {a.reason} -> it forfeits")
                 out(f"you win ({game.name})")
                 return 0
-            out(f"model plays {game.action_text(a)}")
+            out(f"model plays {move_text(game, s, a)}")
         s = resolve_chance(game, game.apply(s, a), rng)
     out(game.render(s))
     r = game.returns(s)[me]

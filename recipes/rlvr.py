@@ -17,7 +17,8 @@ referee study (fixed data + rules; R-Zero is self-generated + rules, and self-ge
         3. reward    : r = 1 when the item's own checker accepts the final answer, else 0
                        (arithmetic: math equivalence with the known answer; program: the printed
                        value; reasoning_gym: the task's score_answer; jsonl: the given answer)
-        4. advantage : A_i = (r_i - mean(r_group)) / std(r_group)   (scale_rewards false: no std)
+        4. advantage : A_i = (r_i - mean(r_group)) / std(r_group)   (scale_rewards false: no std);
+                       advantage reward: A_i = r_i (REINFORCE without a baseline)
         5. update    : num_iterations passes of the PPO-clipped surrogate
                        min(rho A, clip(rho, 1 - epsilon, 1 + epsilon) A) - beta KL(pi || pi_ref),
                        token-mean over the batch (lmselfplay/rl/trainer.py)
@@ -36,9 +37,9 @@ from tqdm.auto import tqdm
 
 from lmselfplay.lm.engines import make_engine
 from lmselfplay.models.policy import load_policy
-from lmselfplay.rl.advantages import group_advantages
 from lmselfplay.rl.rlvr import (
     RLVRConfigs,
+    advantages_of,
     generate,
     group_stats,
     heldout_accuracy,
@@ -91,8 +92,7 @@ def main(argv=None):
                 completions = generate(engine, tok, items, sampling(cfg, step, acc.process_index))  # 2
             verdicts = referee.score(items, [c.text for c in completions])  # 3
             rewards = np.array([v.reward for v in verdicts])
-            advantages = group_advantages(rewards.reshape(-1, args.num_generations),  # 4
-                                          normalize_std=args.scale_rewards).reshape(-1)
+            advantages = advantages_of(rewards.reshape(-1, args.num_generations), args)  # 4
             metrics = trainer.step(samples_of(completions, advantages, rewards, items, version), engine=engine)  # 5
             stats = group_stats(rewards.reshape(-1, args.num_generations))
             run.log(step + 1, {**metrics, **stats, "wall_s": time.time() - t0})

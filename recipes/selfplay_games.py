@@ -44,7 +44,7 @@ from lmselfplay.games.text import MOVE_STOP
 from lmselfplay.lm.engines import SamplingParams
 from lmselfplay.models.policy import policy_weights
 from lmselfplay.rl.overlap import rollouts_for
-from lmselfplay.selfplay_games.config import SelfPlayConfigs, check_beta, check_shaping
+from lmselfplay.selfplay_games.config import SelfPlayConfigs, check_beta, check_bots, check_shaping
 from lmselfplay.selfplay_games.metrics import (
     distilled_metrics,
     eval_positions,
@@ -78,6 +78,7 @@ def main(argv=None):
     games = make_games(args.games, cfg.policy.model_name_or_path)
     check_beta(cfg.trainer.beta, games)
     check_shaping(args, games)
+    check_bots(cfg.league, games)
     feedback = make_feedback(cfg.feedback, games)
     # after the config checks: a bad config never waits on a busy folder
     with Run(cfg.run, cfg.as_dict(), gradient_accumulation_steps=cfg.trainer.gradient_accumulation_steps,

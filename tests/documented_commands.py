@@ -355,6 +355,27 @@ REGISTRY: list[Command] = [
     Command("python benchmarks/bench_llm_taboo.py --models embedded runs/selfplay_taboo/final_model", slow=True,
             subs=(("runs/selfplay_taboo/final_model", "{run}/final_model"),), extra="--games 2 --max_new_tokens 8",
             output=RESULT),
+    # docs/bring_your_own_game.md
+    Command("lmselfplay show openspiel:leduc_poker", output=r"Round"),
+    Command("lmselfplay eval-game openspiel:kuhn_poker openspiel:connect_four --n-games 20",
+            subs=(("--n-games 20", "--n-games 2"),), extra="--json {out}/metrics.json", files=("metrics.json",),
+            output=r"win_vs_mcts128"),
+    Command('lmselfplay arena "openspiel:liars_dice(numdice=1)" --models embedded --bots random --games 4',
+            extra="--bootstrap 10 --out {out}", output=r"random"),
+    Command("pip install 'lmselfplay[textarena]'", skip="installs TextArena (network); the dev extras hold it"),
+    Command("pip install 'lmselfplay[openenv]'", skip="installs openenv-core (network); the dev extras hold it"),
+    Command("lmselfplay arena textarena:TicTacToe-v0 --models embedded embedded --bots '' --games 4",
+            extra="--bootstrap 10 --out {out}", output=r"embedded"),
+    Command("python scripts/games_tables.py", extra="--check --only openspiel", output=r"tables up to date"),
+    Command("python recipes/selfplay_games.py --config recipes/configs/selfplay_leduc.yaml", slow=True,
+            extra="--output_dir {out} --max_steps 1 --eval_every 0 --eval_games 2 --checkpoint_every 1",
+            files=("metrics.jsonl", "final_model")),
+    Command("python benchmarks/bench_selfplay_leduc.py --seeds 0 1 2", slow=True,
+            subs=(("--seeds 0 1 2", "--seeds 0"),),
+            extra="--cfr-iterations 5 --name leduc_check -- --max_steps 1 --eval_every 1 --eval_games 2 "
+                  "--checkpoint_every 0", output=r"results: \S+/leduc_check\.json", timeout_s=900),
+    Command("python -m lmselfplay.rl.openenv_env --game kuhn_poker --opponent random --port 8000",
+            skip="a server that runs until stopped; tests/rl/test_environments.py serves one and plays it"),
     # scripts
     Command("python scripts/make_standins.py", output=r"(?m)^\S+\t/\S+$"),  # the cached builds are reused
     Command("python scripts/build_taboo_words.py", skip="rebuilds the shipped word list from wordfreq (a dev extra)"),

@@ -21,7 +21,7 @@ import random
 from typing import Any
 
 from lmselfplay.games import Invalid
-from lmselfplay.games.base import all_states
+from lmselfplay.games.base import all_states, move_text
 from lmselfplay.games.text import MOVE_STOP, format_answer
 from lmselfplay.lm.engines.base import SamplingParams, generate_fitting, score_fitting
 from lmselfplay.lm.prompt import encode_completion, encode_prompt
@@ -65,7 +65,7 @@ def answer_distribution(engine: Any, tokenizer: Any, game: Any, states: list[Any
         p = encode_prompt(tokenizer, game.observation_text(s, game.current_player(s)))
         for a in game.legal_actions(s):
             prompts.append(p)
-            completions.append(encode_completion(tokenizer, format_answer(game.action_text(a)), eos=False))
+            completions.append(encode_completion(tokenizer, format_answer(move_text(game, s, a)), eos=False))
             index.append((i, a))
     scores = score_fitting(engine, prompts, completions, temperature=temperature)
     logits: list[dict[int, float]] = [{} for _ in states]

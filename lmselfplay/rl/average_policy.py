@@ -171,13 +171,14 @@ def distill_samples(game: Any, tokenizer: Any, policy: dict[str, Any], start: st
     ``<move>``. No completion tokens: no policy-gradient or KL term, only the target
     cross-entropy. ValueError when one legal answer is a prefix of another (no token tells
     them apart). Roles are ``GAME/pN/START``."""
+    from lmselfplay.games.base import move_text
     from lmselfplay.games.text import format_answer
     from lmselfplay.lm.prompt import encode_completion, encode_prompt
 
     out = []
     for key, s in sorted(infoset_states(game).items()):
         player, legal = game.current_player(s), game.legal_actions(s)
-        answers = [encode_completion(tokenizer, format_answer(game.action_text(a)), eos=False) for a in legal]
+        answers = [encode_completion(tokenizer, format_answer(move_text(game, s, a)), eos=False) for a in legal]
         prompt = encode_prompt(tokenizer, game.observation_text(s, player))
         role = role_key(game.name, player, start)
 

@@ -82,12 +82,12 @@ def exact_feedback_games(games: list[Any], names: str = "") -> list[Any]:
     game that is not played is skipped (the main job's list stays valid for a run on fewer
     games); ConfigError for a name that is no game at all, or a played game without
     information states (its policy cannot be read and valued per information set)."""
-    from lmselfplay.games import REGISTRY
+    from lmselfplay.games import REGISTRY, is_game_name, split_names
 
-    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    wanted = split_names(names)
     if not wanted:
         return [g for g in games if getattr(g, "exact_metric", None) == EXPLOITABILITY]
-    unknown = [n for n in wanted if n not in REGISTRY]
+    unknown = [n for n in wanted if not is_game_name(n)]
     if unknown:
         raise ConfigError(f"exact_games names {unknown}, which are not games ({sorted(REGISTRY)})")
     chosen = [g for g in games if g.name in wanted]

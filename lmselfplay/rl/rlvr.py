@@ -18,12 +18,16 @@ import numpy as np
 from lmselfplay.lm.engines import SamplingParams, generate_fitting
 from lmselfplay.lm.prompt import encode_prompt
 from lmselfplay.lm.trajectory import Sample
+from lmselfplay.rl.advantages import group_advantages
 from lmselfplay.rl.configs import PolicyGradientConfigs
 from lmselfplay.tasks.task_sets import TaskItem, TaskSet, parse_spec
 from lmselfplay.utils.config import Config, ConfigError, non_negative, positive
 from lmselfplay.utils.run import PeriodicCheckpoints
 from lmselfplay.utils.stats import wilson
 from lmselfplay.verifiers.task_referee import TaskReferee
+
+
+ADVANTAGES = ("group", "reward")
 
 
 @dataclass
@@ -41,8 +45,11 @@ class RLVRArgs(Config):
     max_steps: int = field(default=200, metadata={"help": "trainer steps (the learning-rate schedule spans them)"})
     prompts_per_step: int = field(default=16, metadata={"help": "distinct questions per step"})
     num_generations: int = field(default=8, metadata={"help": "G: sampled answers per question (the GRPO group)"})
+    advantage: str = field(default="group", metadata={
+        "help": "group: r minus its group's mean (GRPO); reward: A = r, no baseline (REINFORCE; with 0/1 rewards "
+                "only the right answers are pushed up, as rejection-sampling fine-tuning)"})
     scale_rewards: bool = field(default=True, metadata={
-        "help": "divide each group's advantages by its reward std (GRPO); false: mean-centred only (Dr. GRPO)"})
+        "help": "advantage group: divide by the group's reward std (GRPO); false: mean-centred only (Dr. GRPO)"})
     max_new_tokens: int = field(default=40, metadata={"help": "answer budget"})
     top_p: float = field(default=1.0, metadata={"help": "nucleus sampling (behaviour log-probs are before top-p)"})
     eval_every: int = field(default=50, metadata={"help": "steps between held-out evaluations (0: at the start and end only)"})
@@ -58,8 +65,10 @@ class RLVRArgs(Config):
         non_negative(self, "heldout_size", "eval_every")
         if not 0 < self.top_p <= 1:
             raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.num_generations < 2:
-            raise ConfigError("num_generations must be >= 2: a group of one has no advantage")
+        if self.advantage not in ADVANTAGES:
+            raise ConfigError(f"advantage must be one of {', '.join(ADVANTAGES)}, got {self.advantage!r}")
+        if self.num_generations < 2 and self.advantage == "group":
+            raise ConfigError("num_generations must be >= 2: a group of one has no group advantage")
 
     def task_settings(self) -> dict[str, Any]:
         """``task_config`` as a mapping (ConfigError naming the field when it is not JSON of one)."""
@@ -112,6 +121,13 @@ def samples_of(completions, advantages: np.ndarray, rewards: np.ndarray, items: 
     return [Sample(c.prompt_ids, c.token_ids, c.logprobs, float(adv), float(r), "solver", t.kind,
                    version if c.version is None else c.version)
             for c, adv, r, t in zip(completions, advantages, rewards, items) if c.token_ids]
+
+
+def advantages_of(rewards: np.ndarray, args: RLVRArgs) -> np.ndarray:
+    """Per answer, ``rewards`` shaped (questions, G): GRPO's group advantage, or the reward itself."""
+    if args.advantage == "reward":
+        return rewards.reshape(-1).astype(float)
+    return group_advantages(rewards, normalize_std=args.scale_rewards).reshape(-1)
 
 
 def group_stats(rewards: np.ndarray) -> dict[str, float]:

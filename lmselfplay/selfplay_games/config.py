@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from lmselfplay.games.base import has_enumerable_actions
 from lmselfplay.lm import readout as policy_readout
 from lmselfplay.lm.prompt import thinks
 from lmselfplay.lm.trajectory import role_key
@@ -136,11 +137,11 @@ def check_thinking(average: AverageConfig, feedback, tok) -> None:
 def check_beta(beta, games):
     """A per-game ``beta`` must name registered games (a shared YAML may list games this run
     does not play) and cover every seat of every game played; ConfigError otherwise."""
-    from lmselfplay.games import REGISTRY
+    from lmselfplay.games import REGISTRY, is_game_name
 
     if not isinstance(beta, dict):
         return
-    bad = [k for k in beta if k != "default" and k.split("/")[0] not in REGISTRY]
+    bad = [k for k in beta if k != "default" and not is_game_name(k.split("/")[0])]
     if bad:
         raise ConfigError(f"beta names unknown game(s) {bad}; games: {sorted(REGISTRY)} (or 'default')")
     for game in games:
@@ -149,6 +150,18 @@ def check_beta(beta, games):
                 beta_for(beta, role_key(game.name, seat), game.name)
             except KeyError as e:
                 raise ConfigError(str(e)) from None
+
+
+def check_bots(league: LeagueConfig, games) -> None:
+    """``bot_fraction`` > 0 needs a bot for every game: a random one where moves can be enumerated,
+    else the game's scripted opponent (TextArena's games have neither); ConfigError otherwise."""
+    if league.bot_fraction <= 0:
+        return
+    bare = [g.name for g in games if not has_enumerable_actions(g) and not hasattr(g, "scripted_action")]
+    if bare:
+        raise ConfigError(f"bot_fraction {league.bot_fraction} needs a bot opponent, and {bare} have none (moves "
+                          "are free text and no scripted opponent): set bot_fraction: 0 and give its share to "
+                          "mirror_fraction")
 
 
 def check_shaping(args: SelfPlayArgs, games):

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
+from lmselfplay.games import split_names
 from lmselfplay.games.base import has_enumerable_actions, random_legal_reset
 from lmselfplay.games.bots import league_bot
 from lmselfplay.games.gtp import find_gnugo, plays_gtp
@@ -68,7 +69,7 @@ def make_games(names: str, model_name_or_path: str | None = None):
     unknown one."""
     model_dir = resolve_model_path(model_name_or_path)
     try:
-        return [make_game_for(name.strip(), model_dir) for name in names.split(",") if name.strip()]
+        return [make_game_for(name, model_dir) for name in split_names(names)]
     except (KeyError, ValueError) as e:
         raise ConfigError(f"games: {e.args[0] if e.args else e}") from None
 
