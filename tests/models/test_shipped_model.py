@@ -13,6 +13,7 @@ import json
 import pytest
 import torch
 
+from lmselfplay.models.cache import SHIPPED_BUILDS, shipped_build, shipped_dir
 from lmselfplay.models import cache as tiny_cache
 from lmselfplay.models import pretrain, tiny
 from lmselfplay.utils.checkpoint import MARKER, sha256_file, verify_checkpoint
@@ -77,3 +78,11 @@ def test_a_rebuild_reproduces_the_shipped_files_bit_for_bit(tmp_path):
         assert (tmp_path / name).read_bytes() == (tiny_cache.EMBEDDED_DIR / name).read_bytes(), name
     info = json.loads((tmp_path / tiny.INFO_FILE).read_text())
     assert info["key"] == tiny.build_config().key()
+
+
+@pytest.mark.parametrize("build", SHIPPED_BUILDS)
+def test_every_other_shipped_build_is_its_keys_and_intact(build):
+    folder = shipped_dir(build)
+    assert verify_checkpoint(folder) is None, f"run python scripts/ship_embedded_model.py --build {build}"
+    assert json.loads((folder / tiny.INFO_FILE).read_text())["key"] == tiny.build_config(build).key()
+    assert shipped_build(tiny.build_config(build)) == folder

@@ -76,7 +76,7 @@ def test_openspiel_games_and_bad_names():
 @pytest.mark.slow
 def test_a_frozen_checkpoint_opponent():
     """The embedded model as the opponent: it answers at its turns; its illegal answer is its forfeit."""
-    from lmselfplay.models.tiny import ensure_tiny_model
+    from lmselfplay.models.cache import ensure_tiny_model
 
     env = GameEnvironment("kuhn_poker", str(ensure_tiny_model()), seat=1, seed=0)
     rng = random.Random(0)
@@ -116,7 +116,7 @@ def test_trl_grpo_trainer_runs_two_steps_with_the_environment(tmp_path):
     from trl import GRPOConfig, GRPOTrainer
     from trl.chat_template_utils import qwen2_5_chat_template
 
-    from lmselfplay.models.tiny import ensure_tiny_model
+    from lmselfplay.models.cache import ensure_tiny_model
 
     folder = ensure_tiny_model()
     tok = transformers.AutoTokenizer.from_pretrained(folder)
