@@ -36,6 +36,7 @@ from __future__ import annotations
 import sys
 import time
 
+import torch
 from tqdm.auto import tqdm
 
 from lmselfplay.eval.selfplay_metrics import eval_positions, finish, log_evaluation
@@ -61,11 +62,13 @@ from lmselfplay.rl.selfplay import (
 )
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.run import Run
+from lmselfplay.utils.threads import torch_threads
 
 
 def main(argv=None):
     cfg = SelfPlayConfigs.parse(argv)  # its own args (cfg.selfplay) and each component's config
     args = cfg.selfplay
+    torch.set_num_threads(torch_threads(args.torch_threads, cfg.policy.model_name_or_path))
     games = make_games(args.games, cfg.policy.model_name_or_path)
     check_beta(cfg.trainer.beta, games)
     check_shaping(args, games)
