@@ -7,7 +7,7 @@ traceback or a misleading hint (install sentencepiece), and names the file inste
 * ``config.json`` (or a PEFT adapter's ``adapter_config.json``) is there and is a JSON mapping;
 * the weights are there, and each ``*.safetensors`` file is as long as its own header says
   (a cut download or copy is caught here, not half-way through loading); a sharded model's
-  index names shards that exist; a ``pytorch_model.bin`` is a complete zip archive;
+  index names shards that exist; a ``pytorch_model.bin`` in torch's zip format is a complete archive;
 * a tokenizer is there (``tokenizer.json``, ``tokenizer.model``, ``vocab.json`` or
   ``vocab.txt``), and its JSON files parse.
 
@@ -81,8 +81,10 @@ def _check_weights(path: Path, names: set[str]) -> None:
     for name in shards:
         check_safetensors(path / name)
     bins = sorted(n for n in names if n.startswith("pytorch_model") and n.endswith(".bin"))
-    for name in bins:
-        if not zipfile.is_zipfile(path / name):
+    for name in bins:  # torch's zip format (a legacy pickle, not a zip, is left to torch.load)
+        with (path / name).open("rb") as f:
+            is_zip = f.read(4) == b"PK\x03\x04"
+        if is_zip and not zipfile.is_zipfile(path / name):
             raise ModelFolderError(f"{path / name} is damaged: not a complete torch archive (truncated?)")
     if not shards and not bins:
         raise ModelFolderError(f"{path} has no weights (no *.safetensors or pytorch_model.bin)")

@@ -107,6 +107,17 @@ def truncate(file: Path, keep: float = 0.5) -> None:
     file.write_bytes(data[: int(len(data) * keep)])
 
 
+def as_torch_bin(model: Path, cut: bool) -> None:
+    """The weights as ``pytorch_model.bin`` (torch's zip format), cut in half with ``cut``."""
+    import torch
+    from safetensors.torch import load_file
+
+    torch.save(load_file(model / "model.safetensors"), model / "pytorch_model.bin")
+    (model / "model.safetensors").unlink()
+    if cut:
+        truncate(model / "pytorch_model.bin")
+
+
 @pytest.mark.parametrize("damage,named", [
     (lambda m: truncate(m / "model.safetensors"), "model.safetensors"),
     (lambda m: truncate(m / "model.safetensors", 0.999), "model.safetensors"),
@@ -117,6 +128,7 @@ def truncate(file: Path, keep: float = 0.5) -> None:
     (lambda m: [(m / n).unlink() for n in ("tokenizer.json", "tokenizer_config.json")], "tokenizer"),
     (lambda m: truncate(m / "tokenizer.json"), "tokenizer.json"),
     (lambda m: (m / "model.safetensors").unlink(), "no weights"),
+    (lambda m: as_torch_bin(m, cut=True), "pytorch_model.bin"),
 ])
 def test_damaged_model_folder(tmp_path, damage, named):
     model = model_copy(tmp_path)
@@ -135,6 +147,8 @@ def test_model_path_that_is_a_file(tmp_path):
 
 def test_intact_model_folder_passes_the_check(tmp_path):
     check_model_folder(model_copy(tmp_path))  # no error: the shipped build is a loadable folder
+    as_torch_bin(tmp_path / "model", cut=False)
+    check_model_folder(tmp_path / "model")
     with pytest.raises(ModelFolderError, match="judge_model_name_or_path"):
         check_model_folder(tmp_path / "model" / "config.json", "judge_model_name_or_path")
 
