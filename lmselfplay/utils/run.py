@@ -353,7 +353,9 @@ class Run:
     * Fresh or resumed is decided here, once: ``run.checkpoint`` is the newest intact
       checkpoint (``checkpoints(output_dir)`` lists them, oldest first; default
       ``checkpoint-<step>``) when ``--resume`` finds one, else None; ``--resume`` without a
-      checkpoint starts fresh only in an empty folder (:func:`check_nothing_to_resume`).
+      checkpoint starts fresh only in an empty folder (:func:`check_nothing_to_resume`), unless
+      the recipe's ``partial_progress(output_dir)`` says the folder holds work a resume continues
+      from (SPIN's iteration data and DPO trainer checkpoints before its first ``checkpoint-<t>``).
       :meth:`report_start` says which, in the one wording. A resume from a checkpoint
       compares the config with the saved one first (:func:`check_resumed_config`).
     * :meth:`open_log` writes ``config.json`` and opens ``metrics.jsonl`` on the main
@@ -369,7 +371,8 @@ class Run:
 
     def __init__(self, cfg: RunConfig, config: dict[str, Any] | None = None, *, gradient_accumulation_steps: int = 1,
                  checkpoint_every: int = 0, trains_with: str = "accelerator",
-                 checkpoints: Callable[[Path], list[Path]] = checkpoint_dirs):
+                 checkpoints: Callable[[Path], list[Path]] = checkpoint_dirs,
+                 partial_progress: Callable[[Path], bool] | None = None):
         if trains_with not in ("accelerator", "state"):
             raise ValueError(f"trains_with must be accelerator or state, got {trains_with!r}")
         self.cfg = cfg
@@ -383,7 +386,7 @@ class Run:
             self.out = claim_output_dir(cfg)
             self.checkpoint = newest_intact(checkpoints(self.out), self.out, cfg.resume_fallback) \
                 if cfg.resume else None
-            if cfg.resume and self.checkpoint is None:
+            if cfg.resume and self.checkpoint is None and not (partial_progress and partial_progress(self.out)):
                 check_nothing_to_resume(self.out)
             if self.checkpoint is not None:
                 check_resumed_config(cfg, self.config, self.out, lambda line: self.acc.print(line, file=sys.stderr))
