@@ -38,6 +38,7 @@ from __future__ import annotations
 import sys
 import time
 
+import torch
 from tqdm.auto import tqdm
 
 from lmselfplay.games.text import MOVE_STOP
@@ -70,11 +71,13 @@ from lmselfplay.selfplay_games.steps import (
 )
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.run import Run
+from lmselfplay.utils.threads import torch_threads
 
 
 def main(argv=None):
     cfg = SelfPlayConfigs.parse(argv)  # its own args (cfg.selfplay) and each component's config
     args = cfg.selfplay
+    torch.set_num_threads(torch_threads(args.torch_threads, cfg.policy.model_name_or_path))
     games = make_games(args.games, cfg.policy.model_name_or_path)
     check_beta(cfg.trainer.beta, games)
     check_shaping(args, games)

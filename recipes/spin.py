@@ -59,7 +59,7 @@ from lmselfplay.models.policy import resolve_model_path
 from lmselfplay.spin.config import SpinConfigs, beta_at
 from lmselfplay.spin.held_out import held_out_metrics, log_iteration
 from lmselfplay.spin.pairs import supervised_data, tokenized
-from lmselfplay.spin.round import dpo_update, opponent_dataset
+from lmselfplay.spin.round import dpo_update, opponent_dataset, partial_progress
 from lmselfplay.spin.trainers import load_model, sft_phase
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.run import Run
@@ -68,7 +68,7 @@ from lmselfplay.utils.run import Run
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     cfg = SpinConfigs.parse(argv)  # its own args (cfg.spin), the policy's and the run's configs
     args = cfg.spin
-    with Run(cfg.run, cfg.as_dict(), trains_with="state") as run:
+    with Run(cfg.run, cfg.as_dict(), trains_with="state", partial_progress=partial_progress) as run:
         out, state = run.out, run.acc
         torch.manual_seed(args.seed)
         train_rows, held = supervised_data(cfg, run)

@@ -134,6 +134,8 @@ THROUGHPUT = r"wrote \S+/results/eval_throughput\.json"
 REGISTRY: list[Command] = [
     # quick start
     Command("bash .ci/setup", skip="installs the environment (network, minutes): CI has just run it"),
+    Command("bash .ci/setup run", skip="installs the recipes' part of the environment (network, minutes): CI has "
+            "just run the full set-up, which holds it"),
     Command(".venv/bin/python -m pytest -q", skip="the test suite itself: CI runs it"),
     Command(".venv/bin/python -m pytest -q tests/rl/test_absolute_zero.py", skip="part of the test suite CI runs"),
     Command(".venv/bin/python -m pytest -q tests/project/test_layers.py", skip="part of the test suite CI runs"),
@@ -296,6 +298,9 @@ REGISTRY: list[Command] = [
     Command("python benchmarks/bench_spin.py --plateau", extra=f"{SPIN_SET} --plateau-max-rounds 1", output=RESULT,
             slow=True),
     Command(".venv/bin/python benchmarks/bench_leak.py", extra="--steps 3 --quick", output=RESULT, slow=True),
+    Command(".venv/bin/python benchmarks/bench_threads_under_load.py",
+            extra="--steps 2 --loads 0,1 --policies one,auto --extra '--episodes_per_step 8 --max_new_tokens 6'",
+            output=r"auto +load 0", slow=True),
     Command(".venv/bin/python benchmarks/bench_main_job.py", extra="--steps 1 --threads 1 --no-eval", output=RESULT,
             slow=True),
     # docs/embedded_model.md: a named build, and the measurements of a build's folder (PATH)

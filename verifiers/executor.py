@@ -41,7 +41,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from lmselfplay.utils.config import Config
+from lmselfplay.utils.config import Config, ConfigError
 from lmselfplay.utils.errors import UserError
 from lmselfplay.verifiers import sandbox_worker
 from lmselfplay.verifiers.sandbox_worker import decode
@@ -49,6 +49,7 @@ from lmselfplay.verifiers.sandbox_worker import decode
 WORKER = os.path.abspath(sandbox_worker.__file__)
 STATUSES = ("ok", "error", "timeout", "memory", "output-limit", "killed")
 SANDBOXES = ("auto", "namespaces", "bwrap", "unsafe-hooks-only")
+MAX_WORKERS = 1024  # tasks at once (each holds one uid of the block claimed as root)
 CHILD_STATUSES = ("ok", "error", "memory", "output-limit")  # what a result message may say
 SCRATCH_PREFIX = "lmselfplay-sandbox-"
 REASONS = {"output-limit": "output limit exceeded",
@@ -98,19 +99,24 @@ class ExecutorConfig(Config):
     progress_min: int = 200  # run_batch shows a progress bar from this many tasks (progress=None)
 
     def validate(self) -> None:
+        """Every limit and the boundary's name, checked when the config is built (a recipe
+        builds its executor's config while it parses its own, before any model loads): a
+        one-line ConfigError naming the field, or ``LMSELFPLAY_SANDBOX`` when the value came
+        from there."""
         for name in ("timeout_s", "cpu_s", "max_output_bytes", "max_value_bytes",
                      "max_file_bytes", "max_open_files", "max_threads", "max_workers",
                      "scratch_mb"):
             v = getattr(self, name)
-            if not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0:
-                raise ValueError(f"ExecutorConfig.{name} must be a positive number, got {v!r}")
-        if self.memory_mb < 0:
-            raise ValueError("ExecutorConfig.memory_mb must be >= 0 (0 disables the limit)")
-        if self.max_workers > 1024:
-            raise ValueError("ExecutorConfig.max_workers must be <= 1024")
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not (v > 0 and math.isfinite(v)):
+                raise ConfigError(f"ExecutorConfig.{name} must be a positive number, got {v!r}")
+        if not isinstance(self.memory_mb, int) or isinstance(self.memory_mb, bool) or self.memory_mb < 0:
+            raise ConfigError(f"ExecutorConfig.memory_mb must be an int >= 0 (0 disables the limit), got {self.memory_mb!r}")
+        if self.max_workers > MAX_WORKERS:
+            raise ConfigError(f"the executor's worker count (max_workers) must be <= {MAX_WORKERS}, "
+                              f"got {self.max_workers}")
         if self.sandbox not in SANDBOXES:
-            raise ValueError(f"ExecutorConfig.sandbox: unknown value {self.sandbox!r}; "
-                             f"known: {', '.join(SANDBOXES)}")
+            where = "LMSELFPLAY_SANDBOX" if self.sandbox == os.environ.get("LMSELFPLAY_SANDBOX") else "sandbox"
+            raise ConfigError(f"{where}: unknown sandbox {self.sandbox!r}; known: {', '.join(SANDBOXES)}")
 
 
 @dataclass

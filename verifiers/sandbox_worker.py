@@ -11,7 +11,7 @@ Life of the zygote:
    directories, the host's private directories hidden with only the Python installation
    bound back, a ``/proc`` that shows each uid only its own processes; any failure is
    fatal), ``bwrap`` (the host started us inside bubblewrap, which did all that) or
-   ``unsafe-hooks-only`` (nothing). In the first two, prepare Landlock and seccomp.
+   ``unsafe-hooks-only`` (no namespaces). In every mode, prepare Landlock and seccomp where the kernel has them.
 2. Read tasks (JSON lines) from stdin. For each task fork a child that: starts a new
    session, gets stdin from /dev/null and fresh pipes as stdout/stderr/result (fd 3),
    enters a fresh working directory, enters its Landlock domain, closes every other
@@ -125,8 +125,18 @@ def make_encoder(max_bytes):
     return encode
 
 
+MAX_SAME_HASH = 32  # elements of one set / keys of one dict that may share a hash value
+
+
 def decode(obj, depth=0):
-    """Inverse of the encoder, applied to ``json.loads`` output; returns plain built-ins."""
+    """Inverse of the encoder, applied to ``json.loads`` output; returns plain built-ins.
+
+    Linear in the size of ``obj`` whatever its shape: a set, frozenset or dict is built only
+    when at most :data:`MAX_SAME_HASH` of its elements share a hash value (else ValueError).
+    Hashes of ints, floats and tuples of them are not randomised, so a value of many distinct
+    elements that all hash alike would make every insertion walk all the earlier ones: a
+    quadratic rebuild (minutes for a value under the size limit). The encoder never writes
+    equal elements twice, so a repeated element is refused by the same check."""
     if depth > MAX_DEPTH + 2:
         raise ValueError("value nested too deeply")
     if obj is None or isinstance(obj, (bool, int, float, str)):
@@ -138,11 +148,13 @@ def decode(obj, depth=0):
         if tag == "t":
             return tuple(decode(x, depth + 1) for x in v)
         if tag == "d":
-            return {decode(k, depth + 1): decode(x, depth + 1) for k, x in v}
+            pairs = [(decode(k, depth + 1), decode(x, depth + 1)) for k, x in v]
+            _spread_hashes([k for k, _ in pairs])
+            return dict(pairs)
         if tag == "s":
-            return {decode(x, depth + 1) for x in v}
+            return set(_spread_hashes([decode(x, depth + 1) for x in v]))
         if tag == "z":
-            return frozenset(decode(x, depth + 1) for x in v)
+            return frozenset(_spread_hashes([decode(x, depth + 1) for x in v]))
         if tag == "b":
             return bytes.fromhex(v)
         if tag == "c":
@@ -150,6 +162,24 @@ def decode(obj, depth=0):
         if tag == "f" and v in ("nan", "inf", "-inf"):
             return float(v)
     raise ValueError(f"malformed encoded value: {str(obj)[:80]}")
+
+
+def _spread_hashes(items):
+    """``items``, when no more than :data:`MAX_SAME_HASH` of them share a hash value (counted
+    in a dict keyed by the hash, an int: linear); else ValueError. Unhashable items (a list in
+    a set) are a ValueError too."""
+    counts = {}
+    for x in items:
+        try:
+            h = hash(x)
+        except TypeError:
+            raise ValueError(f"malformed encoded value: unhashable {type(x).__name__} in a set or dict key") from None
+        n = counts.get(h, 0) + 1
+        if n > MAX_SAME_HASH:
+            raise ValueError(f"more than {MAX_SAME_HASH} elements of one set or dict share a hash value "
+                             "(refused: rebuilding it would take quadratic time)")
+        counts[h] = n
+    return items
 
 
 # ----------------------------------------------------------------------------------------------
@@ -322,15 +352,16 @@ def _by_abi(table, abi):
 
 
 class Landlock:
-    """Per-child Landlock domain: read (and execute) every path outside the scratch tree,
-    read and write only the task's own working directory, write ``/dev/null``; no TCP
-    bind/connect (ABI 4); no signals to and no abstract unix sockets of processes outside
-    the domain, i.e. the zygote and the other tasks (ABI 6).
+    """Per-child Landlock domain: read (and execute) every path outside the scratch tree
+    (``read_paths`` given: only those paths, and the readable devices), read and write only
+    the task's own working directory, write ``/dev/null``; no TCP bind/connect (ABI 4); no
+    signals to and no abstract unix sockets of processes outside the domain, i.e. the zygote
+    and the other tasks (ABI 6).
 
     The rule targets are opened once in the zygote (O_PATH) and reused by every child.
     """
 
-    def __init__(self, libc, scratch):
+    def __init__(self, libc, scratch, read_paths=None):
         import ctypes
         import struct
 
@@ -346,7 +377,9 @@ class Landlock:
         size = 8 * (1 + (abi >= 4) + (abi >= 6))
         self.attr = ctypes.create_string_buffer(struct.pack("QQQ", *fields)[:size], size)
         self.read_fds = []
-        for path in _outside_scratch(scratch):
+        paths = _outside_scratch(scratch) if read_paths is None else \
+            [*read_paths, *(os.path.join("/dev", n) for n in DEV_READABLE)]
+        for path in paths:
             try:
                 fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
             except OSError:
@@ -407,6 +440,7 @@ class Landlock:
 
 
 DEV_READABLE = ("null", "zero", "random", "urandom", "fd", "stdin", "stdout", "stderr")
+UNSAFE_MODE_READS = ("/usr", "/lib", "/lib64", "/bin")  # shared libraries a native module loads
 
 
 def _outside_scratch(scratch):
@@ -448,6 +482,14 @@ SECCOMP_DENY = {  # EPERM: process creation and execution, debugging other proce
 }
 NR_CLONE, NR_CLONE3, NR_KILL, NR_TGKILL = 56, 435, 62, 234
 CLONE_THREAD = 0x00010000
+# calls that change another process's scheduling or limits when given its pid: allowed only on
+# the calling process itself (pid 0 or its own), so that a task cannot renice, reschedule or
+# cut the limits of its zygote (in bwrap: pid 1, the same uid) or the other tasks
+SELF_ONLY_ARG0 = {"sched_setparam": 142, "sched_setscheduler": 144, "sched_setaffinity": 203,
+                  "sched_setattr": 314, "prlimit64": 302}
+# (which, who, ...) calls: only which = the process kind (PRIO_PROCESS 0, IOPRIO_WHO_PROCESS 1)
+# and who = itself; a process group or a whole uid (every process of the sandbox) is refused
+SELF_ONLY_WHO = {"setpriority": (141, 0), "ioprio_set": (251, 1)}
 
 
 _SECCOMP_TEMPLATE = {}
@@ -473,15 +515,17 @@ def seccomp_filter_bytes(pid):
 def seccomp_program(pid):
     """The filter: deny :data:`SECCOMP_DENY`; ``clone`` only for threads (``clone3``
     answers ENOSYS so that libc falls back to ``clone``, whose flags can be read); signals
-    only to this process (``kill`` of pid, 0 or -pid, ``tgkill`` of pid); other
-    architectures' and x32 calls killed/denied. Returns the packed ``sock_filter`` array."""
+    only to this process (``kill`` of pid, 0 or -pid, ``tgkill`` of pid); scheduling, priority
+    and resource-limit calls only on this process (:data:`SELF_ONLY_ARG0`,
+    :data:`SELF_ONLY_WHO`); other architectures' and x32 calls killed/denied. Returns the
+    packed ``sock_filter`` array."""
     import errno
     import struct
 
     ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
     allow, kill = 0x7FFF0000, 0x80000000
     eperm, enosys = 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS
-    nr, arch, arg0 = 0, 4, 16  # offsets in struct seccomp_data (arg0's low word)
+    nr, arch, arg0, arg1 = 0, 4, 16, 24  # offsets in struct seccomp_data (the args' low words)
     p = [(ld, 0, 0, arch), (jeq, 1, 0, AUDIT_ARCH_X86_64), (ret, 0, 0, kill),
          (ld, 0, 0, nr), (jge, 0, 1, 0x40000000), (ret, 0, 0, eperm)]
     for number in sorted(SECCOMP_DENY.values()):
@@ -493,6 +537,12 @@ def seccomp_program(pid):
           (jeq, 1, 0, (-pid) & 0xFFFFFFFF), (ret, 0, 0, eperm), (ret, 0, 0, allow)]
     p += [(jeq, 0, 4, NR_TGKILL), (ld, 0, 0, arg0), (jeq, 1, 0, pid), (ret, 0, 0, eperm),
           (ret, 0, 0, allow)]
+    for number in sorted(SELF_ONLY_ARG0.values()):  # arg0 is 0 or pid, else EPERM
+        p += [(jeq, 0, 5, number), (ld, 0, 0, arg0), (jeq, 2, 0, 0), (jeq, 1, 0, pid),
+              (ret, 0, 0, eperm), (ret, 0, 0, allow)]
+    for number, which in sorted(SELF_ONLY_WHO.values()):  # arg0 is which, arg1 is 0 or pid
+        p += [(jeq, 0, 7, number), (ld, 0, 0, arg0), (jeq, 0, 3, which), (ld, 0, 0, arg1),
+              (jeq, 2, 0, 0), (jeq, 1, 0, pid), (ret, 0, 0, eperm), (ret, 0, 0, allow)]
     p.append((ret, 0, 0, allow))
     return b"".join(struct.pack("HBBI", *ins) for ins in p), len(p)
 
@@ -825,8 +875,9 @@ class Zygote:
         """The boundary named by ``cfg["boundary"]``, failing closed when it cannot be had:
         ``namespaces`` (root: netns, read-only mount ns, one uid per slot), ``bwrap`` (the
         host started us inside bubblewrap: it says which namespaces), ``unsafe-hooks-only``
-        (rlimits and the audit hook, nothing else). Landlock and seccomp are added in the
-        first two whenever the kernel has them."""
+        (rlimits and the audit hook). Landlock and seccomp are added in every mode whenever
+        the kernel has them (in ``unsafe-hooks-only`` Landlock also limits reads to the Python
+        installation and the system's libraries, :data:`UNSAFE_MODE_READS`)."""
         cfg, prot = self.cfg, self.protections
         needed = sorted({os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)})
         cfg["read_roots"] = needed
@@ -846,9 +897,13 @@ class Zygote:
             prot += ["uid-drop", "rlimit-nproc"]
         elif mode == "bwrap":
             prot += cfg["outer_protections"]
-        if mode != "unsafe-hooks-only" and self.libc is not None:
+        if self.libc is not None:
+            # unsafe-hooks-only has no namespaces to hide the host's files and processes: its
+            # Landlock domain reads only the Python installation and the system's libraries
+            reads = None if mode != "unsafe-hooks-only" else sorted(
+                {*needed, *(os.path.realpath(p) for p in UNSAFE_MODE_READS if os.path.isdir(p))})
             try:
-                self.landlock = Landlock(self.libc, cfg["scratch_dir"])
+                self.landlock = Landlock(self.libc, cfg["scratch_dir"], reads)
                 prot += self.landlock.protections
             except (OSError, AttributeError):
                 self.landlock = None

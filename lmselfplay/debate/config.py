@@ -12,10 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from lmselfplay.debate.protocols import PROTOCOLS, ProtocolConfig
-from lmselfplay.models.policy import check_dtype
+from lmselfplay.models.policy import check_dtype, check_local_model
 from lmselfplay.rl.configs import PolicyGradientConfigs
 from lmselfplay.utils.config import Config, ConfigError, non_negative, positive
 from lmselfplay.utils.run import PeriodicCheckpoints
+from lmselfplay.verifiers.executor import ExecutorConfig
 
 
 @dataclass
@@ -49,6 +50,7 @@ class DebateArgs(Config):
         if bad:
             raise ConfigError(f"unknown eval_protocols {bad}; known: {PROTOCOLS}")
         check_dtype(self.judge_dtype, "judge_dtype")
+        check_local_model(self.judge_model_name_or_path, "judge_model_name_or_path")
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,12 @@ class DebateConfigs(PolicyGradientConfigs):
     checkpoints: PeriodicCheckpoints
 
     defaults = {"output_dir": "runs/debate"}
+
+    def validate(self) -> None:
+        """Program questions: the sandbox's settings (``LMSELFPLAY_SANDBOX``) are checked here,
+        before any model loads."""
+        if "programs" in [f.strip() for f in self.debate.task_families.split(",")]:
+            ExecutorConfig()
 
     def answer_budget(self) -> int:
         """The engine's answer budget (its KV cache is sized for it): a speech's (the protocol's)."""

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import os
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -65,14 +66,16 @@ def build_lock(path: Path) -> Iterator[None]:
 
 def ensure_tiny_model(force: bool = False, cfg: TinyConfig | None = None, progress: bool = True,
                       cache_dir: str | Path | None = None) -> Path:
-    """Path of the built tiny model for ``cfg`` (default: the :data:`DEFAULT_BUILD`): cached,
-    else installed from the package or built now."""
+    """Path of the built tiny model for ``cfg`` (default: the :data:`DEFAULT_BUILD`): cached
+    and intact (its files match the checksums recorded when it was written, checked once per
+    process), else installed from the package or built now. A damaged cached copy is replaced
+    the same way, with one line on stderr saying so."""
     cfg = cfg or build_config()
     path = model_dir(cfg, cache_dir)
-    if is_complete(path) and not force:
+    if not force and _intact_cache(path):
         return path
     with build_lock(path):
-        if is_complete(path) and not force:  # another process built it while we waited
+        if not force and _intact_cache(path, say=True):  # another process built it while we waited
             return path
         for stale in path.parent.glob(f".{path.name}.tmp-*"):  # left by a killed build
             shutil.rmtree(stale, ignore_errors=True)
@@ -82,12 +85,33 @@ def ensure_tiny_model(force: bool = False, cfg: TinyConfig | None = None, progre
                 for f in shipped.iterdir():
                     if f.is_file() and f.name != MARKER:
                         shutil.copy2(f, tmp / f.name)
+            _VERIFIED.add(path)
             return path
         if progress:
             print(f"building the embedded tiny model into {path} (once; a few minutes on CPU)")
         with atomic_dir(path) as tmp:
             build_tiny_model(cfg, tmp, progress=progress, resume_dir=resume_dir(path), base=base_of(cfg, progress))
+    _VERIFIED.add(path)
     return path
+
+
+_VERIFIED: set[Path] = set()  # cache folders this process found intact
+
+
+def _intact_cache(path: Path, say: bool = False) -> bool:
+    """Whether the cached build ``path`` is complete and its files match their recorded
+    checksums; with ``say``, a damaged one is reported in one line (it is then replaced)."""
+    if path in _VERIFIED:
+        return True
+    if not is_complete(path):
+        return False
+    problem = verify_checkpoint(path)
+    if problem is None:
+        _VERIFIED.add(path)
+        return True
+    if say:
+        print(f"warning: the cached embedded model is damaged ({problem}); replacing it", file=sys.stderr)
+    return False
 
 
 def base_of(cfg: TinyConfig, progress: bool = True) -> Path | None:

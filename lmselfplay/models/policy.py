@@ -23,6 +23,7 @@ from lmselfplay.lm.engines.base import declared_eos_ids
 from lmselfplay.lm.engines.hf import unwrap
 from lmselfplay.lm.prompt import PromptStyle, resolve_prompt_format, set_prompt_style
 from lmselfplay.models.cache import ensure_tiny_model
+from lmselfplay.models.model_folder import check_model_folder
 from lmselfplay.models.tiny import BUILDS, build_config
 from lmselfplay.utils.config import Config, ConfigError, positive
 from lmselfplay.utils.errors import UserError
@@ -59,9 +60,12 @@ class PolicyConfig(Config):
                 "Answers are read after </think> either way"})
 
     def validate(self) -> None:
-        """The choices and the LoRA sizes; the dtype's fit to the device is checked when the
-        model loads (:func:`resolve_dtype`), once the device is known."""
+        """The choices, the LoRA sizes and a local model folder's files
+        (:func:`~lmselfplay.models.model_folder.check_model_folder`: before anything loads or is
+        written); the dtype's fit to the device is checked when the model loads
+        (:func:`resolve_dtype`), once the device is known."""
         check_dtype(self.dtype, "dtype")
+        check_local_model(self.model_name_or_path)
         if self.prompt_format not in PROMPT_FORMATS:
             raise ConfigError(f"prompt_format must be one of {', '.join(PROMPT_FORMATS)}, got {self.prompt_format!r}")
         positive(self, "lora_r", "lora_alpha")
@@ -97,11 +101,21 @@ def resolve_dtype(dtype: str, device: torch.device, name: str = "dtype") -> torc
     return out
 
 
+def check_local_model(model_name_or_path: str | None, field: str = "model_name_or_path") -> None:
+    """A UserError naming the file when ``model_name_or_path`` is an existing local path that
+    is not a loadable model folder (:func:`check_model_folder`); nothing for the embedded
+    model or a hub name."""
+    if model_name_or_path not in (None, "", "tiny", "embedded") and not str(model_name_or_path).startswith("embedded:") \
+            and Path(str(model_name_or_path)).expanduser().exists():
+        check_model_folder(model_name_or_path, field)
+
+
 def resolve_model_path(model_name_or_path: str | None) -> str:
     """``None`` -> the embedded tiny model (built offline on first use); ``embedded:<build>`` -> that
-    named build (installed from the package or built on first use); an existing local
-    folder; or a hub name (``org/name``). Something that can only be a local path but does
-    not exist is a :class:`UserError` that says so (not a hub error about repo ids)."""
+    named build (installed from the package or built on first use); an existing local folder (its
+    files checked: :func:`check_local_model`); or a hub name (``org/name``). Something that can only
+    be a local path but does not exist is a :class:`UserError` that says so (not a hub error about
+    repo ids)."""
     if model_name_or_path in (None, "", "tiny", "embedded"):
         return str(ensure_tiny_model())
     name = str(model_name_or_path)
@@ -111,6 +125,7 @@ def resolve_model_path(model_name_or_path: str | None) -> str:
             raise UserError(f"model_name_or_path {name!r}: no embedded build {build!r} (known: {', '.join(BUILDS)})")
         return str(ensure_tiny_model(cfg=build_config(build)))
     if Path(name).expanduser().exists():
+        check_local_model(name)
         return str(Path(name).expanduser())
     if name.startswith(("/", ".", "~")) or "\\" in name or name.count("/") > 1 or name.endswith("/"):
         raise UserError(f"model_name_or_path {name!r}: no such local folder (give a model folder "

@@ -42,7 +42,7 @@ from lmselfplay.verifiers.code_tasks import (
     status_counts,
     task_key,
 )
-from lmselfplay.verifiers.executor import ExecutorConfig
+from lmselfplay.verifiers.executor import MAX_WORKERS, ExecutorConfig
 
 
 @dataclass
@@ -86,6 +86,8 @@ class AbsoluteZeroArgs(Config):
                  "propose_max_new_tokens", "solve_max_new_tokens", "timeout_s", "max_output_bytes",
                  "executor_workers", "top_p")
         non_negative(self, "references", "seed_programs", "memory_mb", "eval_every", "eval_tasks_per_type")
+        if self.executor_workers > MAX_WORKERS:
+            raise ConfigError(f"executor_workers must be <= {MAX_WORKERS}, got {self.executor_workers}")
 
     def answer_budget(self) -> int:
         """The engine's answer budget (its KV cache is sized for it): the larger of a proposal's and a solution's."""
@@ -101,6 +103,11 @@ class AbsoluteZeroConfigs(PolicyGradientConfigs):
     checkpoints: PeriodicCheckpoints
 
     defaults = {"output_dir": "runs/absolute_zero"}
+
+    def validate(self) -> None:
+        """The sandbox's config (its limits, ``LMSELFPLAY_SANDBOX``) is built and checked here,
+        before any model loads."""
+        executor_config(self)
 
 
 def n_inputs(cfg, task_type: str) -> int:

@@ -50,6 +50,7 @@ from lmselfplay.utils.checkpoint import (
 from lmselfplay.utils.config import Config, ConfigError, non_negative, positive
 from lmselfplay.utils.run import Run
 from lmselfplay.verifiers.checkable import Question, arithmetic_task, program_task
+from lmselfplay.verifiers.executor import ExecutorConfig
 from lmselfplay.verifiers.referees import AnswerMatcher, ExecutorReferee, RulesReferee, make_referee
 
 PHASES = ("challenger", "filter", "solver")
@@ -126,8 +127,11 @@ class RZeroConfigs(PolicyGradientConfigs):
 
     def validate(self) -> None:
         """Two copies on servers: one set of servers per model, none shared; one policy: one set.
-        At most one sleep-mode vLLM engine per process."""
+        At most one sleep-mode vLLM engine per process. Programs: the sandbox's settings
+        (``LMSELFPLAY_SANDBOX``) are checked here, before any model loads."""
         args, engine = self.rzero, self.engine
+        if args.task_form == "program":
+            ExecutorConfig()
         mine = engine.engine == "vllm-server" and args.two_copies
         if args.challenger_vllm_server_urls and not mine:
             raise ConfigError("challenger_vllm_server_urls serve the challenger of two_copies with engine vllm-server; "

@@ -28,6 +28,9 @@ class SelfPlayArgs(Config):
     games: str = field(default="nim,tictactoe,kuhn_poker", metadata={"help": "comma-separated registry names"})
     game_weights: str = field(default="", metadata={
         "help": "share of each step's episodes per game, e.g. 'kuhn_poker=4' (unlisted games weigh 1)"})
+    torch_threads: int = field(default=0, metadata={
+        "help": "torch CPU threads; 0: auto = 1 for the embedded model, else the cores other processes leave free "
+                "(lmselfplay/utils/threads.py)"})
     max_steps: int = field(default=60, metadata={
         "help": "self-play steps (each one trainer.step(); the learning-rate and beta schedules span them)"})
     episodes_per_step: int = field(default=48, metadata={"help": "games played per step (split across games by game_weights)"})
@@ -73,7 +76,7 @@ class SelfPlayArgs(Config):
         positive(self, "max_steps", "episodes_per_step", "concurrency", "max_new_tokens", "text_max_new_tokens", "max_turns",
                  "top_p")
         non_negative(self, "retries", "illegal_penalty", "reset_max_plies", "eval_every", "eval_games",
-                     "gnugo_level", "gnugo_games", "eval_positions")
+                     "gnugo_level", "gnugo_games", "eval_positions", "torch_threads")
         if self.baseline_key not in ("role", "observation"):
             raise ConfigError(f"baseline_key must be 'role' or 'observation', got {self.baseline_key!r}")
         policy_readout.resolve_readout(self.readout, False)  # a valid name; auto resolves with the model

@@ -7,6 +7,8 @@
 * :func:`dpo_update` — step 2: theta_{t+1} by DPO with beta = lambda_t against the frozen
   reference theta_t (never ``ref_model=None`` without LoRA: TRL would reload it from
   ``config._name_or_path``), saved as ``checkpoint-<t+1>``.
+* :func:`partial_progress` — whether a run folder holds work of an unfinished iteration that
+  ``--resume`` continues from (before any ``checkpoint-<t>`` exists).
 """
 
 from __future__ import annotations
@@ -103,3 +105,10 @@ def dpo_update(cfg: SpinConfigs, run: Run, model: Any, pairs: Pairs, data: Any, 
     if run.is_main:  # theta_{t+1} is safe: the mid-iteration trainer state can go
         shutil.rmtree(it_dir / "trainer", ignore_errors=True)
     return nxt, stats
+
+
+def partial_progress(out: Path) -> bool:
+    """Whether ``out`` holds what a resume continues from before any ``checkpoint-<t>``: the
+    supervised sets (``data``), the SFT phase's trainer checkpoints (``sft``) or an iteration's
+    folder (``iter-<t>``: its data set, its DPOTrainer checkpoints)."""
+    return (out / "data").is_dir() or (out / "sft").is_dir() or any(p.is_dir() for p in out.glob("iter-*"))

@@ -13,6 +13,8 @@ Rules:
   complete ``checkpoint-<step>``; when a file is missing, truncated or changed it says which
   and falls back to the newest intact one, or stops with a :class:`UserError` when none
   is intact or when ``fallback`` is off (the recipes' ``resume_fallback: false``).
+* What the run writes gets the user's normal file mode (``0666`` / ``0777`` less the umask,
+  :func:`umask_mode`), though it is written through private temp files and folders.
 * A write that fails (disk full, permission; an ``OSError``, safetensors' ``SafetensorError``
   or torch's stream-writer ``RuntimeError``: :func:`is_write_failure`) raises
   :class:`CheckpointWriteError` (a one-line UserError naming the path and the error),
@@ -23,6 +25,7 @@ Rules:
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -45,9 +48,27 @@ class CheckpointWriteError(UserError, OSError):
     @classmethod
     def of(cls, final: Path, e: BaseException) -> CheckpointWriteError:
         where = f" ({e.filename})" if getattr(e, "filename", None) else ""
-        what = " ".join(str(getattr(e, "strerror", None) or e).split())
-        return cls(f"could not write checkpoint {final}: {what}{where}; "
+        return cls(f"could not write checkpoint {final}: {write_failure_cause(e, final.parent)}{where}; "
                    f"the previous checkpoint is intact (free space or fix permissions, then --resume)")
+
+
+FULL_BELOW_BYTES = 1 << 20  # a file system with less free than this counts as full
+
+
+def write_failure_cause(e: BaseException, folder: Path) -> str:
+    """What made a write fail, in the OS's words: an OSError's own ``strerror``; for a writer
+    that hides the errno (torch's stream writer: "unexpected pos ..."; safetensors), "No space
+    left on device" when the file system of ``folder`` is (nearly) full, else its message."""
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror
+    text = " ".join(str(e).split())
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return text
+    if free < FULL_BELOW_BYTES:
+        return f"{os.strerror(errno.ENOSPC)} ({free} bytes free; the writer said: {text[:160]})"
+    return text
 
 
 # torch.save on a full disk: "PytorchStreamWriter failed writing file ..." or
@@ -70,11 +91,13 @@ def writing(final: str | Path, tmp: str | Path | None, remove_tmp: bool = True) 
     try:
         yield
     except BaseException as e:
+        failure = None if isinstance(e, CheckpointWriteError) or not is_write_failure(e) else \
+            CheckpointWriteError.of(Path(final), e)  # before the temp dir goes: a full disk is seen full
         if tmp is not None and remove_tmp:
             shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(e, CheckpointWriteError) or not is_write_failure(e):
+        if failure is None:
             raise
-        raise CheckpointWriteError.of(Path(final), e) from e
+        raise failure from e
 
 
 class CheckpointDamaged(UserError):
@@ -181,6 +204,7 @@ def atomic_dir(final: str | Path) -> Iterator[Path]:
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
         with writing(final, tmp):
+            os.chmod(tmp, umask_mode(0o777))
             yield tmp
             commit_dir(tmp, final)
 
@@ -194,11 +218,25 @@ def save_model(path: str | Path, model: Any, tokenizer: Any, state_dict: dict | 
     return Path(path)
 
 
+def umask_mode(mode: int) -> int:
+    """``mode`` less the process's umask: the mode ``open`` / ``mkdir`` would give a new file or
+    folder (``tempfile``'s are private: 0600 / 0700). Read from ``/proc`` where it can be (no
+    window in which another thread creates files under umask 0)."""
+    try:
+        with open("/proc/self/status") as f:
+            mask = next(int(line.split()[1], 8) for line in f if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return mode & ~mask
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, umask_mode(0o666))
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.replace(tmp, path)

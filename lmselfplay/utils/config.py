@@ -75,16 +75,59 @@ def _check_numbers(cfg: Any, names: Sequence[str], ok: Any, rule: str) -> None:
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
+    """The mapping in the YAML file ``path``. ConfigError (one line, naming the file) for a
+    file that is missing, unreadable, not UTF-8 text, not valid YAML, nested too deeply to
+    read, empty, or not a mapping: an empty file is refused rather than read as "every
+    default", so a truncated or wrongly named config never runs silently on other values."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
+        raise ConfigError(f"config file not found: {path}" if not path.exists()
+                          else f"config file {path} is not a file")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        text = path.read_bytes().decode("utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file {path} is not a text file (byte {e.object[e.start]:#04x} at offset "
+                          f"{e.start} is not UTF-8)") from None
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise ConfigError(f"config file {path} is not valid YAML: {e}") from None
+    except RecursionError:
+        raise ConfigError(f"config file {path} is nested too deeply to read "
+                          "(a recipe config is one flat mapping of keys to values)") from None
+    if data is None:
+        raise ConfigError(f"config file {path} is empty: give it the keys to set, or leave out --config "
+                          "to run on the recipe's defaults")
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping of keys to values")
     return data
+
+
+def note_repeated_flags(argv: Sequence[str]) -> list[str]:
+    """The rule for a flag given twice with different values (``--x 1 ... --x 2``, or
+    ``--x=2``): the last one wins, as in argparse and TRL's scripts (a script appends an
+    override to a base command line), and it is never silent: one ``note:`` line per such
+    flag on stderr, naming both values. Returns those lines."""
+    seen: dict[str, tuple[str, ...]] = {}
+    notes = []
+    for i, arg in enumerate(argv):
+        if not arg.startswith("--") or len(arg) == 2:
+            continue
+        name, eq, inline = arg[2:].partition("=")
+        if eq:
+            value: tuple[str, ...] = (inline,)
+        else:
+            end = next((j for j in range(i + 1, len(argv)) if argv[j].startswith("--")), len(argv))
+            value = tuple(argv[i + 1:end])
+        if name in seen and seen[name] != value:
+            notes.append(f"note: --{name} is given twice ({' '.join(seen[name]) or '(no value)'}, then "
+                         f"{' '.join(value) or '(no value)'}): the last one is used")
+        seen[name] = value
+    for line in notes:
+        print(line, file=sys.stderr)
+    return notes
 
 
 def as_classes(classes: type | Sequence[type]) -> tuple[type, ...]:
@@ -163,7 +206,8 @@ def parse_configs(classes: Sequence[type], argv: Sequence[str] | None = None,
 
     Rules: a field name declared by two of the classes is a TypeError; ``defaults`` (a
     recipe's own defaults for its components' fields) lie under the YAML, which lies under the
-    flags; an unknown or renamed key (YAML or flag) and a value of the wrong type are one-line
+    flags, and of a flag given twice the last value (said on stderr: :func:`note_repeated_flags`);
+    an unknown or renamed key (YAML or flag) and a value of the wrong type are one-line
     ConfigErrors naming the key; each instance validates itself when it is built."""
     from transformers import (
         HfArgumentParser,  # here: the Config base must stay cheap to import (sandbox)
@@ -175,6 +219,7 @@ def parse_configs(classes: Sequence[type], argv: Sequence[str] | None = None,
     if strangers:
         raise TypeError(f"defaults name fields no class declares: {', '.join(strangers)}")
     argv = list(sys.argv[1:] if argv is None else argv)
+    note_repeated_flags(argv)
     data: dict[str, Any] = dict(defaults or {})
     if "--config" in argv:
         i = argv.index("--config")

@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lmselfplay.utils.checkpoint import umask_mode
+
 TRAINING_GROUPS = ("train", "rollout", "sync", "time", "executor", "league")
 MAX_COLUMNS = 4
 SMOOTH_ABOVE = 30
@@ -279,6 +281,7 @@ def save(fig: Any, path: str | Path, dpi: int = 100) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
+    os.fchmod(fd, umask_mode(0o666))
     os.close(fd)
     try:
         fig.savefig(tmp, dpi=dpi, bbox_inches="tight")

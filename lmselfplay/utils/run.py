@@ -12,7 +12,8 @@
   that names what is there, so an earlier run's metrics and checkpoints are never mixed with
   or replaced by a new run's; ``--overwrite_output_dir true`` empties the folder first, and
   only a folder an earlier run made (it holds the lock file or ``metrics.jsonl``): any other
-  folder is never emptied. The checks and the emptying happen on the main process only.
+  folder is never emptied, and ``--resume`` into it is refused the same way, before anything
+  is written there. The checks and the emptying happen on the main process only.
 * :func:`lock_output_dir` — takes an exclusive
   ``flock`` on ``<output_dir>/.lmselfplay.lock`` (holding the pid) for the life of the
   process, on the main process only (global rank 0 under ``accelerate launch``). A second run
@@ -145,8 +146,11 @@ def claim_output_dir(cfg: Any) -> Path:
     if LOCK_FILE in names:
         lock_output_dir(out)  # a live run's folder: refused before anything else is said
     left = sorted(n for n in names if n != LOCK_FILE)
+    shown = ", ".join(left[:4]) + (f" and {len(left) - 4} more" if len(left) > 4 else "")
+    if left and cfg.resume and not made_by_a_run:
+        raise RunFolderTaken(f"{out} holds files that no run made ({shown}); --resume only continues a run of "
+                             f"this project: choose another output_dir")
     if left and not cfg.resume:
-        shown = ", ".join(left[:4]) + (f" and {len(left) - 4} more" if len(left) > 4 else "")
         if not overwrite:
             raise RunFolderTaken(f"{out} already holds files ({shown}): --resume true continues that run, "
                                  f"--overwrite_output_dir true deletes it first, or choose another output_dir")
@@ -239,6 +243,37 @@ def config_changes(saved: dict[str, Any], config: dict[str, Any]) -> dict[str, t
             if k not in RESUME_ITSELF and saved.get(k, "(absent)") != new.get(k, "(absent)")}
 
 
+def read_run_config(path: Path) -> dict[str, Any]:
+    """The run config saved at ``path``; a damaged one (unreadable, not JSON, not a mapping)
+    is a one-line ConfigError naming the file."""
+    try:
+        data = json.loads(path.read_bytes())
+    except OSError as e:
+        raise ConfigError(f"--resume: cannot read the run's config {path}: {e.strerror or e}") from None
+    except (ValueError, RecursionError) as e:
+        raise ConfigError(f"--resume: the run's config {path} is damaged (not JSON: {' '.join(str(e).split())[:100]}); "
+                          "restore it, or start in another output_dir") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"--resume: the run's config {path} is damaged (a {type(data).__name__}, not a mapping of "
+                          "fields); restore it, or start in another output_dir")
+    return data
+
+
+def check_nothing_to_resume(out: Path) -> None:
+    """``--resume`` found no checkpoint in ``out``: fine for an empty (or new) folder, where the
+    run starts fresh; a folder that holds a run's results is refused in one line (a finished
+    run saved with ``checkpoint_every 0``, or one killed before its first checkpoint): starting
+    fresh there would replace them."""
+    left = sorted(set(_entries(out)) - {LOCK_FILE})
+    if not left:
+        return
+    shown = ", ".join(left[:4]) + (f" and {len(left) - 4} more" if len(left) > 4 else "")
+    what = "a finished run" if any(n.startswith("final") for n in left) else "a run's results"
+    raise RunFolderTaken(f"--resume: {out} holds {what} ({shown}) but no checkpoint to continue from, so there is "
+                         f"nothing to resume; --overwrite_output_dir true runs it again from the start, or choose "
+                         f"another output_dir")
+
+
 def check_resumed_config(cfg: RunConfig, config: dict[str, Any], out: Path, say: Callable[[str], None]) -> None:
     """A resume's config (``config``, the flat dict of the recipe's fields) against the one the
     run saved (``out/config.json``, written by the last start): each differing field is said as
@@ -248,7 +283,7 @@ def check_resumed_config(cfg: RunConfig, config: dict[str, Any], out: Path, say:
     path = out / "config.json"
     if not path.is_file():
         return
-    changes = config_changes(json.loads(path.read_text()), config)
+    changes = config_changes(read_run_config(path), config)
     if not changes:
         return
     say(f"--resume: the config differs from the saved one ({path}):")
@@ -317,7 +352,10 @@ class Run:
       busy folder.
     * Fresh or resumed is decided here, once: ``run.checkpoint`` is the newest intact
       checkpoint (``checkpoints(output_dir)`` lists them, oldest first; default
-      ``checkpoint-<step>``) when ``--resume`` finds one, else None.
+      ``checkpoint-<step>``) when ``--resume`` finds one, else None; ``--resume`` without a
+      checkpoint starts fresh only in an empty folder (:func:`check_nothing_to_resume`), unless
+      the recipe's ``partial_progress(output_dir)`` says the folder holds work a resume continues
+      from (SPIN's iteration data and DPO trainer checkpoints before its first ``checkpoint-<t>``).
       :meth:`report_start` says which, in the one wording. A resume from a checkpoint
       compares the config with the saved one first (:func:`check_resumed_config`).
     * :meth:`open_log` writes ``config.json`` and opens ``metrics.jsonl`` on the main
@@ -333,7 +371,8 @@ class Run:
 
     def __init__(self, cfg: RunConfig, config: dict[str, Any] | None = None, *, gradient_accumulation_steps: int = 1,
                  checkpoint_every: int = 0, trains_with: str = "accelerator",
-                 checkpoints: Callable[[Path], list[Path]] = checkpoint_dirs):
+                 checkpoints: Callable[[Path], list[Path]] = checkpoint_dirs,
+                 partial_progress: Callable[[Path], bool] | None = None):
         if trains_with not in ("accelerator", "state"):
             raise ValueError(f"trains_with must be accelerator or state, got {trains_with!r}")
         self.cfg = cfg
@@ -347,6 +386,8 @@ class Run:
             self.out = claim_output_dir(cfg)
             self.checkpoint = newest_intact(checkpoints(self.out), self.out, cfg.resume_fallback) \
                 if cfg.resume else None
+            if cfg.resume and self.checkpoint is None and not (partial_progress and partial_progress(self.out)):
+                check_nothing_to_resume(self.out)
             if self.checkpoint is not None:
                 check_resumed_config(cfg, self.config, self.out, lambda line: self.acc.print(line, file=sys.stderr))
         except BaseException:  # a refused folder or no intact checkpoint: no process group left behind

@@ -56,6 +56,18 @@ def test_torch_requirement_admits_current_gpu_builds_and_setup_pins_the_cpu_whee
     pip_lines = [ln.strip() for ln in (ROOT / ".ci" / "setup").read_text().splitlines()
                  if '"${PIP[@]}"' in ln and not ln.strip().startswith("#")]
     assert 'TORCH="torch==2.13.0"' in (ROOT / ".ci" / "setup").read_text()
-    project = next(i for i, ln in enumerate(pip_lines) if '-e ".[dev]"' in ln)
+    project = next(i for i, ln in enumerate(pip_lines) if '-e ".$EXTRAS"' in ln)
     assert any(ln.endswith('"$TORCH"') for ln in pip_lines[:project]), pip_lines
     assert all('"$TORCH"' in ln for ln in pip_lines[project:]), pip_lines
+
+
+def test_setup_offers_the_recipes_only_and_refuses_an_unknown_part():
+    """``bash .ci/setup run`` (README command 1) installs the project without its [dev] extra and
+    stops before DeepSpeed; an unknown argument is one line, status 2, before anything is installed."""
+    import subprocess
+
+    text = (ROOT / ".ci" / "setup").read_text()
+    assert 'run) EXTRAS="" ;;' in text and 'all) EXTRAS="[dev]" ;;' in text
+    assert text.index('if [ -z "$EXTRAS" ]') < text.index("deepspeed")
+    p = subprocess.run(["bash", str(ROOT / ".ci" / "setup"), "everything"], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2 and p.stderr.startswith("error: unknown set-up 'everything'"), p.stderr

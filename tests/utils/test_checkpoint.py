@@ -11,6 +11,7 @@ write that fails with ENOSPC stops the run with a one-line error, leaves no temp
 from __future__ import annotations
 
 import errno
+import os
 import shutil
 import subprocess
 import sys
@@ -285,3 +286,60 @@ def test_r_zero_phase_checkpoints_verify_and_resume_falls_back(model_dir, tmp_pa
     assert "phase-0001-2 is damaged" in capsys.readouterr().err
     a, b = saved_weights(full / "final_model"), saved_weights(cut / "final_model")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_full_disk_under_torch_save_is_named(tmp_path):
+    """torch's stream writer hides the errno ("unexpected pos ..."): on a really full file system
+    (a 512 KB tmpfs, in a private mount namespace) the error names the cause, the previous
+    checkpoint stays, and no temp dir is left."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("mounting a tmpfs needs root and unshare")
+    code = ("import torch\n"
+            "from lmselfplay.utils.checkpoint import CheckpointWriteError, atomic_dir\n"
+            "with atomic_dir('/mnt/full/checkpoint-1') as tmp:\n"
+            "    torch.save(torch.zeros(10), tmp / 'state.pt')\n"
+            "try:\n"
+            "    with atomic_dir('/mnt/full/checkpoint-1') as tmp:\n"
+            "        torch.save(torch.zeros(1 << 20), tmp / 'state.pt')\n"
+            "except CheckpointWriteError as e:\n"
+            "    print(e)\n"
+            "import os\nprint(sorted(os.listdir('/mnt/full')))\n")
+    script = f"mkdir -p /mnt/full && mount -t tmpfs -o size=512k tmpfs /mnt/full && exec {sys.executable} -c \"$0\""
+    p = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, code],
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    if p.returncode != 0 and "mount" in p.stderr:
+        pytest.skip(f"no tmpfs here: {p.stderr.strip()[-200:]}")
+    lines = p.stdout.splitlines()
+    assert "No space left on device" in lines[0] and "checkpoint-1" in lines[0], p.stdout + p.stderr
+    assert "previous checkpoint is intact" in lines[0]
+    assert lines[1] == "['checkpoint-1']"
+
+
+def test_an_errno_less_write_failure_with_space_left_keeps_the_writers_words(tmp_path):
+    with pytest.raises(CheckpointWriteError) as e:
+        with atomic_dir(tmp_path / "checkpoint-1"):
+            raise RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed")
+    assert "file write failed" in str(e.value) and "No space left" not in str(e.value)
+
+
+def test_run_outputs_get_the_users_file_mode(tmp_path):
+    """Files and folders the run writes follow the umask like any other program's, although
+    they are written through (private) temp files: 0644 / 0755 under umask 022, 0664 / 0775
+    under 002."""
+    from lmselfplay.utils import curves
+    from lmselfplay.utils.checkpoint import save_json
+
+    for mask, file_mode, dir_mode in ((0o022, 0o644, 0o755), (0o002, 0o664, 0o775)):
+        old = os.umask(mask)
+        try:
+            out = tmp_path / f"run{mask:o}"
+            save_json(out / "config.json", {"a": 1})
+            with atomic_dir(out / "final_model") as tmp:
+                (tmp / "w").write_text("x")
+            plt = curves._pyplot()
+            curves.save(plt.figure(), out / "curves.png")
+        finally:
+            os.umask(old)
+        assert (out / "config.json").stat().st_mode & 0o777 == file_mode
+        assert (out / "curves.png").stat().st_mode & 0o777 == file_mode
+        assert (out / "final_model").stat().st_mode & 0o777 == dir_mode

@@ -20,6 +20,7 @@ import socket
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -138,7 +139,18 @@ def assert_host_unharmed(exs, sentinel):
         assert not os.path.exists(canary), canary
     for e in exs:
         os.kill(e.zygote_pid, 0)  # still alive
+        assert zygote_state(e.zygote_pid) == ZYGOTE_STATE, e.boundary  # its scheduling and limits untouched
     assert leftovers(exs) == []
+
+
+def zygote_state(pid: int) -> tuple:
+    """What a task must not change of its zygote: nice, scheduling policy, CPUs, limits."""
+    with open(f"/proc/{pid}/limits") as f:
+        limits = [line for line in f if line.startswith(("Max open files", "Max address space", "Max cpu time"))]
+    return (os.getpriority(os.PRIO_PROCESS, pid), os.sched_getscheduler(pid), len(os.sched_getaffinity(pid)), limits)
+
+
+ZYGOTE_STATE = zygote_state(os.getpid())  # a zygote starts with the host's
 
 
 # --------------------------------------------------------------------------------------------
@@ -167,7 +179,7 @@ SHELL_VIA_FORK_EXEC = (LOAD_RENAMED + "ps = load('_posixsubprocess')\nimport os\
 
 
 def escaped_here(r):
-    """The unsafe-hooks-only mode's known escape (docs/sandbox.md): the write landed."""
+    """The write through dir_fd, which the audit hook cannot see, landed."""
     landed = os.path.exists(DIRFD_CANARY)
     if landed:
         os.remove(DIRFD_CANARY)
@@ -281,9 +293,8 @@ BATTERY = [
     ("huge value", "def f():\n    return 'v' * 10**6", every("output-limit"), None),
     ("dir_fd write into site-packages", "import os\nfd = os.open('{SITE}', os.O_RDONLY | os.O_DIRECTORY)\n"
      "os.close(os.open('lmselfplay_pwned.py', os.O_CREAT | os.O_WRONLY, dir_fd=fd))",
-     # hooks only: the write lands wherever the uid may write (root, or the venv's owner)
-     {"full": "error", "os-only": "error", "hooks": "ok" if ROOT else "error"},
-     lambda r: escaped_here(r) == (r.status == "ok")),
+     # the hook cannot see dir_fd; Landlock refuses the write in every mode
+     every("error"), lambda r: not escaped_here(r)),
     ("native module under another name", LOAD_RENAMED + "load('_posixsubprocess')",
      {"full": "error", "os-only": "ok", "hooks": "error"}, None),
     ("renamed _posixsubprocess: a shell and a setsid survivor", SHELL_VIA_FORK_EXEC,
@@ -304,6 +315,21 @@ BATTERY = [
      every("error"), None),
     ("environment holds no secrets", "import os\ndef f():\n    return sorted(os.environ)",
      every("ok"), lambda r: set(r.value) <= {"PATH", "LANG", "HOME", "TMPDIR"}),
+    # the zygote's scheduling and limits (assert_host_unharmed reads them back after every case)
+    ("renice the zygote", "import os\nos.setpriority(os.PRIO_PROCESS, os.getppid(), 19)", every("error"), None),
+    ("renice every process of the uid", "import os\nos.setpriority(os.PRIO_USER, 0, 19)", every("error"), None),
+    ("renice the process group", "import os\nos.setpriority(os.PRIO_PGRP, 0, 19)", every("error"), None),
+    ("SCHED_IDLE the zygote", "import os\nos.sched_setscheduler(os.getppid(), os.SCHED_IDLE, os.sched_param(0))",
+     every("error"), None),
+    ("pin the zygote to one CPU", "import os\nos.sched_setaffinity(os.getppid(), {0})", every("error"), None),
+    ("cut the zygote's limits", "import os, resource\n"
+     "resource.prlimit(os.getppid(), resource.RLIMIT_NOFILE, (3, 3))", every("error"), None),
+    ("renice itself", "import os\ndef f():\n    n = os.getpriority(os.PRIO_PROCESS, 0)\n"
+     "    os.setpriority(os.PRIO_PROCESS, os.getpid(), min(n + 1, 19))\n"
+     "    return [n, os.getpriority(os.PRIO_PROCESS, 0)]", every("ok"), lambda r: r.value[1] == min(r.value[0] + 1, 19)),
+    # the host's environment through /proc, and root-only files, also where the hook is off
+    ("read the host's environment", "def f():\n    return open('/proc/{H}/environ', 'rb').read()",
+     every("error"), None),
 ]
 # A case whose only expected verdict is "timeout" shows that the wall clock stops it: a short clock
 # shows that as well as the default second does (and saves the suite ~20 s of spinning and sleeping).
@@ -321,6 +347,7 @@ def test_hostile_battery(executors, sentinel, mode, name, code, expected, check)
         pytest.skip("not meaningful in this mode (see the battery table)")
     ex = executors[mode]
     code = code.replace("{S}", str(sentinel)).replace("{SITE}", SITE).replace("{P}", str(LISTENER_PORT))
+    code = code.replace("{H}", str(os.getpid()))
     limit = CLOCK_CASE_TIMEOUT_S if want == "timeout" else LIMITS["timeout_s"]
     r = ex.run(code, entry="f" if "def f(" in code else None, timeout_s=limit)
     assert r.status in STATUSES
@@ -368,7 +395,8 @@ def test_no_network_interfaces_but_loopback(executors, mode):
 def test_hooks_mode_says_what_is_active(executors):
     prot = executors["hooks"].protections
     assert "audit-hook" in prot and "rlimits" in prot
-    for p in ("netns", "uid-drop", "readonly-fs", "landlock", "seccomp", "userns"):
+    assert "landlock" in prot and "seccomp" in prot  # where the kernel has them (x86-64, >= 5.13)
+    for p in ("netns", "uid-drop", "readonly-fs", "userns"):
         assert p not in prot
 
 
@@ -642,3 +670,75 @@ def test_concurrent_tasks_cannot_read_each_other(executors, mode):
     a, b = ex.run_batch([Program(writer, "f"), Program(thief, "f")], progress=False)
     assert a.status == "ok" and b.status == "ok", (a.error, b.error)
     assert b.value == [[], None]
+
+
+# --------------------------------------------------------------------------------------------
+# A result value built to be slow to rebuild, and the host's secrets
+# --------------------------------------------------------------------------------------------
+
+# writes on its channel a set of 40,000 distinct ints that all hash alike (multiples of the int
+# hash modulus): ~0.9 MB, under max_value_bytes; rebuilt naively on the host, ~100 s of one thread
+COLLIDING_SET = ("import os\nm = (1 << 61) - 1\n"
+                 "os.write(3, ('{\"status\":\"ok\",\"value\":{\"s\":[' + ','.join(str(i * m) for i in range(1, 40001))"
+                 " + ']}}').encode())\nos._exit(0)")
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_a_hostile_result_value_does_not_stall_the_batch(mode):
+    if not ROOT and mode.startswith("namespaces"):
+        pytest.skip("the namespaces boundary needs root")
+    tasks = [Program(COLLIDING_SET)] + [Program("def f(x):\n    return {x, x + 1}", entry="f", args=(i,))
+                                        for i in range(6)]
+    with Executor(ExecutorConfig(**{**LIMITS, "max_value_bytes": 1 << 20}, **MODES[mode])) as ex:
+        t0 = time.monotonic()
+        results = ex.run_batch(tasks)
+        took = time.monotonic() - t0
+    assert results[0].status == "error" and "share a hash value" in results[0].error
+    assert [r.value for r in results[1:]] == [{i, i + 1} for i in range(6)]
+    assert took < 2 * LIMITS["timeout_s"], took  # the issue's bound: 2x the slowest task's timeout
+
+
+def test_decode_is_linear_for_colliding_hashes():
+    m = (1 << 61) - 1
+    with pytest.raises(ValueError, match="share a hash value"):
+        decode({"s": [i * m for i in range(1, 40001)]})
+    with pytest.raises(ValueError, match="share a hash value"):
+        decode({"d": [[i * m, 0] for i in range(1, 40001)]})
+    with pytest.raises(ValueError, match="share a hash value"):
+        decode({"z": [1] * 100})  # a repeated element: the encoder never writes one
+    assert decode({"s": [-1, -2, {"t": [1, 2]}]}) == {-1, -2, (1, 2)}  # hash(-1) == hash(-2): a few alike are fine
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_no_secret_of_the_host_reaches_a_task(mode, monkeypatch):
+    """A secret in the host's environment when the sandbox starts: in no mode (the hook on or
+    off) does a task see it, in its environment or through /proc."""
+    if not ROOT and mode.startswith("namespaces"):
+        pytest.skip("the namespaces boundary needs root")
+    secret = "hf_secret_0123456789abcdef"
+    monkeypatch.setenv("HF_TOKEN", secret)
+    code = ("import os\ndef f():\n    seen = [repr(dict(os.environ))]\n"
+            "    for pid in [os.getppid(), {H}, 1]:\n"
+            "        for name in ('environ', 'cmdline'):\n"
+            "            try:\n                seen.append(open(f'/proc/{pid}/{name}', 'rb').read().decode('latin-1'))\n"
+            "            except OSError as e:\n                seen.append(type(e).__name__)\n"
+            "    return seen").replace("{H}", str(os.getpid()))
+    for audit_hook in (True, False):
+        with Executor(ExecutorConfig(**LIMITS, **{**MODES[mode], "audit_hook": audit_hook})) as ex:
+            r = ex.run(code, entry="f")
+        assert r.status == "ok", r.error
+        assert not any(secret in s for s in r.value), r.value
+
+
+def test_the_docs_battery_table_is_this_battery():
+    """docs/sandbox.md's battery table has a row per case, with the verdict this test expects
+    in each column (namespaces and bwrap: full; the OS layer alone; unsafe-hooks-only)."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "sandbox.md").read_text()
+    rows = {cells[0]: cells[1:] for line in text.splitlines() if line.startswith("| ")
+            for cells in [[c.strip() for c in line.strip("|").split("|")]]}
+    for name, _, expected, _ in BATTERY:
+        assert name in rows, name
+        for column, cell in zip(("full", "full", "os-only", "hooks"), rows[name]):
+            want = expected[column]
+            shown = "n/a" if want is None else "held (" + ("/".join(want) if isinstance(want, tuple) else want) + ")"
+            assert cell == shown, (name, column, cell, shown)
