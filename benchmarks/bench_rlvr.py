@@ -34,7 +34,6 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from lmselfplay.lm.engines import HFEngine, SamplingParams

@@ -37,6 +37,7 @@ from tqdm.auto import tqdm
 
 from lmselfplay.lm.engines import make_engine
 from lmselfplay.models.policy import load_policy
+from lmselfplay.rl.kl import reference_policy
 from lmselfplay.rl.rlvr import (
     RLVRConfigs,
     advantages_of,
@@ -49,7 +50,6 @@ from lmselfplay.rl.rlvr import (
     samples_of,
     sampling,
 )
-from lmselfplay.rl.kl import reference_policy
 from lmselfplay.rl.trainer import PolicyTrainer
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.run import Run

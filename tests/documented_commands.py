@@ -116,6 +116,8 @@ AZ_SMALL = (f"--output_dir {{out}} --iterations 1 --games_per_iteration 4 --n_si
 AZR_SMALL = ("--output_dir {out} --max_steps 1 --proposals_per_type 2 --solve_tasks_per_type 2 --num_generations 2 "
              "--references 1 --seed_programs 4 --eval_tasks_per_type 3 --eval_every 1 --checkpoint_every 1 "
              "--propose_max_new_tokens 16 --solve_max_new_tokens 12")
+RLVR_SMALL = ("--output_dir {out} --max_steps 1 --prompts_per_step 2 --num_generations 2 --heldout_size 4 "
+              "--eval_every 0 --max_new_tokens 6 --checkpoint_every 1")
 RZERO_SMALL = ("--rounds 1 --challenger_steps 1 --num_questions 4 --challenger_group_size 4 --pool_size 4 "
                "--num_answers 10 --solver_steps 1 --solver_batch 2 --solver_group_size 10 --heldout_size 4 "
                "--challenger_max_new_tokens 12 --solver_max_new_tokens 8")
@@ -386,4 +388,29 @@ REGISTRY: list[Command] = [
     Command("python scripts/build_taboo_words.py", skip="rebuilds the shipped word list from wordfreq (a dev extra)"),
     Command("python scripts/ship_embedded_model.py",
             skip="rewrites the shipped embedded model in the package (minutes); tests/models/test_shipped_model.py checks it"),
+    Command("python recipes/rlvr.py --config recipes/configs/rlvr.yaml", extra=RLVR_SMALL,
+            files=("metrics.jsonl", "final_model")),
+    Command("python recipes/rlvr.py --config recipes/configs/rlvr.yaml --task program", extra=RLVR_SMALL,
+            files=("metrics.jsonl",)),
+    Command("python recipes/rlvr.py --config recipes/configs/rlvr.yaml --task reasoning_gym:chain_sum "
+            "--task_config '{\"min_terms\": 2, \"max_terms\": 3}' --max_new_tokens 24", extra=RLVR_SMALL,
+            files=("metrics.jsonl",)),
+    Command("python recipes/rlvr.py --config recipes/configs/rlvr.yaml --task jsonl:my_questions.jsonl",
+            subs=(("my_questions.jsonl", "{data}/questions.jsonl"),), extra=RLVR_SMALL, files=("metrics.jsonl",)),
+    Command("python recipes/rlvr.py --config recipes/configs/rlvr.yaml --resume true", extra=RLVR_SMALL,
+            files=("metrics.jsonl",)),
+    Command("python recipes/rlvr.py --config recipes/configs/rlvr_qwen.yaml", skip=f"{GPU} and Qwen2.5-0.5B-Instruct weights"),
+    Command(".venv/bin/python benchmarks/bench_rlvr.py", slow=True,
+            extra="--seeds 0 --max-steps 1 --prompts-per-step 2 --num-generations 2 --heldout-size 4 --eval-every 0 "
+                  "--max-new-tokens 6 --name rlvr_check", output=r"results: \S+/rlvr_check\.json"),
+    Command("python benchmarks/bench_number_tokens.py --games nim --weights arithmetic=20,nim=0.01 --steps 400 --out A.json",
+            subs=(("--steps 400", "--steps 2"), ("A.json", "{out}/A.json")), extra="--eval_every 1 --heldout 4",
+            files=("A.json",)),
+    Command("python benchmarks/bench_number_tokens.py --games nim --weights arithmetic=20,nim=0.01 --steps 400 --whole_numbers --out B.json",
+            subs=(("--steps 400", "--steps 2"), ("B.json", "{out}/B.json")), extra="--eval_every 1 --heldout 4",
+            files=("B.json",)),
+    Command("python scripts/ship_embedded_model.py --build v8",
+            skip="rebuilds v8 from its corpus (20 minutes on one core); tests/models/test_shipped_model.py checks the shipped copy"),
+    Command("lmselfplay eval reasoning --suite default --model PATH", subs=(("default", "tiny"), ("PATH", "embedded:v8")),
+            extra="--out {out}", files=("reasoning_tiny.json",)),
 ]

@@ -94,9 +94,9 @@ BUILDS: dict[str, dict[str, Any]] = {
            "train_steps": 2000, "num_threads": 1,
            "task_weights": "tictactoe=8,reading=6,grid_reading=4,kuhn_poker=3,arithmetic=20,programs=4,two_option=2"},
     # v8, the language recipes' build: v7's shape, numbers as whole tokens (the tokenizer probe:
-    # word problems learned 2.7x faster from scratch than with split digits), a corpus of word
-    # problems, programs, the judge's A/B questions and the reasoning suite's tasks at training
-    # seeds, never a held-out question; Nim only, so reading tasks have a game to read.
+    # word problems learned faster from scratch than with split digits), a corpus of word problems,
+    # programs, the judge's A/B questions and the reasoning suite's tasks at training seeds, never a
+    # held-out question; Nim only, so reading tasks have a game to read.
     "v8": {"num_layers": 2, "num_heads": 8, "intermediate_size": 256, "tokenizer": "numbers", "games": "nim",
            "train_steps": 2000, "num_threads": 1, "exclude_heldout": True,
            "task_weights": "nim=1,reading=1,arithmetic=20,programs=6,two_option=3,reasoning_gym=8"},

@@ -26,7 +26,6 @@ from lmselfplay.utils.run import PeriodicCheckpoints
 from lmselfplay.utils.stats import wilson
 from lmselfplay.verifiers.task_referee import TaskReferee
 
-
 ADVANTAGES = ("group", "reward")
 
 

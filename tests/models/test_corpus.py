@@ -149,4 +149,6 @@ def test_generated_corpus_and_tasks_are_unchanged_by_seed():
         assert digest([corpus.sample() for _ in range(400)]) == expected, build
     rng = random.Random(7)
     tasks = [[arithmetic_problem(rng), python_program(rng)] for _ in range(200)]
+    kinds = {a.pop("kind") for a, _ in tasks}  # the problem's kind is a label beside the pinned text
     assert digest(tasks) == "488a682d24392cea6f8bb0abb48f471ac748a87e2f5088516742e8a24d81c9dc"
+    assert kinds == {"addition", "subtraction", "multiplication", "division", "add-then-subtract", "multiply-then-add"}

@@ -13,9 +13,9 @@ import json
 import pytest
 import torch
 
-from lmselfplay.models.cache import SHIPPED_BUILDS, shipped_build, shipped_dir
 from lmselfplay.models import cache as tiny_cache
 from lmselfplay.models import pretrain, tiny
+from lmselfplay.models.cache import SHIPPED_BUILDS, shipped_build, shipped_dir
 from lmselfplay.utils.checkpoint import MARKER, sha256_file, verify_checkpoint
 
 FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")

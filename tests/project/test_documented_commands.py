@@ -127,6 +127,8 @@ def inputs(tmp_path_factory) -> dict[str, str]:
     suite = build_problems(load_suite("tiny"))  # the entries run the tiny suite
     (data / "outputs.jsonl").write_text("".join(json.dumps({"id": p.id, "completion": "<answer>4</answer>"}) + "\n"
                                                 for p in suite))
+    (data / "questions.jsonl").write_text("".join(json.dumps({"question": f"What is {i} + 2?", "answer": i + 2}) + "\n"
+                                                  for i in range(12)))
     return {"model": resolve_model_path(None), "data": str(data)}
 
 

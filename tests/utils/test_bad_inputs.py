@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from warm_process import run_warm
 
-from lmselfplay.models import tiny
+from lmselfplay.models import cache as tiny
 from lmselfplay.models.model_folder import ModelFolderError, check_model_folder
 from lmselfplay.utils.checkpoint import atomic_dir
 
@@ -92,7 +92,7 @@ def test_config_file_that_cannot_be_read(tmp_path, content, what):
 
 
 def test_flag_given_twice_is_said_and_the_last_wins(capsys):
-    from lmselfplay.rl.selfplay import SelfPlayConfigs
+    from lmselfplay.selfplay_games.config import SelfPlayConfigs
 
     cfg = SelfPlayConfigs.parse(["--max_steps", "3", "--eval_every", "0", "--max_steps=4", "--eval_every", "0"])
     assert cfg.selfplay.max_steps == 4

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from lmselfplay.rl.selfplay import SelfPlayConfigs
+from lmselfplay.selfplay_games.config import SelfPlayConfigs
 from lmselfplay.utils import threads
 from lmselfplay.utils.config import ConfigError
 
