@@ -394,6 +394,7 @@ REGISTRY: list[Command] = [
             files=("metrics.jsonl",)),
     Command("python recipes/rlvr.py --config recipes/configs/rlvr.yaml --task reasoning_gym:chain_sum "
             "--task_config '{\"min_terms\": 2, \"max_terms\": 3}' --max_new_tokens 24", extra=RLVR_SMALL,
+            subs=(('{"min_terms": 2, "max_terms": 3}', '{{"min_terms": 2, "max_terms": 3}}'),),  # literal braces: the line is str.format-ed
             files=("metrics.jsonl",)),
     Command("python recipes/rlvr.py --config recipes/configs/rlvr.yaml --task jsonl:my_questions.jsonl",
             subs=(("my_questions.jsonl", "{data}/questions.jsonl"),), extra=RLVR_SMALL, files=("metrics.jsonl",)),
