@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import random
 import time
 
@@ -27,7 +26,7 @@ from lmselfplay.lm.engines import SamplingParams, generate_fitting
 from lmselfplay.lm.engines.hf import HFEngine
 from lmselfplay.lm.prompt import encode_prompt
 from lmselfplay.models import tiny
-from lmselfplay.models.pretrain import Corpus, batches, starting_point, weighted_lm_loss
+from lmselfplay.models.pretrain import Corpus, batches, lr_factor, starting_point, train_step
 from lmselfplay.tasks.arithmetic import arithmetic_problem, arithmetic_prompt
 from lmselfplay.verifiers.referees import AnswerMatcher
 
@@ -49,14 +48,6 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--whole_numbers", action="store_true", help="keep digit runs whole (v8's numbers tokenizer)")
     ap.add_argument("--out", default=None, help="write the curve here as JSON")
     return ap.parse_args()
-
-
-def lr_factor(cfg: tiny.TinyConfig, step: int) -> float:
-    """The builds' schedule: linear warm-up, cosine decay to 10%."""
-    if step < cfg.warmup_steps:
-        return (step + 1) / cfg.warmup_steps
-    frac = (step - cfg.warmup_steps) / max(1, cfg.train_steps - cfg.warmup_steps)
-    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
 
 
 def heldout_accuracy(model, tok, held, matcher) -> tuple[float, dict[str, float]]:
@@ -88,14 +79,8 @@ def main() -> None:
     curve, ema, t0 = [], None, time.time()
     model.train()
     for step in range(cfg.train_steps):
-        ids, att, w, soft = next(stream)
-        loss = weighted_lm_loss(model, ids, att, w, soft)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        ema = loss.item() if ema is None else 0.95 * ema + 0.05 * loss.item()
+        loss = train_step(model, opt, sched, next(stream))
+        ema = loss if ema is None else 0.95 * ema + 0.05 * loss
         if (step + 1) % a.eval_every == 0:
             acc, kinds = heldout_accuracy(model, tok, held, matcher)
             curve.append({"step": step + 1, "accuracy": acc, "loss_ema": ema, "seconds": time.time() - t0, "kinds": kinds})

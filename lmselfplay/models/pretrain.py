@@ -301,6 +301,25 @@ def starting_point(cfg: TinyConfig, rng: random.Random, base: Path | None = None
     return tok, make_model(cfg, tok)
 
 
+def lr_factor(cfg: TinyConfig, step: int) -> float:
+    """The builds' learning-rate factor at ``step``: linear warm-up, cosine decay to 10%."""
+    if step < cfg.warmup_steps:
+        return (step + 1) / cfg.warmup_steps
+    frac = (step - cfg.warmup_steps) / max(1, cfg.train_steps - cfg.warmup_steps)
+    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
+
+
+def train_step(model: Any, opt: Any, sched: Any, batch: Batch) -> float:
+    """One pre-training step on ``batch`` (clipped to grad norm 1); the loss."""
+    loss = weighted_lm_loss(model, *batch)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    sched.step()
+    return loss.item()
+
+
 def build_tiny_model(cfg: TinyConfig, out_dir: str | Path, progress: bool = True,
                      resume_dir: str | Path | None = None, stop_after: int | None = None,
                      base: Path | None = None) -> dict[str, Any]:
@@ -329,13 +348,7 @@ def build_tiny_model(cfg: TinyConfig, out_dir: str | Path, progress: bool = True
         opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95),
                                 weight_decay=cfg.weight_decay)
 
-        def lr_at(step: int) -> float:  # linear warm-up, cosine decay to 10%
-            if step < cfg.warmup_steps:
-                return (step + 1) / cfg.warmup_steps
-            frac = (step - cfg.warmup_steps) / max(1, cfg.train_steps - cfg.warmup_steps)
-            return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
-
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: lr_factor(cfg, step))
         stream = batches(cfg, tok, Corpus(cfg, random.Random(rng.random())), random.Random(rng.random()))
         start, tokens, ema, spent = 0, 0, None, 0.0
         saved = load_build_state(resume_dir, cfg.key())
@@ -351,14 +364,9 @@ def build_tiny_model(cfg: TinyConfig, out_dir: str | Path, progress: bool = True
                    initial=start, total=cfg.train_steps)
         for step in bar:
             ids, att, w, soft = next(stream)
-            loss = weighted_lm_loss(model, ids, att, w, soft)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            sched.step()
+            loss = train_step(model, opt, sched, (ids, att, w, soft))
             tokens += int(att.sum())
-            ema = loss.item() if ema is None else 0.95 * ema + 0.05 * loss.item()
+            ema = loss if ema is None else 0.95 * ema + 0.05 * loss
             bar.set_postfix(loss=f"{ema:.3f}", tok_s=f"{(tokens) / (spent + time.time() - t_run + 1e-9):.0f}")
             done = step + 1
             if resume_dir is not None and (done % max(1, cfg.checkpoint_every) == 0 or done == last):
