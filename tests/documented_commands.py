@@ -414,4 +414,6 @@ REGISTRY: list[Command] = [
             skip="rebuilds v8 from its corpus (20 minutes on one core); tests/models/test_shipped_model.py checks the shipped copy"),
     Command("lmselfplay eval reasoning --suite default --model PATH", subs=(("default", "tiny"), ("PATH", "embedded:v8")),
             extra="--out {out}", files=("reasoning_tiny.json",)),
+    Command("python recipes/absolute_zero.py --config recipes/configs/absolute_zero.yaml --model_name_or_path embedded:v8",
+            extra=AZR_SMALL, files=("metrics.jsonl",), slow=True),
 ]
