@@ -37,10 +37,10 @@ from typing import Any
 import torch
 
 from lmselfplay.lm.engines import HFEngine, SamplingParams
-from lmselfplay.lm.prompt import encode_completion, encode_prompt, format_prompt
+from lmselfplay.lm.prompt import encode_completion, encode_prompt, text_for_prompt_ids
 from lmselfplay.lm.trajectory import Sample
-from lmselfplay.models.policy import load_policy, resolve_model_path
-from lmselfplay.rl.rlvr import accuracy_row
+from lmselfplay.models.policy import PolicyConfig, load_policy, resolve_model_path
+from lmselfplay.rl.rlvr import heldout_accuracy
 from lmselfplay.rl.trainer import PolicyTrainer, SurrogateConfig, TrainerConfig
 from lmselfplay.tasks.task_sets import TaskItem, TaskSet
 from lmselfplay.utils.recipe_loader import run_recipe
@@ -49,12 +49,9 @@ from lmselfplay.verifiers.task_referee import TaskReferee
 
 
 def heldout(model: Any, tok: Any, items: list[TaskItem], referee: TaskReferee, max_new_tokens: int) -> dict:
-    """Greedy held-out accuracy of ``model`` (the recipe's evaluation: one greedy answer each)."""
-    engine = HFEngine(model, tok)
-    comps = engine.generate([encode_prompt(tok, t.prompt) for t in items],
-                            SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, seed=0))
-    right = [v.reward >= 1.0 for v in referee.score(items, [c.text for c in comps])]
-    return accuracy_row("eval/heldout", right)
+    """Greedy held-out accuracy of ``model``: the recipe's own evaluation (:func:`heldout_accuracy`)."""
+    greedy = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, seed=0)
+    return heldout_accuracy(HFEngine(model, tok), tok, referee, items, greedy)
 
 
 def run_ours(a: argparse.Namespace, seed: int, out: Path) -> tuple[list[dict], float]:
@@ -83,7 +80,7 @@ def trainer_config(a: argparse.Namespace, seed: int, **kw: Any) -> TrainerConfig
 
 def run_sft(a: argparse.Namespace, seed: int, tasks: TaskSet, referee: TaskReferee) -> tuple[list[dict], float]:
     torch.manual_seed(seed)
-    model, tok = load_policy(None if a.model in ("", "embedded") else _policy(a.model), device="cpu")
+    model, tok = load_policy(PolicyConfig(model_name_or_path=a.model), device="cpu")
     trainer = PolicyTrainer(model, tok, trainer_config(a, seed, num_iterations=1, beta=0.0),
                             total_steps=a.max_steps, surrogate=SurrogateConfig())
     engine = HFEngine(trainer.unwrapped, tok)
@@ -101,31 +98,15 @@ def run_sft(a: argparse.Namespace, seed: int, tasks: TaskSet, referee: TaskRefer
     return rows, time.perf_counter() - t0
 
 
-def _policy(model: str) -> Any:
-    from lmselfplay.models.policy import PolicyConfig
-
-    return PolicyConfig(model_name_or_path=model)
-
-
-def trl_prompt(tok: Any, text: str) -> str:
-    """The text TRL tokenizes to exactly our prompt ids (it calls ``tokenizer(text)``)."""
-    ids = encode_prompt(tok, text)
-    formatted = format_prompt(tok, text)
-    for cand in (formatted, (tok.bos_token or "") + formatted):
-        if list(tok(text=cand)["input_ids"]) == ids:
-            return cand
-    raise ValueError("TRL cannot see the prompt ids of lmselfplay.lm.prompt.encode_prompt")
-
-
 def run_trl(a: argparse.Namespace, seed: int, tasks: TaskSet, referee: TaskReferee, out: Path) -> tuple[list[dict], float]:
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     torch.manual_seed(seed)
-    model, tok = load_policy(None if a.model in ("", "embedded") else _policy(a.model), device="cpu")
+    model, tok = load_policy(PolicyConfig(model_name_or_path=a.model), device="cpu")
     stream = [t for step in range(a.max_steps) for t in tasks.training_batch(step, a.prompts_per_step)]
-    by_text = {trl_prompt(tok, t.prompt): t for t in stream}
+    by_text = {text_for_prompt_ids(tok, t.prompt): t for t in stream}
 
     def reward(prompts: list[str], completions: list[str], **_: Any) -> list[float]:
         return [v.reward for v in referee.score([by_text[p] for p in prompts], completions)]
@@ -148,7 +129,7 @@ def run_trl(a: argparse.Namespace, seed: int, tasks: TaskSet, referee: TaskRefer
         lr_scheduler_type="constant_with_warmup", warmup_steps=a.warmup_steps * a.num_iterations, optim="adamw_torch",
         max_steps=a.max_steps * a.num_iterations, shuffle_dataset=False, dataloader_num_workers=0,
         dataloader_pin_memory=False, remove_unused_columns=False)
-    ds = Dataset.from_dict({"prompt": [trl_prompt(tok, t.prompt) for t in stream]})
+    ds = Dataset.from_dict({"prompt": [text_for_prompt_ids(tok, t.prompt) for t in stream]})
     trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=cfg, train_dataset=ds, processing_class=tok,
                           callbacks=[Evaluate()])
     t0 = time.perf_counter()

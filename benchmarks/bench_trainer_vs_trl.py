@@ -62,7 +62,7 @@ from tqdm import tqdm
 from lmselfplay.games import Invalid, make
 from lmselfplay.games.base import random_playout
 from lmselfplay.lm.engines import HFEngine, SamplingParams
-from lmselfplay.lm.prompt import encode_prompt, format_prompt
+from lmselfplay.lm.prompt import encode_prompt, text_for_prompt_ids
 from lmselfplay.lm.trajectory import Sample
 from lmselfplay.models.policy import load_policy
 from lmselfplay.rl.advantages import group_advantages
@@ -120,13 +120,8 @@ def arithmetic_positions(tok: Any, n: int, seed: int) -> list[Position]:
 
 def position(tok: Any, text: str, score: Callable[[str], float]) -> Position:
     """TRL tokenizes a plain-text prompt with ``tokenizer(text)`` (its special-token
-    default); find the text that gives exactly our ids (:func:`encode_prompt`), BOS included."""
-    ids = encode_prompt(tok, text)
-    formatted = format_prompt(tok, text)
-    for cand in (formatted, (tok.bos_token or "") + formatted):
-        if list(tok(text=cand)["input_ids"]) == ids:
-            return Position(ids, cand, score)
-    raise ValueError("cannot make TRL see the same prompt token ids as lmselfplay.lm.prompt.encode_prompt")
+    default): the position carries the text that gives exactly our ids (:func:`encode_prompt`)."""
+    return Position(encode_prompt(tok, text), text_for_prompt_ids(tok, text), score)
 
 
 def stamp() -> np.ndarray:

@@ -76,7 +76,7 @@ def main(argv=None):
 
         def evaluate(step: int) -> dict[str, float]:  # 6
             with trainer.serving(engine):
-                row = heldout_accuracy(cfg, engine, tok, referee, tasks.heldout, acc.process_index)
+                row = heldout_accuracy(engine, tok, referee, tasks.heldout, sampling(cfg, -1, acc.process_index, greedy=True))
             run.log(step, {**row, "wall_s": time.time() - t0})
             return row
 

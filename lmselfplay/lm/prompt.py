@@ -132,6 +132,17 @@ def encode_prompt(tokenizer: Any, prompt: str) -> list[int]:
     return ids if uses_chat(tokenizer) else with_bos(tokenizer, ids)  # chat templates carry their own BOS
 
 
+def text_for_prompt_ids(tokenizer: Any, prompt: str) -> str:
+    """The text that ``tokenizer(text)`` (with its default special tokens, as TRL calls it) turns
+    into exactly :func:`encode_prompt`'s ids, BOS included; ValueError when no such text exists."""
+    ids = encode_prompt(tokenizer, prompt)
+    formatted = format_prompt(tokenizer, prompt)
+    for cand in (formatted, (tokenizer.bos_token or "") + formatted):
+        if list(tokenizer(text=cand)["input_ids"]) == ids:
+            return cand
+    raise ValueError("no text makes tokenizer(text) give the ids of lmselfplay.lm.prompt.encode_prompt")
+
+
 def encode_continuation(tokenizer: Any, text: str) -> list[int]:
     """BOS + ``text`` itself: a base model's continuation prompt (HumanEval's convention)."""
     return with_bos(tokenizer, tokenizer(text, add_special_tokens=False)["input_ids"])

@@ -136,12 +136,12 @@ def group_stats(rewards: np.ndarray) -> dict[str, float]:
     return {"train/reward": float(rewards.mean()), "train/informative_groups": float(informative)}
 
 
-def heldout_accuracy(cfg: RLVRConfigs, engine: Any, tok: Any, referee: TaskReferee,
-                     heldout: list[TaskItem], rank: int) -> dict[str, float]:
-    """Greedy accuracy on the held-out items with a 95% Wilson interval, overall and per family."""
+def heldout_accuracy(engine: Any, tok: Any, referee: TaskReferee, heldout: list[TaskItem],
+                     greedy: SamplingParams) -> dict[str, float]:
+    """Accuracy of ``greedy`` answers on the held-out items with a 95% Wilson interval, overall and per family."""
     if not heldout:
         return {}
-    comps = generate(engine, tok, heldout, sampling(cfg, -1, rank, greedy=True))
+    comps = generate(engine, tok, heldout, greedy)
     right = [v.reward >= 1.0 for v in referee.score(heldout, [c.text for c in comps])]
     out = accuracy_row("eval/heldout", right)
     by_family: dict[str, list[bool]] = defaultdict(list)
