@@ -22,8 +22,8 @@ import pyspiel
 from open_spiel.python import policy as os_policy
 from open_spiel.python.algorithms import cfr as os_cfr
 
+from lmselfplay.game_theory.cfr import CFRPlusSolver, CFRSolver
 from lmselfplay.games.kuhn_poker import KuhnPoker
-from lmselfplay.solvers.cfr import CFRPlusSolver, CFRSolver
 from lmselfplay.utils.results import save_results
 
 

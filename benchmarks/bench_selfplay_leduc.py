@@ -5,7 +5,7 @@ For each seed, one after the other: ``recipes/selfplay_games.py --config recipes
 --seed S`` in a subprocess (its wall time measured as it ran, under whatever else ran), then from its
 ``metrics.jsonl`` the exploitability of the policy read off the model before training (step 0) and after
 (the final evaluation), both by OpenSpiel's ``exploitability`` on the bare readout. Then this project's
-CFR+ (:mod:`lmselfplay.solvers.cfr`) solves the same game through the same adapter, and each final
+CFR+ (:mod:`lmselfplay.game_theory.cfr`) solves the same game through the same adapter, and each final
 model's policy is compared with it: the gap in exploitability and the mean total-variation distance
 over the 936 information states. Mean, worst and a 95% t-interval over seeds go to
 ``benchmarks/results/<name>.json``.
@@ -91,7 +91,7 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="run folders go here (default: a temporary folder)")
     ap.add_argument("recipe_flags", nargs="*", help="after --: flags for the recipe (reduced sizes)")
     args = ap.parse_args()
-    from lmselfplay.solvers.cfr import CFRPlusSolver
+    from lmselfplay.game_theory.cfr import CFRPlusSolver
 
     game = make(GAME)
     t0 = time.time()

@@ -77,7 +77,7 @@ PASSTHROUGH = {
     "bootstrap": ("lmselfplay.models.cache", "bootstrap_main", "build the embedded tiny model (cached)"),
     "play": ("lmselfplay.human_play", "main", "play a game against the model in the terminal"),
     "eval-game": ("lmselfplay.eval.game_metrics", "main", "exact game metrics of a model"),
-    "gametheory-plots": ("lmselfplay.solvers.plots", "main",
+    "gametheory-plots": ("lmselfplay.game_theory.plots", "main",
                          "PNG of exploitability vs T for best response, fictitious play, regret matching"),
     "lm-eval": ("lmselfplay.eval.lm_eval_bridge", "main", "lm-evaluation-harness with --model lmselfplay"),
     "referee-study": ("lmselfplay.referee_study", "main", "R-Zero grounded by rules/executor vs vote (vs judge)"),

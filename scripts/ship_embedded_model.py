@@ -20,7 +20,7 @@ import argparse
 import shutil
 from pathlib import Path
 
-from lmselfplay.models.cache import is_complete, model_dir, resume_dir, shipped_dir
+from lmselfplay.models.cache import base_of, is_complete, model_dir, resume_dir, shipped_dir
 from lmselfplay.models.pretrain import build_tiny_model
 from lmselfplay.models.tiny import BUILDS, DEFAULT_BUILD, INFO_FILE, TinyConfig, build_config
 from lmselfplay.utils.checkpoint import MARKER, atomic_dir
@@ -34,7 +34,7 @@ def source_build(cfg: TinyConfig, rebuild: bool) -> Path:
     path = model_dir(cfg)
     if rebuild or not is_complete(path):
         with atomic_dir(path) as tmp:  # a killed build resumes from its last saved step
-            build_tiny_model(cfg, tmp, resume_dir=resume_dir(path))
+            build_tiny_model(cfg, tmp, resume_dir=resume_dir(path), base=base_of(cfg))
     return path
 
 

@@ -202,6 +202,8 @@ REGISTRY: list[Command] = [
             output=r"\d"),
     Command("lmselfplay eval reasoning --suite default --model runs/x/checkpoint-200",
             subs=(("default", "tiny"), MODEL), extra="--out {out}", output=r"\d", slow=True),
+    Command("lmselfplay eval reasoning --suite default --model runs/rlvr/final_model",
+            subs=(("default", "tiny"), ("runs/rlvr/final_model", "embedded:v8")), extra="--out {out}", output=r"\d"),
     Command("lmselfplay eval reasoning --suite default --samples 8 --k 1,4,8",
             subs=(("default", "tiny"), ("--samples 8", "--samples 4"), ("1,4,8", "1,4")), extra="--out {out}",
             output=r"pass@4", slow=True),
@@ -390,13 +392,15 @@ REGISTRY: list[Command] = [
             skip="rewrites the shipped embedded model in the package (minutes); tests/models/test_shipped_model.py checks it"),
     Command("python recipes/rlvr.py --config recipes/configs/rlvr.yaml", extra=RLVR_SMALL,
             files=("metrics.jsonl", "final_model")),
-    Command("python recipes/rlvr.py --config recipes/configs/rlvr.yaml --task program", extra=RLVR_SMALL,
+    Command("python recipes/rlvr.py --config recipes/configs/rlvr_arithmetic.yaml", extra=RLVR_SMALL,
             files=("metrics.jsonl",)),
-    Command("python recipes/rlvr.py --config recipes/configs/rlvr.yaml --task reasoning_gym:chain_sum "
+    Command("python recipes/rlvr.py --config recipes/configs/rlvr_arithmetic.yaml --task program", extra=RLVR_SMALL,
+            files=("metrics.jsonl",)),
+    Command("python recipes/rlvr.py --config recipes/configs/rlvr_arithmetic.yaml --task reasoning_gym:chain_sum "
             "--task_config '{\"min_terms\": 2, \"max_terms\": 3}' --max_new_tokens 24", extra=RLVR_SMALL,
             subs=(('{"min_terms": 2, "max_terms": 3}', '{{"min_terms": 2, "max_terms": 3}}'),),  # literal braces: the line is str.format-ed
             files=("metrics.jsonl",)),
-    Command("python recipes/rlvr.py --config recipes/configs/rlvr.yaml --task jsonl:my_questions.jsonl",
+    Command("python recipes/rlvr.py --config recipes/configs/rlvr_arithmetic.yaml --task jsonl:my_questions.jsonl",
             subs=(("my_questions.jsonl", "{data}/questions.jsonl"),), extra=RLVR_SMALL, files=("metrics.jsonl",)),
     Command("python recipes/rlvr.py --config recipes/configs/rlvr.yaml --resume true", extra=RLVR_SMALL,
             files=("metrics.jsonl",)),

@@ -7,7 +7,7 @@
 * an opponent mix per episode: mirror self-play (the learner in both seats), a recent
   frozen snapshot, a hall-of-fame snapshot, or a fixed bot (random); the loss is only on
   the learner's seats (frozen seats record no trajectory);
-* meta-solvers (:func:`lmselfplay.solvers.matrix_games.meta_strategy`) weight the bank: ``last`` (iterated best
+* meta-solvers (:func:`lmselfplay.game_theory.matrix_games.meta_strategy`) weight the bank: ``last`` (iterated best
   response), ``uniform`` (fictitious play) or ``nash`` of the payoff table between bank
   members (double oracle) — the table is filled by :meth:`League.play_in` (each new
   snapshot plays every ring member once, ``league_eval_games`` games; :class:`PlayInConfig`, a
@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from lmselfplay.solvers.matrix_games import META_SOLVERS, meta_strategy
+from lmselfplay.game_theory.matrix_games import META_SOLVERS, meta_strategy
 from lmselfplay.utils.config import Config, ConfigError
 
 

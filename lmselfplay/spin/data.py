@@ -36,7 +36,7 @@ class SpinDataError(UserError, ValueError):
     """A supervised data set that cannot be used; the message says where and why."""
 
 
-def extract_final(text: str) -> str | None:
+def gsm8k_final(text: str) -> str | None:
     """The answer after the LAST ``####`` marker, normalised (``"1,024."`` -> ``"1024"``).
 
     Model output is hostile input: anything goes, this never raises, ``None`` = no marker.
@@ -53,7 +53,7 @@ def extract_final(text: str) -> str | None:
 def answers_match(prediction: str, answer: str, final: str | None) -> bool:
     """Exact-answer accuracy: compare ``#### N`` finals when the data has one, else whole texts."""
     if final is not None:
-        return extract_final(prediction) == final
+        return gsm8k_final(prediction) == final
     return prediction.strip() == answer.strip()
 
 
@@ -130,7 +130,7 @@ def normalise(ds: Any, name: str) -> list[dict[str, Any]]:
         for what, v in (("prompt", prompt), ("answer", answer)):
             if not isinstance(v, str) or not v.strip():
                 raise SpinDataError(f"{where}: {what} must be a non-empty string, got {v!r:.60}")
-        final = row.get("final") if "final" in cols else extract_final(answer)
+        final = row.get("final") if "final" in cols else gsm8k_final(answer)
         rows.append({"prompt": prompt, "answer": answer, "final": None if final is None else str(final)})
     if not rows:
         raise SpinDataError(f"{name}: the data set is empty")

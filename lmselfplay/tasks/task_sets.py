@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -221,6 +222,8 @@ class TaskSet:
                 cut = len(items) - heldout_size
                 self.heldout, self._train = items[cut:], items[:cut]
         self.heldout_questions = {t.question for t in self.heldout}
+        if self.kind == "reasoning_gym" and self.heldout:
+            self._warn_if_few_training_questions()
         if self.kind == "jsonl":
             self._train = [t for t in self._train if t.question not in self.heldout_questions]
             if not self._train:
@@ -233,6 +236,17 @@ class TaskSet:
         if self.kind == "jsonl":
             return [self._train[rng.randrange(len(self._train))] for _ in range(n)]
         return self._rg_training_batch(rng, step, n)
+
+    def _warn_if_few_training_questions(self) -> None:
+        """One stderr line when the held-out set holds most of the task's questions: training then
+        repeats the few left, and its reward rises without teaching anything held out."""
+        ds = _rg_chunk(self.arg, 1_000_003 * (self.seed + 1), json.dumps(self.config, sort_keys=True))
+        questions = [ds[i]["question"] for i in range(len(ds))]
+        held = sum(q in self.heldout_questions for q in questions) / len(questions)
+        if held >= 0.25:
+            print(f"warning: {held:.0%} of {self.arg}'s training draws are held-out questions, so training "
+                  f"repeats the {len(set(questions) - self.heldout_questions)} others of {len(questions)} draws; "
+                  "widen --task_config or lower --heldout_size", file=sys.stderr)
 
     def _rg_training_batch(self, rng: random.Random, step: int, n: int) -> list[TaskItem]:
         """Items of training datasets (seeds ``1_000_003 * (seed + 1) + chunk``, apart from any held-out seed)."""

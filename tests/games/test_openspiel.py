@@ -152,7 +152,7 @@ def test_cfr_through_the_adapter_matches_openspiel_cfr():
     from open_spiel.python.algorithms import cfr as os_cfr
     from open_spiel.python.algorithms import exploitability as os_expl
 
-    from lmselfplay.solvers.cfr import CFRPlusSolver
+    from lmselfplay.game_theory.cfr import CFRPlusSolver
 
     game = make("openspiel:leduc_poker")
     ours = CFRPlusSolver(game).run(3)

@@ -51,7 +51,7 @@ def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
 
 
 def test_every_layer_imports():
-    layers = ["lmselfplay.lm", "lmselfplay.lm.engines", "lmselfplay.rl", "lmselfplay.solvers", "lmselfplay.spin",
+    layers = ["lmselfplay.lm", "lmselfplay.lm.engines", "lmselfplay.rl", "lmselfplay.game_theory", "lmselfplay.spin",
               "lmselfplay.models", "lmselfplay.tasks", "lmselfplay.utils", "lmselfplay.alphazero", "lmselfplay.games",
               "lmselfplay.eval", "lmselfplay.verifiers"]
     code = "import " + ", ".join(layers)

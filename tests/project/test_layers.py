@@ -31,7 +31,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("lmselfplay.verifiers",),
     ("lmselfplay.models",),
     ("lmselfplay.lm",),
-    ("lmselfplay.solvers",),
+    ("lmselfplay.game_theory", "lmselfplay.solvers"),  # solvers: an ImportError naming game_theory
     ("lmselfplay.games", "lmselfplay.tasks"),
     ("lmselfplay.utils",),
 ]

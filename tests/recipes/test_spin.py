@@ -19,7 +19,7 @@ from lm_fixtures import save_tiny, tiny_model, tiny_tokenizer
 from lmselfplay.lm.engines.hf import HFEngine
 from lmselfplay.lm.prompt import encode_completion, encode_prompt
 from lmselfplay.spin.config import SpinConfigs, beta_at, dpo_losses
-from lmselfplay.spin.data import SpinDataError, answers_match, extract_final, load_supervised
+from lmselfplay.spin.data import SpinDataError, answers_match, gsm8k_final, load_supervised
 from lmselfplay.spin.held_out import mean_ci_half_width, summarize
 from lmselfplay.spin.pairs import tokenize_pairs
 from lmselfplay.spin.trainers import IDS, pretokenized_dpo_trainer
@@ -93,11 +93,11 @@ def two_iterations(model_dir, tmp_path_factory):
 # --- data ----------------------------------------------------------------------------------
 
 def test_extract_final_is_gsm8k_style_and_never_raises():
-    assert extract_final("3 + 4 = 7\n#### 7") == "7"
-    assert extract_final("#### 1\nwait\n#### 1,024.") == "1024"  # the last marker counts
-    assert extract_final("no marker 7") is None
-    assert extract_final("####   ") is None
-    assert extract_final(None) is None  # hostile input
+    assert gsm8k_final("3 + 4 = 7\n#### 7") == "7"
+    assert gsm8k_final("#### 1\nwait\n#### 1,024.") == "1024"  # the last marker counts
+    assert gsm8k_final("no marker 7") is None
+    assert gsm8k_final("####   ") is None
+    assert gsm8k_final(None) is None  # hostile input
     assert answers_match("x\n#### 12", "12 = 12\n#### 12", "12")
     assert not answers_match("#### 13", "#### 12", "12")
     assert answers_match(" yes ", "yes", None) and not answers_match("no", "yes", None)
@@ -109,7 +109,7 @@ def test_generated_set_is_deterministic_and_held_out_is_disjoint():
     assert (train, held) == (train2, held2) and len(train) == 40 and len(held) == 10
     assert not {r["prompt"] for r in train} & {r["prompt"] for r in held}
     for r in train + held:
-        assert extract_final(r["answer"]) == r["final"]
+        assert gsm8k_final(r["answer"]) == r["final"]
         assert r["prompt"].startswith("Solve the problem.")
 
 

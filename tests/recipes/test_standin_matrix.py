@@ -60,7 +60,7 @@ RECIPE_CONFIGS = {
     "debate": ["debate.yaml", "debate_real.yaml"],
     "absolute_zero": ["absolute_zero.yaml", "absolute_zero_qwen_coder.yaml"],
     "r_zero": ["r_zero.yaml", "r_zero_qwen3.yaml"],
-    "rlvr": ["rlvr.yaml", "rlvr_qwen.yaml"],
+    "rlvr": ["rlvr.yaml", "rlvr_arithmetic.yaml", "rlvr_qwen.yaml"],
 }
 
 # The default run: one stand-in per recipe's default config, every family once.

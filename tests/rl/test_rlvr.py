@@ -89,6 +89,15 @@ def test_reasoning_gym_training_items_avoid_the_heldout_questions():
 
 # --- the referee ------------------------------------------------------------------------------
 
+def test_a_heldout_set_that_holds_most_questions_is_warned_about(capsys):
+    pytest.importorskip("reasoning_gym")
+    small = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}  # ~200 questions in all
+    TaskSet("reasoning_gym:chain_sum", 300, task_config=small)
+    assert "training draws are held-out questions" in capsys.readouterr().err
+    TaskSet("reasoning_gym:chain_sum", 300, task_config=small | {"max_terms": 4, "max_digits": 2})
+    assert capsys.readouterr().err == ""
+
+
 def test_the_referee_rewards_only_the_items_own_answer():
     ref = TaskReferee()
     try:

@@ -12,7 +12,7 @@ becomes:
   which stops once no best response gains anything: the mixture is then a Nash
   equilibrium of the full game.
 
-The meta-solvers (:func:`lmselfplay.solvers.matrix_games.meta_strategy`) are also what the
+The meta-solvers (:func:`lmselfplay.game_theory.matrix_games.meta_strategy`) are also what the
 LLM league uses to weight its checkpoints.
 """
 
@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from lmselfplay.game_theory.matrix_games import META_SOLVERS, meta_strategy
 from lmselfplay.games.base import CHANCE, Game, all_states
 from lmselfplay.games.exploitability import BestResponse, action_probs, policy_value
-from lmselfplay.solvers.matrix_games import META_SOLVERS, meta_strategy
 
 
 def meta_strategies(payoffs, solver: str = "nash") -> tuple[np.ndarray, np.ndarray]:

@@ -6,33 +6,33 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lmselfplay.solvers.matrix_games import (
+from lmselfplay.game_theory.matrix_games import (
     BIASED_RPS,
     PAPER,
     ROCK,
     RPS,
     SCISSORS,
     best_response_dynamics,
-    exploitability,
     fictitious_play,
+    matrix_exploitability,
     regret_matching,
     regret_matching_rounds,
     solve_zero_sum,
 )
-from lmselfplay.solvers.plots import exploitability_curves, main
+from lmselfplay.game_theory.plots import exploitability_curves, main
 
 EQ_BIASED = np.array([0.25, 0.5, 0.25])
 e = np.eye(3)
 
 
 def test_exploitability_known_values():
-    assert exploitability(RPS, e[ROCK], e[ROCK]) == 2.0
-    assert exploitability(RPS, e[PAPER], e[ROCK]) == 2.0  # column switches to scissors
-    assert exploitability(RPS, np.ones(3) / 3, np.ones(3) / 3) == pytest.approx(0.0)
-    assert exploitability(BIASED_RPS, EQ_BIASED, EQ_BIASED) == pytest.approx(0.0)
+    assert matrix_exploitability(RPS, e[ROCK], e[ROCK]) == 2.0
+    assert matrix_exploitability(RPS, e[PAPER], e[ROCK]) == 2.0  # column switches to scissors
+    assert matrix_exploitability(RPS, np.ones(3) / 3, np.ones(3) / 3) == pytest.approx(0.0)
+    assert matrix_exploitability(BIASED_RPS, EQ_BIASED, EQ_BIASED) == pytest.approx(0.0)
     # uniform in biased RPS: row gains 1/3 with rock, column gains 1/3 with paper
-    assert exploitability(BIASED_RPS, np.ones(3) / 3, np.ones(3) / 3) == pytest.approx(2 / 3)
-    batch = exploitability(RPS, np.stack([e[0], np.ones(3) / 3]), np.stack([e[0], np.ones(3) / 3]))
+    assert matrix_exploitability(BIASED_RPS, np.ones(3) / 3, np.ones(3) / 3) == pytest.approx(2 / 3)
+    batch = matrix_exploitability(RPS, np.stack([e[0], np.ones(3) / 3]), np.stack([e[0], np.ones(3) / 3]))
     np.testing.assert_allclose(batch, [2.0, 0.0], atol=1e-15)
 
 
@@ -41,7 +41,7 @@ def test_iterated_best_response_cycles_at_exploitability_two():
     assert mus.shape == (10, 3) and nus.shape == (10, 3)
     np.testing.assert_array_equal(mus.argmax(1), [0, 1, 2, 0, 1, 2, 0, 1, 2, 0])
     np.testing.assert_array_equal(nus.argmax(1), mus.argmax(1))
-    np.testing.assert_array_equal(exploitability(RPS, mus, nus), 2.0)
+    np.testing.assert_array_equal(matrix_exploitability(RPS, mus, nus), 2.0)
     # rectangular game: shapes follow each player's action count
     mus, nus = best_response_dynamics(np.array([[1.0, 0.0], [0.0, 2.0], [0.5, 0.5]]), 4)
     assert mus.shape == (4, 3) and nus.shape == (4, 2)
@@ -68,7 +68,7 @@ def test_exploitability_of_averages_equals_sum_of_average_regrets(seed):
     U = rng.normal(size=(m1, m2))
     T = int(rng.integers(1, 400))
     mu_bar, nu_bar, reg_mu, reg_nu = regret_matching(U, T)
-    assert exploitability(U, mu_bar, nu_bar) == pytest.approx(reg_mu + reg_nu, abs=1e-9)
+    assert matrix_exploitability(U, mu_bar, nu_bar) == pytest.approx(reg_mu + reg_nu, abs=1e-9)
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -91,7 +91,7 @@ def test_fictitious_play_and_regret_matching_find_biased_equilibrium():
     mu, nu, reg_mu, reg_nu = regret_matching(BIASED_RPS, 20000)
     np.testing.assert_allclose(mu, EQ_BIASED, atol=1e-2)
     np.testing.assert_allclose(nu, EQ_BIASED, atol=1e-2)
-    assert exploitability(BIASED_RPS, mu, nu) < 0.02
+    assert matrix_exploitability(BIASED_RPS, mu, nu) < 0.02
 
 
 def test_solve_zero_sum_known_games():
@@ -105,7 +105,7 @@ def test_solve_zero_sum_known_games():
     np.testing.assert_allclose(mu, [2 / 3, 1 / 3], atol=1e-9)
     np.testing.assert_allclose(nu, [1 / 2, 1 / 2], atol=1e-9)
     assert v == pytest.approx(0.0, abs=1e-9)
-    assert exploitability(U, mu, nu) == pytest.approx(0.0, abs=1e-9)
+    assert matrix_exploitability(U, mu, nu) == pytest.approx(0.0, abs=1e-9)
     # saddle point
     mu, nu, v = solve_zero_sum(np.array([[3.0, 1.0], [4.0, 2.0]]))
     np.testing.assert_allclose(mu, [0, 1], atol=1e-9)
@@ -138,3 +138,19 @@ def test_named_payoffs():
     assert RPS[ROCK, SCISSORS] == 1.0 and BIASED_RPS[ROCK, SCISSORS] == 2.0
     np.testing.assert_array_equal(RPS, -RPS.T)  # symmetric zero-sum
     np.testing.assert_array_equal(BIASED_RPS, -BIASED_RPS.T)
+
+
+def test_the_old_package_name_is_one_line_naming_the_new():
+    import importlib
+    import sys
+
+    sys.modules.pop("lmselfplay.solvers", None)
+    with pytest.raises(ImportError, match="lmselfplay.game_theory"):
+        importlib.import_module("lmselfplay.solvers")
+
+
+def test_the_old_matrix_exploitability_name_is_one_line_naming_the_new():
+    from lmselfplay.game_theory import matrix_games
+
+    with pytest.raises(AttributeError, match="matrix_exploitability"):
+        matrix_games.exploitability  # noqa: B018

@@ -10,10 +10,10 @@ value by value.
 * fictitious play: best response to the *average* of the opponent's past actions;
 * regret matching: play in proportion to positive cumulative regret (Hart & Mas-Colell
   2000); the average external regrets bound the exploitability of the average strategies,
-  exactly: ``exploitability(mu_bar, nu_bar) = Reg^mu + Reg^nu``.
+  exactly: ``matrix_exploitability(U, mu_bar, nu_bar) = Reg^mu + Reg^nu``.
 
 ``solve_zero_sum`` solves the game by linear programming; PSRO's Nash meta-solver
-(:mod:`lmselfplay.solvers.psro`) uses it.
+(:mod:`lmselfplay.game_theory.psro`) uses it.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def _rounds(T: int) -> int:
     return int(T)
 
 
-def exploitability(U, mu, nu):
+def matrix_exploitability(U, mu, nu):
     """``max_i (U nu)_i - min_j (mu^T U)_j``: the sum of both players' best-response gains.
 
     ``mu``/``nu`` may carry leading batch dimensions (e.g. one row per round); the result
@@ -203,3 +203,10 @@ def meta_strategy(payoffs, solver: str = "nash") -> np.ndarray:
         mu, _, _ = solve_zero_sum(U)
         return mu
     raise ValueError(f"unknown meta-solver {solver!r}; choose one of {', '.join(META_SOLVERS)}")
+
+
+def __getattr__(name: str):
+    if name == "exploitability":  # games.exploitability.exploitability is the extensive-form one
+        raise AttributeError("matrix_games.exploitability is matrix_exploitability(U, mu, nu); "
+                             "lmselfplay.games.exploitability.exploitability(game, policy) is the extensive-form one")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,11 +11,11 @@ import pytest
 from open_spiel.python import policy as os_policy
 from open_spiel.python.algorithms import cfr as os_cfr
 
+from lmselfplay.game_theory.cfr import CFRPlusSolver, CFRSolver
+from lmselfplay.game_theory.matrix_games import BIASED_RPS
 from lmselfplay.games.base import TERMINAL
 from lmselfplay.games.exploitability import nash_conv, policy_value
 from lmselfplay.games.kuhn_poker import KuhnPoker
-from lmselfplay.solvers.cfr import CFRPlusSolver, CFRSolver
-from lmselfplay.solvers.matrix_games import BIASED_RPS
 
 OS_KUHN = pyspiel.load_game("kuhn_poker")
 

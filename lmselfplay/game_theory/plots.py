@@ -1,7 +1,7 @@
 """Exploitability of the average strategies vs T for the three matrix-game dynamics, on
 RPS and biased RPS, as one log-log PNG.
 
-    python -m lmselfplay.solvers.plots --out DIR [--T 10000]
+    python -m lmselfplay.game_theory.plots --out DIR [--T 10000]
 
 Iterated best response cycles rock -> paper -> scissors: its average happens to reach
 the uniform equilibrium of RPS (exactly at multiples of 3), but stays at exploitability
@@ -15,12 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
-from lmselfplay.solvers.matrix_games import (
+from lmselfplay.game_theory.matrix_games import (
     BIASED_RPS,
     RPS,
     best_response_dynamics,
-    exploitability,
     fictitious_play_rounds,
+    matrix_exploitability,
     regret_matching_rounds,
     running_average,
 )
@@ -39,7 +39,7 @@ def exploitability_curves(U, T: int) -> dict[str, np.ndarray]:
     out = {}
     for name, dynamics in DYNAMICS.items():
         mus, nus = dynamics(U, T)
-        out[name] = exploitability(U, running_average(mus), running_average(nus))
+        out[name] = matrix_exploitability(U, running_average(mus), running_average(nus))
     return out
 
 

@@ -6,9 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lmselfplay.games.exploitability import exploitability, policy_value
-from lmselfplay.games.kuhn_poker import KuhnPoker
-from lmselfplay.solvers.matrix_games import (
+from lmselfplay.game_theory.matrix_games import (
     BIASED_RPS,
     PAPER,
     ROCK,
@@ -18,13 +16,15 @@ from lmselfplay.solvers.matrix_games import (
     fictitious_play_rounds,
     meta_strategy,
 )
-from lmselfplay.solvers.psro import (
+from lmselfplay.game_theory.psro import (
     PSRO,
     extensive_form_oracles,
     joint_policy,
     mixture_policy,
     uniform_tabular,
 )
+from lmselfplay.games.exploitability import exploitability, policy_value
+from lmselfplay.games.kuhn_poker import KuhnPoker
 
 
 def matrix_psro(U, solver):

@@ -1,0 +1,1 @@
+"""Game-theory solvers: matrix-game dynamics, CFR / CFR+, PSRO, and their plots."""
