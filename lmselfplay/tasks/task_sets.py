@@ -237,10 +237,14 @@ class TaskSet:
             return [self._train[rng.randrange(len(self._train))] for _ in range(n)]
         return self._rg_training_batch(rng, step, n)
 
+    def _training_chunk(self, chunk: int) -> Any:
+        """Training dataset ``chunk`` of this task set's seed (cached)."""
+        return _rg_chunk(self.arg, 1_000_003 * (self.seed + 1) + chunk, json.dumps(self.config, sort_keys=True))
+
     def _warn_if_few_training_questions(self) -> None:
         """One stderr line when the held-out set holds most of the task's questions: training then
         repeats the few left, and its reward rises without teaching anything held out."""
-        ds = _rg_chunk(self.arg, 1_000_003 * (self.seed + 1), json.dumps(self.config, sort_keys=True))
+        ds = self._training_chunk(0)
         questions = [ds[i]["question"] for i in range(len(ds))]
         held = sum(q in self.heldout_questions for q in questions) / len(questions)
         if held >= 0.25:
@@ -252,8 +256,7 @@ class TaskSet:
         """Items of training datasets (seeds ``1_000_003 * (seed + 1) + chunk``, apart from any held-out seed)."""
         out: list[TaskItem] = []
         while len(out) < n:
-            chunk = rng.randrange(1000)
-            ds = _rg_chunk(self.arg, 1_000_003 * (self.seed + 1) + chunk, json.dumps(self.config, sort_keys=True))
+            ds = self._training_chunk(rng.randrange(1000))
             item = _rg_item(ds, rng.randrange(RG_TRAIN_CHUNK), f"train-{step}-{len(out)}")
             if item.question not in self.heldout_questions:
                 out.append(item)
