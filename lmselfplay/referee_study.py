@@ -1,7 +1,15 @@
 """The referee study: the same R-Zero loop, seed and budget, grounded by different referees.
 
-    lmselfplay referee-study --config recipes/configs/r_zero.yaml [--referees grounded,vote]
+    lmselfplay referee-study --config recipes/configs/r_zero.yaml [--referees fixed,grounded,vote]
                              [--output_dir DIR] [--any r_zero key ...]
+
+Three arms: ``fixed`` (fixed data + rules: the positive control, ``recipes/rlvr.py``, on the
+generator's own questions), ``grounded`` (self-generated + rules or executor) and ``vote``
+(self-generated + the solver's majority vote). The fixed arm gets the solver's budget: as many
+updates (rounds x solver_steps) of as many questions and answers (solver_batch x
+solver_group_size) and answer tokens, evaluated on the same held-out questions after every
+solver_steps updates (its "iteration"); its questions' labels are the truth by construction, so
+it has no label or reward accuracy, and its difficulty is its training reward.
 
 The study's folder is ``output_dir`` (the run config's, as for every program: the flag's, else
 the YAML's, else ``runs/referee_study``). Each referee gets its own run
@@ -35,10 +43,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from lmselfplay.rl.r_zero import RZeroConfigs, train
+from lmselfplay.rl.rlvr import RLVRArgs, RLVRConfigs
 from lmselfplay.utils.checkpoint import atomic_write_text
 from lmselfplay.utils.config import Config
 from lmselfplay.utils.curves import Line, plot_lines
 from lmselfplay.utils.metrics_logger import read_jsonl
+from lmselfplay.utils.recipe_loader import train_recipe
+from lmselfplay.utils.run import PeriodicCheckpoints
 from lmselfplay.utils.stats import wilson
 
 # measure -> (numerator key, count key) for a 95% interval, or None (a mean, no interval)
@@ -61,8 +72,9 @@ class RefereeStudyArgs(Config):
     _argument_group_name = "referee study (lmselfplay.referee_study.RefereeStudyArgs)"
     renamed_keys: ClassVar[dict[str, str]] = {"study_dir": "output_dir"}
     referees: str = field(default="auto", metadata={
-        "help": "comma-separated referees; auto = grounded,vote (+ judge when registered); the study's table, "
-                "rows and plot go in output_dir, each referee's run in output_dir/<referee>"})
+        "help": "comma-separated arms; auto = fixed,grounded,vote (+ judge when registered); fixed = the positive "
+                "control on the generator's questions at the solver's budget; the study's table, rows and plot go "
+                "in output_dir, each arm's run in output_dir/<arm>"})
 
 
 @dataclass(frozen=True)
@@ -78,7 +90,7 @@ def referee_names(spec: str) -> list[str]:
     from lmselfplay.verifiers.referees import REFEREES
 
     if spec.strip() == "auto":
-        return ["grounded", "vote"] + (["judge"] if "judge" in REFEREES else [])
+        return ["fixed", "grounded", "vote"] + (["judge"] if "judge" in REFEREES else [])
     return [s.strip() for s in spec.split(",") if s.strip()]
 
 
@@ -94,6 +106,41 @@ def iteration_rows(metrics_path: Path, referee: str) -> list[dict[str, Any]]:
         row["rewards_right"] += r.get("study/rewards_right", 0)
         row.update({k: v for k, v in r.items() if k not in ("study/n_rewards", "study/rewards_right")})
     return [by_it[k] for k in sorted(by_it)]
+
+
+def fixed_arm_config(cfg: RefereeStudyConfigs, output_dir: Path) -> RLVRConfigs:
+    """The positive control at the solver's budget: the generator's questions (task_form), the
+    solver's updates, questions, answers and answer tokens, R-Zero's held-out questions
+    (:func:`lmselfplay.rl.r_zero.heldout_tasks` draws the same ones), an evaluation every
+    solver_steps updates."""
+    rz = cfg.rzero
+    args = RLVRArgs(task=rz.task_form, heldout_size=rz.heldout_size, heldout_seed=cfg.trainer.seed,
+                    max_steps=rz.rounds * rz.solver_steps, prompts_per_step=rz.solver_batch,
+                    num_generations=rz.solver_group_size, max_new_tokens=rz.solver_max_new_tokens, top_p=rz.top_p,
+                    eval_every=rz.solver_steps, check_timeout_s=rz.check_timeout_s)
+    shared = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(RLVRConfigs) if f.name in
+              {g.name for g in dataclasses.fields(RZeroConfigs)}}
+    shared["run"] = dataclasses.replace(cfg.run, output_dir=str(output_dir))
+    return RLVRConfigs(**shared, rlvr=args, checkpoints=PeriodicCheckpoints())
+
+
+def fixed_arm_rows(metrics_path: Path, solver_steps: int) -> list[dict[str, Any]]:
+    """The fixed arm's rows in the study's shape: iteration k = the evaluation after k x
+    solver_steps updates (0: before training); difficulty = the mean training reward of the
+    iteration's updates."""
+    rows = list(read_jsonl(metrics_path))
+    out = []
+    for r in rows:
+        if "eval/heldout/accuracy" not in r or r["step"] % solver_steps:
+            continue
+        k, n = r["step"] // solver_steps, int(r["eval/heldout/n"])
+        rewards = [x["train/reward"] for x in rows if "train/reward" in x
+                   and (k - 1) * solver_steps < x["step"] <= k * solver_steps]
+        out.append({"referee": "fixed", "iteration": k, "n_rewards": 0, "rewards_right": 0,
+                    "eval/heldout_accuracy": r["eval/heldout/accuracy"],
+                    "eval/heldout_right": round(r["eval/heldout/accuracy"] * n), "eval/heldout_n": n,
+                    **({"study/difficulty": sum(rewards) / len(rewards)} if rewards else {})})
+    return out
 
 
 def table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -181,6 +228,11 @@ def main(argv: list[str] | None = None) -> int:
     study_dir = Path(cfg.run.output_dir)
     rows = []
     for name in referee_names(cfg.study.referees):
+        if name == "fixed":
+            print("\n=== fixed data + rules (the positive control at the solver's budget) ===")
+            path = train_recipe("rlvr", fixed_arm_config(cfg, study_dir / "fixed"))
+            rows += fixed_arm_rows(path, cfg.rzero.solver_steps)
+            continue
         args = dataclasses.replace(cfg.rzero, referee=name)  # validated again: grounded -> rules / executor
         parts = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(RZeroConfigs)}
         run_cfg = RZeroConfigs(**{**parts, "rzero": args,

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -56,8 +57,8 @@ from lmselfplay.utils.run import Run
 from lmselfplay.verifiers.task_referee import TaskReferee
 
 
-def main(argv=None):
-    cfg = RLVRConfigs.parse(argv)  # its own args (cfg.rlvr) and each component's config
+def train(cfg: RLVRConfigs) -> Path:
+    """Run the positive control with ``cfg``; returns the metrics JSONL path."""
     args = cfg.rlvr
     tasks = make_task_set(cfg)  # a bad task, file or setting: one line, before the model loads
     with Run(cfg.run, cfg.as_dict(), gradient_accumulation_steps=cfg.trainer.gradient_accumulation_steps,
@@ -106,6 +107,11 @@ def main(argv=None):
         if run.is_main:
             plot(logger)
             print_final(first, last, logger, model_dir)
+        return run.out / "metrics.jsonl"
+
+
+def main(argv=None):
+    train(RLVRConfigs.parse(argv))  # its own args (cfg.rlvr) and each component's config
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ from lmselfplay.rl.rewards import proposer_rewards
 from lmselfplay.rl.trainer import PolicyTrainer
 from lmselfplay.tasks.arithmetic import QUESTION_WRITE_PROMPT, arithmetic_problem, arithmetic_prompt
 from lmselfplay.tasks.programs import program_output_prompt, program_write_prompt, python_program
+from lmselfplay.tasks.task_sets import is_heldout
 from lmselfplay.utils.checkpoint import (
     MARKER,
     atomic_dir,
@@ -252,16 +253,21 @@ class RZero:
 
 
 def heldout_tasks(cfg: RZeroConfigs) -> list[Question]:
-    """The fixed held-out set: generated ground-truth questions (seeded apart from training)."""
+    """The fixed held-out set: generated ground-truth questions of the held-out bucket
+    (:func:`~lmselfplay.tasks.task_sets.is_heldout`, the split every training stream of the
+    project skips, the embedded model's corpus included), drawn by a stream of their own."""
     rng = random.Random(f"heldout/{cfg.trainer.seed}")
-    out = []
-    for i in range(cfg.rzero.heldout_size):
+    out: list[Question] = []
+    while len(out) < cfg.rzero.heldout_size:
+        i = len(out)
         if cfg.rzero.task_form == "arithmetic":
             p = arithmetic_problem(rng)
-            out.append(Question(f"heldout-{i}", "arithmetic", arithmetic_prompt(p), p["prompt"], answer=p["final"]))
+            if is_heldout(p["prompt"]):
+                out.append(Question(f"heldout-{i}", "arithmetic", arithmetic_prompt(p), p["prompt"], answer=p["final"]))
         else:
             t = python_program(rng)
-            out.append(Question(f"heldout-{i}", "program", program_output_prompt(t), t["code"], answer=t["output"]))
+            if is_heldout(t["code"] + t["input"]):
+                out.append(Question(f"heldout-{i}", "program", program_output_prompt(t), t["code"], answer=t["output"]))
     return out
 
 

@@ -32,3 +32,9 @@ def _load_recipe(name: str, recipes_dir: str | Path | None = None) -> ModuleType
 def run_recipe(name: str, argv: list[str] | None = None, recipes_dir: str | Path | None = None):
     """``recipes/NAME.py``'s ``main(argv)`` (what the command line runs) and its return value."""
     return _load_recipe(name, recipes_dir).main(list(argv or []))
+
+
+def train_recipe(name: str, cfg, recipes_dir: str | Path | None = None):
+    """``recipes/NAME.py``'s ``train(cfg)`` on a parsed config (a program that runs a recipe as one
+    arm of a comparison, as the referee study runs the positive control)."""
+    return _load_recipe(name, recipes_dir).train(cfg)

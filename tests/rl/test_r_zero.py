@@ -287,3 +287,48 @@ def test_program_questions_go_through_the_executor(model_dir, tmp_path, monkeypa
 
     pool = [r for r in datasets.load_from_disk(str(out / "data" / "iteration-1" / "pool")) if r["kept"]]
     assert {r["truth"] for r in pool} == {"'seen'"} and {r["label"] for r in pool} == {"'seen'"}
+
+
+def test_heldout_questions_are_in_the_bucket_every_training_stream_skips():
+    from lmselfplay.rl.r_zero import RZeroConfigs, heldout_tasks
+    from lmselfplay.tasks.task_sets import is_heldout
+
+    cfg = RZeroConfigs.parse(["--task_form", "arithmetic", "--referee", "grounded", "--heldout_size", "30"])
+    tasks = heldout_tasks(cfg)
+    assert len(tasks) == 30 and len({t.id for t in tasks}) == 30
+    assert all(is_heldout(t.question) for t in tasks)
+    assert all(t.answer for t in tasks)
+
+
+@pytest.mark.parametrize("task_form", ["arithmetic", "program"])
+def test_the_studys_fixed_arm_evaluates_on_r_zeros_heldout_questions(task_form, tmp_path):
+    from lmselfplay import referee_study as study
+    from lmselfplay.rl.r_zero import heldout_tasks
+    from lmselfplay.tasks.task_sets import TaskSet
+
+    cfg = study.RefereeStudyConfigs.parse(["--task_form", task_form, "--referee", "grounded", "--heldout_size", "25",
+                                           "--seed", "3", "--rounds", "2", "--solver_steps", "5"])
+    fixed = study.fixed_arm_config(cfg, tmp_path / "fixed").rlvr
+    assert (fixed.max_steps, fixed.eval_every, fixed.prompts_per_step) == (10, 5, cfg.rzero.solver_batch)
+    ours = TaskSet(fixed.task, fixed.heldout_size, heldout_seed=fixed.heldout_seed).heldout
+    rz = heldout_tasks(cfg)
+    assert [t.prompt for t in ours] == [t.prompt for t in rz]
+    assert [t.answer for t in ours] == [t.answer for t in rz]
+
+
+def test_the_fixed_arms_rows_are_its_evaluations_every_solver_steps(tmp_path):
+    from lmselfplay import referee_study as study
+
+    rows = [{"step": 0, "eval/heldout/accuracy": 0.5, "eval/heldout/n": 10}]
+    rows += [{"step": s, "train/reward": s / 10} for s in range(1, 5)]
+    rows += [{"step": 2, "eval/heldout/accuracy": 0.6, "eval/heldout/n": 10},
+             {"step": 3, "eval/heldout/accuracy": 0.9, "eval/heldout/n": 10},  # not an iteration's end
+             {"step": 4, "eval/heldout/accuracy": 0.7, "eval/heldout/n": 10}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = study.fixed_arm_rows(tmp_path / "metrics.jsonl", solver_steps=2)
+    assert [r["iteration"] for r in got] == [0, 1, 2]
+    assert [r["eval/heldout_right"] for r in got] == [5, 6, 7]
+    assert "study/difficulty" not in got[0]
+    assert got[1]["study/difficulty"] == pytest.approx(0.15) and got[2]["study/difficulty"] == pytest.approx(0.35)
+    table = study.table(got)
+    assert table[2]["heldout_accuracy"] == 0.7 and table[2]["heldout_accuracy_lo"] < 0.7 < table[2]["heldout_accuracy_hi"]
