@@ -52,7 +52,6 @@ from lmselfplay.models.policy import load_policy
 from lmselfplay.rl.absolute_zero import (
     AbsoluteZeroConfigs,
     SharedReferee,
-    executor_config,
     heldout_tasks,
     load_buffers,
     log_eval,
@@ -82,7 +81,7 @@ def main(argv=None):
         engine = run.closing(make_engine(cfg.engine, trainer.unwrapped, tok, answer_budget=args.answer_budget(),
                                          temperature=cfg.trainer.temperature, top_p=args.top_p,
                                          seed=cfg.trainer.seed))
-        referee = SharedReferee(run.closing(CodeReferee(executor_config(cfg))))  # sandboxes end with the run
+        referee = SharedReferee(run.closing(CodeReferee(cfg.executor)))  # sandboxes end with the run
         heldout = heldout_tasks(cfg, referee)
         buffers = seed_buffers(cfg, referee, {task_key(t) for ts in heldout.values() for t in ts})
         start_step = run.resume_trainer(trainer, lambda extra: load_buffers(buffers, extra, acc.process_index))
