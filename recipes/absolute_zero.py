@@ -71,7 +71,8 @@ from lmselfplay.verifiers.code_tasks import CodeReferee, task_key
 def main(argv=None):
     cfg = AbsoluteZeroConfigs.parse(argv)  # its own args (cfg.absolute_zero) and each component's config
     args = cfg.absolute_zero
-    with Run(cfg.run, cfg.as_dict(), gradient_accumulation_steps=cfg.trainer.gradient_accumulation_steps,
+    with Run(cfg.run, cfg.as_dict(), resume_fixed=cfg.fixed_on_resume(),
+             gradient_accumulation_steps=cfg.trainer.gradient_accumulation_steps,
              checkpoint_every=cfg.checkpoints.checkpoint_every) as run:
         acc, out_dir = run.acc, run.out
         model, tok = load_policy(cfg.policy, device=str(acc.device))
