@@ -52,7 +52,6 @@ from lmselfplay.models.policy import load_policy
 from lmselfplay.rl.absolute_zero import (
     AbsoluteZeroConfigs,
     SharedReferee,
-    executor_config,
     heldout_tasks,
     load_buffers,
     log_eval,
@@ -72,7 +71,8 @@ from lmselfplay.verifiers.code_tasks import CodeReferee, task_key
 def main(argv=None):
     cfg = AbsoluteZeroConfigs.parse(argv)  # its own args (cfg.absolute_zero) and each component's config
     args = cfg.absolute_zero
-    with Run(cfg.run, cfg.as_dict(), gradient_accumulation_steps=cfg.trainer.gradient_accumulation_steps,
+    with Run(cfg.run, cfg.as_dict(), resume_fixed=cfg.fixed_on_resume(),
+             gradient_accumulation_steps=cfg.trainer.gradient_accumulation_steps,
              checkpoint_every=cfg.checkpoints.checkpoint_every) as run:
         acc, out_dir = run.acc, run.out
         model, tok = load_policy(cfg.policy, device=str(acc.device))
@@ -82,7 +82,7 @@ def main(argv=None):
         engine = run.closing(make_engine(cfg.engine, trainer.unwrapped, tok, answer_budget=args.answer_budget(),
                                          temperature=cfg.trainer.temperature, top_p=args.top_p,
                                          seed=cfg.trainer.seed))
-        referee = SharedReferee(run.closing(CodeReferee(executor_config(cfg))))  # sandboxes end with the run
+        referee = SharedReferee(run.closing(CodeReferee(cfg.executor)))  # sandboxes end with the run
         heldout = heldout_tasks(cfg, referee)
         buffers = seed_buffers(cfg, referee, {task_key(t) for ts in heldout.values() for t in ts})
         start_step = run.resume_trainer(trainer, lambda extra: load_buffers(buffers, extra, acc.process_index))

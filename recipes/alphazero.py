@@ -56,7 +56,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     cfg = AlphaZeroConfigs.parse(argv)  # its own args (cfg.alphazero), the search's (cfg.puct) and the run's
     args = cfg.alphazero
     torch.set_num_threads(args.torch_threads)
-    with Run(cfg.run, cfg.as_dict(), checkpoint_every=cfg.checkpoints.checkpoint_every, trains_with="state") as run:
+    with Run(cfg.run, cfg.as_dict(), resume_fixed=cfg.fixed_on_resume(),
+             checkpoint_every=cfg.checkpoints.checkpoint_every, trains_with="state") as run:
         torch.manual_seed(args.seed)
         game, face, net = build(args)
         exact = game.exact_metric == OPTIMAL_MOVES  # the solver labels every move: exact opponent and rates

@@ -79,7 +79,8 @@ def build(cfg: DebateConfigs, run) -> Debate:
 def main(argv=None):
     cfg = DebateConfigs.parse(argv)  # its own args (cfg.debate) and each component's config
     args = cfg.debate
-    with Run(cfg.run, cfg.as_dict(), gradient_accumulation_steps=cfg.trainer.gradient_accumulation_steps,
+    with Run(cfg.run, cfg.as_dict(), resume_fixed=cfg.fixed_on_resume(),
+             gradient_accumulation_steps=cfg.trainer.gradient_accumulation_steps,
              checkpoint_every=cfg.checkpoints.checkpoint_every) as run:
         d = build(cfg, run)
         start_step = run.resume_trainer(d.trainer, lambda extra: load_state(d, extra))

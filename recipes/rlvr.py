@@ -61,7 +61,8 @@ def train(cfg: RLVRConfigs) -> Path:
     """Run the positive control with ``cfg``; returns the metrics JSONL path."""
     args = cfg.rlvr
     tasks = make_task_set(cfg)  # a bad task, file or setting: one line, before the model loads
-    with Run(cfg.run, cfg.as_dict(), gradient_accumulation_steps=cfg.trainer.gradient_accumulation_steps,
+    with Run(cfg.run, cfg.as_dict(), resume_fixed=cfg.fixed_on_resume(),
+             gradient_accumulation_steps=cfg.trainer.gradient_accumulation_steps,
              checkpoint_every=cfg.checkpoints.checkpoint_every) as run:
         acc = run.acc
         model, tok = load_policy(cfg.policy, device=str(acc.device))

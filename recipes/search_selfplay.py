@@ -77,7 +77,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = cfg.search
     torch.set_num_threads(args.torch_threads)
     torch.manual_seed(cfg.trainer.seed)
-    with Run(cfg.run, cfg.as_dict(), gradient_accumulation_steps=cfg.trainer.gradient_accumulation_steps,
+    with Run(cfg.run, cfg.as_dict(), resume_fixed=cfg.fixed_on_resume(),
+             gradient_accumulation_steps=cfg.trainer.gradient_accumulation_steps,
              checkpoint_every=cfg.checkpoints.checkpoint_every) as run:
         s = build(cfg, run)
         evaluator, face, rng = s.evaluator, s.face, s.rng

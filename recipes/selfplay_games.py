@@ -84,7 +84,8 @@ def main(argv=None):
     check_bots(cfg.league, games)
     feedback = make_feedback(cfg.feedback, games)
     # after the config checks: a bad config never waits on a busy folder
-    with Run(cfg.run, cfg.as_dict(), gradient_accumulation_steps=cfg.trainer.gradient_accumulation_steps,
+    with Run(cfg.run, cfg.as_dict(), resume_fixed=cfg.fixed_on_resume(),
+             gradient_accumulation_steps=cfg.trainer.gradient_accumulation_steps,
              checkpoint_every=cfg.checkpoints.checkpoint_every) as run:
         sp = build(cfg, run, games, feedback, eval_positions(cfg, games))
         start_step = run.resume_trainer(sp.trainer, lambda extra: load_state(sp, extra))

@@ -68,7 +68,8 @@ from lmselfplay.utils.run import Run
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     cfg = SpinConfigs.parse(argv)  # its own args (cfg.spin), the policy's and the run's configs
     args = cfg.spin
-    with Run(cfg.run, cfg.as_dict(), trains_with="state", partial_progress=partial_progress) as run:
+    with Run(cfg.run, cfg.as_dict(), resume_fixed=cfg.fixed_on_resume(),
+             trains_with="state", partial_progress=partial_progress) as run:
         out, state = run.out, run.acc
         torch.manual_seed(args.seed)
         train_rows, held = supervised_data(cfg, run)

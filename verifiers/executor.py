@@ -39,7 +39,7 @@ import tempfile
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from lmselfplay.utils.config import Config, ConfigError
 from lmselfplay.utils.errors import UserError
@@ -60,49 +60,63 @@ DEFAULT_PREIMPORT = (
     "random", "typing", "dataclasses", "copy", "operator", "datetime", "fractions",
     "decimal", "statistics", "json", "traceback", "tempfile", "textwrap", "enum", "abc",
 )
+HIDDEN_PATHS = ("/root", "/home", "/tmp", "/var/tmp", "/dev/shm", "/run", "/srv", "/mnt", "/media", "/opt")
 
 
 @dataclass
 class ExecutorConfig(Config):
-    """Limits and policy; the defaults are the safe choice.
+    """Limits and policy; the defaults are the safe choice. A recipe that runs programs parses
+    it as its ``executor`` part (one flag per field).
 
     ``"auto"`` switches use the protection when the platform allows it and fall back
     otherwise; ``ExecResult.protections`` / ``Executor.protections`` say what was active.
     """
 
-    timeout_s: float = 5.0  # wall clock per task, whole process group killed at the limit
-    cpu_s: float = 5.0  # RLIMIT_CPU (rounded up to whole seconds)
-    memory_mb: int = 1024  # RLIMIT_AS; 0 disables
-    max_output_bytes: int = 64 * 1024  # stdout + stderr together, then killed: output-limit
-    max_value_bytes: int = 1024 * 1024  # serialized return value
-    max_file_bytes: int = 1024 * 1024  # RLIMIT_FSIZE: largest file the program may write
-    max_open_files: int = 64  # RLIMIT_NOFILE
-    max_threads: int = 32  # RLIMIT_NPROC of the slot uid (threads count too; only with uid-drop)
-    max_workers: int = 2  # tasks running at the same time
-    # the OS boundary (see the module docstring); "unsafe-hooks-only" is the explicit opt-in
-    # to run model-written code where none is available
-    # (default: $LMSELFPLAY_SANDBOX, else "auto": lets any recipe or CLI verb opt in)
-    sandbox: Literal["auto", "namespaces", "bwrap", "unsafe-hooks-only"] = field(
-        default_factory=lambda: os.environ.get("LMSELFPLAY_SANDBOX", "auto"))
-    audit_hook: bool = True  # refuse fork/exec/socket/ctypes/writes outside cwd at Python level
-    restrict_reads: bool = True  # audit hook: reads only under sys.path and the working dir
-    allow_ctypes: bool = False
-    hidden_paths: tuple[str, ...] = ("/root", "/home", "/tmp", "/var/tmp", "/dev/shm", "/run",
-                                     "/srv", "/mnt", "/media", "/opt")
-    hide_host_cwd: bool = True  # also hide the directory the host process runs in
-    scratch_mb: int = 256  # size of the tmpfs holding all working directories
-    python: str = sys.executable
-    hash_seed: int | None = 0  # PYTHONHASHSEED of the zygote: set orders repeat across runs
-    preimport: tuple[str, ...] = DEFAULT_PREIMPORT  # imported once in the zygote (speed)
-    uid_base: int = 1_500_000_000
-    uid_lock_dir: str = "/tmp/lmselfplay-sandbox-uids"
-    progress_min: int = 200  # run_batch shows a progress bar from this many tasks (progress=None)
+    _argument_group_name = "executor (lmselfplay.verifiers.executor.ExecutorConfig)"
+    timeout_s: float = field(default=5.0, metadata={
+        "help": "wall clock per program; the whole process group is killed at the limit"})
+    cpu_s: float | None = field(default=None, metadata={
+        "help": "CPU seconds per program (RLIMIT_CPU, rounded up to whole seconds; default: max(1, timeout_s))"})
+    memory_mb: int = field(default=1024, metadata={"help": "memory per program (RLIMIT_AS; 0 disables the limit)"})
+    max_output_bytes: int = field(default=64 * 1024, metadata={
+        "help": "stdout and stderr together per program; past it the program is killed (output-limit)"})
+    max_value_bytes: int = field(default=1024 * 1024, metadata={"help": "a program's serialized return value"})
+    max_file_bytes: int = field(default=1024 * 1024, metadata={
+        "help": "the largest file a program may write (RLIMIT_FSIZE)"})
+    max_open_files: int = field(default=64, metadata={"help": "open files per program (RLIMIT_NOFILE)"})
+    max_threads: int = field(default=32, metadata={
+        "help": "RLIMIT_NPROC of a program's slot uid (threads count too; only where uids are dropped)"})
+    max_workers: int = field(default=2, metadata={"help": "sandbox processes running programs at once"})
+    sandbox: str = field(default_factory=lambda: os.environ.get("LMSELFPLAY_SANDBOX", "auto"), metadata={
+        "help": f"the OS boundary, one of {', '.join(SANDBOXES)} (docs/sandbox.md; default: $LMSELFPLAY_SANDBOX, "
+                "else auto); unsafe-hooks-only is the explicit opt-in to run model-written code where none is available"})
+    audit_hook: bool = field(default=True, metadata={
+        "help": "refuse fork, exec, sockets, ctypes and writes outside the working folder at the Python level"})
+    restrict_reads: bool = field(default=True, metadata={
+        "help": "the audit hook allows reads only under sys.path and the working folder"})
+    allow_ctypes: bool = field(default=False, metadata={"help": "let programs import ctypes"})
+    hidden_paths: list[str] = field(default_factory=lambda: list(HIDDEN_PATHS), metadata={
+        "help": "folders hidden from programs"})
+    hide_host_cwd: bool = field(default=True, metadata={"help": "also hide the folder the host process runs in"})
+    scratch_mb: int = field(default=256, metadata={"help": "size of the tmpfs holding all working folders"})
+    python: str = field(default=sys.executable, metadata={"help": "the interpreter that runs the programs"})
+    hash_seed: int | None = field(default=0, metadata={
+        "help": "PYTHONHASHSEED of the zygote, so set orders repeat across runs (none: random)"})
+    preimport: list[str] = field(default_factory=lambda: list(DEFAULT_PREIMPORT), metadata={
+        "help": "modules imported once in the zygote (speed)"})
+    uid_base: int = field(default=1_500_000_000, metadata={"help": "first uid of the block the slots run as"})
+    uid_lock_dir: str = field(default="/tmp/lmselfplay-sandbox-uids", metadata={
+        "help": "folder of the locks that claim the uid blocks"})
+    progress_min: int = field(default=200, metadata={
+        "help": "run_batch shows a progress bar from this many programs"})
 
     def validate(self) -> None:
         """Every limit and the boundary's name, checked when the config is built (a recipe
         builds its executor's config while it parses its own, before any model loads): a
         one-line ConfigError naming the field, or ``LMSELFPLAY_SANDBOX`` when the value came
-        from there."""
+        from there. ``cpu_s`` left out is ``max(1, timeout_s)``."""
+        if self.cpu_s is None and isinstance(self.timeout_s, (int, float)):
+            self.cpu_s = max(1.0, self.timeout_s)
         for name in ("timeout_s", "cpu_s", "max_output_bytes", "max_value_bytes",
                      "max_file_bytes", "max_open_files", "max_threads", "max_workers",
                      "scratch_mb"):

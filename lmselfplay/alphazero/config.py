@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from lmselfplay.alphazero.selfplay import SelfPlaySettings
 from lmselfplay.utils.config import Config, ConfigError, Configs, non_negative, positive
@@ -45,6 +46,8 @@ class AlphaZeroArgs(Config):
     fields are in its own configs (:class:`AlphaZeroConfigs`)."""
 
     _argument_group_name = "alphazero (lmselfplay.alphazero.config.AlphaZeroArgs)"
+    resume_fixed: ClassVar[frozenset[str]] = frozenset({"game", "game_args", "network", "hidden", "blocks",
+                                                        "replay_window", "bank_size"})
     game: str = field(default="nim", metadata={"help": "registered game name"})
     game_args: str = field(default="{}", metadata={"help": "JSON dict of game parameters"})
     seed: int = field(default=0, metadata={"help": "seed of self-play, search noise and training"})

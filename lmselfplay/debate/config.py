@@ -10,6 +10,7 @@ before and after training.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from lmselfplay.debate.protocols import PROTOCOLS, ProtocolConfig
 from lmselfplay.models.policy import check_dtype, check_local_model
@@ -24,6 +25,7 @@ class DebateArgs(Config):
     """The debate recipe's own fields; the components' are in their own configs (:class:`DebateConfigs`)."""
 
     _argument_group_name = "debate (lmselfplay.debate.config.DebateArgs)"
+    resume_fixed: ClassVar[frozenset[str]] = frozenset({"task_families", "reasoning_gym_datasets", "dataset_path"})
     judge_model_name_or_path: str = field(default="", metadata={
         "help": "the judge (hub name or path); empty: a frozen copy of the initial policy"})
     judge_device: str = field(default="auto", metadata={"help": "auto | cpu | cuda | cuda:N"})

@@ -16,6 +16,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
@@ -42,15 +43,17 @@ from lmselfplay.verifiers.code_tasks import (
     status_counts,
     task_key,
 )
-from lmselfplay.verifiers.executor import MAX_WORKERS, ExecutorConfig
+from lmselfplay.verifiers.executor import ExecutorConfig
 
 
 @dataclass
 class AbsoluteZeroArgs(Config):
-    """Absolute Zero's own fields (the loop, proposals, solving, the sandbox, the evaluation);
-    the components' fields are in their own configs (:class:`AbsoluteZeroConfigs`)."""
+    """Absolute Zero's own fields (the loop, proposals, solving, the evaluation); the
+    components' fields, the sandbox's among them, are in their own configs
+    (:class:`AbsoluteZeroConfigs`)."""
 
     _argument_group_name = "absolute zero (lmselfplay.rl.absolute_zero.AbsoluteZeroArgs)"
+    renamed_keys: ClassVar[dict[str, str]] = {"executor_workers": "max_workers"}
     max_steps: int = field(default=40, metadata={
         "help": "proposer-solver steps (each one trainer.step(); the learning-rate and beta schedules span them)"})
     proposals_per_type: int = field(default=8, metadata={"help": "proposals per task type per step"})
@@ -69,10 +72,6 @@ class AbsoluteZeroArgs(Config):
     top_p: float = field(default=1.0, metadata={"help": "nucleus sampling (behaviour log-probs are before top-p)"})
     format_penalty: float = field(default=-1.0, metadata={"help": "reward of an unparsable proposal or answer"})
     invalid_penalty: float = field(default=-0.5, metadata={"help": "reward of a parsed proposal that fails validation"})
-    timeout_s: float = field(default=1.0, metadata={"help": "executor wall-clock limit per program"})
-    memory_mb: int = field(default=512, metadata={"help": "sandbox memory limit per program"})
-    max_output_bytes: int = field(default=16 * 1024, metadata={"help": "sandbox output limit per program"})
-    executor_workers: int = field(default=2, metadata={"help": "sandbox processes running programs at once"})
     eval_every: int = field(default=10, metadata={"help": "steps between held-out evaluations"})
     eval_tasks_per_type: int = field(default=200, metadata={"help": "fixed held-out generated tasks per type"})
     save_datasets: bool = field(default=True, metadata={"help": "save each step's proposals and answers (datasets)"})
@@ -83,11 +82,8 @@ class AbsoluteZeroArgs(Config):
             raise ConfigError(f"proposal_style must be paper or io (got {self.proposal_style!r}) "
                               f"and references >= 1 (got {self.references})")
         positive(self, "proposals_per_type", "num_generations", "solve_tasks_per_type", "induction_inputs",
-                 "propose_max_new_tokens", "solve_max_new_tokens", "timeout_s", "max_output_bytes",
-                 "executor_workers", "top_p")
-        non_negative(self, "references", "seed_programs", "memory_mb", "eval_every", "eval_tasks_per_type")
-        if self.executor_workers > MAX_WORKERS:
-            raise ConfigError(f"executor_workers must be <= {MAX_WORKERS}, got {self.executor_workers}")
+                 "propose_max_new_tokens", "solve_max_new_tokens", "top_p")
+        non_negative(self, "references", "seed_programs", "eval_every", "eval_tasks_per_type")
 
     def answer_budget(self) -> int:
         """The engine's answer budget (its KV cache is sized for it): the larger of a proposal's and a solution's."""
@@ -97,26 +93,18 @@ class AbsoluteZeroArgs(Config):
 @dataclass(frozen=True)
 class AbsoluteZeroConfigs(PolicyGradientConfigs):
     """What ``recipes/absolute_zero.py`` parses: the trainer's, policy's, engine's and run's
-    configs, its own arguments and the checkpoints'."""
+    configs, its own arguments, the checkpoints' and the sandbox's (``executor``, checked as it
+    is parsed, before any model loads). ``defaults`` holds this recipe's sandbox limits."""
 
     absolute_zero: AbsoluteZeroArgs
     checkpoints: PeriodicCheckpoints
+    executor: ExecutorConfig
 
-    defaults = {"output_dir": "runs/absolute_zero"}
-
-    def validate(self) -> None:
-        """The sandbox's config (its limits, ``LMSELFPLAY_SANDBOX``) is built and checked here,
-        before any model loads."""
-        executor_config(self)
+    defaults = {"output_dir": "runs/absolute_zero", "timeout_s": 1.0, "memory_mb": 512, "max_output_bytes": 16 * 1024}
 
 
 def n_inputs(cfg, task_type: str) -> int:
     return cfg.absolute_zero.induction_inputs if task_type == "induction" else 1
-
-
-def executor_config(cfg) -> ExecutorConfig:
-    return ExecutorConfig(timeout_s=cfg.absolute_zero.timeout_s, cpu_s=max(1.0, cfg.absolute_zero.timeout_s), memory_mb=cfg.absolute_zero.memory_mb,
-                          max_output_bytes=cfg.absolute_zero.max_output_bytes, max_workers=cfg.absolute_zero.executor_workers)
 
 
 def validated(referee, cfg, tasks: list[CodeTask]) -> list[CodeTask]:

@@ -25,7 +25,7 @@ import random
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -37,6 +37,7 @@ from lmselfplay.utils.config import Config, ConfigError
 @dataclass
 class LeagueConfig(Config):
     _argument_group_name = "league (lmselfplay.rl.league.LeagueConfig)"
+    resume_fixed: ClassVar[frozenset[str]] = frozenset({"league_capacity", "league_hall_capacity"})
     league_capacity: int = field(default=12, metadata={"help": "frozen snapshots kept (a ring)"})
     league_add_every: int = field(default=10, metadata={"help": "learner steps between snapshots"})
     league_promote_every: int = field(default=4, metadata={"help": "every k-th snapshot joins the hall of fame"})

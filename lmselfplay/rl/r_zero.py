@@ -66,6 +66,7 @@ class RZeroArgs(Config):
 
     _argument_group_name = "r_zero (lmselfplay.rl.r_zero.RZeroArgs)"
     renamed_keys: ClassVar[dict[str, str]] = {"iterations": "rounds"}  # beside the trainer's num_iterations
+    resume_fixed: ClassVar[frozenset[str]] = frozenset({"task_form", "two_copies", "pool_size"})
     task_form: str = field(default="arithmetic", metadata={"help": "arithmetic | program"})
     referee: str = field(default="vote", metadata={
         "help": "vote | grounded (= rules for arithmetic, executor for programs) | rules | executor | judge"})
@@ -548,7 +549,8 @@ def resume(rz: RZero) -> tuple[int, int]:
 def train(cfg: RZeroConfigs) -> Path:
     """Run R-Zero with ``cfg``; returns the metrics JSONL path. The checker and sandbox
     processes end with it, also on error."""
-    with Run(cfg.run, cfg.as_dict(), gradient_accumulation_steps=cfg.trainer.gradient_accumulation_steps,
+    with Run(cfg.run, cfg.as_dict(), resume_fixed=cfg.fixed_on_resume(),
+             gradient_accumulation_steps=cfg.trainer.gradient_accumulation_steps,
              checkpoints=phase_dirs) as run:
         return loop(run.closing(RZero(cfg, run)))
 

@@ -21,6 +21,7 @@ class SearchSelfPlayArgs(Config):
     components' fields are in their own configs (:class:`SearchSelfPlayConfigs`)."""
 
     _argument_group_name = "search self-play (lmselfplay.search_selfplay.config.SearchSelfPlayArgs)"
+    resume_fixed: ClassVar[frozenset[str]] = frozenset({"game", "game_args", "q_head", "value_width", "replay_window"})
     # rounds beside the trainer's num_iterations (its PPO passes): one word, one meaning
     renamed_keys: ClassVar[dict[str, str]] = {"iterations": "rounds", "games_per_iteration": "games_per_round"}
     unused_keys: ClassVar[dict[str, str]] = {"max_staleness": (

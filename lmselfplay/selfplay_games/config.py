@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from lmselfplay.games.base import has_enumerable_actions
 from lmselfplay.lm import readout as policy_readout
@@ -25,6 +26,7 @@ class SelfPlayArgs(Config):
     fields are in their own configs (:class:`SelfPlayConfigs`)."""
 
     _argument_group_name = "self-play (lmselfplay.selfplay_games.config.SelfPlayArgs)"
+    resume_fixed: ClassVar[frozenset[str]] = frozenset({"games"})
     games: str = field(default="nim,tictactoe,kuhn_poker", metadata={"help": "comma-separated registry names"})
     game_weights: str = field(default="", metadata={
         "help": "share of each step's episodes per game, e.g. 'kuhn_poker=4' (unlisted games weigh 1)"})

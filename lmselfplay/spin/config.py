@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from lmselfplay.models.policy import PolicyConfig
 from lmselfplay.utils.config import Config, ConfigError, Configs, non_negative, positive
@@ -23,6 +23,7 @@ class SpinArgs(Config):
     TRL's); the policy's and the run's fields are in their own configs (:class:`SpinConfigs`)."""
 
     _argument_group_name = "spin (lmselfplay.spin.config.SpinArgs)"
+    resume_fixed: ClassVar[frozenset[str]] = frozenset({"dataset", "dataset_split"})
     # data
     dataset: str | None = field(default=None, metadata={
         "help": "datasets name, .jsonl/.json/.parquet/.csv file or save_to_disk folder with "

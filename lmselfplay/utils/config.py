@@ -293,6 +293,13 @@ class Configs:
         values = {**cls.defaults, **values}
         return cls(*(klass(**{k: v for k, v in values.items() if owners[k] is klass}) for klass in cls.classes()))
 
+    @classmethod
+    def fixed_on_resume(cls) -> frozenset[str]:
+        """The fields a resume may not change: those of the parts' fields that some part names in
+        its ``resume_fixed`` (the rule: :class:`~lmselfplay.utils.run.RunConfig`'s doc)."""
+        named = frozenset().union(*(getattr(klass, "resume_fixed", ()) for klass in cls.classes()))
+        return named & set(field_owners(cls.classes()))
+
     def as_dict(self) -> dict[str, Any]:
         """Every part's fields in one flat dict (names are unique across the parts)."""
         return {k: v for f in dataclasses.fields(self) for k, v in dataclasses.asdict(getattr(self, f.name)).items()}

@@ -24,8 +24,8 @@
   process set-up, the folder claim, the fresh-vs-resume decision, ``config.json``, the
   metrics log, checkpoint timing, the atomic final model and the teardown (see its doc).
 * :func:`check_resumed_config` — a resume compares the run's saved ``config.json`` with the
-  new one (the flat dict of all the recipe's fields): every differing field is printed (``field: old -> new``), and a field of
-  :attr:`RunConfig.resume_fixed` refuses the resume unless ``--resume_with_changes true``.
+  new one (the flat dict of all the recipe's fields): every differing field is printed (``field: old -> new``), and a field
+  the recipe fixes (:attr:`RunConfig.resume_fixed`'s rule) refuses the resume unless ``--resume_with_changes true``.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import json
 import os
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -60,25 +60,23 @@ class RunConfig(Config):
     one in may name it with the class attribute ``run_name`` (``output_dir`` left empty:
     ``runs/<run_name>``).
 
-    ``resume_fixed`` is the one list of the fields a resume may not change (without
+    ``resume_fixed`` names the fields a resume may not change (without
     ``--resume_with_changes true``). The rule: a field is fixed when a new value would make the
     resumed run another run, i.e. when the checkpoint made under the old value would be read as
     if made under the new one — what is played or learned from (the games, the tasks, the data
     set), the model (which one, the shape of its adapters or network), and the size of a buffer
     the checkpoint holds (league, replay, bank, pool; a second model). Every other field — logging,
     evaluation, output, speed, threads, the schedule's length (``max_steps`` extends a run) — may
-    change: the resume prints it and goes on. A name a config does not have is skipped; a subclass
-    adds its own fields with ``resume_fixed = RunConfig.resume_fixed | {"field", ...}``."""
+    change: the resume prints it and goes on. This class names the model's fields, which every
+    recipe that loads a policy shares; each part of a recipe's configs names its own fixed fields
+    in a ``resume_fixed`` of its own, and :meth:`Configs.fixed_on_resume
+    <lmselfplay.utils.config.Configs.fixed_on_resume>` is their union, which the recipe hands to
+    :class:`Run`. A name a config does not have is skipped."""
 
     _argument_group_name = "run (lmselfplay.utils.run.RunConfig)"
     run_name: ClassVar[str] = "run"
-    resume_fixed: ClassVar[frozenset[str]] = frozenset({
-        "games", "game", "game_args", "task_form", "task_families", "reasoning_gym_datasets", "dataset_path",
-        "dataset", "dataset_split",  # what is played / learned from
-        "model_name_or_path", "use_lora", "lora_r", "lora_target_modules", "network", "hidden", "blocks",
-        "value_width", "q_head", "two_copies",  # the model and the shapes of its saved state
-        "league_capacity", "league_hall_capacity", "replay_window", "bank_size", "pool_size",  # saved buffers
-    })
+    resume_fixed: ClassVar[frozenset[str]] = frozenset({"model_name_or_path", "use_lora", "lora_r",
+                                                        "lora_target_modules"})
     output_dir: str = field(default="", metadata={
         "help": "run folder: metrics, curves, checkpoints, final model (default: runs/<recipe>)"})
     resume: bool = field(default=False, metadata={"help": "continue from the latest checkpoint in output_dir"})
@@ -274,12 +272,13 @@ def check_nothing_to_resume(out: Path) -> None:
                          f"another output_dir")
 
 
-def check_resumed_config(cfg: RunConfig, config: dict[str, Any], out: Path, say: Callable[[str], None]) -> None:
+def check_resumed_config(cfg: RunConfig, config: dict[str, Any], out: Path, say: Callable[[str], None],
+                         fixed: Collection[str]) -> None:
     """A resume's config (``config``, the flat dict of the recipe's fields) against the one the
     run saved (``out/config.json``, written by the last start): each differing field is said as
-    ``field: old -> new``; when one of them is in the run config's ``resume_fixed``
-    (:class:`RunConfig`'s rule), a one-line ConfigError naming them, unless
-    ``cfg.resume_with_changes``. Nothing is said when nothing differs or nothing was saved."""
+    ``field: old -> new``; when one of them is in ``fixed`` (:class:`RunConfig`'s rule), a
+    one-line ConfigError naming them, unless ``cfg.resume_with_changes``. Nothing is said when
+    nothing differs or nothing was saved."""
     path = out / "config.json"
     if not path.is_file():
         return
@@ -289,9 +288,9 @@ def check_resumed_config(cfg: RunConfig, config: dict[str, Any], out: Path, say:
     say(f"--resume: the config differs from the saved one ({path}):")
     for name, (old, new) in changes.items():
         say(f"{name}: {old!r} -> {new!r}")
-    fixed = [name for name in changes if name in type(cfg).resume_fixed]
-    if fixed and not cfg.resume_with_changes:
-        raise ConfigError(f"--resume: {', '.join(fixed)} changed since the run was saved, which changes what the run "
+    changed = [name for name in changes if name in fixed]
+    if changed and not cfg.resume_with_changes:
+        raise ConfigError(f"--resume: {', '.join(changed)} changed since the run was saved, which changes what the run "
                           "means: resume with the saved values, choose another output_dir, or pass "
                           "--resume_with_changes true")
 
@@ -333,14 +332,16 @@ def process_state(timeout_s: float):
 
 class Run:
     """One recipe run, from process set-up to teardown:
-    ``with Run(args.run, args.as_dict(), gradient_accumulation_steps=..., checkpoint_every=...) as run: ...``.
+    ``with Run(cfg.run, cfg.as_dict(), resume_fixed=cfg.fixed_on_resume(), checkpoint_every=...) as run: ...``.
 
     Rules:
 
     * Built from its own :class:`RunConfig` (``cfg``); what it needs from the rest of the recipe
       is passed: ``config``, the flat dict of all the recipe's fields (``config.json``, compared on
-      a resume; default: ``cfg``'s own), ``gradient_accumulation_steps`` (the trainer's, for the
-      accelerator) and ``checkpoint_every`` (:class:`PeriodicCheckpoints`'; 0: none).
+      a resume; default: ``cfg``'s own), ``resume_fixed``, the fields of ``config`` a resume may
+      not change (the recipe's ``cfg.fixed_on_resume()``; default: ``cfg``'s class's
+      ``resume_fixed``), ``gradient_accumulation_steps`` (the trainer's, for the accelerator) and
+      ``checkpoint_every`` (:class:`PeriodicCheckpoints`'; 0: none).
 
     * Process set-up, one way: ``trains_with="accelerator"`` (the recipes whose
       ``PolicyTrainer`` shares it) makes ``run.acc`` with :func:`make_accelerator`;
@@ -370,13 +371,14 @@ class Run:
     """
 
     def __init__(self, cfg: RunConfig, config: dict[str, Any] | None = None, *, gradient_accumulation_steps: int = 1,
-                 checkpoint_every: int = 0, trains_with: str = "accelerator",
+                 checkpoint_every: int = 0, trains_with: str = "accelerator", resume_fixed: Collection[str] | None = None,
                  checkpoints: Callable[[Path], list[Path]] = checkpoint_dirs,
                  partial_progress: Callable[[Path], bool] | None = None):
         if trains_with not in ("accelerator", "state"):
             raise ValueError(f"trains_with must be accelerator or state, got {trains_with!r}")
         self.cfg = cfg
         self.config = dataclasses.asdict(cfg) if config is None else config
+        self.resume_fixed = type(cfg).resume_fixed if resume_fixed is None else frozenset(resume_fixed)
         self.checkpoint_every = checkpoint_every
         self.acc = make_accelerator(gradient_accumulation_steps, timeout_s=cfg.collective_timeout_s) \
             if trains_with == "accelerator" else process_state(cfg.collective_timeout_s)
@@ -389,7 +391,8 @@ class Run:
             if cfg.resume and self.checkpoint is None and not (partial_progress and partial_progress(self.out)):
                 check_nothing_to_resume(self.out)
             if self.checkpoint is not None:
-                check_resumed_config(cfg, self.config, self.out, lambda line: self.acc.print(line, file=sys.stderr))
+                check_resumed_config(cfg, self.config, self.out, lambda line: self.acc.print(line, file=sys.stderr),
+                                     self.resume_fixed)
         except BaseException:  # a refused folder or no intact checkpoint: no process group left behind
             self._end_processes()
             raise

@@ -42,7 +42,7 @@ TINY = {
     "absolute_zero": {"max_steps": 1, "proposals_per_type": 2, "solve_tasks_per_type": 2, "num_generations": 2,
                       "references": 1, "seed_programs": 4, "eval_tasks_per_type": 2, "eval_every": 1,
                       "checkpoint_every": 0, "propose_max_new_tokens": 16, "solve_max_new_tokens": 12,
-                      "induction_inputs": 2, "executor_workers": 1, "gradient_accumulation_steps": 1,
+                      "induction_inputs": 2, "max_workers": 1, "gradient_accumulation_steps": 1,
                       "dtype": "float32"},
     "r_zero": {"rounds": 1, "challenger_steps": 1, "num_questions": 4, "challenger_group_size": 4,
                "pool_size": 4, "num_answers": 10, "solver_steps": 1, "solver_batch": 2, "solver_group_size": 10,

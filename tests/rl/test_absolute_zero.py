@@ -292,7 +292,7 @@ def test_hostile_proposals_are_invalid_counted_and_harmless(model_dir, tmp_path)
     cfg, trainer, tok = _step_setup(model_dir, tmp_path, proposals_per_type=len(hostile),
                                     solve_tasks_per_type=2)
     procs_before = _descendants(os.getpid())
-    referee = CodeReferee(azr.executor_config(cfg))
+    referee = CodeReferee(cfg.executor)
     try:
         buffers = azr.seed_buffers(cfg, referee, set())
         solver = _perfect_solver(buffers)

@@ -163,7 +163,13 @@ def test_unknown_sandbox_in_the_environment(tmp_path):
 
 def test_executor_worker_count_out_of_range(tmp_path):
     out = tmp_path / "out"
-    refuse([*AZR, "--output_dir", str(out), "--executor_workers", "5000"], "executor_workers", "5000", out=out)
+    refuse([*AZR, "--output_dir", str(out), "--max_workers", "5000"], "max_workers", "5000", out=out)
+
+
+def test_the_executor_worker_flags_old_name_says_the_new_one(tmp_path):
+    out = tmp_path / "out"
+    refuse([*AZR, "--output_dir", str(out), "--executor_workers", "2"], "executor_workers is now called max_workers",
+           out=out)
 
 
 # --- run folders at --resume -------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """A resume whose config differs from the saved one: every differing field is printed
-(``field: old -> new``); a field that changes what the run means (RunConfig.resume_fixed: the
-games, the model, a saved buffer's size) refuses it unless ``--resume_with_changes true``."""
+(``field: old -> new``); a field that changes what the run means (RunConfig.resume_fixed's rule: the
+games, the model, a saved buffer's size; each recipe's parts name their own) refuses it unless
+``--resume_with_changes true``."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ from dataclasses import asdict, dataclass
 from typing import ClassVar
 
 import pytest
+from recipe_configs import RECIPE_CONFIGS
 
+from lmselfplay.referee_study import RefereeStudyConfigs
 from lmselfplay.utils.checkpoint import atomic_dir
-from lmselfplay.utils.config import ConfigError
+from lmselfplay.utils.config import ConfigError, field_owners
 from lmselfplay.utils.metrics_logger import read_jsonl
 from lmselfplay.utils.recipe_loader import run_recipe
 from lmselfplay.utils.run import Run, RunConfig, config_changes, release_output_dir
@@ -91,3 +94,32 @@ def test_a_recipe_extends_the_fixed_fields(tmp_path):
     new = asdict(Extended(output_dir=str(out), resume=True, resume_with_changes=True))
     assert config_changes(saved, new) == {}
     assert config_changes({**saved, "gone": 1}, asdict(Extended(output_dir=str(out)))) == {"gone": (1, "(absent)")}
+
+
+# every field any recipe fixes on a resume, by its name
+FIXED_NAMES = frozenset({
+    "games", "game", "game_args", "task_form", "task_families", "reasoning_gym_datasets", "dataset_path",
+    "dataset", "dataset_split", "model_name_or_path", "use_lora", "lora_r", "lora_target_modules", "network",
+    "hidden", "blocks", "value_width", "q_head", "two_copies", "league_capacity", "league_hall_capacity",
+    "replay_window", "bank_size", "pool_size",
+})
+ALL_CONFIGS = {**RECIPE_CONFIGS, "referee_study": RefereeStudyConfigs}
+
+
+@pytest.mark.parametrize("name", sorted(ALL_CONFIGS))
+def test_a_recipe_fixes_exactly_its_fields_of_the_fixed_names(name):
+    """The union of a recipe's parts' resume_fixed is the fixed names among its own fields:
+    none missing, none that the recipe does not have."""
+    cls = ALL_CONFIGS[name]
+    assert cls.fixed_on_resume() == FIXED_NAMES & set(field_owners(cls.classes())), name
+
+
+def test_every_recipe_hands_its_fixed_fields_to_its_run():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    sources = [*sorted((root / "recipes").glob("*.py")), root / "lmselfplay/rl/r_zero.py"]
+    runs = [p for p in sources if "Run(cfg.run" in p.read_text()]
+    assert len(runs) >= 8
+    for path in runs:
+        assert "Run(cfg.run, cfg.as_dict(), resume_fixed=cfg.fixed_on_resume()," in path.read_text(), path.name
