@@ -112,7 +112,8 @@ def train(cfg: RLVRConfigs) -> Path:
 
 
 def main(argv=None):
-    train(RLVRConfigs.parse(argv))  # its own args (cfg.rlvr) and each component's config
+    cfg = RLVRConfigs.parse(argv)  # its own args (cfg.rlvr) and each component's config
+    train(cfg)
 
 
 if __name__ == "__main__":
