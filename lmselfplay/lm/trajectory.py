@@ -8,13 +8,30 @@ game state as text), so the trainer treats every turn as one :class:`Sample`
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+SEAT_PART = re.compile(r"p(\d+)")  # a role's second part: the seat, p0, p1, ...
+
+
+def role_parts(game: str, seat: int | None = None, start: str | None = None) -> tuple[str, ...]:
+    """The '/'-parts of a game role, as many as given: the game, then ``p{seat}``, then the
+    start condition (``("nim", "p0", "initial")``); a start needs a seat."""
+    if start is not None and seat is None:
+        raise ValueError(f"a role's start ({start!r}) needs its seat")
+    return (game, *([] if seat is None else [f"p{seat}"]), *([] if start is None else [start]))
 
 
 def role_key(game: str, seat: int, start: str = "initial") -> str:
     """A learner's role: game x seat x start condition (``"nim/p0/initial"``), the key of the
     role-conditioned baselines and of a per-role KL coefficient (its '/'-prefixes: game, game/pN)."""
-    return f"{game}/p{seat}/{start}"
+    return "/".join(role_parts(game, seat, start))
+
+
+def seat_of(part: str) -> int | None:
+    """The seat a role's second part names (``"p1"`` -> 1); None when it names none."""
+    m = SEAT_PART.fullmatch(part)
+    return int(m.group(1)) if m else None
 
 
 @dataclass

@@ -25,7 +25,7 @@ token t of sample i (its terms: :mod:`lmselfplay.rl.losses`):
 ``pg`` is the clipped surrogate of :class:`SurrogateConfig` (``epsilon``, ``tis_cap``); a
 trainer built without one (search self-play, whose samples all have advantage 0) has no such
 term. ``beta_i(t) = beta[game/role of sample i] * schedule(t)``: one KL coefficient per game and
-role (:func:`~lmselfplay.rl.kl.parse_beta`, :meth:`PolicyTrainer.kl_coef`), scaled by a schedule over
+role (:class:`~lmselfplay.rl.kl.KLCoefficient`, :meth:`PolicyTrainer.kl_coef`), scaled by a schedule over
 the trainer's steps (:func:`~lmselfplay.rl.kl.beta_factor`). The reference is the initial policy, or with
 ``ref_update_every = M`` the "magnet" of magnetic mirror descent (Sokota et al. 2022): every
 M steps it is replaced by the current policy, so the regularized equilibrium the last
@@ -60,7 +60,6 @@ import shutil
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +79,7 @@ from lmselfplay.rl.distributed import (
     write_full,
 )
 from lmselfplay.rl.importance import TruncatedImportance
-from lmselfplay.rl.kl import beta_factor, beta_for, kl_enabled
+from lmselfplay.rl.kl import beta_factor
 from lmselfplay.rl.losses import kl_term, policy_gradient, target_term
 from lmselfplay.rl.micro_batches import by_length, collate, micro_batches, split_by_tokens
 from lmselfplay.rl.precision import autocast_forward, master_weights
@@ -92,6 +91,7 @@ from lmselfplay.rl.trainer_config import (
     TrainerConfig,
 )
 from lmselfplay.utils.checkpoint import commit_dir, prune_checkpoints, writing
+from lmselfplay.utils.config import config_dict
 from lmselfplay.utils.run import make_accelerator
 
 # TRL 1.16's unwrap_model_for_generation reads the alias transformers 5.25 deprecated
@@ -118,7 +118,7 @@ class PolicyTrainer:
         self.tokenizer = tokenizer
         self.accelerator = accelerator or make_accelerator(config.gradient_accumulation_steps)
         self.is_peft = hasattr(model, "disable_adapter")
-        self.kl_on = kl_enabled(config.beta)
+        self.kl_on = config.beta.enabled
         self._tis = TruncatedImportance(surrogate.tis_cap if surrogate is not None else 0.0)
         # a boolean 4D mask with position ids is what transformers' SDPA attention takes as it is
         # (eager adds the mask, flash attention takes none): target rows branch only there
@@ -276,7 +276,7 @@ class PolicyTrainer:
     def kl_coef(self, sample: Sample, step: int | None = None) -> float:
         """beta_i(t): the sample's game/role coefficient times the schedule at ``step``."""
         step = self.step_count if step is None else step
-        return beta_for(self.cfg.beta, sample.role, sample.task) * beta_factor(self.cfg, step, self.total_steps)
+        return self.cfg.beta.of(sample.role, sample.task) * beta_factor(self.cfg, step, self.total_steps)
 
     def _micro_batches(self, samples: list[Sample], rng: random.Random) -> list[list[Sample]]:
         """:func:`~lmselfplay.rl.micro_batches.micro_batches` of one optimizer step, padded with empty
@@ -448,7 +448,7 @@ class PolicyTrainer:
             acc.wait_for_everyone()  # every rank's files are in tmp before the marker
             if acc.is_main_process:
                 torch.save({"extra": extra or {}, "step_count": self.step_count,
-                            "trainer_config": asdict(self.cfg), "magnet_step": self.magnet_step,
+                            "trainer_config": config_dict(self.cfg), "magnet_step": self.magnet_step,
                             "reference": [t.cpu() for t in reference]}, tmp / "lmselfplay_state.pt")
                 self.unwrapped.save_pretrained(str(tmp / "model"), state_dict=state, safe_serialization=True)
                 self.tokenizer.save_pretrained(str(tmp / "model"))

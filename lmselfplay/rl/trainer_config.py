@@ -6,14 +6,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from lmselfplay.rl.kl import BETA_SCHEDULES, KL_ESTIMATORS, parse_beta
+from lmselfplay.rl.kl import BETA_SCHEDULES, KL_ESTIMATORS, KLCoefficient
 from lmselfplay.utils.config import Config, ConfigError, non_negative, positive
 
 
 @dataclass
 class TrainerConfig(Config):
     _argument_group_name = "trainer (lmselfplay.rl.trainer_config.TrainerConfig)"
-    yaml_mappings = ("beta",)  # beta: {nim: 0.1, kuhn_poker: 0.2} in YAML (a mapping per game)
     learning_rate: float = field(default=1e-4, metadata={"help": "AdamW learning rate"})
     adam_beta1: float = field(default=0.9, metadata={"help": "AdamW beta1 (first-moment decay)"})
     adam_beta2: float = field(default=0.999, metadata={"help": "AdamW beta2 (second-moment decay)"})
@@ -24,7 +23,7 @@ class TrainerConfig(Config):
     warmup_steps: int = field(default=0, metadata={"help": "trainer.step() calls of LR warm-up"})
     gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per pass"})
     num_iterations: int = field(default=2, metadata={"help": "PPO passes over each batch"})
-    beta: str = field(default=0.1, metadata={  # type: ignore[assignment]  # str on the command line
+    beta: KLCoefficient = field(default=KLCoefficient(0.1), metadata={
         "help": "KL coefficient to the reference policy: a number, or one per game / role as "
                 "'nim=0.1,kuhn_poker=0.2' (a YAML mapping works too); keys match a sample's role "
                 "'game/pN/start' by its longest prefix, then its task; 'default' covers the rest"})
@@ -49,7 +48,7 @@ class TrainerConfig(Config):
 
     def validate(self) -> None:
         check_micro_batch_fields(self)
-        self.beta = parse_beta(self.beta)
+        self.beta = KLCoefficient.from_config(self.beta)
         positive(self, "gradient_accumulation_steps", "num_iterations", "temperature")
         non_negative(self, "learning_rate", "warmup_steps", "weight_decay", "max_grad_norm")
         if self.beta_schedule not in BETA_SCHEDULES:

@@ -13,7 +13,7 @@ from lmselfplay.lm.trajectory import role_key
 from lmselfplay.rl.average_policy import AverageConfig
 from lmselfplay.rl.configs import PolicyGradientConfigs
 from lmselfplay.rl.exact_feedback import FeedbackConfig
-from lmselfplay.rl.kl import beta_for
+from lmselfplay.rl.kl import KLCoefficient
 from lmselfplay.rl.league import LeagueConfig, PlayInConfig
 from lmselfplay.rl.trainer import TargetLossConfig
 from lmselfplay.utils.config import Config, ConfigError, non_negative, positive
@@ -140,19 +140,19 @@ def check_thinking(average: AverageConfig, feedback, tok) -> None:
 
 
 def check_beta(beta, games):
-    """A per-game ``beta`` must name registered games (a shared YAML may list games this run
-    does not play) and cover every seat of every game played; ConfigError otherwise."""
+    """A per-game ``beta`` (a KLCoefficient, or any form it parses) must name registered games
+    (a shared YAML may list games this run does not play) and cover every seat of every game
+    played; ConfigError otherwise."""
     from lmselfplay.games import REGISTRY, is_game_name
 
-    if not isinstance(beta, dict):
-        return
-    bad = [k for k in beta if k != "default" and not is_game_name(k.split("/")[0])]
+    beta = KLCoefficient.from_config(beta)
+    bad = [str(key) for key, _ in beta.per_key or () if not is_game_name(key.game)]
     if bad:
         raise ConfigError(f"beta names unknown game(s) {bad}; games: {sorted(REGISTRY)} (or 'default')")
     for game in games:
         for seat in range(2):
             try:
-                beta_for(beta, role_key(game.name, seat), game.name)
+                beta.of(role_key(game.name, seat), game.name)
             except KeyError as e:
                 raise ConfigError(str(e)) from None
 

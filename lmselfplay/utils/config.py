@@ -13,13 +13,14 @@ space-separated on the command line. ``--help`` lists the flags grouped by class
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 import re
 import sys
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -175,9 +176,14 @@ def check_keys(classes: type | Sequence[type], data: dict[str, Any], where: str)
 def check_value(cls: type, key: str, value: Any, where: str) -> Any:
     """A YAML value of the field's type (an int is a valid float; a number is a valid str,
     as on the command line; a mapping only for the fields the class lists in its
-    ``yaml_mappings`` attribute, e.g. a per-game weight),
-    else ConfigError naming the key, the value and the type."""
+    ``yaml_mappings`` attribute, e.g. a per-game weight; a typed value, one whose class has
+    ``from_config``, by that parser), else ConfigError naming the key, the value and the type."""
     expected = typing.get_type_hints(cls).get(key)
+    if is_typed_value(expected):
+        try:
+            return expected.from_config(value)
+        except ConfigError as e:
+            raise ConfigError(f"{e} (in {where})") from None
     optional = typing.get_origin(expected) in (typing.Union, types.UnionType) and type(None) in typing.get_args(expected)
     if optional:
         if value is None:
@@ -196,6 +202,33 @@ def check_value(cls: type, key: str, value: Any, where: str) -> Any:
     if typing.get_origin(expected) is list and not isinstance(value, list):
         raise ConfigError(f"{key}: {value!r} is not a list (in {where})")
     return float(value) if expected is float else value
+
+
+def is_typed_value(kind: Any) -> bool:
+    """Whether a field's type is a typed value: a class that parses a config value itself
+    (``from_config(value)``, a ConfigError naming the bad part) and gives it back
+    (``as_config()``, what ``config.json`` holds), e.g. the trainer's KL coefficient."""
+    return isinstance(kind, type) and hasattr(kind, "from_config") and hasattr(kind, "as_config")
+
+
+def _flag_parser(kind: type) -> Callable[[str], Any]:
+    """argparse's ``type`` for a typed value's flag: its parser, whose ConfigError argparse then
+    reports as it is (a ValueError would become "invalid value")."""
+    def parse(text: str) -> Any:
+        try:
+            return kind.from_config(text)
+        except ConfigError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def config_dict(cfg: Any) -> dict[str, Any]:
+    """A config dataclass's fields as plain data (``dataclasses.asdict``), each typed value
+    (:func:`is_typed_value`) as its ``as_config()``: JSON as ``config.json`` holds it."""
+    typed = {f.name: v.as_config() for f in dataclasses.fields(cfg)
+             if is_typed_value(type(v := getattr(cfg, f.name)))}
+    return {**dataclasses.asdict(cfg), **typed}
 
 
 def parse_configs(classes: Sequence[type], argv: Sequence[str] | None = None,
@@ -234,6 +267,9 @@ def parse_configs(classes: Sequence[type], argv: Sequence[str] | None = None,
     parser = HfArgumentParser(shown)
     parser.set_defaults(**data)
     parser.error = _raise_config_error(classes, parser.prog)  # argparse would print and exit
+    for action in parser._actions:
+        if is_typed_value(action.type):
+            action.type = _flag_parser(action.type)
     *parsed, rest = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
     cfgs = [parsed[shown.index(c)] for c in classes]
     if rest:
@@ -301,8 +337,9 @@ class Configs:
         return named & set(field_owners(cls.classes()))
 
     def as_dict(self) -> dict[str, Any]:
-        """Every part's fields in one flat dict (names are unique across the parts)."""
-        return {k: v for f in dataclasses.fields(self) for k, v in dataclasses.asdict(getattr(self, f.name)).items()}
+        """Every part's fields in one flat dict (names are unique across the parts), as plain data
+        (:func:`config_dict`)."""
+        return {k: v for f in dataclasses.fields(self) for k, v in config_dict(getattr(self, f.name)).items()}
 
 
 C = TypeVar("C", bound=Configs)

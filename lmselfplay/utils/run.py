@@ -30,7 +30,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import json
 import os
@@ -44,7 +43,7 @@ from typing import Any, ClassVar
 import torch
 
 from lmselfplay.utils.checkpoint import checkpoint_dirs, newest_intact, save_json, save_model
-from lmselfplay.utils.config import Config, ConfigError, non_negative, positive
+from lmselfplay.utils.config import Config, ConfigError, config_dict, non_negative, positive
 from lmselfplay.utils.errors import UserError
 from lmselfplay.utils.metrics_logger import MetricsLogger
 
@@ -377,7 +376,7 @@ class Run:
         if trains_with not in ("accelerator", "state"):
             raise ValueError(f"trains_with must be accelerator or state, got {trains_with!r}")
         self.cfg = cfg
-        self.config = dataclasses.asdict(cfg) if config is None else config
+        self.config = config_dict(cfg) if config is None else config
         self.resume_fixed = type(cfg).resume_fixed if resume_fixed is None else frozenset(resume_fixed)
         self.checkpoint_every = checkpoint_every
         self.acc = make_accelerator(gradient_accumulation_steps, timeout_s=cfg.collective_timeout_s) \

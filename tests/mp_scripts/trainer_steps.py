@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ for lm_fi
 from lm_fixtures import tiny_model, tiny_tokenizer  # noqa: E402
 
 from lmselfplay.lm.batching import token_logprobs  # noqa: E402
-from lmselfplay.lm.trajectory import Sample  # noqa: E402
+from lmselfplay.lm.trajectory import Sample, role_key  # noqa: E402
 from lmselfplay.rl.advantages import RoleBaselines  # noqa: E402
 from lmselfplay.rl.distributed import read_full  # noqa: E402
 from lmselfplay.rl.trainer import PolicyTrainer, TargetLossConfig, TrainerConfig  # noqa: E402
@@ -55,7 +55,7 @@ def global_batch(seed: int, step: int, n: int, vocab: int) -> list[tuple[list[in
     for i in range(n):
         prompt = [1] + [rng.randrange(3, vocab) for _ in range(rng.randrange(3, 7))]
         completion = [rng.randrange(3, vocab) for _ in range(COMPLETION_LEN - 1)] + [2]
-        out.append((prompt, completion, rng.choice([-1.0, 1.0]), f"nim/p{i % 2}/initial"))
+        out.append((prompt, completion, rng.choice([-1.0, 1.0]), role_key("nim", i % 2)))
     return out
 
 

@@ -10,26 +10,32 @@ from lm_fixtures import tiny_model, tiny_trainer
 from lmselfplay.lm.batching import token_logprobs
 from lmselfplay.lm.trajectory import Sample
 from lmselfplay.rl.distributed import swapped_weights
-from lmselfplay.rl.kl import beta_factor, beta_for, parse_beta
+from lmselfplay.rl.kl import KLCoefficient, beta_factor, beta_for
 from lmselfplay.rl.trainer import TrainerConfig
 from lmselfplay.utils.config import ConfigError, parse_configs
 
 
-def test_parse_beta_accepts_numbers_strings_and_mappings():
-    assert parse_beta(0.2) == 0.2 and parse_beta("0.2") == 0.2 and parse_beta(0) == 0.0
-    assert parse_beta("nim=0.1, kuhn_poker/p1=0.3") == {"nim": 0.1, "kuhn_poker/p1": 0.3}
-    assert parse_beta({"nim": 0.1, "kuhn_poker": "0.2"}) == {"nim": 0.1, "kuhn_poker": 0.2}
+def _plain(value):
+    return KLCoefficient.from_config(value).as_config()
+
+
+def test_beta_accepts_numbers_strings_and_mappings():
+    assert _plain(0.2) == 0.2 and _plain("0.2") == 0.2 and _plain(0) == 0.0
+    assert _plain("nim=0.1, kuhn_poker/p1=0.3") == {"nim": 0.1, "kuhn_poker/p1": 0.3}
+    assert _plain({"nim": 0.1, "kuhn_poker": "0.2"}) == {"nim": 0.1, "kuhn_poker": 0.2}
     for bad in ("nim", "nim=x", "=0.1", "nim=-1", -0.5, {"nim": None}, [0.1], True):
         with pytest.raises(ValueError):
-            parse_beta(bad)
+            KLCoefficient.from_config(bad)
 
 
 def test_beta_is_a_mapping_in_yaml_and_a_string_on_the_command_line(tmp_path):
     cfg_file = tmp_path / "c.yaml"
     cfg_file.write_text("beta: {nim: 0.1, kuhn_poker: 0.2}\n")
-    assert parse_configs((TrainerConfig,), ["--config", str(cfg_file)])[0].beta == {"nim": 0.1, "kuhn_poker": 0.2}
-    assert parse_configs((TrainerConfig,), ["--beta", "nim=0.05,default=1"])[0].beta == {"nim": 0.05, "default": 1.0}
-    assert parse_configs((TrainerConfig,), ["--beta", "0.3"])[0].beta == 0.3
+    beta = parse_configs((TrainerConfig,), ["--config", str(cfg_file)])[0].beta
+    assert beta.as_config() == {"nim": 0.1, "kuhn_poker": 0.2}
+    beta = parse_configs((TrainerConfig,), ["--beta", "nim=0.05,default=1"])[0].beta
+    assert beta.as_config() == {"nim": 0.05, "default": 1.0}
+    assert parse_configs((TrainerConfig,), ["--beta", "0.3"])[0].beta == KLCoefficient(0.3)
     with pytest.raises(ValueError, match="nim=oops"):
         parse_configs((TrainerConfig,), ["--beta", "nim=oops"])
 
@@ -99,7 +105,7 @@ def test_each_sample_gets_its_games_coefficient_in_the_loss():
         want += coef * float((torch.exp(d) - d - 1).sum())
     assert float(loss.detach()) == pytest.approx(want / 5, rel=1e-5)
     swapped = {"nim": 3.0, "kuhn_poker": 0.5}  # the same numbers on the other samples: a different loss
-    tr.cfg.beta = swapped
+    tr.cfg.beta = KLCoefficient.from_config(swapped)
     assert float(tr._micro_loss(batch, total_tokens=5, ref=ref)[0].detach()) != pytest.approx(want / 5, rel=1e-3)
 
 

@@ -19,7 +19,7 @@ from recipe_configs import parse_recipe
 import lmselfplay.lm.batching as batching
 import lmselfplay.rl.trainer as trainer_module
 from lmselfplay.lm.batching import logprobs_from_logits, sequence_logprobs
-from lmselfplay.lm.trajectory import Sample
+from lmselfplay.lm.trajectory import Sample, role_key
 from lmselfplay.models.policy import PolicyConfig, load_policy
 from lmselfplay.rl.micro_batches import by_length, split_by_tokens
 from lmselfplay.rl.trainer import PolicyTrainer, TargetLossConfig, TrainerConfig
@@ -141,7 +141,7 @@ def _batch(seed=0, n=7):
         p = [1] + torch.randint(3, 300, (int(torch.randint(2, 8, (1,), generator=g)),), generator=g).tolist()
         c = torch.randint(3, 300, (int(torch.randint(1, 6, (1,), generator=g)),), generator=g).tolist() + [2]
         lp = (-torch.rand(len(c), generator=g) * 3).tolist()
-        out.append(Sample(p, c, lp, advantage=float(torch.randn(1, generator=g)), role=f"g/p{i % 2}"))
+        out.append(Sample(p, c, lp, advantage=float(torch.randn(1, generator=g)), role=role_key("g", i % 2)))
     out[0].target = (0, [5, 6, 7], [0.5, 0.3, 0.2])  # a supervised target rides along
     return out
 

@@ -17,6 +17,7 @@ import pytest
 from recipe_configs import RECIPE_CONFIGS, fits, parse_recipe
 from warm_process import run_warm
 
+from lmselfplay.rl.kl import KLCoefficient
 from lmselfplay.rl.trainer import SurrogateConfig, TrainerConfig
 from lmselfplay.utils.config import Config, ConfigError, Configs, load_yaml, parse_configs
 
@@ -83,7 +84,7 @@ def test_recipe_configs_run_every_parents_validation_once(name, monkeypatch):
 def test_r_zero_and_debate_yaml_beta_is_parsed_into_a_number():
     for name, yaml in (("r_zero", "r_zero.yaml"), ("debate", "debate.yaml"), ("r_zero", "r_zero_qwen3.yaml")):
         beta = parse_recipe(name, ["--config", str(ROOT / "recipes/configs" / yaml)]).trainer.beta
-        assert isinstance(beta, float) and beta == load_yaml(ROOT / "recipes/configs" / yaml)["beta"]
+        assert beta == KLCoefficient(load_yaml(ROOT / "recipes/configs" / yaml)["beta"]) and beta.per_key is None
     with pytest.raises(ConfigError, match="beta"):
         parse_recipe("debate", ["--beta", "lots"])
 
@@ -101,7 +102,7 @@ def test_a_new_subclass_with_its_own_validation_still_gets_its_parents():
                 raise ConfigError("rounds must be >= 1")
 
     cfg = Child(beta="0.3")
-    assert cfg.beta == 0.3 and seen == [0.3]
+    assert cfg.beta == KLCoefficient(0.3) and seen == [KLCoefficient(0.3)]
     with pytest.raises(ConfigError, match="beta"):
         Child(beta="lots")
     with pytest.raises(ConfigError, match="rounds"):
@@ -113,7 +114,8 @@ def test_a_new_subclass_with_its_own_validation_still_gets_its_parents():
     class Grandchild(Child):
         extra: int = 0
 
-    assert Grandchild(beta="nim=0.2").beta == {"nim": 0.2} and seen[-1] == {"nim": 0.2}
+    nim = KLCoefficient.from_config({"nim": 0.2})
+    assert Grandchild(beta="nim=0.2").beta == nim and seen[-1] == nim
 
 
 def test_a_config_that_defines_post_init_is_refused_when_the_class_is_made():
