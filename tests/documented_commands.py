@@ -405,6 +405,9 @@ REGISTRY: list[Command] = [
     Command("python recipes/rlvr.py --config recipes/configs/rlvr.yaml --resume true", extra=RLVR_SMALL,
             files=("metrics.jsonl",)),
     Command("python recipes/rlvr.py --config recipes/configs/rlvr_qwen.yaml", skip=f"{GPU} and Qwen2.5-0.5B-Instruct weights"),
+    Command("python benchmarks/bench_heldout_overlap.py --models embedded:v8 runs/rlvr/final_model "
+            "--name heldout_overlap_chain_sum", subs=((" runs/rlvr/final_model", ""), ("heldout_overlap_chain_sum", "overlap_check")),
+            extra="--heldout-size 8", output=r"results: \S+/overlap_check\.json"),
     Command(".venv/bin/python benchmarks/bench_rlvr.py", slow=True,
             extra="--seeds 0 --max-steps 1 --prompts-per-step 2 --num-generations 2 --heldout-size 4 --eval-every 0 "
                   "--max-new-tokens 6 --name rlvr_check", output=r"results: \S+/rlvr_check\.json"),

@@ -36,6 +36,7 @@ from lmselfplay.tasks.programs import program_output_prompt, python_program
 HELDOUT_BUCKETS = 10  # one generated question in ten is held out
 KINDS = ("arithmetic", "program", "reasoning_gym", "jsonl")
 RG_TRAIN_CHUNK = 500  # reasoning-gym training items are drawn from datasets of this size
+CORPUS_CHUNKS = 1000  # the embedded model's corpus draws a suite task's items from this many chunks
 
 
 @dataclass(frozen=True)
@@ -131,16 +132,32 @@ def suite_questions() -> set[str]:
     return _SUITE_QUESTIONS
 
 
+def _corpus_chunk(name: str, k: int) -> Any:
+    """Training chunk ``k`` (of :data:`CORPUS_CHUNKS`) of suite task ``name`` in its suite settings."""
+    return _rg_chunk(name, 1_000_003 + k, json.dumps(SUITE_TASKS[name][2], sort_keys=True))
+
+
+def _in_corpus(question: str) -> bool:
+    return question not in suite_questions() and not is_heldout(question)
+
+
 def suite_training_item(rng: random.Random) -> TaskItem:
     """A training item of one of :data:`CORPUS_SUITE_TASKS` (never a suite question nor in the
     held-out bucket), its answer known."""
     while True:
         name = rng.choice(CORPUS_SUITE_TASKS)
-        _, _, config = SUITE_TASKS[name]
-        ds = _rg_chunk(name, 1_000_003 + rng.randrange(1000), json.dumps(config, sort_keys=True))
+        ds = _corpus_chunk(name, rng.randrange(CORPUS_CHUNKS))
         item = _rg_item(ds, rng.randrange(RG_TRAIN_CHUNK), f"corpus-{name}")
-        if item.question not in suite_questions() and not is_heldout(item.question):
+        if _in_corpus(item.question):
             return item
+
+
+def corpus_questions(name: str) -> set[str]:
+    """Every question of suite task ``name`` that the embedded model's corpus can hold (the
+    questions of its training chunks outside the suite and the held-out bucket): a held-out set
+    of the same task drawn from other seeds can share some of them."""
+    return {q for k in range(CORPUS_CHUNKS) for q in (_corpus_chunk(name, k)[i]["question"]
+                                                      for i in range(RG_TRAIN_CHUNK)) if _in_corpus(q)}
 
 
 def _rg_dataset(name: str, size: int, seed: int, config: dict[str, Any]) -> Any:
