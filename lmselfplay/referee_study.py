@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from lmselfplay.rl.r_zero import RZeroConfigs, train
-from lmselfplay.rl.rlvr import RLVRArgs, RLVRConfigs
+from lmselfplay.rlvr.config import RLVRArgs, RLVRConfigs
 from lmselfplay.utils.checkpoint import atomic_write_text
 from lmselfplay.utils.config import Config
 from lmselfplay.utils.curves import Line, plot_lines
@@ -208,7 +208,7 @@ def study_lines(rows: list[dict[str, Any]]) -> dict[str, list[Line]]:
 def plot(study_dir: Path, rows: list[dict[str, Any]], out: Path | None = None) -> Path:
     """``study.png`` (or ``out``): the curves of every measure per referee."""
     return plot_lines(study_lines(rows), out or study_dir / "study.png", columns=2, xlabel="iteration",
-                      title="Referee study: R-Zero grounded by each referee (95% intervals shaded)")
+                      title="Referee study: fixed data + rules, and R-Zero grounded by each referee (95% intervals shaded)")
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:

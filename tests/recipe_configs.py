@@ -12,7 +12,7 @@ from lmselfplay.alphazero.config import AlphaZeroConfigs
 from lmselfplay.debate.config import DebateConfigs
 from lmselfplay.rl.absolute_zero import AbsoluteZeroConfigs
 from lmselfplay.rl.r_zero import RZeroConfigs
-from lmselfplay.rl.rlvr import RLVRConfigs
+from lmselfplay.rlvr.config import RLVRConfigs
 from lmselfplay.search_selfplay.config import SearchSelfPlayConfigs
 from lmselfplay.selfplay_games.config import SelfPlayConfigs
 from lmselfplay.spin.config import SpinConfigs
