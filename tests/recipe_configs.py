@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from lmselfplay.alphazero.config import AlphaZeroConfigs
 from lmselfplay.debate.config import DebateConfigs
+from lmselfplay.r_zero.config import RZeroConfigs
 from lmselfplay.rl.absolute_zero import AbsoluteZeroConfigs
-from lmselfplay.rl.r_zero import RZeroConfigs
 from lmselfplay.rlvr.config import RLVRConfigs
 from lmselfplay.search_selfplay.config import SearchSelfPlayConfigs
 from lmselfplay.selfplay_games.config import SelfPlayConfigs
