@@ -108,14 +108,9 @@ def test_recipes_that_checkpoint_per_iteration_refuse_a_checkpoint_interval(reci
         parse_recipe(recipe, ["--checkpoint_every", "5"])
 
 
-# the modules outside the recipe's package that hold its config and the steps its loop calls
-ALGORITHMS = {"absolute_zero": "lmselfplay/rl/absolute_zero.py"}
-
-
 def _recipe_source(name):
     """The recipe script, read with its package (``lmselfplay/NAME/``: its configs and the steps its loop calls)."""
     paths = [ROOT / "recipes" / f"{name}.py", *sorted((ROOT / "lmselfplay" / name).glob("*.py"))]
-    paths += [ROOT / ALGORITHMS[name]] if name in ALGORITHMS else []
     return "\n".join(p.read_text() for p in paths)
 
 
