@@ -40,8 +40,8 @@ from lmselfplay.lm.engines import HFEngine, SamplingParams
 from lmselfplay.lm.prompt import encode_completion, encode_prompt, text_for_prompt_ids
 from lmselfplay.lm.trajectory import Sample
 from lmselfplay.models.policy import PolicyConfig, load_policy, resolve_model_path
-from lmselfplay.rl.rlvr import heldout_accuracy
 from lmselfplay.rl.trainer import PolicyTrainer, SurrogateConfig, TrainerConfig
+from lmselfplay.rlvr.metrics import heldout_accuracy
 from lmselfplay.tasks.task_sets import TaskItem, TaskSet
 from lmselfplay.utils.recipe_loader import run_recipe
 from lmselfplay.utils.results import save_results

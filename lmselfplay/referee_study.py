@@ -42,8 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from lmselfplay.rl.r_zero import RZeroConfigs, train
-from lmselfplay.rl.rlvr import RLVRArgs, RLVRConfigs
+from lmselfplay.r_zero.config import RZeroConfigs
+from lmselfplay.rlvr.config import RLVRArgs, RLVRConfigs
 from lmselfplay.utils.checkpoint import atomic_write_text
 from lmselfplay.utils.config import Config
 from lmselfplay.utils.curves import Line, plot_lines
@@ -111,7 +111,7 @@ def iteration_rows(metrics_path: Path, referee: str) -> list[dict[str, Any]]:
 def fixed_arm_config(cfg: RefereeStudyConfigs, output_dir: Path) -> RLVRConfigs:
     """The positive control at the solver's budget: the generator's questions (task_form), the
     solver's updates, questions, answers and answer tokens, R-Zero's held-out questions
-    (:func:`lmselfplay.rl.r_zero.heldout_tasks` draws the same ones), an evaluation every
+    (:func:`lmselfplay.r_zero.steps.heldout_tasks` draws the same ones), an evaluation every
     solver_steps updates."""
     rz = cfg.rzero
     args = RLVRArgs(task=rz.task_form, heldout_size=rz.heldout_size, heldout_seed=cfg.trainer.seed,
@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         run_cfg = RZeroConfigs(**{**parts, "rzero": args,
                                   "run": dataclasses.replace(cfg.run, output_dir=str(study_dir / args.referee))})
         print(f"\n=== referee {args.referee} ===")
-        rows += iteration_rows(train(run_cfg), args.referee)
+        rows += iteration_rows(train_recipe("r_zero", run_cfg), args.referee)
     rows = table(rows)
     paths = write_outputs(study_dir, rows)
     print()

@@ -36,7 +36,8 @@ The engine comes from ``engine: hf | vllm | vllm-server`` (``make_engine``). Wit
 trains, and a proposal or attempt sampled more than k weight versions ago is dropped
 (``staleness/dropped``, ``staleness/age``; docs/scale.md).
 
-The steps the loop below calls (the numbered comments) are :mod:`lmselfplay.rl.absolute_zero`'s.
+The steps the loop below calls (the numbered comments) are :mod:`lmselfplay.absolute_zero.steps`'s, the
+evaluation (step 7) :mod:`lmselfplay.absolute_zero.metrics`'.
 """
 
 from __future__ import annotations
@@ -47,19 +48,17 @@ import time
 from accelerate.utils import gather_object
 from tqdm.auto import tqdm
 
-from lmselfplay.lm.engines import make_engine
-from lmselfplay.models.policy import load_policy
-from lmselfplay.rl.absolute_zero import (
-    AbsoluteZeroConfigs,
+from lmselfplay.absolute_zero.config import AbsoluteZeroConfigs
+from lmselfplay.absolute_zero.metrics import heldout_tasks, log_eval, print_final
+from lmselfplay.absolute_zero.steps import (
     SharedReferee,
-    heldout_tasks,
     load_buffers,
-    log_eval,
-    print_final,
     rollout_plan,
     seed_buffers,
     train_step,
 )
+from lmselfplay.lm.engines import make_engine
+from lmselfplay.models.policy import load_policy
 from lmselfplay.rl.kl import reference_policy
 from lmselfplay.rl.overlap import rollouts_for
 from lmselfplay.rl.trainer import PolicyTrainer
@@ -97,7 +96,8 @@ def main(argv=None):
         for step in bar:
             resumed_here = run.checkpoint is not None and step == start_step  # evaluated before the kill
             if args.eval_every and step % args.eval_every == 0 and not resumed_here:
-                log_eval(cfg, acc, trainer, engine, tok, referee, heldout, logger, step, t0)  # 7
+                with trainer.serving(engine):  # 7; every rank evaluates in step (ZeRO-3)
+                    log_eval(cfg, acc, engine, tok, referee, heldout, logger, step, t0)
             ro = rollouts.next(step, args.max_steps - 1)  # 1-3
             row = train_step(cfg, acc, trainer, engine, ro, rollouts, step, out_dir)  # 4-6
             run.log(step + 1, {**row, "wall_s": time.time() - t0})
@@ -105,7 +105,8 @@ def main(argv=None):
             if run.checkpoint_due(step + 1):
                 # every rank proposes its own tasks: one buffer set per rank, as this step left them
                 trainer.save_checkpoint(out_dir, {"buffers": gather_object([ro.buffers])})
-        final = log_eval(cfg, acc, trainer, engine, tok, referee, heldout, logger, args.max_steps, t0)
+        with trainer.serving(engine):
+            final = log_eval(cfg, acc, engine, tok, referee, heldout, logger, args.max_steps, t0)
         model_dir = run.save_final_model(trainer.model, trainer.unwrapped, tok)
         if run.is_main:
             print_final(final, logger, model_dir)

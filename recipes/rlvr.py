@@ -39,19 +39,17 @@ from tqdm.auto import tqdm
 from lmselfplay.lm.engines import make_engine
 from lmselfplay.models.policy import load_policy
 from lmselfplay.rl.kl import reference_policy
-from lmselfplay.rl.rlvr import (
-    RLVRConfigs,
+from lmselfplay.rl.trainer import PolicyTrainer
+from lmselfplay.rlvr.config import RLVRConfigs
+from lmselfplay.rlvr.metrics import heldout_accuracy, plot, print_final
+from lmselfplay.rlvr.steps import (
     advantages_of,
     generate,
     group_stats,
-    heldout_accuracy,
     make_task_set,
-    plot,
-    print_final,
     samples_of,
     sampling,
 )
-from lmselfplay.rl.trainer import PolicyTrainer
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.run import Run
 from lmselfplay.verifiers.task_referee import TaskReferee

@@ -8,11 +8,11 @@ rather than loading the script (only the runner, lmselfplay.utils.recipe_loader,
 
 from __future__ import annotations
 
+from lmselfplay.absolute_zero.config import AbsoluteZeroConfigs
 from lmselfplay.alphazero.config import AlphaZeroConfigs
 from lmselfplay.debate.config import DebateConfigs
-from lmselfplay.rl.absolute_zero import AbsoluteZeroConfigs
-from lmselfplay.rl.r_zero import RZeroConfigs
-from lmselfplay.rl.rlvr import RLVRConfigs
+from lmselfplay.r_zero.config import RZeroConfigs
+from lmselfplay.rlvr.config import RLVRConfigs
 from lmselfplay.search_selfplay.config import SearchSelfPlayConfigs
 from lmselfplay.selfplay_games.config import SelfPlayConfigs
 from lmselfplay.spin.config import SpinConfigs

@@ -22,7 +22,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("lmselfplay.cli", "lmselfplay.human_play", "lmselfplay.referee_study"),  # the programs inside the package
     # the algorithms, one package each (its config, its steps, its metrics): they train with the
     # library below and measure with eval; nothing below knows a recipe
-    ("lmselfplay.selfplay_games", "lmselfplay.search_selfplay", "lmselfplay.debate"),
+    ("lmselfplay.selfplay_games", "lmselfplay.search_selfplay", "lmselfplay.debate", "lmselfplay.rlvr",
+     "lmselfplay.r_zero", "lmselfplay.absolute_zero"),
     ("lmselfplay.eval",),
     ("lmselfplay.rl", "lmselfplay.spin"),
     # alphazero below rl: search self-play (an algorithm above both) distils alphazero's PUCT into the

@@ -16,8 +16,16 @@ import torch
 from fake_engine import ScriptedEngine
 from lm_fixtures import saved_weights
 
+from lmselfplay.absolute_zero.config import AbsoluteZeroConfigs
+from lmselfplay.absolute_zero.metrics import heldout_tasks
+from lmselfplay.absolute_zero.steps import (
+    SharedReferee,
+    proposer_reward,
+    rollout_plan,
+    seed_buffers,
+    train_step,
+)
 from lmselfplay.lm.prompt import PLAIN_TEMPLATE
-from lmselfplay.rl import absolute_zero as azr
 from lmselfplay.rl.advantages import task_type_advantages
 from lmselfplay.rl.overlap import rollouts_for
 from lmselfplay.rl.rewards import proposer_rewards
@@ -56,6 +64,15 @@ def _valid(referee, tt, program, inputs, message=""):
 
 
 # --- parsing ----------------------------------------------------------------------------
+
+def test_the_old_module_path_is_one_line_naming_the_package():
+    import importlib
+    import sys
+
+    sys.modules.pop("lmselfplay.rl.absolute_zero", None)
+    with pytest.raises(ImportError, match="lmselfplay.absolute_zero "):
+        importlib.import_module("lmselfplay.rl.absolute_zero")
+
 
 def test_parse_proposal_formats_and_reasons():
     fenced = "```python\ndef f(a, b):\n    return a * b\n```\n```input\n2, 5\n```"
@@ -181,13 +198,13 @@ def test_learnability_reward_on_a_hand_made_table():
 
 
 def test_recipe_proposer_reward_rules():
-    cfg = azr.AbsoluteZeroConfigs.build()
+    cfg = AbsoluteZeroConfigs.build()
     task = CodeTask("deduction", "def f(x):\n    return x\n", ["1"], [1])
     valid = type("V", (), {"valid": True, "task": task})()
     invalid = type("V", (), {"valid": False, "task": None})()
-    assert azr.proposer_reward(cfg, Proposal(error="no program"), invalid, {}) == cfg.absolute_zero.format_penalty == -1.0
-    assert azr.proposer_reward(cfg, Proposal("x", ["1"]), invalid, {}) == cfg.absolute_zero.invalid_penalty == -0.5
-    assert azr.proposer_reward(cfg, Proposal("x", ["1"]), valid, {id(task): 0.25}) == 0.25
+    assert proposer_reward(cfg, Proposal(error="no program"), invalid, {}) == cfg.absolute_zero.format_penalty == -1.0
+    assert proposer_reward(cfg, Proposal("x", ["1"]), invalid, {}) == cfg.absolute_zero.invalid_penalty == -0.5
+    assert proposer_reward(cfg, Proposal("x", ["1"]), valid, {id(task): 0.25}) == 0.25
 
 
 def test_trr_plus_plus_six_baselines_on_a_hand_made_table():
@@ -265,7 +282,7 @@ def _step_setup(model_dir, tmp_path, **kw):
             "--seed_programs", "3", "--references", "1", "--num_generations", "2"]
     for k, v in kw.items():
         args += [f"--{k}", str(v)]
-    cfg = azr.AbsoluteZeroConfigs.parse(args)
+    cfg = AbsoluteZeroConfigs.parse(args)
     model, tok = load_policy(cfg.policy, device="cpu")
     return cfg, PolicyTrainer(model, tok, cfg.trainer, total_steps=cfg.absolute_zero.max_steps), tok
 
@@ -294,7 +311,7 @@ def test_hostile_proposals_are_invalid_counted_and_harmless(model_dir, tmp_path)
     procs_before = _descendants(os.getpid())
     referee = CodeReferee(cfg.executor)
     try:
-        buffers = azr.seed_buffers(cfg, referee, set())
+        buffers = seed_buffers(cfg, referee, set())
         solver = _perfect_solver(buffers)
         n_ded = 0
 
@@ -311,8 +328,8 @@ def test_hostile_proposals_are_invalid_counted_and_harmless(model_dir, tmp_path)
         engine = ScriptedEngine(tok, answer)
         before = {tt: len(b) for tt, b in buffers.items()}
         rollouts = rollouts_for(cfg.overlap.max_staleness, trainer, engine,
-                                       azr.rollout_plan(cfg, trainer.accelerator, engine, tok, referee, buffers))
-        row = azr.train_step(cfg, trainer.accelerator, trainer, engine, rollouts.next(0), rollouts, 0, tmp_path / "run")
+                                       rollout_plan(cfg, trainer.accelerator, engine, tok, referee, buffers))
+        row = train_step(cfg, trainer.accelerator, trainer, engine, rollouts.next(0), rollouts, 0, tmp_path / "run")
     finally:
         referee.close()
     # every hostile proposal ended invalid, with its status counted
@@ -433,22 +450,22 @@ def test_bad_config_is_rejected(model_dir, tmp_path):
 
 def test_shipped_configs_parse():
     root = Path(__file__).resolve().parents[2] / "recipes" / "configs"
-    tiny = azr.AbsoluteZeroConfigs.parse(["--config", str(root / "absolute_zero.yaml")])
+    tiny = AbsoluteZeroConfigs.parse(["--config", str(root / "absolute_zero.yaml")])
     assert tiny.policy.model_name_or_path is None and tiny.absolute_zero.proposal_style == "io"
     assert tiny.absolute_zero.eval_tasks_per_type == 200
-    real = azr.AbsoluteZeroConfigs.parse(["--config", str(root / "absolute_zero_qwen_coder.yaml")])
+    real = AbsoluteZeroConfigs.parse(["--config", str(root / "absolute_zero_qwen_coder.yaml")])
     assert real.policy.model_name_or_path.startswith("Qwen/") and real.absolute_zero.proposal_style == "paper"
     assert real.absolute_zero.answer_tags
 
 
 def test_heldout_set_is_fixed_and_never_in_the_buffers(referee):
-    cfg = azr.AbsoluteZeroConfigs.build(eval_tasks_per_type=20, seed_programs=20)
-    held = azr.heldout_tasks(cfg, referee)
-    again = azr.heldout_tasks(cfg, referee)
+    cfg = AbsoluteZeroConfigs.build(eval_tasks_per_type=20, seed_programs=20)
+    held = heldout_tasks(cfg, referee)
+    again = heldout_tasks(cfg, referee)
     assert all(len(held[tt]) == 20 for tt in TASK_TYPES)
     assert [t.to_dict() for tt in TASK_TYPES for t in held[tt]] == [t.to_dict() for tt in TASK_TYPES for t in again[tt]]
     forbidden = {task_key(t) for ts in held.values() for t in ts}
-    buffers = azr.seed_buffers(cfg, referee, forbidden)
+    buffers = seed_buffers(cfg, referee, forbidden)
     assert not any(task_key(t) in forbidden for b in buffers.values() for t in b.tasks)
 
 
@@ -489,7 +506,7 @@ def test_the_shared_referee_counts_each_threads_programs_apart():
 
         validate = check
 
-    shared = azr.SharedReferee(Counting())
+    shared = SharedReferee(Counting())
     seen = {}
 
     def rollout():

@@ -384,10 +384,10 @@ def test_r_zero_overlaps_each_phase_on_servers(model_dir, tmp_path, monkeypatch,
     from sim_server import SimServer
 
     from lmselfplay.lm.engines.vllm_server import VLLMServerEngine
-    from lmselfplay.rl import r_zero
+    from lmselfplay.r_zero import checkpoints
     from lmselfplay.utils.recipe_loader import run_recipe
 
-    monkeypatch.setattr(r_zero, "load_kept", lambda path: [dict(r) for r in KEPT])
+    monkeypatch.setattr(checkpoints, "load_kept", lambda path: [dict(r) for r in KEPT])
     models_per_servers = {}
     push = VLLMServerEngine.update_weights
 
@@ -412,14 +412,14 @@ def test_r_zero_overlaps_each_phase_on_servers(model_dir, tmp_path, monkeypatch,
 
 
 def test_r_zero_max_staleness_0_is_the_loop_without_the_hook(model_dir, tmp_path, monkeypatch):
-    from lmselfplay.rl import r_zero
+    from lmselfplay.r_zero import checkpoints, steps
     from lmselfplay.utils.recipe_loader import run_recipe
 
     runs = []
     for hooked in (True, False):
-        monkeypatch.setattr(r_zero, "load_kept", lambda path: [dict(r) for r in KEPT])
+        monkeypatch.setattr(checkpoints, "load_kept", lambda path: [dict(r) for r in KEPT])
         if not hooked:
-            monkeypatch.setattr(r_zero, "rollouts_for", Inline)
+            monkeypatch.setattr(steps, "rollouts_for", Inline)
         run_recipe("r_zero", _argv(_rz_args(model_dir, tmp_path / f"run{hooked}", challenger_steps=2, solver_steps=2)))
         runs.append(_metrics(tmp_path / f"run{hooked}"))
     challenger, solver = _phases(tmp_path / "runTrue")
@@ -434,7 +434,7 @@ def test_r_zero_max_staleness_0_is_the_loop_without_the_hook(model_dir, tmp_path
     (["--max_staleness", "1"], "the hf engine shares the trainer's"),
 ])
 def test_r_zero_server_settings_that_cannot_work_are_config_errors(args, says):
-    from lmselfplay.rl.r_zero import RZeroConfigs
+    from lmselfplay.r_zero.config import RZeroConfigs
 
     with pytest.raises(ConfigError, match=says):
         RZeroConfigs.parse(args)

@@ -14,10 +14,20 @@ from lm_fixtures import saved_weights
 
 from lmselfplay.lm.engines.base import Completion
 from lmselfplay.lm.prompt import encode_completion, encode_prompt
-from lmselfplay.rl.r_zero import RZero, RZeroArgs, challenger_rewards, in_band
+from lmselfplay.r_zero.config import RZeroArgs
+from lmselfplay.r_zero.steps import RZero, challenger_rewards, in_band
 from lmselfplay.rl.repetition import diversity, repetition_penalty, similarity
 from lmselfplay.tasks.arithmetic import QUESTION_WRITE_PROMPT
 from lmselfplay.utils.recipe_loader import run_recipe
+
+
+def test_the_old_module_path_is_one_line_naming_the_package():
+    import importlib
+    import sys
+
+    sys.modules.pop("lmselfplay.rl.r_zero", None)
+    with pytest.raises(ImportError, match="lmselfplay.r_zero "):
+        importlib.import_module("lmselfplay.rl.r_zero")
 
 
 def test_filter_band_keeps_3_to_7_of_10():
@@ -290,7 +300,8 @@ def test_program_questions_go_through_the_executor(model_dir, tmp_path, monkeypa
 
 
 def test_heldout_questions_are_in_the_bucket_every_training_stream_skips():
-    from lmselfplay.rl.r_zero import RZeroConfigs, heldout_tasks
+    from lmselfplay.r_zero.config import RZeroConfigs
+    from lmselfplay.r_zero.steps import heldout_tasks
     from lmselfplay.tasks.task_sets import is_heldout
 
     cfg = RZeroConfigs.parse(["--task_form", "arithmetic", "--referee", "grounded", "--heldout_size", "30"])
@@ -303,7 +314,7 @@ def test_heldout_questions_are_in_the_bucket_every_training_stream_skips():
 @pytest.mark.parametrize("task_form", ["arithmetic", "program"])
 def test_the_studys_fixed_arm_evaluates_on_r_zeros_heldout_questions(task_form, tmp_path):
     from lmselfplay import referee_study as study
-    from lmselfplay.rl.r_zero import heldout_tasks
+    from lmselfplay.r_zero.steps import heldout_tasks
     from lmselfplay.tasks.task_sets import TaskSet
 
     cfg = study.RefereeStudyConfigs.parse(["--task_form", task_form, "--referee", "grounded", "--heldout_size", "25",

@@ -14,7 +14,8 @@ import pytest
 import torch
 from lm_fixtures import saved_weights
 
-from lmselfplay.rl.rlvr import accuracy_row, group_stats
+from lmselfplay.rlvr.metrics import accuracy_row
+from lmselfplay.rlvr.steps import group_stats
 from lmselfplay.tasks.task_sets import TaskItem, TaskSet, is_heldout, parse_spec, read_jsonl
 from lmselfplay.utils.recipe_loader import run_recipe
 from lmselfplay.verifiers.task_referee import TaskReferee
@@ -131,6 +132,14 @@ def test_group_stats_and_accuracy_rows():
     assert s["train/informative_groups"] == pytest.approx(1 / 3)
     row = accuracy_row("eval/heldout", [True, False, True, True])
     assert row["eval/heldout/accuracy"] == 0.75 and row["eval/heldout/ci_low"] < 0.75 < row["eval/heldout/ci_high"]
+
+
+def test_the_old_module_path_is_one_line_naming_the_package():
+    import importlib
+
+    sys.modules.pop("lmselfplay.rl.rlvr", None)
+    with pytest.raises(ImportError, match="lmselfplay.rlvr "):
+        importlib.import_module("lmselfplay.rl.rlvr")
 
 
 # --- the recipe ---------------------------------------------------------------------------------

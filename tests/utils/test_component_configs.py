@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import lmselfplay.lm.engines as engines
-import lmselfplay.rl.r_zero as r_zero
+import lmselfplay.r_zero.steps as r_zero
 import lmselfplay.selfplay_games.steps as selfplay
 import lmselfplay.utils.config as config
 from lmselfplay.lm.engines import EngineConfig

@@ -108,14 +108,10 @@ def test_recipes_that_checkpoint_per_iteration_refuse_a_checkpoint_interval(reci
         parse_recipe(recipe, ["--checkpoint_every", "5"])
 
 
-# the package module holding a recipe's config and the steps its loop calls (R-Zero's loop too:
-# the referee study runs it), read with the recipe
-ALGORITHMS = {"r_zero": "lmselfplay/rl/r_zero.py", "absolute_zero": "lmselfplay/rl/absolute_zero.py"}
-
-
 def _recipe_source(name):
-    src = (ROOT / "recipes" / f"{name}.py").read_text()
-    return src + ("\n" + (ROOT / ALGORITHMS[name]).read_text() if name in ALGORITHMS else "")
+    """The recipe script, read with its package (``lmselfplay/NAME/``: its configs and the steps its loop calls)."""
+    paths = [ROOT / "recipes" / f"{name}.py", *sorted((ROOT / "lmselfplay" / name).glob("*.py"))]
+    return "\n".join(p.read_text() for p in paths)
 
 
 @pytest.mark.parametrize("recipe", RECIPES)

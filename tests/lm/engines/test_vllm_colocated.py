@@ -15,7 +15,7 @@ import lmselfplay.lm.engines.vllm as vllm_mod
 import lmselfplay.lm.engines.weight_sync as weight_sync
 from lmselfplay.lm.engines import EngineConfig, SamplingParams
 from lmselfplay.lm.trajectory import Sample
-from lmselfplay.rl.r_zero import RZeroConfigs
+from lmselfplay.r_zero.config import RZeroConfigs
 from lmselfplay.rl.trainer import PolicyTrainer, TrainerConfig
 from lmselfplay.selfplay_games.config import SelfPlayConfigs
 from lmselfplay.utils.config import ConfigError, parse_configs
