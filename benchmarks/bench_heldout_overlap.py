@@ -25,7 +25,7 @@ import torch
 from lmselfplay.lm.engines import SamplingParams, make_engine
 from lmselfplay.lm.engines.factory import EngineConfig
 from lmselfplay.models.policy import PolicyConfig, load_policy
-from lmselfplay.rl.rlvr import generate
+from lmselfplay.rlvr.steps import generate
 from lmselfplay.tasks.task_sets import SUITE_TASKS, TaskSet, corpus_questions
 from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.results import save_results
