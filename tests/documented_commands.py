@@ -189,6 +189,10 @@ REGISTRY: list[Command] = [
             "--config recipes/configs/r_zero_qwen3.yaml", skip=f"{GPU}s and Qwen3-4B-Base weights"),
     Command("lmselfplay referee-study --config recipes/configs/r_zero.yaml",
             extra=f"--output_dir {{out}} --referees grounded,vote {RZERO_SMALL}", output=r"label_accuracy", slow=True),
+    Command("python recipes/r_zero.py --config recipes/configs/r_zero_sum.yaml", extra=f"--output_dir {{out}} {RZERO_SMALL}",
+            files=("metrics.jsonl",)),
+    Command("lmselfplay referee-study --config recipes/configs/r_zero_sum.yaml",
+            extra=f"--output_dir {{out}} {RZERO_SMALL}", output=r"vote \| 1 \|"),
     Command("lmselfplay referee-study", extra=f"--output_dir {{out}} --referees fixed,grounded {RZERO_SMALL}",
             output=r"fixed \| 1 \|"),  # the positive-control arm and one referee: the by-default run of the study
     Command("python recipes/debate.py --config recipes/configs/debate.yaml", extra=DEBATE_SMALL,

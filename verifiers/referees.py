@@ -26,7 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from lmselfplay.games.text import visible_answer_text
-from lmselfplay.verifiers.answers import count_final_marks, extract_final
+from lmselfplay.verifiers.answers import count_final_marks, extract_final, extract_tag
 from lmselfplay.verifiers.checkable import Question, format_value, safe_eval
 from lmselfplay.verifiers.math_equivalence import MathEquivalence
 from lmselfplay.verifiers.vote import majority_agreement
@@ -78,6 +78,9 @@ def literal_key(text: str | None, max_chars: int = 200) -> str | None:
         return text.strip()
 
 
+TAGGED_KINDS = ("sum",)  # question kinds answered between <answer> tags (reasoning-gym's format)
+
+
 class AnswerMatcher:
     """Does a solver's answer equal a label? Math by :class:`MathEquivalence`, program
     output by :func:`literal_key`. Holds the math worker: ``close()`` when done."""
@@ -86,7 +89,13 @@ class AnswerMatcher:
         self.math = MathEquivalence(timeout_s=timeout_s)
 
     def final(self, kind: str, text: object) -> tuple[str | None, int]:
-        return (program_answer(text), 1) if kind == "program" else extract_final_answer(text)
+        """(the final answer, how many marked answers): a program's output; between the last
+        ``<answer>`` tags for the kinds answered so (:data:`TAGGED_KINDS`); else ``#### N`` / ``\\boxed``."""
+        if kind == "program":
+            return program_answer(text), 1
+        if kind in TAGGED_KINDS:
+            return extract_tag(text, "answer"), text.count("</answer>") if isinstance(text, str) else 0
+        return extract_final_answer(text)
 
     def matches(self, kind: str, answer: str | None, label: str | None) -> bool:
         if answer is None or label is None:

@@ -27,7 +27,7 @@ from lmselfplay.models.tiny import (
 from lmselfplay.utils.checkpoint import MARKER, atomic_dir, verify_checkpoint
 
 EMBEDDED_DIR = Path(__file__).resolve().parent / "embedded"  # the shipped default build
-SHIPPED_BUILDS = ("v8",)  # other builds shipped in the package, each in embedded_<build>/
+SHIPPED_BUILDS = ("v8", "v8sums")  # other builds shipped in the package, each in embedded_<build>/
 
 
 def shipped_dir(build: str) -> Path:

@@ -28,6 +28,7 @@ from lmselfplay.models.tiny import INFO_FILE, TinyConfig
 from lmselfplay.models.tokenizer import move_names, train_tokenizer, whole_strings
 from lmselfplay.tasks.arithmetic import QUESTION_WRITE_PROMPT, arithmetic_problem, arithmetic_prompt
 from lmselfplay.tasks.programs import program_output_prompt, program_write_prompt, python_program
+from lmselfplay.tasks.sums import SUM_WRITE_PROMPT, chain_sum_expression, sum_question
 from lmselfplay.tasks.task_sets import is_heldout, suite_training_item
 
 
@@ -66,6 +67,11 @@ class Corpus:
             if self.rng.random() < 0.8:
                 return arithmetic_prompt(p), p["answer"], None
             return QUESTION_WRITE_PROMPT, p["prompt"], None  # R-Zero's challenger asks
+        if kind == "sum_writing":  # R-Zero's challenger asks for a sum (task_form: sum)
+            expression = chain_sum_expression(self.rng)
+            while self.cfg.exclude_heldout and is_heldout(sum_question(expression)):
+                expression = chain_sum_expression(self.rng)
+            return SUM_WRITE_PROMPT, expression, None
         if kind == "reasoning_gym":
             item = suite_training_item(self.rng)
             return item.prompt, f"<answer>{item.answer}</answer>", None

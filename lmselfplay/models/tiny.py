@@ -100,6 +100,13 @@ BUILDS: dict[str, dict[str, Any]] = {
     "v8": {"num_layers": 2, "num_heads": 8, "intermediate_size": 256, "tokenizer": "numbers", "games": "nim",
            "train_steps": 2000, "num_threads": 1, "exclude_heldout": True,
            "task_weights": "nim=1,reading=1,arithmetic=20,programs=6,two_option=3,reasoning_gym=8"},
+    # v8sums: v8 continued on v8's mix with the request for a sum of three one-digit numbers
+    # beside it, so that R-Zero's challenger can write the questions of the positive control's
+    # family (task_form: sum).
+    "v8sums": {"continue_from": "v8", "num_layers": 2, "num_heads": 8, "intermediate_size": 256,
+               "tokenizer": "numbers", "games": "nim", "train_steps": 300, "lr": 1e-3, "warmup_steps": 20,
+               "num_threads": 1, "exclude_heldout": True,
+               "task_weights": "nim=1,reading=1,arithmetic=20,programs=6,two_option=3,reasoning_gym=8,sum_writing=3"},
 }
 
 
@@ -194,6 +201,7 @@ class TinyConfig:
         kinds["grid_reading"] = 0.0  # a lever (corpus.grid_reading_task), off in the default build
         kinds["two_option"] = 0.0  # corpus.two_option_task, off in the default build
         kinds["reasoning_gym"] = 0.0  # the reasoning suite's tasks at training seeds, <answer> format
+        kinds["sum_writing"] = 0.0  # "Write a sum of three one-digit numbers." -> "4 + 3 - 2"
         return parse_weights(self.task_weights, kinds, "task_weights")
 
     def key(self) -> str:

@@ -11,6 +11,8 @@ from lmselfplay.rl.configs import PolicyGradientConfigs
 from lmselfplay.utils.config import Config, ConfigError, non_negative, positive
 from lmselfplay.verifiers.executor import ExecutorConfig
 
+GROUNDED = {"arithmetic": "rules", "program": "executor", "sum": "rules"}  # the referee that knows each form's truth
+
 
 @dataclass
 class RZeroArgs(Config):
@@ -20,7 +22,9 @@ class RZeroArgs(Config):
     _argument_group_name = "r_zero (lmselfplay.r_zero.config.RZeroArgs)"
     renamed_keys: ClassVar[dict[str, str]] = {"iterations": "rounds"}  # beside the trainer's num_iterations
     resume_fixed: ClassVar[frozenset[str]] = frozenset({"task_form", "two_copies", "pool_size"})
-    task_form: str = field(default="arithmetic", metadata={"help": "arithmetic | program"})
+    task_form: str = field(default="arithmetic", metadata={
+        "help": "arithmetic (word problems) | program (what a program prints) | sum (three one-digit numbers, "
+                "reasoning-gym's chain_sum as in the positive control, answered between <answer> tags)"})
     referee: str = field(default="vote", metadata={
         "help": "vote | grounded (= rules for arithmetic, executor for programs) | rules | executor | judge"})
     two_copies: bool = field(default=False, metadata={"help": "challenger and solver as two models"})
@@ -54,9 +58,9 @@ class RZeroArgs(Config):
                  "pool_size", "solver_steps", "solver_batch", "solver_group_size", "challenger_max_new_tokens",
                  "solver_max_new_tokens", "check_timeout_s", "top_p")
         non_negative(self, "heldout_size")
-        if self.task_form not in ("arithmetic", "program"):
-            raise ConfigError(f"task_form must be arithmetic or program, got {self.task_form!r}")
-        grounded = {"arithmetic": "rules", "program": "executor"}[self.task_form]
+        if self.task_form not in GROUNDED:
+            raise ConfigError(f"task_form must be one of {', '.join(GROUNDED)}, got {self.task_form!r}")
+        grounded = GROUNDED[self.task_form]
         if self.referee == "grounded":
             self.referee = grounded
         if self.referee in ("rules", "executor") and self.referee != grounded:

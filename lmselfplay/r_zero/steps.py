@@ -39,11 +39,19 @@ from lmselfplay.rl.overlap import OverlappedRollouts, rollouts_for, serving_all
 from lmselfplay.rl.repetition import repetition_penalty
 from lmselfplay.rl.rewards import proposer_rewards
 from lmselfplay.rl.trainer import PolicyTrainer
+from lmselfplay.tasks.answer_formats import with_instruction
 from lmselfplay.tasks.arithmetic import QUESTION_WRITE_PROMPT, arithmetic_problem, arithmetic_prompt
 from lmselfplay.tasks.programs import program_output_prompt, program_write_prompt, python_program
-from lmselfplay.tasks.task_sets import is_heldout
+from lmselfplay.tasks.sums import (
+    CHAIN_SUM_CONFIG,
+    SUM_TASK,
+    SUM_WRITE_PROMPT,
+    sum_expression,
+    sum_question,
+)
+from lmselfplay.tasks.task_sets import TaskSet, is_heldout
 from lmselfplay.utils.run import Run
-from lmselfplay.verifiers.checkable import Question, arithmetic_task, program_task
+from lmselfplay.verifiers.checkable import Question, arithmetic_task, program_task, question_problem
 from lmselfplay.verifiers.referees import AnswerMatcher, ExecutorReferee, RulesReferee, make_referee
 
 PHASES = ("challenger", "filter", "solver")
@@ -66,6 +74,8 @@ def in_band(votes: np.ndarray, low: int, high: int) -> np.ndarray:
 
 
 # --- the run: models, referees, questions --------------------------------------------------------
+
+WRITE_PROMPTS = {"arithmetic": QUESTION_WRITE_PROMPT, "sum": SUM_WRITE_PROMPT}  # what the challenger is asked
 
 @dataclass
 class Role:
@@ -90,7 +100,7 @@ class RZero:
             self.challenger = self.solver = self._role(cfg, cfg.rzero.rounds * per_iter)
         self.tok = self.solver.trainer.tokenizer
         self.matcher = AnswerMatcher(timeout_s=cfg.rzero.check_timeout_s)
-        truth_cls = RulesReferee if cfg.rzero.task_form == "arithmetic" else ExecutorReferee
+        truth_cls = ExecutorReferee if cfg.rzero.task_form == "program" else RulesReferee
         self.truth = truth_cls(matcher=self.matcher)  # the study's ground truth
         self.referee = self.truth if cfg.rzero.referee == self.truth.provenance else \
             make_referee(cfg.rzero.referee, matcher=self.matcher)
@@ -157,6 +167,8 @@ def heldout_tasks(cfg: RZeroConfigs) -> list[Question]:
     """The fixed held-out set: generated ground-truth questions of the held-out bucket
     (:func:`~lmselfplay.tasks.task_sets.is_heldout`, the split every training stream of the
     project skips, the embedded model's corpus included), drawn by a stream of their own."""
+    if cfg.rzero.task_form == "sum":
+        return sum_heldout(cfg.rzero.heldout_size, cfg.trainer.seed)
     rng = random.Random(f"heldout/{cfg.trainer.seed}")
     out: list[Question] = []
     while len(out) < cfg.rzero.heldout_size:
@@ -172,14 +184,33 @@ def heldout_tasks(cfg: RZeroConfigs) -> list[Question]:
     return out
 
 
+def sum_heldout(n: int, seed: int) -> list[Question]:
+    """``task_form: sum``: the positive control's held-out items (reasoning-gym chain_sum, the
+    dataset of ``seed``), the held-out set the fixed arm of the referee study evaluates too."""
+    items = TaskSet(SUM_TASK, n, task_config=CHAIN_SUM_CONFIG, heldout_seed=seed).heldout
+    return [Question(f"heldout-{i}", "sum", t.prompt, t.question, answer=t.answer) for i, t in enumerate(items)]
+
+
+def sum_task(task_id: str, text: str) -> tuple[Question | None, str | None]:
+    """(Question, None) when ``text`` is a sum of three one-digit numbers; (None, reason) otherwise."""
+    problem = question_problem(text)
+    if problem:
+        return None, problem
+    expression = sum_expression(text)
+    if expression is None:
+        return None, "not_a_question"
+    question = sum_question(expression)
+    return Question(task_id, "sum", with_instruction(question, "answer"), question, expression=expression), None
+
+
 def challenger_prompts(cfg: RZeroConfigs, rng: random.Random, n: int) -> list[tuple[str, str]]:
     """(prompt, context) per question, challenger_group_size questions per prompt. Programs:
     the prompt asks for an f matching a seed input/output pair; the seed input is the
     input of the question (context)."""
     out = []
     for _ in range(n // cfg.rzero.challenger_group_size):
-        if cfg.rzero.task_form == "arithmetic":
-            item = (cfg.rzero.challenger_prompt or QUESTION_WRITE_PROMPT, "")
+        if cfg.rzero.task_form != "program":
+            item = (cfg.rzero.challenger_prompt or WRITE_PROMPTS[cfg.rzero.task_form], "")
         else:
             seed = python_program(rng)
             item = (program_write_prompt(seed), seed["input"])
@@ -190,6 +221,8 @@ def challenger_prompts(cfg: RZeroConfigs, rng: random.Random, n: int) -> list[tu
 def to_task(cfg: RZeroConfigs, task_id: str, text: str, context: str) -> tuple[Question | None, str | None]:
     if cfg.rzero.task_form == "arithmetic":
         return arithmetic_task(task_id, text, lambda q: arithmetic_prompt({"prompt": q}))
+    if cfg.rzero.task_form == "sum":
+        return sum_task(task_id, text)
     return program_task(task_id, text, context,
                         lambda code, arg: program_output_prompt({"code": code, "input": arg}))
 

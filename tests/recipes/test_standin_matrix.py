@@ -59,7 +59,7 @@ RECIPE_CONFIGS = {
     "spin": ["spin.yaml", "spin_zephyr.yaml"],
     "debate": ["debate.yaml", "debate_real.yaml"],
     "absolute_zero": ["absolute_zero.yaml", "absolute_zero_qwen_coder.yaml"],
-    "r_zero": ["r_zero.yaml", "r_zero_qwen3.yaml"],
+    "r_zero": ["r_zero.yaml", "r_zero_sum.yaml", "r_zero_qwen3.yaml"],
     "rlvr": ["rlvr.yaml", "rlvr_arithmetic.yaml", "rlvr_qwen.yaml"],
 }
 

@@ -311,7 +311,7 @@ def test_heldout_questions_are_in_the_bucket_every_training_stream_skips():
     assert all(t.answer for t in tasks)
 
 
-@pytest.mark.parametrize("task_form", ["arithmetic", "program"])
+@pytest.mark.parametrize("task_form", ["arithmetic", "program", "sum"])
 def test_the_studys_fixed_arm_evaluates_on_r_zeros_heldout_questions(task_form, tmp_path):
     from lmselfplay import referee_study as study
     from lmselfplay.r_zero.steps import heldout_tasks
@@ -321,7 +321,8 @@ def test_the_studys_fixed_arm_evaluates_on_r_zeros_heldout_questions(task_form, 
                                            "--seed", "3", "--rounds", "2", "--solver_steps", "5"])
     fixed = study.fixed_arm_config(cfg, tmp_path / "fixed").rlvr
     assert (fixed.max_steps, fixed.eval_every, fixed.prompts_per_step) == (10, 5, cfg.rzero.solver_batch)
-    ours = TaskSet(fixed.task, fixed.heldout_size, heldout_seed=fixed.heldout_seed).heldout
+    ours = TaskSet(fixed.task, fixed.heldout_size, heldout_seed=fixed.heldout_seed,
+                   task_config=fixed.task_settings()).heldout
     rz = heldout_tasks(cfg)
     assert [t.prompt for t in ours] == [t.prompt for t in rz]
     assert [t.answer for t in ours] == [t.answer for t in rz]
