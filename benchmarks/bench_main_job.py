@@ -50,7 +50,7 @@ from record_run import EVAL_MARKERS, evaluation_rows
 
 import lmselfplay.rl.trainer as sp_trainer  # where the trainer looks pack_targets up
 from lmselfplay.games.text import MOVE_STOP
-from lmselfplay.lm.engines import SamplingParams, make_engine
+from lmselfplay.lm.engines import make_engine
 from lmselfplay.lm.rollout import LLMPlayer
 from lmselfplay.models.policy import load_policy
 from lmselfplay.rl.advantages import RoleBaselines
@@ -74,9 +74,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def make_run(cfg):
     model, tok = load_policy(cfg.policy, device="cpu")
-    trainer = PolicyTrainer(model, tok, cfg.trainer, total_steps=cfg.selfplay.max_steps, target_loss=cfg.target_loss)
+    trainer = PolicyTrainer(model, tok, cfg.trainer, total_steps=cfg.selfplay.max_steps, target_loss=cfg.target_loss,
+                            temperature=cfg.sampling.temperature)
     return trainer, make_engine(cfg.engine, trainer.unwrapped, tok, answer_budget=cfg.selfplay.answer_budget(),
-                                temperature=cfg.trainer.temperature, top_p=cfg.selfplay.top_p,
+                                temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p,
                                 seed=cfg.trainer.seed), tok
 
 
@@ -91,8 +92,7 @@ def step_batch(cfg, games, with_eval=True):
     args = cfg.selfplay
     step_games = [g for g in episode_games(games, args.game_weights, args.episodes_per_step) if g.name not in feedback]
     league = League(cfg.league, snapshot_engines(trainer, tok), play_in=cfg.play_in)
-    sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=cfg.trainer.temperature, top_p=args.top_p,
-                              stop=MOVE_STOP)
+    sampling = cfg.sampling.params(args.max_new_tokens, stop=MOVE_STOP)
     play = episode_plan(cfg, step_games, league, LLMPlayer(engine, tok, learner=True), tok, sampling, 0)(0)
     t0 = time.perf_counter()
     with trainer.serving(engine):

@@ -72,7 +72,7 @@ def run_ours(a: argparse.Namespace, seed: int, out: Path) -> tuple[list[dict], f
 
 def trainer_config(a: argparse.Namespace, seed: int, **kw: Any) -> TrainerConfig:
     fields = {"learning_rate": a.learning_rate, "warmup_steps": a.warmup_steps, "num_iterations": a.num_iterations,
-              "beta": a.beta, "seed": seed, "temperature": 1.0}
+              "beta": a.beta, "seed": seed}
     cfg = TrainerConfig(**(fields | kw))
     cfg.validate()
     return cfg

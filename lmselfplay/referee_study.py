@@ -118,7 +118,7 @@ def fixed_arm_config(cfg: RefereeStudyConfigs, output_dir: Path) -> RLVRConfigs:
     task, task_config = (SUM_TASK, json.dumps(CHAIN_SUM_CONFIG)) if rz.task_form == "sum" else (rz.task_form, "")
     args = RLVRArgs(task=task, task_config=task_config, heldout_size=rz.heldout_size, heldout_seed=cfg.trainer.seed,
                     max_steps=rz.rounds * rz.solver_steps, prompts_per_step=rz.solver_batch,
-                    num_generations=rz.solver_group_size, max_new_tokens=rz.solver_max_new_tokens, top_p=rz.top_p,
+                    num_generations=rz.solver_group_size, max_new_tokens=rz.solver_max_new_tokens,
                     eval_every=rz.solver_steps, check_timeout_s=rz.check_timeout_s)
     shared = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(RLVRConfigs) if f.name in
               {g.name for g in dataclasses.fields(RZeroConfigs)}}

@@ -46,7 +46,7 @@ from lmselfplay.debate.training import (
     step_row,
     task_sets,
 )
-from lmselfplay.lm.engines import SamplingParams, make_engine
+from lmselfplay.lm.engines import make_engine
 from lmselfplay.models.policy import load_policy
 from lmselfplay.rl.advantages import RoleBaselines
 from lmselfplay.rl.kl import reference_policy
@@ -69,9 +69,9 @@ def build(cfg: DebateConfigs, run) -> Debate:
                            args.judge_dtype, hidden_context=cfg.protocol.hidden_context,
                            max_prompt_tokens=cfg.protocol.max_prompt_tokens)
     trainer = PolicyTrainer(model, tok, cfg.trainer, accelerator=run.acc, ref_model=ref, total_steps=args.max_steps,
-                            surrogate=cfg.surrogate)
+                            surrogate=cfg.surrogate, temperature=cfg.sampling.temperature)
     engine = make_engine(cfg.engine, trainer.unwrapped, tok, answer_budget=cfg.answer_budget(),
-                         temperature=cfg.trainer.temperature, top_p=args.top_p, seed=cfg.trainer.seed)
+                         temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p, seed=cfg.trainer.seed)
     return Debate(pool, eval_set, tok, judge, trainer, run.closing(engine),
                   RoleBaselines(args.baseline_decay), {})
 
@@ -86,8 +86,7 @@ def main(argv=None):
         start_step = run.resume_trainer(d.trainer, lambda extra: load_state(d, extra))
         run.report_start(start_step)
         run.open_log(start_step if run.checkpoint else None)
-        sampling = SamplingParams(max_new_tokens=cfg.protocol.max_new_tokens, temperature=cfg.trainer.temperature,
-                                  top_p=args.top_p)
+        sampling = cfg.sampling.params(cfg.protocol.max_new_tokens)
         rollouts = rollouts_for(cfg.overlap.max_staleness, d.trainer, d.engine,
                                 debate_plan(cfg, d.pool, d.engine, d.tok, sampling, run.acc.process_index))
         t0 = time.time()

@@ -42,7 +42,6 @@ import torch
 from tqdm.auto import tqdm
 
 from lmselfplay.games.text import MOVE_STOP
-from lmselfplay.lm.engines import SamplingParams
 from lmselfplay.models.policy import policy_weights
 from lmselfplay.rl.overlap import rollouts_for
 from lmselfplay.selfplay_games.config import SelfPlayConfigs, check_beta, check_bots, check_shaping
@@ -92,8 +91,7 @@ def main(argv=None):
         run.report_start(start_step)
         run.open_log(start_step if run.checkpoint else None)
         trainer, engine, acc = sp.trainer, sp.engine, run.acc
-        sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=cfg.trainer.temperature,
-                                  top_p=args.top_p, stop=MOVE_STOP)
+        sampling = cfg.sampling.params(args.max_new_tokens, stop=MOVE_STOP)
         rollouts = rollouts_for(cfg.overlap.max_staleness, trainer, engine,
                                 episode_plan(cfg, sp.step_games, sp.league, sp.me, sp.tok, sampling, acc.process_index))
         t0 = time.time()

@@ -35,7 +35,6 @@ class AbsoluteZeroArgs(Config):
         "help": "ask the solver for <answer>...</answer> (real models); the embedded model answers bare"})
     propose_max_new_tokens: int = field(default=96, metadata={"help": "answer budget of a proposal"})
     solve_max_new_tokens: int = field(default=64, metadata={"help": "answer budget of a solution"})
-    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling (behaviour log-probs are before top-p)"})
     format_penalty: float = field(default=-1.0, metadata={"help": "reward of an unparsable proposal or answer"})
     invalid_penalty: float = field(default=-0.5, metadata={"help": "reward of a parsed proposal that fails validation"})
     eval_every: int = field(default=10, metadata={"help": "steps between held-out evaluations"})
@@ -48,7 +47,7 @@ class AbsoluteZeroArgs(Config):
             raise ConfigError(f"proposal_style must be paper or io (got {self.proposal_style!r}) "
                               f"and references >= 1 (got {self.references})")
         positive(self, "proposals_per_type", "num_generations", "solve_tasks_per_type", "induction_inputs",
-                 "propose_max_new_tokens", "solve_max_new_tokens", "top_p")
+                 "propose_max_new_tokens", "solve_max_new_tokens")
         non_negative(self, "references", "seed_programs", "eval_every", "eval_tasks_per_type")
 
     def answer_budget(self) -> int:

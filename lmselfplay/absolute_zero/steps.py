@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lmselfplay.lm.engines import SamplingParams, generate_fitting
+from lmselfplay.lm.engines import generate_fitting
 from lmselfplay.lm.prompt import encode_prompt
 from lmselfplay.lm.trajectory import Sample
 from lmselfplay.rl.advantages import task_type_advantages
@@ -72,8 +72,7 @@ def seed_buffers(cfg, referee, forbidden: set[str]) -> dict[str, TaskBuffer]:
 
 def generate(engine, tok, prompts: list[str], cfg, max_new_tokens: int, seed: int, greedy: bool = False):
     """One engine call for all prompts (through THE formatter)."""
-    sp = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0 if greedy else cfg.trainer.temperature,
-                        top_p=cfg.absolute_zero.top_p, seed=seed)
+    sp = cfg.sampling.params(max_new_tokens, seed, greedy)
     return generate_fitting(engine, [encode_prompt(tok, p) for p in prompts], sp)
 
 

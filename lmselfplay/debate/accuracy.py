@@ -13,14 +13,12 @@ from lmselfplay.debate.judge import judge_transcripts
 from lmselfplay.debate.metrics import format_table, protocol_metrics
 from lmselfplay.debate.protocols import run_protocol
 from lmselfplay.debate.training import Debate
-from lmselfplay.lm.engines import SamplingParams
 from lmselfplay.utils.checkpoint import atomic_write_text, save_json
 
 
 def judge_accuracy(cfg, eval_set, engine, tok, judge, step, out_dir, write: bool):
     """Step 6: every protocol on the eval set, the same sampling seed at every checkpoint."""
-    sampling = SamplingParams(max_new_tokens=cfg.protocol.max_new_tokens, temperature=cfg.trainer.temperature, top_p=cfg.debate.top_p,
-                              seed=cfg.trainer.seed + 777)
+    sampling = cfg.sampling.params(cfg.protocol.max_new_tokens, cfg.trainer.seed + 777)
     per, dumps = {}, []
     for proto in [p.strip() for p in cfg.debate.eval_protocols.split(",") if p.strip()]:
         trs = run_protocol(eval_set, proto, engine, tok, cfg.protocol, sampling, seed=cfg.trainer.seed)

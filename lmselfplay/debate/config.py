@@ -41,12 +41,11 @@ class DebateArgs(Config):
     eval_protocols: str = field(default=",".join(PROTOCOLS), metadata={"help": "protocols evaluated: debate, consultancy, double_consultancy, none"})
     max_steps: int = field(default=30, metadata={"help": "training steps (each one trainer.step())"})
     debates_per_step: int = field(default=16, metadata={"help": "debates per training step"})
-    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling of speeches"})
     baseline_decay: float = field(default=0.9, metadata={"help": "EMA decay of the per-side, per-round baselines"})
     eval_every: int = field(default=0, metadata={"help": "0: evaluate only before and after training"})
 
     def validate(self) -> None:
-        positive(self, "max_steps", "debates_per_step", "train_tasks", "eval_tasks", "top_p")
+        positive(self, "max_steps", "debates_per_step", "train_tasks", "eval_tasks")
         non_negative(self, "eval_every")
         bad = [p for p in self.eval_protocols.split(",") if p.strip() and p.strip() not in PROTOCOLS]
         if bad:

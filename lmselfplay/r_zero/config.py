@@ -47,7 +47,6 @@ class RZeroArgs(Config):
     repetition_weight: float = field(default=1.0, metadata={"help": "lambda of the repetition penalty"})
     repetition_threshold: float = field(default=0.5, metadata={"help": "BLEU above which two questions cluster"})
     malformed_reward: float = field(default=-1.0, metadata={"help": "challenger reward of a malformed question"})
-    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling (behaviour log-probs are before top-p)"})
     challenger_max_new_tokens: int = field(default=64, metadata={"help": "answer budget of a question"})
     solver_max_new_tokens: int = field(default=40, metadata={"help": "answer budget of a solution"})
     check_timeout_s: float = field(default=2.0, metadata={"help": "time limit of every answer check"})
@@ -56,7 +55,7 @@ class RZeroArgs(Config):
     def validate(self) -> None:
         positive(self, "rounds", "challenger_steps", "num_questions", "challenger_group_size", "num_answers",
                  "pool_size", "solver_steps", "solver_batch", "solver_group_size", "challenger_max_new_tokens",
-                 "solver_max_new_tokens", "check_timeout_s", "top_p")
+                 "solver_max_new_tokens", "check_timeout_s")
         non_negative(self, "heldout_size")
         if self.task_form not in GROUNDED:
             raise ConfigError(f"task_form must be one of {', '.join(GROUNDED)}, got {self.task_form!r}")

@@ -114,13 +114,13 @@ class RZero:
         (``server_urls``: this role's own servers)."""
         model, tok = load_policy(cfg.policy, device=str(self.acc.device))
         trainer = PolicyTrainer(model, tok, cfg.trainer, accelerator=self.acc, total_steps=total_steps,
-                                surrogate=cfg.surrogate)
+                                surrogate=cfg.surrogate, temperature=cfg.sampling.temperature)
         engine_cfg = cfg.engine
         if server_urls:  # the same settings, this role's servers (a copy: validated already)
             engine_cfg = copy.copy(cfg.engine)
             engine_cfg.vllm_server_urls = list(server_urls)
         return Role(trainer, make_engine(engine_cfg, trainer.unwrapped, tok, answer_budget=cfg.rzero.answer_budget(),
-                                         temperature=cfg.trainer.temperature, top_p=cfg.rzero.top_p,
+                                         temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p,
                                          seed=cfg.trainer.seed))
 
     def roles(self) -> list[tuple[str, Role]]:
@@ -129,8 +129,7 @@ class RZero:
 
     def sampling(self, max_new_tokens: int, *key: Any, greedy: bool = False) -> SamplingParams:
         seed = hash((self.cfg.trainer.seed, self.acc.process_index) + key) % (2**31)
-        return SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0 if greedy else self.cfg.trainer.temperature,
-                              top_p=self.cfg.rzero.top_p, seed=seed)
+        return self.cfg.sampling.params(max_new_tokens, seed, greedy)
 
     def generate(self, role: Role, prompts: list[str], sampling: SamplingParams):
         """``role``'s answers, from the weights its engine serves (inside :meth:`serving`)."""

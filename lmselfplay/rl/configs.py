@@ -1,11 +1,11 @@
 """The configs every policy-gradient recipe parses (``selfplay_games``, ``r_zero``,
-``absolute_zero``, ``debate``): the parts of a run that trains a policy with
+``absolute_zero``, ``debate``, ``rlvr``): the parts of a run that trains a policy with
 :class:`~lmselfplay.rl.trainer.PolicyTrainer` and samples it with an engine.
 
 A recipe's container derives from :class:`PolicyGradientConfigs` and adds its own arguments and
 its other parts; each component is built from its own part (``PolicyTrainer(model, tok,
 cfg.trainer, surrogate=cfg.surrogate, ...)``, ``load_policy(cfg.policy, ...)``, ``make_engine(cfg.engine, ...)``,
-``rollouts_for(cfg.overlap.max_staleness, ...)``, ``Run(cfg.run, ...)``). These parts come first in the parsed tuple, so ``--help`` lists them
+``cfg.sampling.params(max_new_tokens, seed)``, ``rollouts_for(cfg.overlap.max_staleness, ...)``, ``Run(cfg.run, ...)``). These parts come first in the parsed tuple, so ``--help`` lists them
 before the recipe's own group.
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lmselfplay.lm.engines import EngineConfig
+from lmselfplay.lm.sampling import SamplingConfig
 from lmselfplay.models.policy import PolicyConfig
 from lmselfplay.rl.overlap import OverlapConfig, check_overlap_settings
 from lmselfplay.rl.trainer import SurrogateConfig, TrainerConfig
@@ -23,13 +24,14 @@ from lmselfplay.utils.run import RunConfig
 
 @dataclass(frozen=True)
 class PolicyGradientConfigs(Configs):
-    """The trainer's, its policy-gradient surrogate's, the policy's, the engine's, the overlap's
-    and the run's configs."""
+    """The trainer's, its policy-gradient surrogate's, the policy's, the engine's, the sampling's,
+    the overlap's and the run's configs."""
 
     trainer: TrainerConfig
     surrogate: SurrogateConfig
     policy: PolicyConfig
     engine: EngineConfig
+    sampling: SamplingConfig
     overlap: OverlapConfig
     run: RunConfig
 

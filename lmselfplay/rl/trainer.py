@@ -102,17 +102,18 @@ warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprec
 class PolicyTrainer:
     def __init__(self, model: Any, tokenizer: Any, config: TrainerConfig, accelerator: Any = None,
                  ref_model: Any = None, total_steps: int = 200, target_loss: TargetLossConfig | None = None,
-                 surrogate: SurrogateConfig | None = PPO_SURROGATE):
+                 surrogate: SurrogateConfig | None = PPO_SURROGATE, temperature: float = 1.0):
         """``total_steps``: the ``step()`` calls the learning-rate schedule and the beta schedule
         span, given by the recipe (its loop's length, a count it derives). ``target_loss``: the
         supervised-target term's config; None: the trainer takes no target samples (``step``
         raises on one). ``surrogate``: the policy-gradient term's config; None: no such term,
-        every sample's advantage must be 0 (search self-play's distillation)."""
+        every sample's advantage must be 0 (search self-play's distillation). ``temperature``: the
+        sampling's (:class:`~lmselfplay.lm.sampling.SamplingConfig`), the one the log-probs are taken at."""
         from transformers import get_scheduler
 
         if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 1:
             raise ValueError(f"total_steps must be an integer >= 1, got {total_steps!r}")
-        self.cfg = config
+        self.cfg, self.temperature = config, float(temperature)
         self.target_loss, self.surrogate = target_loss, surrogate
         self.total_steps = total_steps
         self.tokenizer = tokenizer
@@ -213,7 +214,7 @@ class PolicyTrainer:
         for part in parts:
             b = collate(part, self.pad_id, self.accelerator.device)
             logits = self._ref_logits(b["input_ids"], b["attention_mask"])
-            lp, _ = logprobs_from_logits(logits, b["input_ids"], self.cfg.temperature, where=b["mask"])
+            lp, _ = logprobs_from_logits(logits, b["input_ids"], self.temperature, where=b["mask"])
             if exact:
                 where = F.pad(b["mask"].bool(), (0, 1))
                 _, _, (rows,) = over_positions(logits, where, self._log_softmax_cpu)
@@ -241,7 +242,7 @@ class PolicyTrainer:
         return torch.full((1, 2), self.pad_id, dtype=torch.long, device=self.accelerator.device)
 
     def _log_softmax_cpu(self, x: torch.Tensor) -> tuple[torch.Tensor]:
-        return (torch.log_softmax(x / self.cfg.temperature, dim=-1).cpu(),)
+        return (torch.log_softmax(x / self.temperature, dim=-1).cpu(),)
 
     def _ref_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """The reference policy's logits: the ref model, or under LoRA the moved magnet's
@@ -383,14 +384,14 @@ class PolicyTrainer:
             logits = self.model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
                                 position_ids=b.get("position_ids"), use_cache=False,
                                 logits_to_keep=torch.tensor(keep, device=acc.device)).logits
-            target, target_ce = target_term(mb, logits, cfg.temperature, self._target_total, keep)
+            target, target_ce = target_term(mb, logits, self.temperature, self._target_total, keep)
             loss = self.target_loss.target_coef * target * acc.gradient_accumulation_steps
             return loss, ({"target_ce": target_ce} if target_ce is not None else {})
         b = collate(mb, self.pad_id, acc.device, ref)
         need_entropy = cfg.entropy_coef > 0
         logits = self.model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
                             position_ids=b.get("position_ids"), use_cache=False).logits
-        lp, ent = logprobs_from_logits(logits, b["input_ids"], cfg.temperature, True, where=b["mask"])
+        lp, ent = logprobs_from_logits(logits, b["input_ids"], self.temperature, True, where=b["mask"])
         if not need_entropy:
             ent = ent.detach()  # logged (collapse shows as entropy -> 0), not optimized
         mask = b["mask"]
@@ -399,7 +400,7 @@ class PolicyTrainer:
         tok = pg
         kl = torch.zeros_like(tok)
         if self.kl_on:
-            kl = kl_term(cfg.kl_estimator, cfg.temperature, mb, logits, lp, b, self._ref_rows)
+            kl = kl_term(cfg.kl_estimator, self.temperature, mb, logits, lp, b, self._ref_rows)
             coef = torch.tensor([self.kl_coef(s) for s in mb], dtype=kl.dtype, device=kl.device)
             tok = tok + coef.unsqueeze(1) * kl
         if need_entropy:
@@ -411,7 +412,7 @@ class PolicyTrainer:
         loss = (tok * w).sum() / denom * acc.gradient_accumulation_steps
         target_ce = None
         if self.target_loss is not None:  # without, step has checked that no sample carries a target
-            target, target_ce = target_term(mb, logits, cfg.temperature, self._target_total)
+            target, target_ce = target_term(mb, logits, self.temperature, self._target_total)
             loss = loss + self.target_loss.target_coef * target * acc.gradient_accumulation_steps
         with torch.no_grad():
             wsum = w.sum().clamp_min(1e-8)

@@ -38,7 +38,6 @@ class TrainerConfig(Config):
         "help": "k3: the sampled token's exp(ref - logp) - (ref - logp) - 1; exact: KL(ref || policy) over the "
                 "whole vocabulary at every completion token (k3's expected gradient without its variance)"})
     entropy_coef: float = field(default=0.0, metadata={"help": "entropy bonus coefficient"})
-    temperature: float = field(default=1.0, metadata={"help": "must equal the sampling temperature"})
     merge_identical: bool = field(default=True, metadata={"help": "merge equal (prompt, answer) turns"})
     seed: int = field(default=0, metadata={"help": "seed of micro-batch shuffling and sampling"})
     max_tokens_per_micro_batch: int = field(default=8192, metadata={
@@ -49,7 +48,7 @@ class TrainerConfig(Config):
     def validate(self) -> None:
         check_micro_batch_fields(self)
         self.beta = KLCoefficient.from_config(self.beta)
-        positive(self, "gradient_accumulation_steps", "num_iterations", "temperature")
+        positive(self, "gradient_accumulation_steps", "num_iterations")
         non_negative(self, "learning_rate", "warmup_steps", "weight_decay", "max_grad_norm")
         if self.beta_schedule not in BETA_SCHEDULES:
             raise ConfigError(f"beta_schedule must be one of {BETA_SCHEDULES}, got {self.beta_schedule!r}")

@@ -36,7 +36,6 @@ class RLVRArgs(Config):
     scale_rewards: bool = field(default=True, metadata={
         "help": "advantage group: divide by the group's reward std (GRPO); false: mean-centred only (Dr. GRPO)"})
     max_new_tokens: int = field(default=40, metadata={"help": "answer budget"})
-    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling (behaviour log-probs are before top-p)"})
     eval_every: int = field(default=50, metadata={"help": "steps between held-out evaluations (0: at the start and end only)"})
     check_timeout_s: float = field(default=2.0, metadata={"help": "time limit of every answer check"})
 
@@ -48,8 +47,6 @@ class RLVRArgs(Config):
         self.task_settings()
         positive(self, "max_steps", "prompts_per_step", "num_generations", "max_new_tokens", "check_timeout_s")
         non_negative(self, "heldout_size", "eval_every")
-        if not 0 < self.top_p <= 1:
-            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.advantage not in ADVANTAGES:
             raise ConfigError(f"advantage must be one of {', '.join(ADVANTAGES)}, got {self.advantage!r}")
         if self.num_generations < 2 and self.advantage == "group":

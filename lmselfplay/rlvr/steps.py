@@ -42,9 +42,7 @@ def generate(engine: Any, tok: Any, items: list[TaskItem], sampling: SamplingPar
 
 
 def sampling(cfg: RLVRConfigs, step: int, rank: int, greedy: bool = False) -> SamplingParams:
-    a = cfg.rlvr
-    return SamplingParams(max_new_tokens=a.max_new_tokens, temperature=0.0 if greedy else cfg.trainer.temperature,
-                          top_p=a.top_p, seed=hash((cfg.trainer.seed, rank, step)) % (2**31))
+    return cfg.sampling.params(cfg.rlvr.max_new_tokens, hash((cfg.trainer.seed, rank, step)) % (2**31), greedy)
 
 
 def samples_of(completions, advantages: np.ndarray, rewards: np.ndarray, items: list[TaskItem],

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from lmselfplay.alphazero.config import SearchConfig
+from lmselfplay.lm.sampling import SamplingConfig
 from lmselfplay.models.policy import PolicyConfig
 from lmselfplay.rl.league import LeagueConfig
 from lmselfplay.rl.trainer import TargetLossConfig, TrainerConfig
@@ -77,11 +78,13 @@ class SearchSelfPlayArgs(Config):
 @dataclass(frozen=True)
 class SearchSelfPlayConfigs(Configs):
     """What ``recipes/search_selfplay.py`` parses: its own arguments, the search's (shared with
-    AlphaZero) and each component's config."""
+    AlphaZero) and each component's config; the sampling's temperature is the one the trainer
+    scores its distillation targets at."""
 
     search: SearchSelfPlayArgs
     puct: SearchConfig
     trainer: TrainerConfig
+    sampling: SamplingConfig
     target_loss: TargetLossConfig
     league: LeagueConfig
     policy: PolicyConfig

@@ -148,7 +148,7 @@ def build(cfg: SearchSelfPlayConfigs, run: Run) -> SearchSelfPlay:
         raise ConfigError("search self-play reads the LLM's prior right after <move> (no think block), but this "
                           "policy's chat template opens one: set enable_thinking: false")
     trainer = PolicyTrainer(model, tok, cfg.trainer, accelerator=run.acc, total_steps=args.max_steps,
-                            target_loss=cfg.target_loss, surrogate=None)
+                            target_loss=cfg.target_loss, surrogate=None, temperature=cfg.sampling.temperature)
     head = make_head(args, trainer.unwrapped, game)
     head_opt = torch.optim.Adam(head.parameters(), lr=args.value_lr)
     evaluator = LLMEvaluator(trainer.unwrapped, tok, game, head, args.eval_batch)

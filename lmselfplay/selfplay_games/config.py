@@ -37,7 +37,6 @@ class SelfPlayArgs(Config):
         "help": "self-play steps (each one trainer.step(); the learning-rate and beta schedules span them)"})
     episodes_per_step: int = field(default=48, metadata={"help": "games played per step (split across games by game_weights)"})
     concurrency: int = field(default=128, metadata={"help": "games live at once (their pending turns share one engine call)"})
-    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling for rollouts (behaviour log-probs are before top-p)"})
     max_new_tokens: int = field(default=12, metadata={"help": "answer budget of a move (tokens)"})
     text_max_new_tokens: int = field(default=64, metadata={
         "help": "answer budget in games whose moves are free text (Taboo)"})
@@ -75,8 +74,7 @@ class SelfPlayArgs(Config):
     eval_positions: int = field(default=400, metadata={"help": "positions sampled for optimal-move rates (0: all)"})
 
     def validate(self) -> None:
-        positive(self, "max_steps", "episodes_per_step", "concurrency", "max_new_tokens", "text_max_new_tokens", "max_turns",
-                 "top_p")
+        positive(self, "max_steps", "episodes_per_step", "concurrency", "max_new_tokens", "text_max_new_tokens", "max_turns")
         non_negative(self, "retries", "illegal_penalty", "reset_max_plies", "eval_every", "eval_games",
                      "gnugo_level", "gnugo_games", "eval_positions", "torch_threads")
         if self.baseline_key not in ("role", "observation"):

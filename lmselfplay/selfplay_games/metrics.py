@@ -45,8 +45,9 @@ def eval_positions(cfg, games):
 
 
 def evaluate_games(cfg, games, positions, engine, tok, step):
-    """Step 8: the exact metrics of the current policy, per game (``game/metric``)."""
-    sampling = SamplingParams(max_new_tokens=cfg.selfplay.max_new_tokens, temperature=cfg.trainer.temperature, seed=cfg.trainer.seed + step,
+    """Step 8: the exact metrics of the current policy, per game (``game/metric``), sampled at
+    the rollouts' temperature over the whole distribution (top-p 1)."""
+    sampling = SamplingParams(max_new_tokens=cfg.selfplay.max_new_tokens, temperature=cfg.sampling.temperature, seed=cfg.trainer.seed + step,
                               stop=MOVE_STOP)
     out = {}
     for game in games:

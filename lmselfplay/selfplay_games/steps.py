@@ -38,7 +38,6 @@ from lmselfplay.games.text import MOVE_STOP
 from lmselfplay.lm import readout as policy_readout
 from lmselfplay.lm.engines import (
     HFEngine,
-    SamplingParams,
     make_engine,
 )
 from lmselfplay.lm.prompt import thinks
@@ -168,16 +167,14 @@ def text_sampling(cfg, game):
     ``None`` (the step's sampling) for every other game."""
     if has_enumerable_actions(game):
         return None
-    return SamplingParams(max_new_tokens=cfg.selfplay.text_max_new_tokens, temperature=cfg.trainer.temperature, top_p=cfg.selfplay.top_p,
-                          stop=MOVE_STOP)
+    return cfg.sampling.params(cfg.selfplay.text_max_new_tokens, stop=MOVE_STOP)
 
 
 def snapshot_score(cfg, games, league, tok, step):
     """score(a, b) for :meth:`League.play_in`: a's mean result (win 1, draw 0, loss -1) over
     ``league_eval_games`` games against b, seats alternating, games cycling. Seeded by the
     pair, so every rank plays the same games and keeps the same table."""
-    sampling = SamplingParams(max_new_tokens=cfg.selfplay.max_new_tokens, temperature=cfg.trainer.temperature, top_p=cfg.selfplay.top_p,
-                              stop=MOVE_STOP, seed=hash((cfg.trainer.seed, step)) % (2**31))
+    sampling = cfg.sampling.params(cfg.selfplay.max_new_tokens, hash((cfg.trainer.seed, step)) % (2**31), stop=MOVE_STOP)
 
     def score(a, b):
         pa = LLMPlayer(league.engine_for(a), tok, learner=False, name=a.name)
@@ -232,8 +229,7 @@ def fold_averages(cfg, averages, engine, tok, step):
     """Read the current policy off every information set and fold it into each game's
     average (weight per ``average_weighting``); returns the policies read (for the log)."""
     out = {}
-    sampling = SamplingParams(max_new_tokens=cfg.selfplay.max_new_tokens, temperature=cfg.trainer.temperature, top_p=cfg.selfplay.top_p,
-                              stop=MOVE_STOP, seed=cfg.trainer.seed + step)
+    sampling = cfg.sampling.params(cfg.selfplay.max_new_tokens, cfg.trainer.seed + step, stop=MOVE_STOP)
     for name, avg in averages.items():
         out[name] = policy_readout.tabular_policy(engine, tok, avg.game, resolved_readout(cfg.selfplay, tok), cfg.selfplay.readout_samples, sampling)
         avg.add(out[name], cfg.average.weight_at(step))
@@ -308,9 +304,10 @@ def build(cfg: SelfPlayConfigs, run, games, feedback, positions) -> SelfPlay:
     check_thinking(cfg.average, feedback, tok)
     trainer = PolicyTrainer(model, tok, cfg.trainer, accelerator=run.acc, total_steps=args.max_steps,
                             ref_model=reference_policy(cfg.policy, cfg.trainer.beta, model, device),
-                            surrogate=cfg.surrogate, target_loss=cfg.target_loss)
+                            surrogate=cfg.surrogate, target_loss=cfg.target_loss,
+                            temperature=cfg.sampling.temperature)
     engine = run.closing(make_engine(cfg.engine, trainer.unwrapped, tok, answer_budget=args.answer_budget(),  # hf | vllm | ...
-                                     temperature=cfg.trainer.temperature, top_p=args.top_p, seed=cfg.trainer.seed))
+                                     temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p, seed=cfg.trainer.seed))
     league = League(cfg.league, snapshot_engines(trainer, tok), play_in=cfg.play_in)
     return SelfPlay(games, feedback, step_games, positions, tok, trainer, engine, RoleBaselines(args.baseline_decay), league,
                     make_averages(cfg.average, games), LLMPlayer(engine, tok, learner=True))

@@ -1,5 +1,5 @@
 """The SPIN recipe's config (``recipes/spin.py``): the supervised data, the iterations and their
-lambda schedule, the opponent's sampling, the DPO step (names as in TRL's ``DPOConfig``) and the
+lambda schedule, the DPO step (names as in TRL's ``DPOConfig``) and the
 optional SFT phase; and what the DPO step derives from it (:func:`dpo_losses`, :func:`beta_at`).
 
 Rules: at least one lambda, every one a finite number > 0 (the last repeats past the schedule's
@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from lmselfplay.lm.sampling import SamplingConfig
 from lmselfplay.models.policy import PolicyConfig
 from lmselfplay.utils.config import Config, ConfigError, Configs, non_negative, positive
 from lmselfplay.utils.run import RunConfig
@@ -20,7 +21,7 @@ from lmselfplay.utils.run import RunConfig
 @dataclass
 class SpinArgs(Config):
     """SPIN's own fields (the data, the iterations, its DPO and SFT trainers' settings, named as
-    TRL's); the policy's and the run's fields are in their own configs (:class:`SpinConfigs`)."""
+    TRL's); the policy's, the sampling's and the run's fields are in their own configs (:class:`SpinConfigs`)."""
 
     _argument_group_name = "spin (lmselfplay.spin.config.SpinArgs)"
     resume_fixed: ClassVar[frozenset[str]] = frozenset({"dataset", "dataset_split"})
@@ -38,8 +39,6 @@ class SpinArgs(Config):
         "help": "lambda_t per iteration (DPO beta); the last value repeats. The paper: 0.1 ... then 5.0"})
     max_completion_length: int | None = field(default=None, metadata={
         "help": "generation length of y' = longest trained answer; None: the longest data answer"})
-    temperature: float = field(default=1.0, metadata={"help": "sampling temperature of the model's own answers"})
-    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling of the model's own answers"})
     generation_batch_size: int = field(default=64, metadata={"help": "prompts per generate call"})
     # DPO (names as in TRL's DPOConfig)
     num_train_epochs: float = field(default=2.0, metadata={"help": "DPO epochs per SPIN iteration"})
@@ -62,7 +61,7 @@ class SpinArgs(Config):
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
 
     def validate(self) -> None:
-        positive(self, "num_train_examples", "spin_iterations", "temperature", "top_p", "generation_batch_size",
+        positive(self, "num_train_examples", "spin_iterations", "generation_batch_size",
                  "num_train_epochs", "per_device_train_batch_size", "gradient_accumulation_steps",
                  "logging_steps", "save_steps")
         non_negative(self, "num_eval_examples", "learning_rate", "warmup_steps", "rpo_alpha", "sft_epochs",
@@ -79,11 +78,12 @@ class SpinArgs(Config):
 
 @dataclass(frozen=True)
 class SpinConfigs(Configs):
-    """What ``recipes/spin.py`` parses: its own arguments, the policy's and the run's configs
-    (a checkpoint per iteration, ``checkpoint-<t>``)."""
+    """What ``recipes/spin.py`` parses: its own arguments, the policy's, the sampling's of the
+    model's own answers and the run's configs (a checkpoint per iteration, ``checkpoint-<t>``)."""
 
     spin: SpinArgs
     policy: PolicyConfig
+    sampling: SamplingConfig
     run: RunConfig
 
     defaults = {"output_dir": "runs/spin"}

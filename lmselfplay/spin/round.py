@@ -18,7 +18,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from lmselfplay.lm.engines.base import SamplingParams
 from lmselfplay.lm.engines.hf import HFEngine
 from lmselfplay.lm.prompt import format_prompt
 from lmselfplay.spin.config import SpinConfigs, dpo_losses
@@ -62,8 +61,7 @@ def opponent_dataset(cfg: SpinConfigs, run: Run, engine: HFEngine, pairs: Pairs,
     it_dir = run.out / f"iter-{t}"
     if not (it_dir / "data" / "COMPLETE").exists():
         state = run.acc
-        sp = SamplingParams(max_new_tokens=pairs.gen_len, temperature=cfg.spin.temperature, top_p=cfg.spin.top_p,
-                            seed=cfg.spin.seed * 1_000_003 + 7919 * t + 104_729 * state.process_index)
+        sp = cfg.sampling.params(pairs.gen_len, cfg.spin.seed * 1_000_003 + 7919 * t + 104_729 * state.process_index)
         gen = sharded(state, pairs.p_train + pairs.p_held, lambda ps: opponent_answers(
             engine, ps, sp, cfg, f"generate y' (iteration {t})"))
         n, who, tok = len(pairs.p_train), str(theta_t), pairs.tokenizer

@@ -281,19 +281,21 @@ def test_help_has_a_group_per_component_and_a_line_per_field(name):
 
 def test_the_policy_gradient_recipes_share_the_component_parts():
     """The recipes that train a policy with an engine parse the trainer's, its surrogate's,
-    policy's, engine's, overlap's and run's configs first (PolicyGradientConfigs), then their own."""
+    policy's, engine's, sampling's, overlap's and run's configs first (PolicyGradientConfigs), then
+    their own."""
     from lmselfplay.lm.engines import EngineConfig
+    from lmselfplay.lm.sampling import SamplingConfig
     from lmselfplay.models.policy import PolicyConfig
     from lmselfplay.rl.configs import PolicyGradientConfigs
     from lmselfplay.rl.overlap import OverlapConfig
     from lmselfplay.utils.run import RunConfig
 
-    for name in ("selfplay_games", "r_zero", "absolute_zero", "debate"):
+    for name in ("selfplay_games", "r_zero", "absolute_zero", "debate", "rlvr"):
         cls = RECIPE_CONFIGS[name]
         assert issubclass(cls, PolicyGradientConfigs), name
-        assert cls.classes()[:6] == (TrainerConfig, SurrogateConfig, PolicyConfig, EngineConfig, OverlapConfig,
-                                     RunConfig), name
-        assert cls.classes()[6].__name__.endswith("Args"), name
+        assert cls.classes()[:7] == (TrainerConfig, SurrogateConfig, PolicyConfig, EngineConfig, SamplingConfig,
+                                     OverlapConfig, RunConfig), name
+        assert cls.classes()[7].__name__.endswith("Args"), name
 
 
 # a recipe's flags are the fields its samples reach: only the recipes that make supervised-target
