@@ -99,10 +99,14 @@ class SearchSelfPlayConfigs(Configs):
 
     def validate(self) -> None:
         """The prior is read right after ``<move>`` (no think block); a bot has no search to distil;
-        ``checkpoint_every`` > 0 (the recipe checkpoints rounds and always its last one)."""
+        ``checkpoint_every`` > 0 (the recipe checkpoints rounds and always its last one); ``top_p``
+        stays 1 (no answer is sampled)."""
         positive(self.checkpoints, "checkpoint_every")
         if self.policy.enable_thinking:
             raise ConfigError("search self-play reads the LLM's prior right after <move> (no think block): "
                               "enable_thinking must be false")
         if self.league.bot_fraction > 0:
             raise ConfigError("bot_fraction must be 0: a bot gives no search to distil")
+        if self.sampling.top_p != 1.0:
+            raise ConfigError("top_p must be 1: search self-play samples no answers (its moves come from the "
+                              "search; temperature is the one the trainer scores the policy at)")

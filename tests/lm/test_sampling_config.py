@@ -27,7 +27,7 @@ def test_every_sampling_recipe_has_the_part_and_it_owns_the_flags(cls):
     assert owners["temperature"] is SamplingConfig and owners["top_p"] is SamplingConfig
 
 
-@pytest.mark.parametrize("name", SAMPLING_RECIPES)
+@pytest.mark.parametrize("name", [n for n in SAMPLING_RECIPES if n != "search_selfplay"])  # top_p: below
 def test_the_flags_keep_their_names(name):
     cfg = parse_recipe(name, FLAGS)
     assert (cfg.sampling.temperature, cfg.sampling.top_p) == (0.7, 0.9)
@@ -71,3 +71,12 @@ def test_a_text_game_samples_at_its_own_budget():
     assert text_sampling(cfg, make("taboo")) == SamplingParams(
         max_new_tokens=cfg.selfplay.text_max_new_tokens, temperature=0.7, top_p=0.9, stop=MOVE_STOP)
     assert text_sampling(cfg, make("nim")) is None
+
+
+def test_search_selfplay_refuses_a_top_p_it_would_not_use():
+    from lmselfplay.search_selfplay.config import SearchSelfPlayConfigs
+    from lmselfplay.utils.config import ConfigError
+
+    assert SearchSelfPlayConfigs.parse(["--config", "recipes/configs/search_selfplay_nim.yaml"]).sampling.top_p == 1.0
+    with pytest.raises(ConfigError, match="top_p must be 1: search self-play samples no answers"):
+        SearchSelfPlayConfigs.parse(["--config", "recipes/configs/search_selfplay_nim.yaml", "--top_p", "0.9"])
