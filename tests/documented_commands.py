@@ -193,6 +193,8 @@ REGISTRY: list[Command] = [
             files=("metrics.jsonl",)),
     Command("lmselfplay referee-study --config recipes/configs/r_zero_sum.yaml",
             extra=f"--output_dir {{out}} {RZERO_SMALL}", output=r"vote \| 1 \|"),
+    Command("lmselfplay referee-study --config recipes/configs/r_zero_sum.yaml --seed 0",
+            extra=f"--output_dir {{out}} --referees fixed,grounded {RZERO_SMALL}", output=r"rules \| 1 \|"),
     Command("lmselfplay referee-study", extra=f"--output_dir {{out}} --referees fixed,grounded {RZERO_SMALL}",
             output=r"fixed \| 1 \|"),  # the positive-control arm and one referee: the by-default run of the study
     Command("python recipes/debate.py --config recipes/configs/debate.yaml", extra=DEBATE_SMALL,
