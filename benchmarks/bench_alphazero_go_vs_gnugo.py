@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from lmselfplay.alphazero.config import AlphaZeroConfigs, fpu
-from lmselfplay.alphazero.iteration import build
+from lmselfplay.alphazero.iteration import make_game_and_network
 from lmselfplay.alphazero.net_strength import net_agent
 from lmselfplay.games.base import random_legal_reset
 from lmselfplay.games.gtp import gnugo_player
@@ -84,7 +84,7 @@ def main() -> None:
         raise SystemExit(f"no checkpoint in {args.run}")
     parsed = AlphaZeroConfigs.parse(["--config", str(ckpt / "config.json")])
     cfg, puct = parsed.alphazero, parsed.puct
-    game, face, net = build(cfg)
+    game, face, net = make_game_and_network(cfg)
     saved = torch.load(ckpt / "state.pt", weights_only=False)
     net.load_state_dict(saved["net"])
     iteration = saved["iteration"]

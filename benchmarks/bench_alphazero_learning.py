@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from lmselfplay.alphazero.config import AlphaZeroConfigs
-from lmselfplay.alphazero.iteration import build
+from lmselfplay.alphazero.iteration import make_game_and_network
 from lmselfplay.utils.checkpoint import latest_checkpoint
 from lmselfplay.utils.recipe_loader import run_recipe
 from lmselfplay.utils.results import save_results
@@ -37,7 +37,7 @@ def run(config: str, out: Path, extra: list[str]):
     run_recipe("alphazero", argv)
     wall = time.perf_counter() - t
     cfg = AlphaZeroConfigs.parse(argv)
-    game, face, net = build(cfg.alphazero)
+    game, face, net = make_game_and_network(cfg.alphazero)
     state = torch.load(latest_checkpoint(out) / "state.pt", weights_only=False)
     net.load_state_dict(state["net"])
     return cfg, face, net.eval(), wall

@@ -35,7 +35,7 @@ import torch
 from tqdm.auto import tqdm
 
 from lmselfplay.alphazero.config import AlphaZeroConfigs, selfplay_settings
-from lmselfplay.alphazero.iteration import build, evaluate_strength, gate, train
+from lmselfplay.alphazero.iteration import evaluate_strength, gate, make_game_and_network, train
 from lmselfplay.alphazero.plots import plot_run
 from lmselfplay.alphazero.progress import (
     Progress,
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with Run(cfg.run, cfg.as_dict(), resume_fixed=cfg.fixed_on_resume(),
              checkpoint_every=cfg.checkpoints.checkpoint_every, trains_with="state") as run:
         torch.manual_seed(args.seed)
-        game, face, net = build(args)
+        game, face, net = make_game_and_network(args)
         exact = game.exact_metric == OPTIMAL_MOVES  # the solver labels every move: exact opponent and rates
         opt = torch.optim.Adam(net.parameters(), lr=args.learning_rate)
         alpha = cfg.puct.dirichlet_alpha or alpha_for(face, game, seed=args.seed)

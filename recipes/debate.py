@@ -56,7 +56,7 @@ from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.run import Run
 
 
-def build(cfg: DebateConfigs, run) -> Debate:
+def make_debate(cfg: DebateConfigs, run) -> Debate:
     """Step 0 (tasks, the frozen judge), the policy, its trainer and engine, fresh, each
     component from its own config."""
     args, device = cfg.debate, str(run.acc.device)
@@ -82,7 +82,7 @@ def main(argv=None):
     with Run(cfg.run, cfg.as_dict(), resume_fixed=cfg.fixed_on_resume(),
              gradient_accumulation_steps=cfg.trainer.gradient_accumulation_steps,
              checkpoint_every=cfg.checkpoints.checkpoint_every) as run:
-        d = build(cfg, run)
+        d = make_debate(cfg, run)
         start_step = run.resume_trainer(d.trainer, lambda extra: load_state(d, extra))
         run.report_start(start_step)
         run.open_log(start_step if run.checkpoint else None)

@@ -59,8 +59,8 @@ from lmselfplay.alphazero.selfplay import alpha_for
 from lmselfplay.search_selfplay.config import SearchSelfPlayConfigs
 from lmselfplay.search_selfplay.metrics import plot_run, strength_per_budget
 from lmselfplay.search_selfplay.steps import (
-    build,
     distill,
+    make_search_selfplay,
     opponent_evaluators,
     opponent_name,
     restore,
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with Run(cfg.run, cfg.as_dict(), resume_fixed=cfg.fixed_on_resume(),
              gradient_accumulation_steps=cfg.trainer.gradient_accumulation_steps,
              checkpoint_every=cfg.checkpoints.checkpoint_every) as run:
-        s = build(cfg, run)
+        s = make_search_selfplay(cfg, run)
         evaluator, face, rng = s.evaluator, s.face, s.rng
         alpha = cfg.puct.dirichlet_alpha or alpha_for(face, s.game, seed=cfg.trainer.seed)
         start = restore(run, s)

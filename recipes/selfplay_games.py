@@ -54,7 +54,6 @@ from lmselfplay.selfplay_games.metrics import (
     print_final,
 )
 from lmselfplay.selfplay_games.steps import (
-    build,
     distill_averages,
     episode_plan,
     exact_feedback_step,
@@ -62,6 +61,7 @@ from lmselfplay.selfplay_games.steps import (
     log_iterate_policies,
     make_feedback,
     make_games,
+    make_selfplay,
     save_checkpoint,
     shaped_advantages,
     snapshot_score,
@@ -86,7 +86,7 @@ def main(argv=None):
     with Run(cfg.run, cfg.as_dict(), resume_fixed=cfg.fixed_on_resume(),
              gradient_accumulation_steps=cfg.trainer.gradient_accumulation_steps,
              checkpoint_every=cfg.checkpoints.checkpoint_every) as run:
-        sp = build(cfg, run, games, feedback, eval_positions(cfg, games))
+        sp = make_selfplay(cfg, run, games, feedback, eval_positions(cfg, games))
         start_step = run.resume_trainer(sp.trainer, lambda extra: load_state(sp, extra))
         run.report_start(start_step)
         run.open_log(start_step if run.checkpoint else None)

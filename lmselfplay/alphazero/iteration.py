@@ -1,6 +1,6 @@
 """The steps of one AlphaZero iteration after self-play (``recipes/alphazero.py``'s box):
 
-* :func:`build` — the game, its cached search face and a fresh network of the configured kind;
+* :func:`make_game_and_network` — the game, its cached search face and a fresh network of the configured kind;
 * :func:`train` — step 3: ``train_steps`` minibatches from the replay window, each under a random
   board symmetry where the game has them, loss (z - v)^2 - pi^T log p + c_reg ||theta||^2;
 * :func:`gate` — step 4: the candidate replaces the self-play network (with ``gate``: only if it
@@ -34,7 +34,7 @@ from lmselfplay.games import make
 from lmselfplay.utils.config import ConfigError
 
 
-def build(cfg: AlphaZeroArgs) -> tuple[Any, Any, PolicyValueNet]:
+def make_game_and_network(cfg: AlphaZeroArgs) -> tuple[Any, Any, PolicyValueNet]:
     """The game, its search face (rule table of ``table_entries`` states) and a fresh network;
     ConfigError when the game lacks what the config asks of it (encode, selfplay_actions,
     score_margins, board planes for ``network conv``)."""
@@ -117,3 +117,9 @@ def evaluate_strength(cfg: AlphaZeroArgs, puct: SearchConfig, face: Any, net: An
         metrics["eval/winrate_vs_past_mean"] = float(np.mean(row))
         metrics["eval/winrate_vs_previous"] = row[-1]
     return metrics
+
+
+def __getattr__(name: str):
+    if name == "build":
+        raise AttributeError("alphazero.iteration.build is make_game_and_network(cfg)")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -77,7 +77,7 @@ def step_row(trs, js, metrics, baselines, stale, t0) -> dict:
 
 @dataclass
 class Debate:
-    """What the loop works on, built once by the recipe's ``build`` (a resume then restores it)."""
+    """What the loop works on, built once by the recipe's ``make_debate`` (a resume then restores it)."""
 
     pool: list
     eval_set: list

@@ -6,7 +6,7 @@ value a small head on the hidden state at the end of the prompt
 (:class:`~lmselfplay.lm.search_eval.LLMEvaluator`); PUCT self-play with it
 (:mod:`lmselfplay.alphazero.llm_selfplay`) makes visit-distribution targets that the policy
 trainer distils back. What the loop works on is one :class:`SearchSelfPlay` (made by
-:func:`build`, restored by :func:`restore`, saved by :func:`save`); the steps are functions of it:
+:func:`make_search_selfplay`, restored by :func:`restore`, saved by :func:`save`); the steps are functions of it:
 
 * step 1, opponents: :func:`opponent_name` (mirror or a league snapshot), :func:`opponent_evaluators`;
 * step 4, distillation: :func:`distill`; step 5, the value (or Q) head: :func:`train_head`;
@@ -122,7 +122,7 @@ def distill(trainer: PolicyTrainer, replay: list[Record], tok: Any, game: Any, t
 
 @dataclass
 class SearchSelfPlay:
-    """What the loop works on, built once by :func:`build` (a resume then restores it)."""
+    """What the loop works on, built once by :func:`make_search_selfplay` (a resume then restores it)."""
 
     game: Any
     face: CachedGame
@@ -137,7 +137,7 @@ class SearchSelfPlay:
     replay: list[list[Record]]
 
 
-def build(cfg: SearchSelfPlayConfigs, run: Run) -> SearchSelfPlay:
+def make_search_selfplay(cfg: SearchSelfPlayConfigs, run: Run) -> SearchSelfPlay:
     """The game, the policy, its trainer, value head, evaluator and league, fresh, each
     component from its own config."""
     args = cfg.search
@@ -203,3 +203,9 @@ def opponent_name(league: League, rng: random.Random) -> str:
     kind, snap = league.sample_opponent(rng)
     return "mirror" if snap is None else snap.name
 
+
+
+def __getattr__(name: str):
+    if name == "build":
+        raise AttributeError("search_selfplay.steps.build is make_search_selfplay(cfg, run)")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,7 +1,7 @@
 """The steps of self-play on text games with the rules as the referee (SPIRAL-style), the
 algorithm of ``recipes/selfplay_games.py``, whose docstring is its box (steps 1-10).
 
-What the loop works on is one :class:`SelfPlay` (made by :func:`build`, restored by
+What the loop works on is one :class:`SelfPlay` (made by :func:`make_selfplay`, restored by
 :func:`load_state`, saved by :func:`save_checkpoint`); the steps are functions of it:
 
 * steps 1-2, who plays whom from where: :func:`episode_games` (each episode's game),
@@ -275,7 +275,7 @@ def snapshot_engines(trainer, tok):
 
 @dataclass
 class SelfPlay:
-    """What the loop works on, built once by :func:`build` (a resume then restores it)."""
+    """What the loop works on, built once by :func:`make_selfplay` (a resume then restores it)."""
 
     games: list
     feedback: dict
@@ -290,7 +290,7 @@ class SelfPlay:
     me: LLMPlayer
 
 
-def build(cfg: SelfPlayConfigs, run, games, feedback, positions) -> SelfPlay:
+def make_selfplay(cfg: SelfPlayConfigs, run, games, feedback, positions) -> SelfPlay:
     """The policy, its trainer and engine, and the loop's state, fresh, each component from its
     own config. ``positions`` are the evaluation's fixed positions per game
     (``metrics.eval_positions``), computed once and reused by every evaluation."""
@@ -361,3 +361,9 @@ def step_row(sp: SelfPlay, metrics, stats, finished, stale, t0) -> dict:
             **{f"baseline/{k}": v for k, v in sp.baselines.values.items() if "|" not in k},  # roles only
             "wall_s": time.time() - t0}
 
+
+
+def __getattr__(name: str):
+    if name == "build":
+        raise AttributeError("selfplay_games.steps.build is make_selfplay(cfg, run, games, feedback, positions)")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

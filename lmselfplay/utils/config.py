@@ -22,7 +22,7 @@ import types
 import typing
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, NoReturn, TypeVar
 
 import yaml
 
@@ -319,7 +319,7 @@ class Configs:
         return cls(*parse_configs(cls.classes(), argv, cls.defaults, first=cls.own_arguments()))
 
     @classmethod
-    def build(cls: type[C], **values: Any) -> C:
+    def from_values(cls: type[C], **values: Any) -> C:
         """The recipe's configs from flat ``field=value`` pairs, each going to its part (the
         rest: the recipe's defaults, then the classes')."""
         owners = field_owners(cls.classes())
@@ -328,6 +328,10 @@ class Configs:
             raise ConfigError(f"unknown key(s): {', '.join(unknown)} (not a field of {cls.__name__}'s parts)")
         values = {**cls.defaults, **values}
         return cls(*(klass(**{k: v for k, v in values.items() if owners[k] is klass}) for klass in cls.classes()))
+
+    @classmethod
+    def build(cls, **values: Any) -> NoReturn:
+        raise AttributeError(f"{cls.__name__}.build is {cls.__name__}.from_values(**values)")
 
     @classmethod
     def fixed_on_resume(cls) -> frozenset[str]:

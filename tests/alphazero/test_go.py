@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from lmselfplay.alphazero.config import AlphaZeroConfigs
-from lmselfplay.alphazero.iteration import build, symmetry
+from lmselfplay.alphazero.iteration import make_game_and_network, symmetry
 from lmselfplay.alphazero.network import ConvPolicyValueNet, alphazero_loss
 from lmselfplay.games import make
 from lmselfplay.games.go import Go
@@ -90,7 +90,7 @@ def test_short_go_run_and_network_checked_on_resume(tmp_path):
 def test_go9_yaml_parses_and_builds_a_conv_net():
     cfg = AlphaZeroConfigs.parse(["--config", str(ROOT / "recipes/configs/alphazero_go9.yaml")]).alphazero
     assert cfg.game == "go9" and cfg.network == "conv" and make(cfg.game).exact_metric == "win_rates"
-    game, face, net = build(cfg)
+    game, face, net = make_game_and_network(cfg)
     assert isinstance(net, ConvPolicyValueNet) and net.n_actions == 82
     with pytest.raises(ConfigError, match="conv"):
         AlphaZeroConfigs.parse(["--network", "transformer"])
@@ -272,3 +272,10 @@ def test_pass_injection_plays_passes_that_never_end_the_game():
         seen[p] = (stats["selfplay/injected_passes"], int((samples.x[:, 8, 0, 0] == 1).sum()))
     assert seen[0.0][0] == 0 and seen[0.3][0] > 0
     assert seen[0.3][1] > seen[0.0][1]
+
+
+def test_the_old_build_name_is_one_line_naming_make_game_and_network():
+    from lmselfplay.alphazero import iteration
+
+    with pytest.raises(AttributeError, match="make_game_and_network"):
+        iteration.build  # noqa: B018

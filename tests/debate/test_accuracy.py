@@ -25,7 +25,7 @@ def _speaker(prompt):
 def test_each_protocols_accuracy_and_its_transcripts(tmp_path):
     tok = tiny_tokenizer()
     tasks = [DebateTask(f"t{i}", "test", "How many ships?", CONTEXT, "41", "90") for i in range(4)]
-    cfg = DebateConfigs.build(output_dir="unused", eval_protocols="debate, none", num_rounds=1, max_prompt_tokens=4000)
+    cfg = DebateConfigs.from_values(output_dir="unused", eval_protocols="debate, none", num_rounds=1, max_prompt_tokens=4000)
     per = judge_accuracy(cfg, tasks, ScriptedEngine(tok, _speaker), tok, RuleJudge(), 5, tmp_path, write=True)
     assert per["debate"]["accuracy"] == 1.0 and per["none"]["accuracy"] == 0.5  # no speeches: a coin
     rows = [json.loads(x) for x in (tmp_path / "eval_transcripts_step5.jsonl").read_text().splitlines()]

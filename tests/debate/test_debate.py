@@ -216,7 +216,7 @@ def test_debate_samples_one_per_speech_zero_sum_rewards_and_side_round_baselines
 
 
 def test_train_pool_never_holds_an_eval_question():
-    cfg = DebateConfigs.build(task_families="arithmetic", train_tasks=64, eval_tasks=16, output_dir="unused")
+    cfg = DebateConfigs.from_values(task_families="arithmetic", train_tasks=64, eval_tasks=16, output_dir="unused")
     pool, eval_set = task_sets(cfg)
     assert len(eval_set) == 16 and pool
     assert not {(t.question, t.context) for t in pool} & {(t.question, t.context) for t in eval_set}

@@ -242,3 +242,10 @@ def test_gnugo_evaluation_of_go_and_its_process_ends(model_dir):
                    and os.path.exists(f"/proc/{p}/cmdline"))
     assert gnugo_metrics(SimpleNamespace(gnugo_level=0, gnugo_games=2), go5, engine, tok, sampling, 0) == {}
     assert gnugo_metrics(cfg, make("nim"), engine, tok, sampling, 0) == {}
+
+
+def test_the_old_build_name_is_one_line_naming_make_selfplay():
+    from lmselfplay.selfplay_games import steps
+
+    with pytest.raises(AttributeError, match="make_selfplay"):
+        steps.build  # noqa: B018

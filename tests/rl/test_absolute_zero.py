@@ -198,7 +198,7 @@ def test_learnability_reward_on_a_hand_made_table():
 
 
 def test_recipe_proposer_reward_rules():
-    cfg = AbsoluteZeroConfigs.build()
+    cfg = AbsoluteZeroConfigs.from_values()
     task = CodeTask("deduction", "def f(x):\n    return x\n", ["1"], [1])
     valid = type("V", (), {"valid": True, "task": task})()
     invalid = type("V", (), {"valid": False, "task": None})()
@@ -459,7 +459,7 @@ def test_shipped_configs_parse():
 
 
 def test_heldout_set_is_fixed_and_never_in_the_buffers(referee):
-    cfg = AbsoluteZeroConfigs.build(eval_tasks_per_type=20, seed_programs=20)
+    cfg = AbsoluteZeroConfigs.from_values(eval_tasks_per_type=20, seed_programs=20)
     held = heldout_tasks(cfg, referee)
     again = heldout_tasks(cfg, referee)
     assert all(len(held[tt]) == 20 for tt in TASK_TYPES)

@@ -111,8 +111,8 @@ def test_config_checks():
 
     # the check spanning the average's and the trainer's configs is the recipe's
     with pytest.raises(ConfigError, match="schedule"):
-        SelfPlayConfigs.build(average_policy=True, lr_scheduler_type="linear")
-    SelfPlayConfigs.build(average_policy=True, lr_scheduler_type="linear", distill_steps=0)
+        SelfPlayConfigs.from_values(average_policy=True, lr_scheduler_type="linear")
+    SelfPlayConfigs.from_values(average_policy=True, lr_scheduler_type="linear", distill_steps=0)
     c = AverageConfig(average_every=5, average_start=10, average_weighting="linear")
     assert [s for s in range(30) if c.averaged_at(s)] == [10, 15, 20, 25]
     assert c.weight_at(20) == 11.0

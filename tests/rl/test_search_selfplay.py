@@ -362,3 +362,10 @@ def test_nim_run_raises_optimal_move_probability(tmp_path):
     rows = read_jsonl(tmp_path / "nim" / "metrics.jsonl")
     first, last = rows[0]["eval/raw_optimal_move_prob"], rows[-1]["eval/raw_optimal_move_prob"]
     assert last > first + 0.1, (first, last)
+
+
+def test_the_old_build_name_is_one_line_naming_make_search_selfplay():
+    from lmselfplay.search_selfplay import steps
+
+    with pytest.raises(AttributeError, match="make_search_selfplay"):
+        steps.build  # noqa: B018

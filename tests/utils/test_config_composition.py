@@ -231,7 +231,7 @@ def test_each_key_goes_to_the_class_that_declares_it(tmp_path):
     both = _Both.parse(["--max_steps", "2"])  # the container's defaults lie under the YAML and flags
     assert both.part.rate == 0.25 and both.loop.max_steps == 2
     assert both.as_dict() == {"max_steps": 2, "label": "x", "rate": 0.25, "sizes": [1]}
-    assert _Both.build(rate=1.0, label="b") == _Both(_Loop(label="b"), _Part(rate=1.0))
+    assert _Both.from_values(rate=1.0, label="b") == _Both(_Loop(label="b"), _Part(rate=1.0))
     with pytest.raises(ConfigError, match="rate times max_steps"):  # the check spanning two parts
         _Both.parse(["--max_steps", "50"])
 
@@ -343,3 +343,8 @@ def test_help_shows_the_recipes_own_arguments_first(name):
     titles = [line[:-1] for line in out.getvalue().splitlines() if line.endswith("):")]
     assert titles[0] == own._argument_group_name, titles[:3]
     assert [type(c) for c in parse_configs(cls.classes(), [], cls.defaults, first=own)] == list(cls.classes())
+
+
+def test_the_old_build_name_is_one_line_naming_from_values():
+    with pytest.raises(AttributeError, match=r"_Both\.from_values"):
+        _Both.build(rate=1.0)
