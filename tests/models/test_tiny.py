@@ -271,8 +271,8 @@ def test_config_validation_and_keys():
         tiny.TinyConfig(task_weights="nim=lots").weights()
     w = tiny.TinyConfig().weights()
     assert set(w) == {"nim", "nim_misere", "tictactoe", "kuhn_poker", "go9", "taboo", "arithmetic",
-                      "programs", "reading", "grid_reading", "two_option", "reasoning_gym"}
-    assert w["grid_reading"] == 0 and w["two_option"] == 0  # off in the default build
+                      "programs", "reading", "grid_reading", "two_option", "reasoning_gym", "sum_writing"}
+    assert w["grid_reading"] == 0 and w["two_option"] == 0 and w["sum_writing"] == 0  # off in the default build
     assert "taboo" in tiny.TinyConfig(games="all").game_names()  # free text, scripted players
     assert w["tictactoe"] == 8 and w["reading"] == 3
 
