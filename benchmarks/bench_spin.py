@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -34,6 +35,7 @@ from lmselfplay.spin.config import SpinConfigs
 from lmselfplay.spin.held_out import held_out_scores, mean_ci_half_width, summarize
 from lmselfplay.spin.pairs import tokenize_pairs
 from lmselfplay.spin.trainers import load_model, sft_phase
+from lmselfplay.utils.errors import run_main
 from lmselfplay.utils.metrics_logger import read_jsonl
 from lmselfplay.utils.recipe_loader import run_recipe
 from lmselfplay.utils.results import save_results
@@ -149,7 +151,7 @@ def fmt(row):
             f"{row['paired/loglik_change']:+6.2f} +- {row['paired/loglik_change_ci']:4.2f}  {row['eval/margin']:6.2f}")
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", default=str(ROOT / "recipes" / "configs" / "spin.yaml"))
     ap.add_argument("--seed", type=int, default=0)
@@ -169,7 +171,7 @@ def main():
     ap.add_argument("--plateau-max-rounds", type=int, default=8)
     ap.add_argument("--name", default="bench_spin")
     ap.add_argument("--threads", type=int, default=1)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     import torch
 
 
@@ -217,4 +219,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_main(main))

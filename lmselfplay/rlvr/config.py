@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from lmselfplay.rl.configs import PolicyGradientConfigs
 from lmselfplay.tasks.task_sets import parse_spec
-from lmselfplay.utils.config import Config, ConfigError, non_negative, positive
+from lmselfplay.utils.config import Config, ConfigError, json_object, non_negative, positive
 from lmselfplay.utils.run import PeriodicCheckpoints
 
 ADVANTAGES = ("group", "reward")
@@ -54,15 +53,7 @@ class RLVRArgs(Config):
 
     def task_settings(self) -> dict[str, Any]:
         """``task_config`` as a mapping (ConfigError naming the field when it is not JSON of one)."""
-        if not self.task_config:
-            return {}
-        try:
-            value = json.loads(self.task_config)
-        except ValueError:
-            raise ConfigError(f"task_config must be a JSON object, got {self.task_config!r}") from None
-        if not isinstance(value, dict):
-            raise ConfigError(f"task_config must be a JSON object, got {self.task_config!r}")
-        return value
+        return json_object(self, "task_config")
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,14 @@ from typing import Any, ClassVar
 
 from lmselfplay.lm.sampling import SamplingConfig
 from lmselfplay.models.policy import PolicyConfig
-from lmselfplay.utils.config import Config, ConfigError, Configs, non_negative, positive
+from lmselfplay.utils.config import (
+    Config,
+    ConfigError,
+    Configs,
+    json_object,
+    non_negative,
+    positive,
+)
 from lmselfplay.utils.run import RunConfig
 
 
@@ -24,13 +31,15 @@ class SpinArgs(Config):
     TRL's); the policy's, the sampling's and the run's fields are in their own configs (:class:`SpinConfigs`)."""
 
     _argument_group_name = "spin (lmselfplay.spin.config.SpinArgs)"
-    resume_fixed: ClassVar[frozenset[str]] = frozenset({"dataset", "dataset_split"})
+    resume_fixed: ClassVar[frozenset[str]] = frozenset({"dataset", "dataset_split", "dataset_config"})
     # data
     dataset: str | None = field(default=None, metadata={
         "help": "datasets name, .jsonl/.json/.parquet/.csv file or save_to_disk folder with "
                 "prompt+answer (or prompt+completion, question+answer, messages); "
                 "default: the project's arithmetic word problems"})
     dataset_split: str = field(default="train", metadata={"help": "split of the dataset to use"})
+    dataset_config: str = field(default="", metadata={
+        "help": "dataset reasoning_gym:<task>: the task's settings as JSON, e.g. '{\"min_terms\": 3, \"max_terms\": 3}'"})
     num_train_examples: int = field(default=256, metadata={"help": "training prompts (SPIN's data set size)"})
     num_eval_examples: int = field(default=64, metadata={"help": "held-out prompts for accuracy and likelihood"})
     # SPIN
@@ -60,7 +69,12 @@ class SpinArgs(Config):
     seed: int = field(default=0, metadata={"help": "seed of data, sampling and training"})
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
 
+    def dataset_settings(self) -> dict:
+        """``dataset_config`` as a mapping (ConfigError naming the field when it is not JSON of one)."""
+        return json_object(self, "dataset_config")
+
     def validate(self) -> None:
+        self.dataset_settings()
         positive(self, "num_train_examples", "spin_iterations", "generation_batch_size",
                  "num_train_epochs", "per_device_train_batch_size", "gradient_accumulation_steps",
                  "logging_steps", "save_steps")

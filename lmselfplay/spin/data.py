@@ -6,6 +6,8 @@ Sources (``load_supervised``):
   (:func:`lmselfplay.tasks.arithmetic.arithmetic_problem`), generated from a seed, no download;
 * a local file: ``.jsonl`` / ``.json`` / ``.parquet`` / ``.csv``, or a folder written by
   ``Dataset.save_to_disk``;
+* ``reasoning_gym:<task>`` -> a reasoning-gym task (its settings: ``dataset_config``), held-out and
+  training items split as the positive control splits them (:func:`reasoning_gym_pairs`);
 * anything else is passed to ``datasets.load_dataset(name, split=split)``.
 
 Accepted columns, first match wins: ``prompt`` + ``answer``, ``prompt`` + ``completion``,
@@ -76,6 +78,35 @@ def arithmetic_pairs(n: int, seed: int, exclude: set[str] | None = None) -> list
     return rows
 
 
+def reasoning_gym_pairs(source: str, num_train: int, num_eval: int, seed: int,
+                        config: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``reasoning_gym:<task>``: the task set's held-out items (the dataset of ``seed``) and
+    ``num_train`` distinct training items of its training stream, which never meets them
+    (:class:`~lmselfplay.tasks.task_sets.TaskSet`); answers are ``<answer>N</answer>``, matched whole."""
+    from lmselfplay.tasks.task_sets import TaskSet
+
+    if num_train < 1:
+        raise SpinDataError("num_train_examples must be >= 1 for a reasoning-gym data set")
+    try:
+        tasks = TaskSet(source, num_eval, seed=seed, task_config=config, heldout_seed=seed)
+    except ValueError as e:
+        raise SpinDataError(str(e)) from None
+    rows: dict[str, dict[str, Any]] = {}
+    for step in range(100 * num_train):
+        if len(rows) >= num_train:
+            break
+        for t in tasks.training_batch(step, 16):
+            rows.setdefault(t.prompt, _tagged_row(t))
+    if len(rows) < num_train:
+        raise SpinDataError(f"{source} with {config}: only {len(rows)} distinct training questions; "
+                            "lower num_train_examples or widen dataset_config")
+    return list(rows.values())[:num_train], [_tagged_row(t) for t in tasks.heldout]
+
+
+def _tagged_row(item: Any) -> dict[str, Any]:
+    return {"prompt": item.prompt, "answer": f"<answer>{item.answer}</answer>", "final": None}
+
+
 def _load_raw(source: str, split: str) -> Any:
     import datasets
 
@@ -138,7 +169,8 @@ def normalise(ds: Any, name: str) -> list[dict[str, Any]]:
 
 
 def load_supervised(source: str | None, num_train: int, num_eval: int, seed: int = 0,
-                    split: str = "train") -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+                    split: str = "train", config: dict[str, Any] | None = None,
+                    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(train rows, held-out rows). Held-out prompts never appear in train.
 
     A loaded set is shuffled with ``seed``; the first ``num_eval`` distinct prompts are
@@ -151,6 +183,8 @@ def load_supervised(source: str | None, num_train: int, num_eval: int, seed: int
             raise SpinDataError("num_train_examples must be >= 1 for the generated data set")
         held_out = arithmetic_pairs(num_eval, seed + 1)
         return arithmetic_pairs(num_train, seed, exclude={r["prompt"] for r in held_out}), held_out
+    if source.startswith("reasoning_gym:"):
+        return reasoning_gym_pairs(source, num_train, num_eval, seed, config or {})
     rows = normalise(_load_raw(source, split), source)
     random.Random(seed).shuffle(rows)
     held_out, held_prompts, train = [], set(), []

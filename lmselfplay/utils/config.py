@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 import re
 import sys
@@ -60,6 +61,21 @@ def positive(cfg: Any, *names: str) -> None:
     """ConfigError naming the first field of ``names`` that is not a finite number > 0."""
     _check_numbers(cfg, names, lambda v: v > 0, "> 0")
 
+
+
+def json_object(cfg: Any, name: str) -> dict[str, Any]:
+    """Field ``name`` of ``cfg``, a JSON object given as text, as a mapping (empty text: ``{}``);
+    a ConfigError naming the field when it is not JSON of an object."""
+    text = getattr(cfg, name)
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise ConfigError(f"{name} must be a JSON object, got {text!r}") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{name} must be a JSON object, got {text!r}")
+    return value
 
 def non_negative(cfg: Any, *names: str) -> None:
     """ConfigError naming the first field of ``names`` that is not a finite number >= 0
