@@ -414,6 +414,20 @@ REGISTRY: list[Command] = [
     Command("python benchmarks/bench_heldout_overlap.py --models embedded:v8 runs/rlvr/final_model "
             "--name heldout_overlap_chain_sum", subs=((" runs/rlvr/final_model", ""), ("heldout_overlap_chain_sum", "overlap_check")),
             extra="--heldout-size 8", output=r"results: \S+/overlap_check\.json"),
+    Command("python benchmarks/bench_spin.py --set model_name_or_path=embedded:v8 dataset=reasoning_gym:chain_sum "
+            "'dataset_config={\"min_terms\":3,\"max_terms\":3,\"min_digits\":1,\"max_digits\":1}' max_completion_length=16 "
+            "--control-epochs 5 --name bench_spin_chain_sum_v8",
+            subs=(("{", "{{"), ("}", "}}"), ("--control-epochs 5", "--control-epochs 1"),
+                  ("max_completion_length=16", "max_completion_length=16 " + SPIN_SET.removeprefix("--set ")),
+                  ("bench_spin_chain_sum_v8", "spin_rg_check")),
+            output=r"results: \S+/spin_rg_check\.json"),
+    Command("python benchmarks/bench_spin.py --set model_name_or_path=embedded:v8 dataset=reasoning_gym:chain_sum "
+            "'dataset_config={\"min_terms\":3,\"max_terms\":3,\"min_digits\":1,\"max_digits\":1}' max_completion_length=16 "
+            "--plateau --name bench_spin_chain_sum_v8_plateau",
+            subs=(("{", "{{"), ("}", "}}"),
+                  ("max_completion_length=16", "max_completion_length=16 " + SPIN_SET.removeprefix("--set ")),
+                  ("bench_spin_chain_sum_v8_plateau", "spin_rg_plateau_check")),
+            extra="--plateau-max-rounds 1", output=r"results: \S+/spin_rg_plateau_check\.json", slow=True),
     Command(".venv/bin/python benchmarks/bench_rlvr.py", slow=True,
             extra="--seeds 0 --max-steps 1 --prompts-per-step 2 --num-generations 2 --heldout-size 4 --eval-every 0 "
                   "--max-new-tokens 6 --name rlvr_check", output=r"results: \S+/rlvr_check\.json"),
