@@ -42,9 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from lmselfplay.r_zero.config import RZeroConfigs
+from lmselfplay.r_zero.config import TASK_SETS, RZeroConfigs
 from lmselfplay.rlvr.config import RLVRArgs, RLVRConfigs
-from lmselfplay.tasks.sums import CHAIN_SUM_CONFIG, SUM_TASK
 from lmselfplay.utils.checkpoint import atomic_write_text
 from lmselfplay.utils.config import Config
 from lmselfplay.utils.curves import Line, plot_lines
@@ -115,8 +114,8 @@ def fixed_arm_config(cfg: RefereeStudyConfigs, output_dir: Path) -> RLVRConfigs:
     (:func:`lmselfplay.r_zero.steps.heldout_tasks` draws the same ones), an evaluation every
     solver_steps updates."""
     rz = cfg.rzero
-    task, task_config = (SUM_TASK, json.dumps(CHAIN_SUM_CONFIG)) if rz.task_form == "sum" else (rz.task_form, "")
-    args = RLVRArgs(task=task, task_config=task_config, heldout_size=rz.heldout_size, heldout_seed=cfg.trainer.seed,
+    task, settings = TASK_SETS[rz.task_form]
+    args = RLVRArgs(task=task, task_config=json.dumps(settings) if settings else "", heldout_size=rz.heldout_size, heldout_seed=cfg.trainer.seed,
                     max_steps=rz.rounds * rz.solver_steps, prompts_per_step=rz.solver_batch,
                     num_generations=rz.solver_group_size, max_new_tokens=rz.solver_max_new_tokens,
                     eval_every=rz.solver_steps, check_timeout_s=rz.check_timeout_s)

@@ -8,10 +8,14 @@ from typing import ClassVar
 
 from lmselfplay.lm.engines.factory import check_sleep_mode_engines
 from lmselfplay.rl.configs import PolicyGradientConfigs
+from lmselfplay.tasks.sums import CHAIN_SUM_CONFIG, SUM_TASK
 from lmselfplay.utils.config import Config, ConfigError, non_negative, positive
 from lmselfplay.verifiers.executor import ExecutorConfig
 
 GROUNDED = {"arithmetic": "rules", "program": "executor", "sum": "rules"}  # the referee that knows each form's truth
+# the positive control's task set (spec, settings) of each form's questions: R-Zero's held-out set is its held-out
+# items, and the referee study's fixed arm trains on it
+TASK_SETS = {"arithmetic": ("arithmetic", {}), "program": ("program", {}), "sum": (SUM_TASK, CHAIN_SUM_CONFIG)}
 
 
 @dataclass

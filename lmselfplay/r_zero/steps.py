@@ -33,18 +33,16 @@ from lmselfplay.lm.engines import SamplingParams, generate_fitting, make_engine
 from lmselfplay.lm.prompt import encode_prompt
 from lmselfplay.lm.trajectory import Sample
 from lmselfplay.models.policy import load_policy
-from lmselfplay.r_zero.config import RZeroConfigs
+from lmselfplay.r_zero.config import TASK_SETS, RZeroConfigs
 from lmselfplay.rl.advantages import group_advantages
 from lmselfplay.rl.overlap import OverlappedRollouts, rollouts_for, serving_all
 from lmselfplay.rl.repetition import repetition_penalty
 from lmselfplay.rl.rewards import proposer_rewards
 from lmselfplay.rl.trainer import PolicyTrainer
 from lmselfplay.tasks.answer_formats import with_instruction
-from lmselfplay.tasks.arithmetic import QUESTION_WRITE_PROMPT, arithmetic_problem, arithmetic_prompt
+from lmselfplay.tasks.arithmetic import QUESTION_WRITE_PROMPT, arithmetic_prompt
 from lmselfplay.tasks.programs import program_output_prompt, program_write_prompt, python_program
 from lmselfplay.tasks.sums import (
-    CHAIN_SUM_CONFIG,
-    SUM_TASK,
     SUM_WRITE_PROMPT,
     sum_expression,
     sum_question,
@@ -163,31 +161,27 @@ class RZero:
 
 
 def heldout_tasks(cfg: RZeroConfigs) -> list[Question]:
-    """The fixed held-out set: generated ground-truth questions of the held-out bucket
-    (:func:`~lmselfplay.tasks.task_sets.is_heldout`, the split every training stream of the
-    project skips, the embedded model's corpus included), drawn by a stream of their own."""
-    if cfg.rzero.task_form == "sum":
-        return sum_heldout(cfg.rzero.heldout_size, cfg.trainer.seed)
-    rng = random.Random(f"heldout/{cfg.trainer.seed}")
+    """The fixed held-out set: the held-out items of the form's task set (:data:`TASK_SETS`; for
+    generated questions the held-out bucket that every training stream of the project skips, the
+    embedded model's corpus included), the set the referee study's fixed arm evaluates too."""
+    if cfg.rzero.task_form == "program":
+        return program_heldout(cfg.rzero.heldout_size, cfg.trainer.seed)
+    spec, settings = TASK_SETS[cfg.rzero.task_form]
+    items = TaskSet(spec, cfg.rzero.heldout_size, task_config=settings, heldout_seed=cfg.trainer.seed).heldout
+    return [Question(f"heldout-{i}", cfg.rzero.task_form, t.prompt, t.question, answer=t.answer)
+            for i, t in enumerate(items)]
+
+
+def program_heldout(n: int, seed: int) -> list[Question]:
+    """The program task set's held-out items (the same draws as :class:`TaskSet`'s), each question
+    the program alone, as a challenger's program question is (the held-out exclusion compares them)."""
+    rng = random.Random(f"heldout/{seed}")
     out: list[Question] = []
-    while len(out) < cfg.rzero.heldout_size:
-        i = len(out)
-        if cfg.rzero.task_form == "arithmetic":
-            p = arithmetic_problem(rng)
-            if is_heldout(p["prompt"]):
-                out.append(Question(f"heldout-{i}", "arithmetic", arithmetic_prompt(p), p["prompt"], answer=p["final"]))
-        else:
-            t = python_program(rng)
-            if is_heldout(t["code"] + t["input"]):
-                out.append(Question(f"heldout-{i}", "program", program_output_prompt(t), t["code"], answer=t["output"]))
+    while len(out) < n:
+        t = python_program(rng)
+        if is_heldout(t["code"] + t["input"]):
+            out.append(Question(f"heldout-{len(out)}", "program", program_output_prompt(t), t["code"], answer=t["output"]))
     return out
-
-
-def sum_heldout(n: int, seed: int) -> list[Question]:
-    """``task_form: sum``: the positive control's held-out items (reasoning-gym chain_sum, the
-    dataset of ``seed``), the held-out set the fixed arm of the referee study evaluates too."""
-    items = TaskSet(SUM_TASK, n, task_config=CHAIN_SUM_CONFIG, heldout_seed=seed).heldout
-    return [Question(f"heldout-{i}", "sum", t.prompt, t.question, answer=t.answer) for i, t in enumerate(items)]
 
 
 def sum_task(task_id: str, text: str) -> tuple[Question | None, str | None]:
