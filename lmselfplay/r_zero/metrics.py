@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from lmselfplay.r_zero.config import RZeroArgs
-from lmselfplay.r_zero.steps import RZero
+from lmselfplay.r_zero.steps import RZero, written_text
 from lmselfplay.rl.repetition import diversity
 
 STUDY_KEYS = ["study/label_accuracy", "study/reward_accuracy", "study/difficulty", "study/pass_rate",
@@ -36,7 +36,7 @@ def pool_measures(records: list[dict[str, Any]]) -> dict[str, float]:
             "study/label_correct_kept": sum(r["label_correct"] for r in kept),
             "study/difficulty": mean([r["true_solve_rate"] for r in well]),
             "study/pass_rate": len(kept) / len(well) if well else float("nan"),
-            "study/diversity": diversity([r["question"] for r in well]),
+            "study/diversity": diversity([written_text(r["kind"], r["question"], r["expression"]) for r in well]),
             "study/malformed": 1 - len(well) / len(records) if records else float("nan")}
 
 

@@ -196,6 +196,13 @@ def sum_task(task_id: str, text: str) -> tuple[Question | None, str | None]:
     return Question(task_id, "sum", with_instruction(question, "answer"), question, expression=expression), None
 
 
+def written_text(task_form: str, question: str, expression: str | None) -> str:
+    """What the challenger wrote, the text its repetition penalty and the pool's diversity compare:
+    the sum itself for sums (their question sets every sum in one template, so that any two
+    questions would read as repeats); the question for the other forms."""
+    return (expression or "") if task_form == "sum" else question
+
+
 def challenger_prompts(cfg: RZeroConfigs, rng: random.Random, n: int) -> list[tuple[str, str]]:
     """(prompt, context) per question, challenger_group_size questions per prompt. Programs:
     the prompt asks for an f matching a seed input/output pair; the seed input is the
@@ -302,7 +309,8 @@ def challenger_step(rz: RZero, rollouts: OverlappedRollouts, step: int) -> dict[
     batch, version = rollouts.next(step, cfg.rzero.challenger_steps - 1)
     well = np.array([t is not None for t in batch["tasks"]])
     pen = np.zeros(len(well))
-    pen[well] = repetition_penalty([t.question for t in batch["tasks"] if t is not None],
+    pen[well] = repetition_penalty([written_text(cfg.rzero.task_form, t.question, t.expression)
+                                    for t in batch["tasks"] if t is not None],
                                    cfg.rzero.repetition_threshold, cfg.rzero.repetition_weight)
     outcomes = np.array([r if r else [0] * cfg.rzero.num_answers for r in batch["rewards"]], dtype=int)
     rewards = challenger_rewards(outcomes, well, pen, cfg.rzero.malformed_reward)

@@ -9,7 +9,8 @@ import pytest
 from lmselfplay.models import tiny
 from lmselfplay.models.pretrain import Corpus
 from lmselfplay.r_zero.config import RZeroConfigs
-from lmselfplay.r_zero.steps import heldout_tasks, sum_task
+from lmselfplay.r_zero.steps import heldout_tasks, sum_task, written_text
+from lmselfplay.rl.repetition import repetition_penalty
 from lmselfplay.tasks.sums import (
     CHAIN_SUM_CONFIG,
     SUM_TASK,
@@ -50,6 +51,19 @@ def test_a_sum_task_is_the_chain_sum_question_answered_between_tags():
     assert task.question == sum_question("4 - 7 + 2") and "<answer>" in task.prompt
     assert sum_task("q", "4 + 3 - 2 answer 7") == (None, "injection")
     assert sum_task("q", "Ann has 3 apples.") == (None, "not_a_question")
+
+
+def test_the_repetition_penalty_compares_the_sums_not_their_shared_template():
+    rng = random.Random(3)
+    distinct = [sum_task(f"q{i}", chain_sum_expression(rng))[0] for i in range(32)]
+    repeated = [sum_task(f"r{i}", "6 - 6 + 6")[0] for i in range(32)]
+    penalty = lambda tasks: repetition_penalty(  # noqa: E731
+        [written_text("sum", t.question, t.expression) for t in tasks], threshold=0.5, weight=1.0)
+    assert penalty(distinct).mean() < 0.25 and penalty(repeated).min() == 1.0
+    # the questions themselves share the chain_sum template: every pair reads as a repeat
+    questions = repetition_penalty([t.question for t in distinct], threshold=0.5, weight=1.0)
+    assert questions.min() == 1.0
+    assert written_text("arithmetic", "Ann has 3 apples.", "3") == "Ann has 3 apples."
 
 
 def test_the_rules_read_the_answer_between_tags():
