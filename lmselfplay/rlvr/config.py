@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from lmselfplay.rl.configs import PolicyGradientConfigs
 from lmselfplay.tasks.task_sets import parse_spec
@@ -19,6 +19,7 @@ class RLVRArgs(Config):
     """The positive control's own fields: the task set, the group, the budgets, the evaluation."""
 
     _argument_group_name = "rlvr (lmselfplay.rlvr.config.RLVRArgs)"
+    resume_fixed: ClassVar[frozenset[str]] = frozenset({"task", "task_config"})
     task: str = field(default="arithmetic", metadata={
         "help": "arithmetic | program | reasoning_gym:<task> | jsonl:<path> (lines {\"question\", \"answer\"})"})
     task_config: str = field(default="", metadata={

@@ -101,7 +101,7 @@ FIXED_NAMES = frozenset({
     "games", "game", "game_args", "task_form", "task_families", "reasoning_gym_datasets", "dataset_path",
     "dataset", "dataset_split", "dataset_config", "model_name_or_path", "use_lora", "lora_r", "lora_target_modules", "network",
     "hidden", "blocks", "value_width", "q_head", "two_copies", "league_capacity", "league_hall_capacity",
-    "replay_window", "bank_size", "pool_size",
+    "replay_window", "bank_size", "pool_size", "task", "task_config",
 })
 ALL_CONFIGS = {**RECIPE_CONFIGS, "referee_study": RefereeStudyConfigs}
 
