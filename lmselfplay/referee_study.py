@@ -159,6 +159,7 @@ def table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             t[f"{m}_lo"], t[f"{m}_hi"] = wilson(k, int(n)) if n else (float("nan"), float("nan"))
             t[f"{m}_n"] = int(n)
         t["n_kept"] = r.get("study/n_kept", 0)
+        t["n_kept_distinct"] = r.get("study/n_kept_distinct", 0)
         out.append(t)
     return out
 
@@ -214,14 +215,14 @@ def plot(study_dir: Path, rows: list[dict[str, Any]], out: Path | None = None) -
 
 def print_table(rows: list[dict[str, Any]]) -> None:
     head = ["referee", "it", "label_acc [95% CI]", "label_all", "reward_acc", "difficulty", "pass", "diversity",
-            "heldout", "kept"]
+            "heldout", "kept", "distinct"]
     print(" | ".join(head))
     for r in rows:
         ci = (f"{r['label_accuracy']:.2f} [{r['label_accuracy_lo']:.2f},{r['label_accuracy_hi']:.2f}]"
               if r.get("label_accuracy_n") else "-")
         print(" | ".join([r["referee"], str(r["iteration"]), ci] + [f"{r[m]:.2f}" for m in (
             "label_accuracy_all", "reward_accuracy", "difficulty", "pass_rate", "diversity", "heldout_accuracy")]
-            + [str(r["n_kept"])]))
+            + [str(r["n_kept"]), str(r["n_kept_distinct"])]))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,12 +25,13 @@ STUDY_KEYS = ["study/label_accuracy", "study/reward_accuracy", "study/difficulty
 
 def pool_measures(records: list[dict[str, Any]]) -> dict[str, float]:
     """Step 4, from the pool: label accuracy on the kept questions (the ones the loop
-    trains on) and on all checkable ones, difficulty (true solve rate), pass rate,
-    diversity, malformed share."""
+    trains on) and on all checkable ones, how many distinct questions were kept, difficulty
+    (true solve rate), pass rate, diversity, malformed share."""
     well = [r for r in records if r["well_formed"] and r["truth"]]
     kept = [r for r in well if r["kept"]]
     mean = lambda xs: float(np.mean(xs)) if xs else float("nan")  # noqa: E731
     return {"study/label_accuracy": mean([r["label_correct"] for r in kept]), "study/n_kept": len(kept),
+            "study/n_kept_distinct": len({written_text(r["kind"], r["question"], r["expression"]) for r in kept}),
             "study/label_accuracy_all": mean([r["label_correct"] for r in well if r["label"]]),
             "study/n_labelled": sum(bool(r["label"]) for r in well),
             "study/label_correct_kept": sum(r["label_correct"] for r in kept),

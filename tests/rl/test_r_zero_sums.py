@@ -66,6 +66,20 @@ def test_the_repetition_penalty_compares_the_sums_not_their_shared_template():
     assert written_text("arithmetic", "Ann has 3 apples.", "3") == "Ann has 3 apples."
 
 
+def test_the_pool_counts_its_distinct_kept_sums_and_their_diversity():
+    from lmselfplay.r_zero.metrics import pool_measures
+
+    def record(expression, kept):
+        task, _ = sum_task("q", expression)
+        return {"kind": "sum", "question": task.question, "expression": expression, "well_formed": True,
+                "truth": "1", "label": "1", "kept": kept, "label_correct": True, "true_solve_rate": 0.5}
+
+    varied = [record(e, True) for e in ("4 - 9 + 2", "5 + 1 + 9", "0 - 6 - 3", "4 + 4 - 1")]
+    alike = [record("6 + 6 + 6", True)] * 3 + [record("4 - 9 + 2", False)]
+    assert pool_measures(varied)["study/n_kept_distinct"] == 4 and pool_measures(alike)["study/n_kept_distinct"] == 1
+    assert pool_measures(varied)["study/diversity"] > 0.5 > pool_measures(alike)["study/diversity"]
+
+
 def test_the_rules_read_the_answer_between_tags():
     matcher = AnswerMatcher()
     try:
