@@ -75,10 +75,10 @@ ROOT = Path(__file__).resolve().parents[1]
 def make_run(cfg):
     model, tok = load_policy(cfg.policy, device="cpu")
     trainer = PolicyTrainer(model, tok, cfg.trainer, total_steps=cfg.selfplay.max_steps, target_loss=cfg.target_loss,
-                            temperature=cfg.sampling.temperature)
+                            temperature=cfg.sampling.temperature, seed=cfg.run.seed)
     return trainer, make_engine(cfg.engine, trainer.unwrapped, tok, answer_budget=cfg.selfplay.answer_budget(),
                                 temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p,
-                                seed=cfg.trainer.seed), tok
+                                seed=cfg.run.seed), tok
 
 
 def step_batch(cfg, games, with_eval=True):

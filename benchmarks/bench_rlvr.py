@@ -70,9 +70,9 @@ def run_ours(a: argparse.Namespace, seed: int, out: Path) -> tuple[list[dict], f
     return [r for r in rows if "eval/heldout/accuracy" in r], time.perf_counter() - t0
 
 
-def trainer_config(a: argparse.Namespace, seed: int, **kw: Any) -> TrainerConfig:
+def trainer_config(a: argparse.Namespace, **kw: Any) -> TrainerConfig:
     fields = {"learning_rate": a.learning_rate, "warmup_steps": a.warmup_steps, "num_iterations": a.num_iterations,
-              "beta": a.beta, "seed": seed}
+              "beta": a.beta}
     cfg = TrainerConfig(**(fields | kw))
     cfg.validate()
     return cfg
@@ -81,8 +81,8 @@ def trainer_config(a: argparse.Namespace, seed: int, **kw: Any) -> TrainerConfig
 def run_sft(a: argparse.Namespace, seed: int, tasks: TaskSet, referee: TaskReferee) -> tuple[list[dict], float]:
     torch.manual_seed(seed)
     model, tok = load_policy(PolicyConfig(model_name_or_path=a.model), device="cpu")
-    trainer = PolicyTrainer(model, tok, trainer_config(a, seed, num_iterations=1, beta=0.0),
-                            total_steps=a.max_steps, surrogate=SurrogateConfig())
+    trainer = PolicyTrainer(model, tok, trainer_config(a, num_iterations=1, beta=0.0),
+                            total_steps=a.max_steps, surrogate=SurrogateConfig(), seed=seed)
     engine = HFEngine(trainer.unwrapped, tok)
     rows = [{"step": 0, **heldout(trainer.unwrapped, tok, tasks.heldout, referee, a.max_new_tokens)}]
     t0 = time.perf_counter()

@@ -143,9 +143,10 @@ class OurRunner:
     """One batch = HFEngine.generate -> rewards -> group advantages -> PolicyTrainer.step."""
 
     def __init__(self, name: str, model: Any, tok: Any, cfg: TrainerConfig, accelerator: Any,
-                 sampling: SamplingParams, G: int, surrogate: SurrogateConfig):
+                 sampling: SamplingParams, G: int, surrogate: SurrogateConfig, seed: int):
         self.name, self.G, self.sampling = name, G, sampling
-        self.trainer = PolicyTrainer(model, tok, cfg, accelerator=accelerator, total_steps=10**6, surrogate=surrogate)
+        self.trainer = PolicyTrainer(model, tok, cfg, accelerator=accelerator, total_steps=10**6, surrogate=surrogate,
+                                     seed=seed)
         self.engine = HFEngine(self.trainer.unwrapped, tok)
         self.timing = Timing()
 
@@ -331,9 +332,9 @@ def main() -> None:
             cfg = TrainerConfig(learning_rate=args.lr, weight_decay=0.0, max_grad_norm=1.0,
                                 lr_scheduler_type="constant", gradient_accumulation_steps=1,
                                 num_iterations=args.num_iterations, beta=args.beta,
-                                temperature=1.0, merge_identical=merge, seed=args.seed)
+                                temperature=1.0, merge_identical=merge)
             ours.append(OurRunner(name, copy.deepcopy(base), tok, cfg, acc, sampling, args.num_generations,
-                                  SurrogateConfig(epsilon=args.epsilon)))
+                                  SurrogateConfig(epsilon=args.epsilon), args.seed))
         trl_timing = Timing()
         clock = TRLClock(trl_trainer)
         trl_trainer.add_callback(make_callback(trl_trainer, clock, ours, batches, args, trl_timing))

@@ -115,7 +115,7 @@ def fixed_arm_config(cfg: RefereeStudyConfigs, output_dir: Path) -> RLVRConfigs:
     solver_steps updates."""
     rz = cfg.rzero
     task, settings = TASK_SETS[rz.task_form]
-    args = RLVRArgs(task=task, task_config=json.dumps(settings) if settings else "", heldout_size=rz.heldout_size, heldout_seed=cfg.trainer.seed,
+    args = RLVRArgs(task=task, task_config=json.dumps(settings) if settings else "", heldout_size=rz.heldout_size, heldout_seed=cfg.run.seed,
                     max_steps=rz.rounds * rz.solver_steps, prompts_per_step=rz.solver_batch,
                     num_generations=rz.solver_group_size, max_new_tokens=rz.solver_max_new_tokens,
                     eval_every=rz.solver_steps, check_timeout_s=rz.check_timeout_s)

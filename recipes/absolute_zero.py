@@ -77,10 +77,10 @@ def main(argv=None):
         model, tok = load_policy(cfg.policy, device=str(acc.device))
         trainer = PolicyTrainer(model, tok, cfg.trainer, accelerator=acc, total_steps=args.max_steps,
                                 ref_model=reference_policy(cfg.policy, cfg.trainer.beta, model, str(acc.device)),
-                                surrogate=cfg.surrogate, temperature=cfg.sampling.temperature)
+                                surrogate=cfg.surrogate, temperature=cfg.sampling.temperature, seed=cfg.run.seed)
         engine = run.closing(make_engine(cfg.engine, trainer.unwrapped, tok, answer_budget=args.answer_budget(),
                                          temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p,
-                                         seed=cfg.trainer.seed))
+                                         seed=cfg.run.seed))
         referee = SharedReferee(run.closing(CodeReferee(cfg.executor)))  # sandboxes end with the run
         heldout = heldout_tasks(cfg, referee)
         buffers = seed_buffers(cfg, referee, {task_key(t) for ts in heldout.values() for t in ts})

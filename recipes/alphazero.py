@@ -58,13 +58,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     torch.set_num_threads(args.torch_threads)
     with Run(cfg.run, cfg.as_dict(), resume_fixed=cfg.fixed_on_resume(),
              checkpoint_every=cfg.checkpoints.checkpoint_every, trains_with="state") as run:
-        torch.manual_seed(args.seed)
+        torch.manual_seed(cfg.run.seed)
         game, face, net = make_game_and_network(args)
         exact = game.exact_metric == OPTIMAL_MOVES  # the solver labels every move: exact opponent and rates
         opt = torch.optim.Adam(net.parameters(), lr=args.learning_rate)
-        alpha = cfg.puct.dirichlet_alpha or alpha_for(face, game, seed=args.seed)
+        alpha = cfg.puct.dirichlet_alpha or alpha_for(face, game, seed=cfg.run.seed)
         settings = selfplay_settings(args, cfg.puct, alpha)
-        p = Progress(random.Random(args.seed), np.random.default_rng(args.seed), snapshot(net))
+        p = Progress(random.Random(cfg.run.seed), np.random.default_rng(cfg.run.seed), snapshot(net))
         start = restore(run, args, net, opt, p)
         run.report_start(start, "iteration")
         run.open_log(start - 1 if run.checkpoint is not None else None)

@@ -69,9 +69,9 @@ def make_debate(cfg: DebateConfigs, run) -> Debate:
                            args.judge_dtype, hidden_context=cfg.protocol.hidden_context,
                            max_prompt_tokens=cfg.protocol.max_prompt_tokens)
     trainer = PolicyTrainer(model, tok, cfg.trainer, accelerator=run.acc, ref_model=ref, total_steps=args.max_steps,
-                            surrogate=cfg.surrogate, temperature=cfg.sampling.temperature)
+                            surrogate=cfg.surrogate, temperature=cfg.sampling.temperature, seed=cfg.run.seed)
     engine = make_engine(cfg.engine, trainer.unwrapped, tok, answer_budget=cfg.answer_budget(),
-                         temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p, seed=cfg.trainer.seed)
+                         temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p, seed=cfg.run.seed)
     return Debate(pool, eval_set, tok, judge, trainer, run.closing(engine),
                   RoleBaselines(args.baseline_decay), {})
 

@@ -66,10 +66,10 @@ def train(cfg: RLVRConfigs) -> Path:
         model, tok = load_policy(cfg.policy, device=str(acc.device))
         trainer = PolicyTrainer(model, tok, cfg.trainer, accelerator=acc, total_steps=args.max_steps,
                                 ref_model=reference_policy(cfg.policy, cfg.trainer.beta, model, str(acc.device)),
-                                surrogate=cfg.surrogate, temperature=cfg.sampling.temperature)
+                                surrogate=cfg.surrogate, temperature=cfg.sampling.temperature, seed=cfg.run.seed)
         engine = run.closing(make_engine(cfg.engine, trainer.unwrapped, tok, answer_budget=args.max_new_tokens,
                                          temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p,
-                                         seed=cfg.trainer.seed))
+                                         seed=cfg.run.seed))
         referee = run.closing(TaskReferee(timeout_s=args.check_timeout_s))
         start = run.resume_trainer(trainer, lambda extra: None)  # the task stream is seeded by the step
         run.report_start(start)

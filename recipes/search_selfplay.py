@@ -76,13 +76,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     cfg = SearchSelfPlayConfigs.parse(argv)  # its own args (cfg.search) and each component's config
     args = cfg.search
     torch.set_num_threads(args.torch_threads)
-    torch.manual_seed(cfg.trainer.seed)
+    torch.manual_seed(cfg.run.seed)
     with Run(cfg.run, cfg.as_dict(), resume_fixed=cfg.fixed_on_resume(),
              gradient_accumulation_steps=cfg.trainer.gradient_accumulation_steps,
              checkpoint_every=cfg.checkpoints.checkpoint_every) as run:
         s = make_search_selfplay(cfg, run)
         evaluator, face, rng = s.evaluator, s.face, s.rng
-        alpha = cfg.puct.dirichlet_alpha or alpha_for(face, s.game, seed=cfg.trainer.seed)
+        alpha = cfg.puct.dirichlet_alpha or alpha_for(face, s.game, seed=cfg.run.seed)
         start = restore(run, s)
         run.report_start(start, "iteration")
         run.open_log(start - 1 if run.checkpoint is not None else None)

@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with Run(cfg.run, cfg.as_dict(), resume_fixed=cfg.fixed_on_resume(),
              trains_with="state", partial_progress=partial_progress) as run:
         out, state = run.out, run.acc
-        torch.manual_seed(args.seed)
+        torch.manual_seed(cfg.run.seed)
         train_rows, held = supervised_data(cfg, run)
         # theta_0: the given model, or the output of the optional SFT phase (checkpoint-0).
         base = resolve_model_path(cfg.policy.model_name_or_path)  # None -> the embedded model's folder

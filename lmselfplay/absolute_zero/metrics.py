@@ -42,7 +42,7 @@ def heldout_accuracy(cfg, engine, tok, referee, heldout) -> dict[str, float]:
     """Step 7: greedy accuracy per type on the held-out tasks, with 95% Wilson CIs."""
     items = [t for tt in TASK_TYPES for t in heldout[tt]]
     prompts = [solve_prompt(t, cfg.absolute_zero.answer_tags) for t in items]
-    comps = generate(engine, tok, prompts, cfg, cfg.absolute_zero.solve_max_new_tokens, cfg.trainer.seed, greedy=True)
+    comps = generate(engine, tok, prompts, cfg, cfg.absolute_zero.solve_max_new_tokens, cfg.run.seed, greedy=True)
     verdicts = referee.check([(t, c.text) for t, c in zip(items, comps)])
     out = {}
     for tt in TASK_TYPES:

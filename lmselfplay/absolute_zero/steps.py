@@ -62,7 +62,7 @@ def validated(referee, cfg, tasks: list[CodeTask]) -> list[CodeTask]:
 
 def seed_buffers(cfg, referee, forbidden: set[str]) -> dict[str, TaskBuffer]:
     """Identity + seed_programs generated programs per type, validated like proposals."""
-    rng = random.Random(f"seed/{cfg.trainer.seed}")
+    rng = random.Random(f"seed/{cfg.run.seed}")
     buffers = {tt: TaskBuffer(tt, forbidden) for tt in TASK_TYPES}
     for tt in TASK_TYPES:
         for t in validated(referee, cfg, seed_tasks(tt, rng, cfg.absolute_zero.seed_programs, n_inputs(cfg, tt))):
@@ -188,7 +188,7 @@ def rollout_plan(cfg, acc, engine, tok, referee, buffers, checkpoint_after=lambd
 
 def play_step(cfg, acc, engine, tok, referee, buffers, step: int, keep_state: bool = False) -> Rollout:
     """Steps 1-3 of the algorithm box."""
-    rng = random.Random(f"{cfg.trainer.seed}/{step}/{acc.process_index}")
+    rng = random.Random(f"{cfg.run.seed}/{step}/{acc.process_index}")
     seed = rng.randrange(2**31)
     version = engine.version
     clock = PhaseClock()

@@ -50,7 +50,6 @@ class AlphaZeroArgs(Config):
                                                         "replay_window", "bank_size"})
     game: str = field(default="nim", metadata={"help": "registered game name"})
     game_args: str = field(default="{}", metadata={"help": "JSON dict of game parameters"})
-    seed: int = field(default=0, metadata={"help": "seed of self-play, search noise and training"})
     iterations: int = field(default=10, metadata={"help": "rounds of self-play + training"})
     max_minutes: float = field(default=0.0, metadata={
         "help": "stop after the round in which this process's wall time passes this many "

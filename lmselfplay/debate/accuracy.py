@@ -18,10 +18,10 @@ from lmselfplay.utils.checkpoint import atomic_write_text, save_json
 
 def judge_accuracy(cfg, eval_set, engine, tok, judge, step, out_dir, write: bool):
     """Step 6: every protocol on the eval set, the same sampling seed at every checkpoint."""
-    sampling = cfg.sampling.params(cfg.protocol.max_new_tokens, cfg.trainer.seed + 777)
+    sampling = cfg.sampling.params(cfg.protocol.max_new_tokens, cfg.run.seed + 777)
     per, dumps = {}, []
     for proto in [p.strip() for p in cfg.debate.eval_protocols.split(",") if p.strip()]:
-        trs = run_protocol(eval_set, proto, engine, tok, cfg.protocol, sampling, seed=cfg.trainer.seed)
+        trs = run_protocol(eval_set, proto, engine, tok, cfg.protocol, sampling, seed=cfg.run.seed)
         js = judge_transcripts(judge, trs)
         per[proto] = protocol_metrics(trs, js)
         dumps += [json.dumps({"protocol": proto, "task": tr.task.id, "options": tr.options,

@@ -29,9 +29,9 @@ from lmselfplay.rl.trainer import PolicyTrainer
 def task_sets(cfg):
     """Step 0: the eval set and a train pool without any of its questions."""
     kw = dict(reasoning_gym_names=cfg.debate.reasoning_gym_datasets, dataset_path=cfg.debate.dataset_path)
-    eval_set = make_tasks(cfg.debate.task_families, cfg.debate.eval_tasks, cfg.trainer.seed + 10_000, **kw)
+    eval_set = make_tasks(cfg.debate.task_families, cfg.debate.eval_tasks, cfg.run.seed + 10_000, **kw)
     seen = {(t.question, t.context) for t in eval_set}
-    pool = [t for t in make_tasks(cfg.debate.task_families, cfg.debate.train_tasks, cfg.trainer.seed, **kw)
+    pool = [t for t in make_tasks(cfg.debate.task_families, cfg.debate.train_tasks, cfg.run.seed, **kw)
             if (t.question, t.context) not in seen]
     if not pool or not eval_set:
         raise ValueError(f"no tasks: {len(pool)} train, {len(eval_set)} eval from families {cfg.debate.task_families!r}")
@@ -42,7 +42,7 @@ def debate_plan(cfg, pool, engine, tok, sampling, process_index):
     """``step -> play``: the step's tasks and seeds are drawn in the caller (seeded by seed,
     step, rank: resumable); ``play()`` holds the debates."""
     def at(step):
-        rng = random.Random(f"{cfg.trainer.seed}/{step}/{process_index}")
+        rng = random.Random(f"{cfg.run.seed}/{step}/{process_index}")
         tasks = [rng.choice(pool) for _ in range(cfg.debate.debates_per_step)]
         sp = dataclasses.replace(sampling, seed=rng.randrange(2**31))
         seed = rng.randrange(2**31)

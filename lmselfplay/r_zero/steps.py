@@ -112,21 +112,21 @@ class RZero:
         (``server_urls``: this role's own servers)."""
         model, tok = load_policy(cfg.policy, device=str(self.acc.device))
         trainer = PolicyTrainer(model, tok, cfg.trainer, accelerator=self.acc, total_steps=total_steps,
-                                surrogate=cfg.surrogate, temperature=cfg.sampling.temperature)
+                                surrogate=cfg.surrogate, temperature=cfg.sampling.temperature, seed=cfg.run.seed)
         engine_cfg = cfg.engine
         if server_urls:  # the same settings, this role's servers (a copy: validated already)
             engine_cfg = copy.copy(cfg.engine)
             engine_cfg.vllm_server_urls = list(server_urls)
         return Role(trainer, make_engine(engine_cfg, trainer.unwrapped, tok, answer_budget=cfg.rzero.answer_budget(),
                                          temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p,
-                                         seed=cfg.trainer.seed))
+                                         seed=cfg.run.seed))
 
     def roles(self) -> list[tuple[str, Role]]:
         return [("policy", self.solver)] if self.challenger is self.solver else \
             [("challenger", self.challenger), ("solver", self.solver)]
 
     def sampling(self, max_new_tokens: int, *key: Any, greedy: bool = False) -> SamplingParams:
-        seed = hash((self.cfg.trainer.seed, self.acc.process_index) + key) % (2**31)
+        seed = hash((self.cfg.run.seed, self.acc.process_index) + key) % (2**31)
         return self.cfg.sampling.params(max_new_tokens, seed, greedy)
 
     def generate(self, role: Role, prompts: list[str], sampling: SamplingParams):
@@ -165,9 +165,9 @@ def heldout_tasks(cfg: RZeroConfigs) -> list[Question]:
     generated questions the held-out bucket that every training stream of the project skips, the
     embedded model's corpus included), the set the referee study's fixed arm evaluates too."""
     if cfg.rzero.task_form == "program":
-        return program_heldout(cfg.rzero.heldout_size, cfg.trainer.seed)
+        return program_heldout(cfg.rzero.heldout_size, cfg.run.seed)
     spec, settings = TASK_SETS[cfg.rzero.task_form]
-    items = TaskSet(spec, cfg.rzero.heldout_size, task_config=settings, heldout_seed=cfg.trainer.seed).heldout
+    items = TaskSet(spec, cfg.rzero.heldout_size, task_config=settings, heldout_seed=cfg.run.seed).heldout
     return [Question(f"heldout-{i}", cfg.rzero.task_form, t.prompt, t.question, answer=t.answer)
             for i, t in enumerate(items)]
 
@@ -232,7 +232,7 @@ def write_and_answer(rz: RZero, n: int, key: tuple) -> dict[str, Any]:
     programs, that the executor can run) are answered m times by the solver; the referee
     and the truth score every answer. Returns per-question columns (malformed: empty)."""
     cfg = rz.cfg
-    rng = random.Random(hash((cfg.trainer.seed, rz.acc.process_index) + key))
+    rng = random.Random(hash((cfg.run.seed, rz.acc.process_index) + key))
     prompts = challenger_prompts(cfg, rng, n)
     written = rz.generate(rz.challenger, [p for p, _ in prompts], rz.sampling(cfg.rzero.challenger_max_new_tokens, *key, 0))
     tasks, reasons = [], []
@@ -355,7 +355,7 @@ def solver_plan(rz: RZero, kept: list[dict[str, Any]], it: int):
     def at(step: int):
         if not kept:
             return lambda: None
-        rng = random.Random(hash((cfg.trainer.seed, rz.acc.process_index, it, 2, step)))
+        rng = random.Random(hash((cfg.run.seed, rz.acc.process_index, it, 2, step)))
         batch = [kept[i % len(kept)] for i in rng.sample(range(max(len(kept), cfg.rzero.solver_batch)), cfg.rzero.solver_batch)]
         flat = [r for r in batch for _ in range(cfg.rzero.solver_group_size)]
         sampling = rz.sampling(cfg.rzero.solver_max_new_tokens, it, 2, step)

@@ -102,18 +102,20 @@ warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprec
 class PolicyTrainer:
     def __init__(self, model: Any, tokenizer: Any, config: TrainerConfig, accelerator: Any = None,
                  ref_model: Any = None, total_steps: int = 200, target_loss: TargetLossConfig | None = None,
-                 surrogate: SurrogateConfig | None = PPO_SURROGATE, temperature: float = 1.0):
+                 surrogate: SurrogateConfig | None = PPO_SURROGATE, temperature: float = 1.0, seed: int = 0):
         """``total_steps``: the ``step()`` calls the learning-rate schedule and the beta schedule
         span, given by the recipe (its loop's length, a count it derives). ``target_loss``: the
         supervised-target term's config; None: the trainer takes no target samples (``step``
         raises on one). ``surrogate``: the policy-gradient term's config; None: no such term,
         every sample's advantage must be 0 (search self-play's distillation). ``temperature``: the
-        sampling's (:class:`~lmselfplay.lm.sampling.SamplingConfig`), the one the log-probs are taken at."""
+        sampling's (:class:`~lmselfplay.lm.sampling.SamplingConfig`), the one the log-probs are taken at.
+        ``seed``: the run's (:class:`~lmselfplay.utils.run.RunConfig`), the seed of the micro-batch
+        shuffling (each step's draw also depends on the step and the rank)."""
         from transformers import get_scheduler
 
         if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 1:
             raise ValueError(f"total_steps must be an integer >= 1, got {total_steps!r}")
-        self.cfg, self.temperature = config, float(temperature)
+        self.cfg, self.temperature, self.seed = config, float(temperature), seed
         self.target_loss, self.surrogate = target_loss, surrogate
         self.total_steps = total_steps
         self.tokenizer = tokenizer
@@ -303,7 +305,7 @@ class PolicyTrainer:
             samples = merge_identical(samples)
         n_samples = len(samples)
         samples = pack_targets(samples, branching=self.tree_attention)
-        rng = random.Random(cfg.seed * 1_000_003 + self.step_count * 7919 + acc.process_index)
+        rng = random.Random(self.seed * 1_000_003 + self.step_count * 7919 + acc.process_index)
         total_tokens = sum(len(s.completion_ids) * s.weight for s in samples)
         stats: dict[str, list[float]] = {k: [] for k in ("loss", "pg_loss", "kl", "entropy", "clip_frac",
                                                          "ratio", "grad_norm", "logprob_diff", "target_ce",

@@ -39,7 +39,6 @@ class TrainerConfig(Config):
                 "whole vocabulary at every completion token (k3's expected gradient without its variance)"})
     entropy_coef: float = field(default=0.0, metadata={"help": "entropy bonus coefficient"})
     merge_identical: bool = field(default=True, metadata={"help": "merge equal (prompt, answer) turns"})
-    seed: int = field(default=0, metadata={"help": "seed of micro-batch shuffling and sampling"})
     max_tokens_per_micro_batch: int = field(default=8192, metadata={
         "help": "cap on the padded tokens (rows x longest sequence) of one forward/backward: a step's samples are "
                 "cut into as many micro-batches as the cap needs (at least gradient_accumulation_steps), the loss "

@@ -30,7 +30,7 @@ def make_task_set(cfg: RLVRConfigs) -> TaskSet:
     """The run's task set (a ConfigError names a bad task, file or reasoning-gym setting)."""
     a = cfg.rlvr
     try:
-        return TaskSet(a.task, a.heldout_size, seed=cfg.trainer.seed, task_config=a.task_settings(),
+        return TaskSet(a.task, a.heldout_size, seed=cfg.run.seed, task_config=a.task_settings(),
                        heldout_seed=a.heldout_seed, heldout_path=a.heldout_path or None)
     except ValueError as e:
         raise ConfigError(str(e)) from None
@@ -42,7 +42,7 @@ def generate(engine: Any, tok: Any, items: list[TaskItem], sampling: SamplingPar
 
 
 def sampling(cfg: RLVRConfigs, step: int, rank: int, greedy: bool = False) -> SamplingParams:
-    return cfg.sampling.params(cfg.rlvr.max_new_tokens, hash((cfg.trainer.seed, rank, step)) % (2**31), greedy)
+    return cfg.sampling.params(cfg.rlvr.max_new_tokens, hash((cfg.run.seed, rank, step)) % (2**31), greedy)
 
 
 def samples_of(completions, advantages: np.ndarray, rewards: np.ndarray, items: list[TaskItem],

@@ -29,7 +29,7 @@ from lmselfplay.search_selfplay.config import SearchSelfPlayArgs, SearchSelfPlay
 def openings(face: Any, cfg: SearchSelfPlayConfigs) -> list[Any]:
     """Fixed evaluation starts: the initial position and random legal openings (seeded)."""
     args = cfg.search
-    rng = random.Random(f"{cfg.trainer.seed}/openings")
+    rng = random.Random(f"{cfg.run.seed}/openings")
     starts = [face.game.new_initial_state()]
     starts += [random_legal_reset(face.game, rng, args.opening_plies) for _ in range(args.eval_openings - 1)]
     return [face.position(s) for s in starts]
@@ -39,14 +39,14 @@ def strength_per_budget(face: Any, evaluator: LLMEvaluator, model: Any, tok: Any
                         it: int) -> dict[str, float]:
     """Step 7: budget 0 = the raw LLM (exact metrics + greedy games vs the game's reference
     bots), then every budget from the fixed openings vs random and (if solvable) exact."""
-    game, args, seed = face.game, cfg.search, cfg.trainer.seed
+    game, args, seed = face.game, cfg.search, cfg.run.seed
     out: dict[str, float] = {}
     greedy = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=0.0, stop=MOVE_STOP, seed=seed)
     positions = None
     if game.exact_metric == OPTIMAL_MOVES and args.eval_positions > 0:
         positions = policy_readout.sampled_decision_states(game, args.eval_positions, f"{seed}/positions")
     raw = game_metrics.policy_metrics(HFEngine(model, tok), tok, game, positions, n_games=args.eval_games,
-                                sampling=greedy, seed=cfg.trainer.seed, max_new_tokens=args.max_new_tokens)
+                                sampling=greedy, seed=cfg.run.seed, max_new_tokens=args.max_new_tokens)
     out.update({f"eval/raw_{k}": v for k, v in raw.items()})
     if game.exact_metric == OPTIMAL_MOVES:
         out["eval/raw_illegal_mass"] = illegal_mass(evaluator, face)

@@ -148,14 +148,15 @@ def make_search_selfplay(cfg: SearchSelfPlayConfigs, run: Run) -> SearchSelfPlay
         raise ConfigError("search self-play reads the LLM's prior right after <move> (no think block), but this "
                           "policy's chat template opens one: set enable_thinking: false")
     trainer = PolicyTrainer(model, tok, cfg.trainer, accelerator=run.acc, total_steps=args.max_steps,
-                            target_loss=cfg.target_loss, surrogate=None, temperature=cfg.sampling.temperature)
+                            target_loss=cfg.target_loss, surrogate=None, temperature=cfg.sampling.temperature,
+                            seed=cfg.run.seed)
     head = make_head(args, trainer.unwrapped, game)
     head_opt = torch.optim.Adam(head.parameters(), lr=args.value_lr)
     evaluator = LLMEvaluator(trainer.unwrapped, tok, game, head, args.eval_batch)
     if evaluator.tokens is None:
         raise ConfigError(f"game {args.game!r}: distillation needs every move answer to be one token after <move>")
     league = League(cfg.league, snapshot_engines(trainer.unwrapped, tok, game, args))
-    seed = cfg.trainer.seed
+    seed = cfg.run.seed
     return SearchSelfPlay(game, face, tok, trainer, head, head_opt, evaluator, league,
                           random.Random(seed), np.random.default_rng(seed), [])
 

@@ -40,14 +40,14 @@ def eval_positions(cfg, games):
     out = {}
     for game in games:
         if game.exact_metric == OPTIMAL_MOVES:
-            out[game.name] = policy_readout.sampled_decision_states(game, cfg.selfplay.eval_positions, cfg.trainer.seed)
+            out[game.name] = policy_readout.sampled_decision_states(game, cfg.selfplay.eval_positions, cfg.run.seed)
     return out
 
 
 def evaluate_games(cfg, games, positions, engine, tok, step):
     """Step 8: the exact metrics of the current policy, per game (``game/metric``), sampled at
     the rollouts' temperature over the whole distribution (top-p 1)."""
-    sampling = SamplingParams(max_new_tokens=cfg.selfplay.max_new_tokens, temperature=cfg.sampling.temperature, seed=cfg.trainer.seed + step,
+    sampling = SamplingParams(max_new_tokens=cfg.selfplay.max_new_tokens, temperature=cfg.sampling.temperature, seed=cfg.run.seed + step,
                               stop=MOVE_STOP)
     out = {}
     for game in games:

@@ -144,7 +144,7 @@ def shaped_advantages(args: SelfPlayArgs, finished, adv):
 def make_episodes(cfg, step_games, league, me, tok, step, rank):
     """Step 1-2: who plays whom (``step_games``: each episode's game, from :func:`episode_games`),
     from where. Seeded by (seed, step, rank): resumable."""
-    rng = random.Random(f"{cfg.trainer.seed}/{step}/{rank}")
+    rng = random.Random(f"{cfg.run.seed}/{step}/{rank}")
     episodes = []
     for game in step_games:
         kind, snap = league.sample_opponent(rng)
@@ -174,12 +174,12 @@ def snapshot_score(cfg, games, league, tok, step):
     """score(a, b) for :meth:`League.play_in`: a's mean result (win 1, draw 0, loss -1) over
     ``league_eval_games`` games against b, seats alternating, games cycling. Seeded by the
     pair, so every rank plays the same games and keeps the same table."""
-    sampling = cfg.sampling.params(cfg.selfplay.max_new_tokens, hash((cfg.trainer.seed, step)) % (2**31), stop=MOVE_STOP)
+    sampling = cfg.sampling.params(cfg.selfplay.max_new_tokens, hash((cfg.run.seed, step)) % (2**31), stop=MOVE_STOP)
 
     def score(a, b):
         pa = LLMPlayer(league.engine_for(a), tok, learner=False, name=a.name)
         pb = LLMPlayer(league.engine_for(b), tok, learner=False, name=b.name)
-        eps = [Episode(games[i % len(games)], (pa, pb) if i % 2 == 0 else (pb, pa), seed=cfg.trainer.seed * 7919 + i,
+        eps = [Episode(games[i % len(games)], (pa, pb) if i % 2 == 0 else (pb, pa), seed=cfg.run.seed * 7919 + i,
                        sampling=text_sampling(cfg, games[i % len(games)]))
                for i in range(cfg.play_in.league_eval_games)]
         results = [float(np.sign(f.returns[0 if f.episode.players[0] is pa else 1]))
@@ -229,7 +229,7 @@ def fold_averages(cfg, averages, engine, tok, step):
     """Read the current policy off every information set and fold it into each game's
     average (weight per ``average_weighting``); returns the policies read (for the log)."""
     out = {}
-    sampling = cfg.sampling.params(cfg.selfplay.max_new_tokens, cfg.trainer.seed + step, stop=MOVE_STOP)
+    sampling = cfg.sampling.params(cfg.selfplay.max_new_tokens, cfg.run.seed + step, stop=MOVE_STOP)
     for name, avg in averages.items():
         out[name] = policy_readout.tabular_policy(engine, tok, avg.game, resolved_readout(cfg.selfplay, tok), cfg.selfplay.readout_samples, sampling)
         avg.add(out[name], cfg.average.weight_at(step))
@@ -262,7 +262,7 @@ def episode_plan(cfg, step_games, league, me, tok, sampling, process_index):
     league); ``play()`` plays them, returning (finished episodes, stats)."""
     def at(step):
         episodes = make_episodes(cfg, step_games, league, me, tok, step, process_index)
-        sp, stats = dataclasses.replace(sampling, seed=hash((cfg.trainer.seed, step, process_index)) % (2**31)), RolloutStats()
+        sp, stats = dataclasses.replace(sampling, seed=hash((cfg.run.seed, step, process_index)) % (2**31)), RolloutStats()
         return lambda: (list(play_episodes(episodes, sp, concurrency=cfg.selfplay.concurrency, retries=cfg.selfplay.retries,
                                            max_turns=cfg.selfplay.max_turns, stats=stats)), stats)
     return at
@@ -305,9 +305,9 @@ def make_selfplay(cfg: SelfPlayConfigs, run, games, feedback, positions) -> Self
     trainer = PolicyTrainer(model, tok, cfg.trainer, accelerator=run.acc, total_steps=args.max_steps,
                             ref_model=reference_policy(cfg.policy, cfg.trainer.beta, model, device),
                             surrogate=cfg.surrogate, target_loss=cfg.target_loss,
-                            temperature=cfg.sampling.temperature)
+                            temperature=cfg.sampling.temperature, seed=cfg.run.seed)
     engine = run.closing(make_engine(cfg.engine, trainer.unwrapped, tok, answer_budget=args.answer_budget(),  # hf | vllm | ...
-                                     temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p, seed=cfg.trainer.seed))
+                                     temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p, seed=cfg.run.seed))
     league = League(cfg.league, snapshot_engines(trainer, tok), play_in=cfg.play_in)
     return SelfPlay(games, feedback, step_games, positions, tok, trainer, engine, RoleBaselines(args.baseline_decay), league,
                     make_averages(cfg.average, games), LLMPlayer(engine, tok, learner=True))

@@ -65,8 +65,7 @@ class SpinArgs(Config):
     # optional SFT phase -> theta_0 (when the model has not been fine-tuned on the data)
     sft_epochs: float = field(default=0.0, metadata={"help": "SFT epochs on the data before SPIN (theta_0); 0: none"})
     sft_learning_rate: float = field(default=1e-4, metadata={"help": "learning rate of the SFT phase"})
-    # run
-    seed: int = field(default=0, metadata={"help": "seed of data, sampling and training"})
+    # output
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
 
     def dataset_settings(self) -> dict:

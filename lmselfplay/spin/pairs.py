@@ -64,7 +64,7 @@ def supervised_data(cfg: SpinConfigs, run: Run) -> tuple[list[dict[str, Any]], l
         sup = load_dataset_dir(out / "data")
         return sup["train"].to_list(), sup["eval"].to_list()
     train_rows, held = load_supervised(cfg.spin.dataset, cfg.spin.num_train_examples, cfg.spin.num_eval_examples,
-                                       cfg.spin.seed, cfg.spin.dataset_split, cfg.spin.dataset_settings())
+                                       cfg.run.seed, cfg.spin.dataset_split, cfg.spin.dataset_settings())
     save_dataset(datasets.DatasetDict({"train": datasets.Dataset.from_list(train_rows),
                                        "eval": datasets.Dataset.from_list(held)}), out / "data", run.acc)
     return train_rows, held

@@ -61,7 +61,7 @@ def opponent_dataset(cfg: SpinConfigs, run: Run, engine: HFEngine, pairs: Pairs,
     it_dir = run.out / f"iter-{t}"
     if not (it_dir / "data" / "COMPLETE").exists():
         state = run.acc
-        sp = cfg.sampling.params(pairs.gen_len, cfg.spin.seed * 1_000_003 + 7919 * t + 104_729 * state.process_index)
+        sp = cfg.sampling.params(pairs.gen_len, cfg.run.seed * 1_000_003 + 7919 * t + 104_729 * state.process_index)
         gen = sharded(state, pairs.p_train + pairs.p_held, lambda ps: opponent_answers(
             engine, ps, sp, cfg, f"generate y' (iteration {t})"))
         n, who, tok = len(pairs.p_train), str(theta_t), pairs.tokenizer

@@ -68,7 +68,7 @@ def trainer_args(cfg: SpinConfigs, out: Path, on_cpu: bool, **kw: Any) -> dict[s
                 gradient_checkpointing=cfg.policy.gradient_checkpointing, logging_steps=cfg.spin.logging_steps,
                 save_strategy="steps", save_steps=cfg.spin.save_steps, save_total_limit=1,
                 use_cpu=on_cpu, bf16=not on_cpu and cfg.policy.dtype in ("auto", "bfloat16"),
-                report_to="none", seed=cfg.spin.seed, data_seed=cfg.spin.seed,
+                report_to="none", seed=cfg.run.seed, data_seed=cfg.run.seed,
                 disable_tqdm=not cfg.spin.progress, **kw)
 
 

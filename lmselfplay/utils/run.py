@@ -1,9 +1,10 @@
 """What every recipe run shares: its run-level flags and one run per output folder.
 
 * :class:`RunConfig` — the run's config (one part of a recipe's configs), its fields declared
-  once: ``output_dir``, ``resume``, ``tensorboard``, ``resume_fallback`` (read by :class:`Run`'s
-  fresh-vs-resume decision), ``collective_timeout_s`` (how long a rank waits in a collective
-  for a dead peer before it fails) and ``overwrite_output_dir``; :class:`PeriodicCheckpoints`
+  once: ``output_dir``, ``seed`` (the one seed every random draw of the run derives from: the
+  recipe hands it to each component that draws), ``resume``, ``tensorboard``, ``resume_fallback``
+  (read by :class:`Run`'s fresh-vs-resume decision), ``collective_timeout_s`` (how long a rank
+  waits in a collective for a dead peer before it fails) and ``overwrite_output_dir``; :class:`PeriodicCheckpoints`
   holds ``checkpoint_every`` for the recipes that checkpoint every N steps.
 * :func:`claim_output_dir` — the one call at the start of every recipe's ``main``. Its rules:
   an ``output_dir`` that is a file, or that cannot be created or written, is a one-line
@@ -78,6 +79,9 @@ class RunConfig(Config):
                                                         "lora_target_modules"})
     output_dir: str = field(default="", metadata={
         "help": "run folder: metrics, curves, checkpoints, final model (default: runs/<recipe>)"})
+    seed: int = field(default=0, metadata={
+        "help": "the run's seed: its sampling, tasks and data, search noise, initial weights and the trainer's "
+                "micro-batch shuffling all derive from it"})
     resume: bool = field(default=False, metadata={"help": "continue from the latest checkpoint in output_dir"})
     tensorboard: bool = field(default=True, metadata={"help": "also log the metrics to TensorBoard"})
     resume_fallback: bool = field(default=True, metadata={

@@ -57,7 +57,7 @@ def test_rlvr_and_r_zero_sample_from_the_part(greedy):
     cfg = parse_recipe("rlvr", FLAGS)
     assert sampling(cfg, 3, 1, greedy) == SamplingParams(
         max_new_tokens=cfg.rlvr.max_new_tokens, temperature=0.0 if greedy else 0.7, top_p=0.9,
-        seed=hash((cfg.trainer.seed, 1, 3)) % (2**31))
+        seed=hash((cfg.run.seed, 1, 3)) % (2**31))
     run = RZero.__new__(RZero)
     run.cfg, run.acc = parse_recipe("r_zero", FLAGS), type("Acc", (), {"process_index": 0})()
     assert run.sampling(16, "q", greedy=greedy) == SamplingParams(

@@ -175,9 +175,10 @@ def main(argv: list[str] | None = None) -> None:
     model = tiny_model(seed=args.seed)
     cfg = TrainerConfig(learning_rate=args.lr, beta=args.beta, num_iterations=args.num_iterations,
                         gradient_accumulation_steps=args.gradient_accumulation_steps,
-                        merge_identical=False, warmup_steps=args.warmup_steps, seed=args.seed,
+                        merge_identical=False, warmup_steps=args.warmup_steps,
                         lr_scheduler_type="linear", ref_update_every=args.ref_update_every)
-    trainer = PolicyTrainer(model, tok, cfg, total_steps=100, target_loss=TargetLossConfig() if args.targets else None)
+    trainer = PolicyTrainer(model, tok, cfg, total_steps=100, target_loss=TargetLossConfig() if args.targets else None,
+                            seed=args.seed)
     acc = trainer.accelerator
     rank, world = acc.process_index, acc.num_processes
     baselines = RoleBaselines(decay=0.5)

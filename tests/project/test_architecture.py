@@ -167,12 +167,12 @@ def test_the_trainer_check_sees_an_evaluation_that_trains():
     trains = ("from lmselfplay.selfplay_games.steps import distill_averages\n"
               "def finish(cfg, run, sp):\n"
               "    with sp.trainer.serving(sp.engine):\n"
-              "        final = evaluate(cfg.trainer.seed)\n"
+              "        final = evaluate(cfg.trainer.beta)\n"
               "    distill_averages(sp.trainer, sp.averages)\n"
               "    run.save_final_model(sp.trainer.model)\n")
     assert len(trainer_uses(trains)) == 5
     assert trainer_uses("from lmselfplay.rl.trainer import PolicyTrainer\n") != []
-    assert trainer_uses("def f(cfg):\n    return cfg.trainer.seed\n") == []
+    assert trainer_uses("def f(cfg):\n    return cfg.trainer.beta\n") == []
 
 
 def helper_modules() -> set[str]:

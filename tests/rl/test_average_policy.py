@@ -156,9 +156,8 @@ def test_distillation_teaches_the_tabular_policy(kuhn):
     # The metric is the answers' whole-sequence probability: without the one-hot suffix
     # targets the tokens after the move keep their random-model odds and it misses.
     torch.manual_seed(0)
-    trainer = PolicyTrainer(tiny_model(seed=1), tok, TrainerConfig(learning_rate=1e-2, beta=0.0, num_iterations=1,
-                                                                    seed=0), total_steps=200,
-                            target_loss=TargetLossConfig())
+    trainer = PolicyTrainer(tiny_model(seed=1), tok, TrainerConfig(learning_rate=1e-2, beta=0.0, num_iterations=1),
+                            total_steps=200, target_loss=TargetLossConfig(), seed=0)
     flat = {k: [0.7, 0.3] for k in target}
 
     def error():  # worst |P(bet) learned - 0.3| over the 12 sets

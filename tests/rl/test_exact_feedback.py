@@ -245,9 +245,9 @@ def test_target_passes_are_extra_target_only_passes():
     played = [Sample([1, 5], [4, 7], [-1.0, -1.0], advantage=1.0, role="g")]
 
     def weights(samples, target_passes=0, **kw):
-        cfg = dict(learning_rate=1e-2, beta=0.1, lr_scheduler_type="constant", seed=0, **kw)
+        cfg = dict(learning_rate=1e-2, beta=0.1, lr_scheduler_type="constant", **kw)
         trainer = PolicyTrainer(tiny_model(seed=2), tok, TrainerConfig(**cfg), total_steps=10,
-                                target_loss=TargetLossConfig(target_passes=target_passes))
+                                target_loss=TargetLossConfig(target_passes=target_passes), seed=0)
         for _ in range(2):
             trainer.step(samples)
         return [p.detach().clone() for p in trainer.unwrapped.parameters()]
