@@ -331,8 +331,7 @@ def main() -> None:
         for name, merge in variants:
             cfg = TrainerConfig(learning_rate=args.lr, weight_decay=0.0, max_grad_norm=1.0,
                                 lr_scheduler_type="constant", gradient_accumulation_steps=1,
-                                num_iterations=args.num_iterations, beta=args.beta,
-                                temperature=1.0, merge_identical=merge)
+                                num_iterations=args.num_iterations, beta=args.beta, merge_identical=merge)
             ours.append(OurRunner(name, copy.deepcopy(base), tok, cfg, acc, sampling, args.num_generations,
                                   SurrogateConfig(epsilon=args.epsilon), args.seed))
         trl_timing = Timing()

@@ -266,7 +266,7 @@ def main(argv=None) -> int:
     print(f"model: Qwen2-0.5B-shaped, {args.layers} layers, vocab {model.config.vocab_size}, "
           f"{n_params / 1e6:.0f}M parameters, {dtype}, {device}", flush=True)
     trainer = PolicyTrainer(model, tok, TrainerConfig(learning_rate=args.learning_rate, beta=0.0, num_iterations=1,
-                                                      max_grad_norm=1.0, temperature=1.0, merge_identical=False),
+                                                      max_grad_norm=1.0, merge_identical=False),
                             surrogate=SurrogateConfig(tis_cap=args.tis_cap))
     t = time.perf_counter()
     if args.dry_run:
