@@ -18,7 +18,7 @@ from lmselfplay.alphazero.net_strength import (
     raw_vs_random_exact,
 )
 from lmselfplay.alphazero.network import PolicyValueNet, alphazero_loss
-from lmselfplay.alphazero.selfplay import SelfPlaySettings, alpha_for, play_games
+from lmselfplay.alphazero.searched_games import SelfPlaySettings, alpha_for, play_games
 from lmselfplay.games import Nim, TicTacToe
 
 

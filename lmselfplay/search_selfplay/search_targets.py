@@ -1,6 +1,6 @@
-"""Search distillation: PUCT self-play and evaluation with the language model as the network.
+"""Search self-play's targets: PUCT games with the LLM as the network, and what they teach.
 
-* :func:`collect` — batched games where every move is chosen by
+* :func:`plan_games`, :func:`collect` — batched games where every move is chosen by
   :class:`~lmselfplay.alphazero.BatchedMCTS` with an LLM evaluator
   (:class:`~lmselfplay.lm.search_eval.LLMEvaluator`): Dirichlet root noise and tau = 1 for
   the first ``temperature_moves`` plies, then the most visited move. Each game is mirror
@@ -12,9 +12,9 @@
   :func:`q_loss` — the Q head's loss.
 * :func:`distill_samples` — trainer samples whose target is the visit distribution pi on
   the move token (the supervised-target term of :class:`~lmselfplay.rl.trainer.PolicyTrainer`).
-* :func:`search_agent` — deterministic play for evaluation: no noise, argmax of the root
-  visits, or at budget 0 the raw LLM's most probable next token after ``<move>`` (an
-  answer that is not a legal move loses the game).
+
+Deterministic play for evaluation (``search_agent``, ``play_match``) is in
+:mod:`lmselfplay.search_selfplay.metrics`.
 """
 
 from __future__ import annotations
@@ -26,14 +26,12 @@ from typing import Any
 
 import numpy as np
 
-from lmselfplay.alphazero.batched_mcts import BatchedMCTS
 from lmselfplay.alphazero.mcts import search_policy
-from lmselfplay.alphazero.selfplay import SearchedGame, SelfPlaySettings, play_searched
+from lmselfplay.alphazero.searched_games import SearchedGame, SelfPlaySettings, play_searched
 from lmselfplay.games.base import random_legal_reset
 from lmselfplay.games.text import format_answer
 from lmselfplay.lm.prompt import encode_completion
 from lmselfplay.lm.trajectory import Sample
-from lmselfplay.utils.stats import wilson
 
 LEARNER = "learner"
 
@@ -98,7 +96,7 @@ def collect(face: Any, games: list[SearchedGame], evaluators: dict[str, Any], n_
             temperature_moves: int = 4, progress: Any = None,
             target_tau: float = 1.0, q_lambda: float = 4.0) -> tuple[list[Record], dict[str, float]]:
     """Play ``games`` to the end through the one searched self-play loop
-    (:func:`lmselfplay.alphazero.selfplay.play_searched`); ``evaluators[LEARNER]`` and one per
+    (:func:`lmselfplay.alphazero.searched_games.play_searched`); ``evaluators[LEARNER]`` and one per
     frozen opponent name. Returns the learner's records (z filled in) and summary statistics.
     A record's pi is the root visit distribution at temperature ``target_tau`` (1: AlphaZero's
     N / sum N; below 1 sharper, so a policy that matches it puts more mass on the most visited
@@ -156,58 +154,3 @@ def distill_samples(records: list[Record], tokenizer: Any, game: Any, move_token
                           float(np.mean([r.z for r in recs])), "search", game.name, version,
                           weight=float(len(recs)), target=target))
     return out
-
-
-# --- evaluation ----------------------------------------------------------------------
-
-def search_agent(face: Any, evaluator: Any, n_sims: int, c_puct: float = 1.5) -> Callable[[list[Any]], list[int]]:
-    """Deterministic play: argmax root visits after ``n_sims`` simulations (no noise); at
-    ``n_sims = 0`` the raw LLM's most probable token after ``<move>`` over the WHOLE
-    vocabulary (-1 when it is not a legal move: the caller scores that as a loss)."""
-    import torch
-
-    def act(positions: list[Any]) -> list[int]:
-        if n_sims > 0:
-            search = BatchedMCTS(face, evaluator, c_puct, capacity=len(positions) * (n_sims + 1))
-            search.set_roots(positions)
-            N, _ = search.search(n_sims)
-            return [int(a) for a in np.argmax(N, axis=1)]
-        out = []
-        with torch.no_grad():
-            logits, _ = evaluator.forward([evaluator.prompt_ids(p.state) for p in positions])
-        for p, tok in zip(positions, logits.argmax(-1).tolist()):
-            a = evaluator.tokens.index(tok) if tok in evaluator.tokens else -1
-            out.append(a if a >= 0 and face.legal(p)[a] else -1)
-        return out
-
-    return act
-
-
-def play_match(face: Any, me: Callable, other: Callable, starts: list[Any]) -> dict[str, Any]:
-    """``me`` against ``other`` from every start, once as each player. Results for ``me``
-    with 95% Wilson intervals; an action of -1 (an illegal answer) loses for its author."""
-    results = []
-    for seat in (0, 1):
-        agents = (me, other) if seat == 0 else (other, me)
-        pos = list(starts)
-        res: list[float | None] = [None] * len(starts)
-        while True:
-            live = [i for i in range(len(pos)) if res[i] is None]
-            if not live:
-                break
-            for player in (0, 1):
-                idx = [i for i in live if res[i] is None and pos[i].player == player]
-                if not idx:
-                    continue
-                for i, a in zip(idx, agents[player]([pos[i] for i in idx])):
-                    if a < 0:
-                        res[i] = -1.0 if player == seat else 1.0
-                        continue
-                    pos[i] = face.next_state(pos[i], a)
-                    if face.terminal_value(pos[i]) is not None:
-                        res[i] = float(face.game.returns(pos[i].state)[seat])
-        results += res
-    n = len(results)
-    w, d = sum(r > 0 for r in results), sum(r == 0 for r in results)
-    return {"games": n, "win": w / n, "draw": d / n, "loss": (n - w - d) / n,
-            "win_ci": wilson(w, n), "loss_ci": wilson(n - w - d, n), "losses": n - w - d}

@@ -1,4 +1,4 @@
-"""Batched self-play: many games at once, each move chosen by PUCT search.
+"""Searched games, batched: many self-play games at once, each move chosen by PUCT search.
 
 Every live game whose player to move uses the same network is searched together (one
 :class:`BatchedMCTS`, one network batch per simulation wave). Targets are stored for the
