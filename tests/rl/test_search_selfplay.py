@@ -369,3 +369,12 @@ def test_the_old_build_name_is_one_line_naming_make_search_selfplay():
 
     with pytest.raises(AttributeError, match="make_search_selfplay"):
         steps.build  # noqa: B018
+
+
+def test_the_old_module_path_is_one_line_naming_search_targets():
+    import importlib
+    import sys
+
+    sys.modules.pop("lmselfplay.alphazero.llm_selfplay", None)
+    with pytest.raises(ImportError, match=r"^[^\n]*lmselfplay\.search_selfplay\.search_targets [^\n]*$"):
+        importlib.import_module("lmselfplay.alphazero.llm_selfplay")
