@@ -45,7 +45,7 @@ from lmselfplay.alphazero.progress import (
     save,
     snapshot,
 )
-from lmselfplay.alphazero.selfplay import Samples, alpha_for, play_games
+from lmselfplay.alphazero.searched_games import Samples, alpha_for, play_games
 from lmselfplay.eval.game_metrics import reference_lines
 from lmselfplay.games.base import OPTIMAL_MOVES
 from lmselfplay.utils.errors import run_main

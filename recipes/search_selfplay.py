@@ -30,7 +30,7 @@ a small head on the hidden state at the end of the prompt
                head (a bounded Q per move; the search's value is V(s) = sum_a pi(a|s) Q(s, a))
                learns the blended target c(a) Q_PUCT(a) + (1 - c(a)) Q_prior(a),
                c(a) = N(a) / (N(a) + q_lambda), plus (z - V)^2
-               (:func:`lmselfplay.alphazero.llm_selfplay.blended_q_target`, ``q_loss``);
+               (:func:`lmselfplay.search_selfplay.search_targets.blended_q_target`, ``q_loss``);
 6. league    : every ``league_add_every`` rounds the learner joins the ring of frozen
                snapshots; every ``league_promote_every``-th one also the hall of fame;
 7. evaluate  : every ``eval_every`` rounds, deterministic (no noise): at budget 0 the
@@ -54,10 +54,10 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from lmselfplay.alphazero.llm_selfplay import collect, plan_games
-from lmselfplay.alphazero.selfplay import alpha_for
+from lmselfplay.alphazero.searched_games import alpha_for
 from lmselfplay.search_selfplay.config import SearchSelfPlayConfigs
 from lmselfplay.search_selfplay.metrics import plot_run, strength_per_budget
+from lmselfplay.search_selfplay.search_targets import collect, plan_games
 from lmselfplay.search_selfplay.steps import (
     distill,
     make_search_selfplay,
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             window = [r for part in s.replay for r in part]
             # 4. distill the search into the policy: per searched turn, loss = -sum_a pi(a) log p_LLM(a | s)
             #    over the vocabulary at <move> + beta KL(pi_LLM || pi_initial) on the answer tokens;
-            # 5. the value head: (z - v(s))^2 (q_head: the blended Q target, alphazero/llm_selfplay.q_loss)
+            # 5. the value head: (z - v(s))^2 (q_head: the blended Q target, search_targets.q_loss)
             t1 = time.time()
             if window:
                 metrics.update(distill(s.trainer, window, s.tok, s.game, evaluator.tokens, args, rng))

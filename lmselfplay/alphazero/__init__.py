@@ -5,7 +5,7 @@
 * :mod:`.adapter` — the search face for every project game (``SearchGame``, ``CachedGame``);
 * :mod:`.batched_mcts` — many trees at once, one network batch per simulation wave;
 * :mod:`.network` — policy + value network and the AlphaZero loss;
-* :mod:`.selfplay` — batched self-play with resets and a bank of frozen opponents;
+* :mod:`.searched_games` — batched searched self-play with resets and a bank of frozen opponents;
 * :mod:`.net_strength` — strength per search budget, exact opponents, win-rate matrix;
 * :mod:`.config` — the recipe's config and the self-play settings it gives;
 * :mod:`.iteration` — one iteration's steps after self-play: train, gate, evaluate;

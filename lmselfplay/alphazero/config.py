@@ -4,7 +4,7 @@ settings every self-play and evaluation call derives from it.
 
 Rules: ``game_args`` is a JSON object; fractions are in [0, 1]; ``fpu_reduction`` < 0 means the
 reference rule (an unvisited move has Q = 0); ``dirichlet_alpha`` 0 means 10 / the mean number
-of legal moves (measured on the game, :func:`~lmselfplay.alphazero.selfplay.alpha_for`).
+of legal moves (measured on the game, :func:`~lmselfplay.alphazero.searched_games.alpha_for`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from lmselfplay.alphazero.selfplay import SelfPlaySettings
+from lmselfplay.alphazero.searched_games import SelfPlaySettings
 from lmselfplay.utils.config import Config, ConfigError, Configs, non_negative, positive
 from lmselfplay.utils.run import PeriodicCheckpoints, RunConfig
 

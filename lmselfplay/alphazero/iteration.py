@@ -29,7 +29,7 @@ from lmselfplay.alphazero.net_strength import (
 )
 from lmselfplay.alphazero.network import ConvPolicyValueNet, PolicyValueNet, alphazero_loss
 from lmselfplay.alphazero.progress import Progress, frozen, snapshot
-from lmselfplay.alphazero.selfplay import Samples
+from lmselfplay.alphazero.searched_games import Samples
 from lmselfplay.games import make
 from lmselfplay.utils.config import ConfigError
 

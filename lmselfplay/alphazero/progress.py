@@ -24,7 +24,7 @@ import torch
 
 from lmselfplay.alphazero.config import AlphaZeroArgs, AlphaZeroConfigs
 from lmselfplay.alphazero.network import PolicyValueNet
-from lmselfplay.alphazero.selfplay import Samples
+from lmselfplay.alphazero.searched_games import Samples
 from lmselfplay.utils.checkpoint import atomic_dir, prune_checkpoints
 from lmselfplay.utils.config import ConfigError
 from lmselfplay.utils.run import Run

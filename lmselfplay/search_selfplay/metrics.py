@@ -3,6 +3,9 @@
 * :func:`strength_per_budget` — budget 0 is the raw LLM (the exact metrics its game declares,
   greedy games vs the reference bots, :func:`illegal_mass`), then every search budget from the
   fixed :func:`openings` vs a random player and (if solvable) the exact solver;
+* :func:`search_agent` — deterministic play: no noise, argmax of the root visits, or at budget 0
+  the raw LLM's most probable next token after ``<move>``; :func:`play_match` — its games from
+  every start, once as each player (an answer that is not a legal move loses the game);
 * :func:`plot_run` — ``budgets.png`` and ``raw_policy.png``.
 """
 
@@ -10,11 +13,13 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 
-from lmselfplay.alphazero.llm_selfplay import play_match, search_agent
+from lmselfplay.alphazero.batched_mcts import BatchedMCTS
 from lmselfplay.alphazero.net_strength import exact_agent, random_agent
 from lmselfplay.eval import game_metrics
 from lmselfplay.games import make
@@ -24,6 +29,7 @@ from lmselfplay.lm import readout as policy_readout
 from lmselfplay.lm.engines import HFEngine, SamplingParams
 from lmselfplay.lm.search_eval import LLMEvaluator
 from lmselfplay.search_selfplay.config import SearchSelfPlayArgs, SearchSelfPlayConfigs
+from lmselfplay.utils.stats import wilson
 
 
 def openings(face: Any, cfg: SearchSelfPlayConfigs) -> list[Any]:
@@ -62,6 +68,58 @@ def strength_per_budget(face: Any, evaluator: LLMEvaluator, model: Any, tok: Any
             out[f"eval/sims{k}_vs_{name}_draw"] = r["draw"]
             out[f"eval/sims{k}_vs_{name}_loss_ci_high"] = r["loss_ci"][1]
     return out
+
+
+def search_agent(face: Any, evaluator: Any, n_sims: int, c_puct: float = 1.5) -> Callable[[list[Any]], list[int]]:
+    """Deterministic play: argmax root visits after ``n_sims`` simulations (no noise); at
+    ``n_sims = 0`` the raw LLM's most probable token after ``<move>`` over the WHOLE
+    vocabulary (-1 when it is not a legal move: the caller scores that as a loss)."""
+
+    def act(positions: list[Any]) -> list[int]:
+        if n_sims > 0:
+            search = BatchedMCTS(face, evaluator, c_puct, capacity=len(positions) * (n_sims + 1))
+            search.set_roots(positions)
+            N, _ = search.search(n_sims)
+            return [int(a) for a in np.argmax(N, axis=1)]
+        out = []
+        with torch.no_grad():
+            logits, _ = evaluator.forward([evaluator.prompt_ids(p.state) for p in positions])
+        for p, tok in zip(positions, logits.argmax(-1).tolist()):
+            a = evaluator.tokens.index(tok) if tok in evaluator.tokens else -1
+            out.append(a if a >= 0 and face.legal(p)[a] else -1)
+        return out
+
+    return act
+
+
+def play_match(face: Any, me: Callable, other: Callable, starts: list[Any]) -> dict[str, Any]:
+    """``me`` against ``other`` from every start, once as each player. Results for ``me``
+    with 95% Wilson intervals; an action of -1 (an illegal answer) loses for its author."""
+    results = []
+    for seat in (0, 1):
+        agents = (me, other) if seat == 0 else (other, me)
+        pos = list(starts)
+        res: list[float | None] = [None] * len(starts)
+        while True:
+            live = [i for i in range(len(pos)) if res[i] is None]
+            if not live:
+                break
+            for player in (0, 1):
+                idx = [i for i in live if res[i] is None and pos[i].player == player]
+                if not idx:
+                    continue
+                for i, a in zip(idx, agents[player]([pos[i] for i in idx])):
+                    if a < 0:
+                        res[i] = -1.0 if player == seat else 1.0
+                        continue
+                    pos[i] = face.next_state(pos[i], a)
+                    if face.terminal_value(pos[i]) is not None:
+                        res[i] = float(face.game.returns(pos[i].state)[seat])
+        results += res
+    n = len(results)
+    w, d = sum(r > 0 for r in results), sum(r == 0 for r in results)
+    return {"games": n, "win": w / n, "draw": d / n, "loss": (n - w - d) / n,
+            "win_ci": wilson(w, n), "loss_ci": wilson(n - w - d, n), "losses": n - w - d}
 
 
 def illegal_mass(evaluator: LLMEvaluator, face: Any) -> float:

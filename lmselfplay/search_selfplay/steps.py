@@ -4,8 +4,8 @@
 The LLM's prior is its next-token distribution over the legal move tokens after ``<move>``, its
 value a small head on the hidden state at the end of the prompt
 (:class:`~lmselfplay.lm.search_eval.LLMEvaluator`); PUCT self-play with it
-(:mod:`lmselfplay.alphazero.llm_selfplay`) makes visit-distribution targets that the policy
-trainer distils back. What the loop works on is one :class:`SearchSelfPlay` (made by
+(:mod:`lmselfplay.search_selfplay.search_targets`: steps 2-3) makes visit-distribution targets that
+the policy trainer distils back. What the loop works on is one :class:`SearchSelfPlay` (made by
 :func:`make_search_selfplay`, restored by :func:`restore`, saved by :func:`save`); the steps are functions of it:
 
 * step 1, opponents: :func:`opponent_name` (mirror or a league snapshot), :func:`opponent_evaluators`;
@@ -28,7 +28,6 @@ import numpy as np
 import torch
 
 from lmselfplay.alphazero.adapter import CachedGame, SearchGame
-from lmselfplay.alphazero.llm_selfplay import LEARNER, Record, distill_samples, q_loss
 from lmselfplay.games.model_texts import make_game_for
 from lmselfplay.lm.prompt import thinks
 from lmselfplay.lm.search_eval import LLMEvaluator, QHead, ValueHead, hidden_size
@@ -41,6 +40,7 @@ from lmselfplay.models.policy import (
 from lmselfplay.rl.league import League
 from lmselfplay.rl.trainer import PolicyTrainer
 from lmselfplay.search_selfplay.config import SearchSelfPlayArgs, SearchSelfPlayConfigs
+from lmselfplay.search_selfplay.search_targets import LEARNER, Record, distill_samples, q_loss
 from lmselfplay.utils.config import ConfigError
 from lmselfplay.utils.run import Run
 
@@ -76,8 +76,8 @@ def snapshot_engines(template: Any, tok: Any, game: Any, args: SearchSelfPlayArg
 def train_head(head: ValueHead | QHead, opt: torch.optim.Optimizer, evaluator: LLMEvaluator,
                replay: list[Record], args: SearchSelfPlayArgs, rng: random.Random) -> dict[str, float]:
     """``value_steps`` steps on minibatches of the window: (z - v)^2 for the value head, or
-    :func:`~lmselfplay.alphazero.llm_selfplay.q_loss` for the Q head. The LLM is frozen here, so
-    each distinct prompt's hidden state (and its prior over the move tokens) is computed
+    :func:`~lmselfplay.search_selfplay.search_targets.q_loss` for the Q head. The LLM is frozen
+    here, so each distinct prompt's hidden state (and its prior over the move tokens) is computed
     once and reused by every step."""
     index: dict[tuple[int, ...], int] = {}
     for r in replay:

@@ -100,7 +100,7 @@ def test_value_targets_blend_the_score_margin():
     """White wins an empty board by komi: the outcome is +-1, and with score_weight the
     loser's target says by how much it lost (a flat -1 left Black's search indifferent
     between passing at move one and playing, so it learned to pass)."""
-    from lmselfplay.alphazero.selfplay import SelfPlaySettings, value_targets
+    from lmselfplay.alphazero.searched_games import SelfPlaySettings, value_targets
 
     g = Go(9)
     done = g.apply(g.apply(g.new_initial_state(), g.pass_action), g.pass_action)
@@ -186,7 +186,7 @@ def test_pruned_roots_never_pass_while_behind_in_self_play():
     """Self-play with prune_root: every stored pass target was searched where the mover was
     ahead or the opponent had just passed; without it the untrained net passes anywhere."""
     from lmselfplay.alphazero.adapter import CachedGame, SearchGame
-    from lmselfplay.alphazero.selfplay import SelfPlaySettings, play_games
+    from lmselfplay.alphazero.searched_games import SelfPlaySettings, play_games
 
     g = Go(5)
     face = CachedGame(SearchGame(g))
@@ -237,7 +237,7 @@ def test_bank_opponents_pass_only_where_self_play_may(prune):
     learner's, so every pass the learner sees was allowed by selfplay_actions (else the
     learner learns to answer any pass with a pass)."""
     from lmselfplay.alphazero.adapter import CachedGame, SearchGame
-    from lmselfplay.alphazero.selfplay import SelfPlaySettings, play_games
+    from lmselfplay.alphazero.searched_games import SelfPlaySettings, play_games
 
     g = Go(5)
     face = CachedGame(SearchGame(g))
@@ -258,7 +258,7 @@ def test_pass_injection_plays_passes_that_never_end_the_game():
     end a game; off by default, and then none are played. With injection the samples hold
     positions right after an opponent's pass (the encoding's pass plane)."""
     from lmselfplay.alphazero.adapter import CachedGame, SearchGame
-    from lmselfplay.alphazero.selfplay import SelfPlaySettings, play_games
+    from lmselfplay.alphazero.searched_games import SelfPlaySettings, play_games
 
     g = Go(5)
     face = CachedGame(SearchGame(g))

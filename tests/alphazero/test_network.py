@@ -18,7 +18,7 @@ from lmselfplay.alphazero.net_strength import (
     raw_vs_random_exact,
 )
 from lmselfplay.alphazero.network import PolicyValueNet, alphazero_loss
-from lmselfplay.alphazero.selfplay import SelfPlaySettings, alpha_for, play_games
+from lmselfplay.alphazero.searched_games import SelfPlaySettings, alpha_for, play_games
 from lmselfplay.games import Nim, TicTacToe
 
 
@@ -190,3 +190,12 @@ def test_net_evaluator_fast_path_matches_states_path():
     p2, v2 = ev.evaluate_ids(table, sids)
     assert np.array_equal(p1, p2) and np.array_equal(v1, v2)
     assert np.all(p1[~np.stack([face.legal(p) for p in positions])] == 0.0)
+
+
+def test_the_old_module_path_is_one_line_naming_searched_games():
+    import importlib
+    import sys
+
+    sys.modules.pop("lmselfplay.alphazero.selfplay", None)
+    with pytest.raises(ImportError, match=r"^[^\n]*lmselfplay\.alphazero\.searched_games [^\n]*$"):
+        importlib.import_module("lmselfplay.alphazero.selfplay")

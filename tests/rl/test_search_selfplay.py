@@ -14,14 +14,6 @@ from lm_fixtures import tiny_tokenizer
 
 from lmselfplay.alphazero.adapter import SearchGame
 from lmselfplay.alphazero.batched_mcts import BatchedMCTS
-from lmselfplay.alphazero.llm_selfplay import (
-    LEARNER,
-    blended_q_target,
-    collect,
-    distill_samples,
-    plan_games,
-    q_loss,
-)
 from lmselfplay.alphazero.mcts import mcts, uniform_prior, zero_value
 from lmselfplay.games import make
 from lmselfplay.lm.engines.hf import HFEngine
@@ -29,6 +21,14 @@ from lmselfplay.lm.prompt import encode_completion, encode_prompt
 from lmselfplay.lm.readout import answer_distribution, decision_states
 from lmselfplay.lm.search_eval import LLMEvaluator, QHead, ValueHead, load_head, move_tokens
 from lmselfplay.rl.trainer import PolicyTrainer, TargetLossConfig, TrainerConfig
+from lmselfplay.search_selfplay.search_targets import (
+    LEARNER,
+    blended_q_target,
+    collect,
+    distill_samples,
+    plan_games,
+    q_loss,
+)
 
 
 @functools.cache
@@ -146,7 +146,7 @@ def test_distillation_gradient_equals_hand_computed():
     trainer = PolicyTrainer(model, tok, TrainerConfig(beta=0.0, num_iterations=1, learning_rate=0.0,
                                                       merge_identical=False), target_loss=TargetLossConfig())
     state = game.apply(game.new_initial_state(), 4)
-    from lmselfplay.alphazero.llm_selfplay import Record
+    from lmselfplay.search_selfplay.search_targets import Record
 
     legal = game.legal_actions(state)
     pi = np.zeros(game.n_actions)
@@ -369,3 +369,12 @@ def test_the_old_build_name_is_one_line_naming_make_search_selfplay():
 
     with pytest.raises(AttributeError, match="make_search_selfplay"):
         steps.build  # noqa: B018
+
+
+def test_the_old_module_path_is_one_line_naming_search_targets():
+    import importlib
+    import sys
+
+    sys.modules.pop("lmselfplay.alphazero.llm_selfplay", None)
+    with pytest.raises(ImportError, match=r"^[^\n]*lmselfplay\.search_selfplay\.search_targets [^\n]*$"):
+        importlib.import_module("lmselfplay.alphazero.llm_selfplay")
