@@ -1,4 +1,4 @@
-"""Learning targets of the AlphaZero reference (issue 5, section 6), with wall time.
+"""Learning targets of the AlphaZero reference, with wall time.
 
     python benchmarks/bench_alphazero_learning.py [--only nim|tictactoe] [--out runs/bench_az]
 

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_alphazero_speed.py [--trees 1024] [--sims 200] [--repeats 3]
 
-Workload (issue 5, section 6): tic-tac-toe from the empty board, uniform prior, zero value.
+Workload: tic-tac-toe from the empty board, uniform prior, zero value.
 Everything is measured in this one run, side by side, as simulations per second:
 
 * ``batched`` — :class:`BatchedMCTS` over ``--trees`` roots, one evaluate call per wave;

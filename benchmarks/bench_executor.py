@@ -6,7 +6,7 @@
 Every sandbox mode this machine has (namespaces as root, bwrap where bubblewrap works, and
 unsafe-hooks-only) and the naive side run the same trivial program with the same concurrency, in one run, interleaved
 in rounds so that both see the same background load, and the script prints both rates and
-their ratio (issue 7 goal: >= 200 executions/s on 2 cores, >= 5x naive). It also prints the
+their ratio (the goal: >= 200 executions/s on 2 cores, >= 5x naive). It also prints the
 CPU time each execution costs (all processes involved), which does not depend on what else
 the machine is doing, and the rate that cost allows on the CPUs given.
 The naive side is what most code-RL repos do: ``subprocess.run([python, "-I", "-c", code])``

@@ -11,7 +11,7 @@ driven from Python, side by side in one run.
 * masks: legal-move masks [B, N^2 + 1] for B positions taken from random games, ours
   ``Go.legal_masks`` vs ``[s.legal_actions_mask() for s in states]``.
 
-Goal (issue 14): random 9x9 playouts >= 0.3x OpenSpiel. Writes
+Goal: random 9x9 playouts >= 0.3x OpenSpiel. Writes
 benchmarks/results/bench_go.json.
 """
 

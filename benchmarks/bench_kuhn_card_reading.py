@@ -5,7 +5,7 @@ model with plain cross-entropy toward card-dependent answers (K -> bet, J and Q 
 all 12 information sets (full batch, AdamW) and prints P(bet) with a J and with a K every
 10 steps. A model that cannot separate them here cannot learn Kuhn by self-play either.
 
-Measured (issue 4): the embedded model built from random-move turns only stayed at the
+Measured: the embedded model built from random-move turns only stayed at the
 card-blind optimum P(bet) = 0.34 for every card through 60 steps; with the reading tasks in
 its corpus it separates the cards (J 0.02, K 0.97) by step 30. With ``--steps 40``, v6 and v7
 both separate them by step 20: J 0.09, K 0.92 (``bench_kuhn_card_reading.json``) and J 0.01,

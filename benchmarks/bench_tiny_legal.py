@@ -1,6 +1,6 @@
 """Build (or load) the embedded tiny model and measure its sampled-legal-move rate.
 
-Target (issue 3): built in <= 10 minutes on 2 cores, and >= 95% of sampled turns at
+Target: built in <= 10 minutes on 2 cores, and >= 95% of sampled turns at
 temperature 1 are legal moves in Nim, tic-tac-toe and Kuhn poker. Also prints how often
 its sampled answers solve the synthetic arithmetic problems and program-output questions
 (not a target: SPIN / Absolute Zero start from there), and how far from an optimal player

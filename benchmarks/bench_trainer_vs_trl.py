@@ -1,4 +1,4 @@
-"""Trainer throughput against TRL's ``GRPOTrainer``, side by side in one run (issue 4).
+"""Trainer throughput against TRL's ``GRPOTrainer``, side by side in one run.
 
 Same model (copies of the same weights, fp32, CPU), same prompts in the same order (checked
 per batch) as the same token ids (through THE prompt formatter), same batch shape

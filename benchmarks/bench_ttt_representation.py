@@ -1,4 +1,4 @@
-"""Can the model represent optimal tic-tac-toe at all? A supervised control (issue 22, section 0).
+"""Can the model represent optimal tic-tac-toe at all? A supervised control.
 
 Exact optimal targets (uniform over the minimax-optimal moves) for ALL 4,520 tic-tac-toe
 decision positions; cross-entropy on the move token after ``<move>`` (prompt + ``<move>``
@@ -87,7 +87,7 @@ not carry over to the move.
 
 Earlier, batch 128, 300 steps: embedded 0.630 (argmax 0.700), fresh 0.613 (0.664);
 ``--split_marks`` 0.611 / 0.611; 100 steps of pre-training at ``grid_reading=20`` first:
-0.624 at 150 steps (a97b02d3ef8c) - no lever moved the full-prompt model. A fresh model on
+0.624 at 150 steps - no lever moved the full-prompt model. A fresh model on
 the default prompt at batch 64 was still at 0.597 (argmax 0.638, 1,000 positions) after
 500 steps (stopped there).
 
@@ -116,7 +116,7 @@ Still, nothing measured gets near 0.95 in a few hundred steps: the best transfor
     nice -n 15 python benchmarks/bench_ttt_representation.py --which fresh --batch 64 \
         --steps 300 --eval_every 100 --format grid_only --name bench_ttt_representation_fresh_grid_only
 
-Architecture and cell identity (issue 30's hypothesis: with RoPE, position enters only the
+Architecture and cell identity (the hypothesis: with RoPE, position enters only the
 query-key products and the VALUE vectors carry none, so a head that gathers the 9 cells gets
 a bag of marks; a residual stream that carries position, or cell tokens that carry their
 index, would read the board as the MLP's planes do). Fresh 4 x 128 models, the defaults:

@@ -1,4 +1,4 @@
-"""PUCT search semantics (issue 5, section 1-2): known values down to the last simulation."""
+"""PUCT search semantics: known values down to the last simulation."""
 
 from __future__ import annotations
 

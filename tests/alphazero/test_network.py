@@ -1,4 +1,4 @@
-"""Network, loss, self-play targets and evaluation helpers (issue 5, sections 3 and 5)."""
+"""Network, loss, self-play targets and evaluation helpers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The AlphaZero recipe end to end (issue 5, section 4): a short run, artifacts, exact resume."""
+"""The AlphaZero recipe end to end: a short run, artifacts, exact resume."""
 
 from __future__ import annotations
 

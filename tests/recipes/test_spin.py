@@ -1,4 +1,4 @@
-"""The SPIN recipe (issue 8): 2 iterations end to end on a tiny model, the iteration data sets
+"""The SPIN recipe: 2 iterations end to end on a tiny model, the iteration data sets
 hold exactly what was generated, token-level prompt identity between generation and
 DPOTrainer, resume (between and inside iterations), a 2-process CPU run through accelerate."""
 

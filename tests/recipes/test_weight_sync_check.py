@@ -1,7 +1,7 @@
 """Every recipe that generates with an engine is checked for stale weights every step.
 
 The engine here holds its own copy of the weights and its push "succeeds" without loading
-anything (a push that silently stopped: TRL issue #5312's failure). From the trainer's second
+anything (a push that silently stopped: huggingface/trl#5312's failure). From the trainer's second
 step on the engine samples with the initial weights, so the first pass's
 |trainer - engine| log-prob jumps; the check lives in ``PolicyTrainer.step`` and the detector
 comes from ``make_engine``, so no recipe can leave it out."""

@@ -1,5 +1,5 @@
 """Search-distilled self-play: the LLM evaluator, the search it drives, the distillation
-loss, the replay's labels and exact resume (issue 22)."""
+loss, the replay's labels and exact resume."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The hostile battery for the Python executor sandbox (issue 7).
+"""The hostile battery for the Python executor sandbox.
 
 Every case runs a program an attacker could write, asserts the status, and then asserts that
 the host is unharmed (sentinel file intact, canary paths absent, zygote alive) and that

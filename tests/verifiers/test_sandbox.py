@@ -1,4 +1,4 @@
-"""Referees a program cannot fool (issue 29): verdicts decided by the parent, one task's
+"""Referees a program cannot fool: verdicts decided by the parent, one task's
 failure staying that task's, a child seeing only its own task, ordinary file work inside the
 working directory, stale scratch folders, the refusal without an OS boundary, and the
 hostile battery of ``test_executor.py`` once more as an unprivileged user."""
