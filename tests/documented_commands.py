@@ -191,6 +191,8 @@ REGISTRY: list[Command] = [
             extra=f"--output_dir {{out}} --referees grounded,vote {RZERO_SMALL}", output=r"label_accuracy", slow=True),
     Command("python recipes/r_zero.py --config recipes/configs/r_zero_sum.yaml", extra=f"--output_dir {{out}} {RZERO_SMALL}",
             files=("metrics.jsonl",)),
+    Command("python recipes/r_zero.py --config recipes/configs/r_zero_sum.yaml --rounds 12 --pool_size 2048 --seed 0",
+            extra=f"--output_dir {{out}} {RZERO_SMALL}", files=("metrics.jsonl",), slow=True),
     Command("lmselfplay referee-study --config recipes/configs/r_zero_sum.yaml",
             extra=f"--output_dir {{out}} {RZERO_SMALL}", output=r"vote \| 1 \|"),
     Command("lmselfplay referee-study --config recipes/configs/r_zero_sum.yaml --seed 0",
