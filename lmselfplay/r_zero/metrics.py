@@ -29,15 +29,16 @@ def pool_measures(records: list[dict[str, Any]]) -> dict[str, float]:
     (true solve rate), pass rate, diversity, malformed share."""
     well = [r for r in records if r["well_formed"] and r["truth"]]
     kept = [r for r in well if r["kept"]]
+    written = [written_text(r["kind"], r["question"], r["expression"]) for r in well]
     mean = lambda xs: float(np.mean(xs)) if xs else float("nan")  # noqa: E731
     return {"study/label_accuracy": mean([r["label_correct"] for r in kept]), "study/n_kept": len(kept),
-            "study/n_kept_distinct": len({written_text(r["kind"], r["question"], r["expression"]) for r in kept}),
+            "study/n_kept_distinct": len({w for w, r in zip(written, well) if r["kept"]}),
             "study/label_accuracy_all": mean([r["label_correct"] for r in well if r["label"]]),
             "study/n_labelled": sum(bool(r["label"]) for r in well),
             "study/label_correct_kept": sum(r["label_correct"] for r in kept),
             "study/difficulty": mean([r["true_solve_rate"] for r in well]),
             "study/pass_rate": len(kept) / len(well) if well else float("nan"),
-            "study/diversity": diversity([written_text(r["kind"], r["question"], r["expression"]) for r in well]),
+            "study/diversity": diversity(written),
             "study/malformed": 1 - len(well) / len(records) if records else float("nan")}
 
 
