@@ -445,4 +445,12 @@ REGISTRY: list[Command] = [
             extra="--out {out}", files=("reasoning_tiny.json",)),
     Command("python recipes/absolute_zero.py --config recipes/configs/absolute_zero.yaml --model_name_or_path embedded:v8",
             extra=AZR_SMALL, files=("metrics.jsonl",), slow=True),
+    Command("python recipes/absolute_zero.py --config recipes/configs/absolute_zero.yaml --model_name_or_path embedded:v8 "
+            "--learning_rate 2e-4 --max_steps 400 --eval_every 100 --seed 0",
+            extra=AZR_SMALL, files=("metrics.jsonl",), slow=True),
+    Command("python benchmarks/bench_rlvr.py --task program --arms sft --seeds 0 1 2 --max-steps 400 --learning-rate 2e-4 "
+            "--max-new-tokens 24 --heldout-size 300 --eval-every 100 --name bench_rlvr_program_sft",
+            subs=(("--seeds 0 1 2 --max-steps 400", "--seeds 0 --max-steps 1"), ("--heldout-size 300", "--heldout-size 4"),
+                  ("--eval-every 100", "--eval-every 0"), ("bench_rlvr_program_sft", "rlvr_program_sft_check")),
+            extra="--prompts-per-step 2", output=r"results: \S+/rlvr_program_sft_check\.json", slow=True),
 ]
