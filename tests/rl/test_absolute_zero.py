@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from absolute_zero_fakes import patch_make_engine, prompt_text, proposing_engine
 from fake_engine import ScriptedEngine
 from lm_fixtures import saved_weights
 
@@ -25,7 +26,6 @@ from lmselfplay.absolute_zero.steps import (
     seed_buffers,
     train_step,
 )
-from lmselfplay.lm.prompt import PLAIN_TEMPLATE
 from lmselfplay.rl.advantages import task_type_advantages
 from lmselfplay.rl.overlap import rollouts_for
 from lmselfplay.rl.rewards import proposer_rewards
@@ -37,7 +37,6 @@ from lmselfplay.verifiers.code_tasks import (
     Proposal,
     TaskBuffer,
     diversity,
-    inputs_like,
     normalized_program,
     parse_answer,
     parse_proposal,
@@ -258,10 +257,6 @@ def _descendants(root: int) -> set[int]:
     return out
 
 
-def _prompt_text(decoded: str) -> str:
-    return decoded[: -len(PLAIN_TEMPLATE.format(prompt=""))]
-
-
 def _perfect_solver(buffers):
     """Answers a solve prompt with the right answer of the buffer task it shows."""
     def answer(prompt):
@@ -317,7 +312,7 @@ def test_hostile_proposals_are_invalid_counted_and_harmless(model_dir, tmp_path)
 
         def answer(decoded):
             nonlocal n_ded
-            prompt = _prompt_text(decoded)
+            prompt = prompt_text(decoded)
             if prompt.startswith("Propose"):
                 if "predict the output" in prompt:  # deduction proposals: the hostile list
                     n_ded += 1
@@ -396,32 +391,8 @@ def test_full_loop_two_steps_on_a_tiny_model(model_dir, tmp_path):
     assert _descendants(os.getpid()) <= procs_before  # the run's sandboxes are gone
 
 
-def patch_make_engine(monkeypatch, make) -> None:
-    """The recipe's engine comes from ``make``: ``run_recipe`` executes the recipe afresh, so its
-    ``from lmselfplay.lm.engines import make_engine`` reads the patched name."""
-    import lmselfplay.lm.engines as engines
-
-    monkeypatch.setattr(engines, "make_engine", make)
-
-
-def _proposing_engine(tok):
-    """Deterministic valid proposals that change with the prompt: the buffers grow."""
-    from lmselfplay.tasks.programs import python_program
-
-    def answer(decoded):
-        prompt = _prompt_text(decoded)
-        rng = random.Random(prompt)
-        if not prompt.startswith("Propose"):
-            return rng.choice(["1", "[1, 2]", "def f(x):\n    return x", "'ab'"])
-        n = 4 if "half of the input/output pairs" in prompt else 1
-        p = python_program(rng)
-        lines = [p["code"].rstrip("\n")] + [f"input: {i}" for i in inputs_like(rng, p["input"], n)]
-        return "\n".join(lines + (["message: guess"] if n > 1 else []))
-    return ScriptedEngine(tok, answer)
-
-
 def test_resume_is_exact_with_buffers(model_dir, tmp_path, monkeypatch):
-    patch_make_engine(monkeypatch, lambda cfg, model, tok, **run: _proposing_engine(tok))
+    patch_make_engine(monkeypatch, lambda cfg, model, tok, **run: proposing_engine(tok))
     kw = dict(eval_every=0, save_datasets="false")
     run_recipe("absolute_zero", _args(model_dir, tmp_path / "full", 2, **kw))
     run_recipe("absolute_zero", _args(model_dir, tmp_path / "cut", 1, **kw))  # "killed" after step 1

@@ -123,7 +123,7 @@ def test_trl_grpo_trainer_runs_two_steps_with_the_environment(tmp_path):
     tok.chat_template = qwen2_5_chat_template
     tok.padding_side = "left"
     model = transformers.AutoModelForCausalLM.from_pretrained(folder)
-    cfg = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[], save_strategy="no", logging_steps=1,
+    cfg = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to=[], save_strategy="no", logging_steps=1,
                      disable_tqdm=True, per_device_train_batch_size=4, num_generations=4, max_completion_length=24,
                      max_steps=2, learning_rate=1e-5, dataloader_num_workers=0, max_tool_calling_iterations=2)
     data = Dataset.from_dict({"prompt": [[{"role": "user", "content": "Play Kuhn poker. "}]] * 8})

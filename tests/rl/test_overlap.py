@@ -320,17 +320,17 @@ def test_absolute_zero_checkpoint_holds_the_buffers_its_step_left(model_dir, tmp
     ends at this step: the scripted proposer does not depend on the weights), and a run
     resumed from it ends with the buffers of the uninterrupted one."""
     import torch
-    from test_absolute_zero import _proposing_engine, patch_make_engine
+    from absolute_zero_fakes import patch_make_engine, proposing_engine
 
     from lmselfplay.rl.trainer import PolicyTrainer
     from lmselfplay.utils.recipe_loader import run_recipe
 
-    patch_make_engine(monkeypatch, lambda cfg, model, tok, **run: _proposing_engine(tok))
+    patch_make_engine(monkeypatch, lambda cfg, model, tok, **run: proposing_engine(tok))
     step = PolicyTrainer.step
 
-    def slow_step(self, samples):  # training outlasts the next step's proposals
+    def slow_step(self, samples, **kw):  # training outlasts the next step's proposals
         time.sleep(0.3)
-        return step(self, samples)
+        return step(self, samples, **kw)
 
     monkeypatch.setattr(PolicyTrainer, "step", slow_step)
     overlap = {"max_staleness": 1, "engine": "vllm-server"}

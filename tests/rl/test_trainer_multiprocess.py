@@ -129,16 +129,28 @@ def test_shipped_configs_parse(config):
 @pytest.mark.multiprocess
 @pytest.mark.slow
 @pytest.mark.parametrize("config", sorted(GPU_CONFIGS))
-def test_gpu_configs_run_on_cpu_in_bf16(tmp_path, config):
-    """The GPU configs (bf16) are valid: with 2 processes they run here on CPU too."""
+def test_gpu_configs_run_on_cpu_with_mixed_precision_off(tmp_path, config):
+    """The GPU configs are valid: with 2 processes and ``--mixed_precision no`` (a CPU run computes
+    in float32) they run here on CPU too."""
     if GPU_CONFIGS[config][0] is not None:
         pytest.importorskip("deepspeed")
-    launch(config, "--out", str(tmp_path), *STEP_ARGS, launcher_args=("--num_processes", "2"))
+    launch(config, "--out", str(tmp_path), *STEP_ARGS,
+           launcher_args=("--num_processes", "2", "--mixed_precision", "no"))
     r0, r1 = read_ranks(tmp_path, 2)
     assert r0["world_size"] == r1["world_size"] == 2 and r0["changed"]
     assert identical(r0["params"], r1["params"])
     if config == "zero3.yaml":
         assert r0["local_numel"] < r0["full_numel"]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_a_gpu_config_as_shipped_on_cpu_ends_with_the_mixed_precision_error(tmp_path):
+    """Their bf16 on a CPU run is refused with the fix named, on every rank, not computed in bf16."""
+    with pytest.raises(AssertionError) as failed:
+        launch("ddp.yaml", "--out", str(tmp_path), *STEP_ARGS, launcher_args=("--num_processes", "2"))
+    assert "mixed_precision bf16 on a CPU run" in str(failed.value)
+    assert "set mixed_precision 'no' in the accelerate config" in str(failed.value)
 
 
 @pytest.mark.multiprocess

@@ -299,12 +299,11 @@ def test_multinode_rehearsal_two_gloo_ranks_two_servers(tmp_path):
     import urllib.request
 
     from mp_helpers import CONFIGS, ROOT, _env
+    from sim_server import ServerProcess
 
-    servers = [subprocess.Popen([sys.executable, "-m", "sim_server", "--vocab", "400"],
-                                cwd=ROOT, env=_env(),
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    servers = [ServerProcess("sim_server", "--vocab", "400") for _ in range(2)]
     try:
-        urls = [p.stdout.readline().strip() for p in servers]
+        urls = [server.url for server in servers]
         cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CONFIGS / "ddp_cpu.yaml"),
                str(ROOT / "tests" / "mp_scripts" / "scale_rehearsal.py"), "--out", str(tmp_path),
                "--urls", ",".join(urls)]
@@ -313,9 +312,8 @@ def test_multinode_rehearsal_two_gloo_ranks_two_servers(tmp_path):
         assert r.returncode == 0, r.stderr[-4000:]
         states = [json.loads(urllib.request.urlopen(u + "/sim/state", timeout=10).read()) for u in urls]
     finally:
-        for p in servers:
-            p.stdin.close()
-            p.wait(timeout=30)
+        for server in servers:
+            server.close()
     ranks = [json.loads((tmp_path / f"rank{k}.json").read_text()) for k in range(2)]
     for rk in ranks:
         assert rk["world"] == 2 and rk["engine_version"] == 2
