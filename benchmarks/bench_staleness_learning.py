@@ -30,7 +30,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the CPU servers
 
-import hf_server  # noqa: E402, F401  (registers the weight channel the trainer pushes to its server with)
 from sim_server import ServerProcess  # noqa: E402
 
 from lmselfplay.utils.results import save_results  # noqa: E402

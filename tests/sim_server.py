@@ -40,6 +40,7 @@ of each ``/init_weight_transfer_engine``: the server side of a rendezvous.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
 import subprocess
@@ -389,9 +390,11 @@ WEIGHT_CHANNELS["sim"] = SimHTTPChannel  # the server engine pushes to a SimServ
 class ServerProcess:
     """``python -m MODULE ARGS`` of a server (``sim_server``'s or ``hf_server``'s ``main``, tests/ on the path) in
     its own process, so its HTTP threads are off the caller's GIL: the URL is its first line of
-    output; closing stdin stops it (killed if it does not end within 60 s)."""
+    output; closing stdin stops it (killed if it does not end within 60 s). The module is imported
+    here too, so that its weight channel is registered in the process that pushes."""
 
     def __init__(self, module: str, *args: str):
+        importlib.import_module(module)  # the server's module registers its weight channel here, where pushes start
         path = os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))
         self.proc = subprocess.Popen([sys.executable, "-m", module, *args], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": path})

@@ -293,6 +293,7 @@ def test_multinode_rehearsal_two_gloo_ranks_two_servers(tmp_path):
     """`accelerate launch` (2 gloo ranks) against 2 simulated servers in their own processes:
     every completion is sampled with the weights of its step, no completion reaches a server
     mid-push, a server failing its push leaves the rotation on both ranks."""
+    import contextlib
     import json
     import subprocess
     import sys
@@ -301,9 +302,8 @@ def test_multinode_rehearsal_two_gloo_ranks_two_servers(tmp_path):
     from mp_helpers import CONFIGS, ROOT, _env
     from sim_server import ServerProcess
 
-    servers = [ServerProcess("sim_server", "--vocab", "400") for _ in range(2)]
-    try:
-        urls = [server.url for server in servers]
+    with contextlib.ExitStack() as stack:
+        urls = [stack.enter_context(ServerProcess("sim_server", "--vocab", "400")).url for _ in range(2)]
         cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CONFIGS / "ddp_cpu.yaml"),
                str(ROOT / "tests" / "mp_scripts" / "scale_rehearsal.py"), "--out", str(tmp_path),
                "--urls", ",".join(urls)]
@@ -311,9 +311,6 @@ def test_multinode_rehearsal_two_gloo_ranks_two_servers(tmp_path):
                            text=True, timeout=600)
         assert r.returncode == 0, r.stderr[-4000:]
         states = [json.loads(urllib.request.urlopen(u + "/sim/state", timeout=10).read()) for u in urls]
-    finally:
-        for server in servers:
-            server.close()
     ranks = [json.loads((tmp_path / f"rank{k}.json").read_text()) for k in range(2)]
     for rk in ranks:
         assert rk["world"] == 2 and rk["engine_version"] == 2
